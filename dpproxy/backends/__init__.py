@@ -1,0 +1,183 @@
+"""Backends: run one SQL statement on the backing database and hand back its rows.
+
+This package owns the connection to the backing database (embedded DuckDB or PostgreSQL), the
+lock-down of that connection (read-only, no file or network access from SQL), and the list of live
+tables and columns with their types normalised to `ColumnType`.
+
+A backend must never see noise, policies, budgets or analysts: it runs the SQL the engine wrote and
+returns the true rows. Its exceptions (`BackendError`) carry the driver's text for the operator's
+logs only; the engine replaces them with a fixed message before anything reaches an analyst, since
+a database's error text can depend on protected values.
+
+Python values returned by `Backend.run` are the same on every backend: int for integers and for
+exact numerics of scale 0 (so PostgreSQL's `sum(bigint)`, a numeric, comes back as int like DuckDB's
+HUGEINT does), Decimal for other exact numerics, float, str, bool, date and datetime.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from dpproxy.policy import ColumnType
+
+
+@dataclass(frozen=True)
+class LiveColumn:
+    """A column as the backing database reports it."""
+
+    name: str
+    # None when dpproxy cannot handle the type (json, arrays, structs, hugeint, …).
+    type: ColumnType | None
+    # The native type text, e.g. "integer", "numeric(12,2)" (PostgreSQL) or "DECIMAL(12,2)" (DuckDB).
+    sql_type: str
+
+
+class BackendError(Exception):
+    """The backing database failed. Wraps the driver's exception; its text is for operators only."""
+
+
+class BackendUnreachable(BackendError):
+    """No connection to the backing database could be had, so nothing ran."""
+
+
+class Backend(ABC):
+    """Runs read-only SQL on one backing database. Thread-safe."""
+
+    dialect: str  # sqlglot dialect name
+    default_schema: str
+
+    @abstractmethod
+    def run(self, sql: str) -> list[tuple]:
+        """Run one read-only SELECT and return all of its rows."""
+
+    @abstractmethod
+    def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
+        """Base tables and views of `schema` (default: `default_schema`), columns in ordinal order."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# Native type names (lower case, parameters stripped) of both engines → ColumnType. Unsigned and
+# tiny integers map to the smallest signed type that holds all their values.
+_TYPE_NAMES: dict[str, ColumnType] = {
+    "smallint": ColumnType.SMALLINT,
+    "int2": ColumnType.SMALLINT,
+    "int16": ColumnType.SMALLINT,
+    "short": ColumnType.SMALLINT,
+    "tinyint": ColumnType.SMALLINT,
+    "int1": ColumnType.SMALLINT,
+    "utinyint": ColumnType.SMALLINT,
+    "integer": ColumnType.INTEGER,
+    "int": ColumnType.INTEGER,
+    "int4": ColumnType.INTEGER,
+    "int32": ColumnType.INTEGER,
+    "signed": ColumnType.INTEGER,
+    "usmallint": ColumnType.INTEGER,
+    "bigint": ColumnType.BIGINT,
+    "int8": ColumnType.BIGINT,
+    "int64": ColumnType.BIGINT,
+    "long": ColumnType.BIGINT,
+    "uinteger": ColumnType.BIGINT,
+    "numeric": ColumnType.NUMERIC,
+    "decimal": ColumnType.NUMERIC,
+    "real": ColumnType.REAL,
+    "float4": ColumnType.REAL,
+    # DuckDB's FLOAT is 4 bytes; PostgreSQL always reports its floats as real / double precision.
+    "float": ColumnType.REAL,
+    "double precision": ColumnType.DOUBLE,
+    "double": ColumnType.DOUBLE,
+    "float8": ColumnType.DOUBLE,
+    "text": ColumnType.TEXT,
+    "string": ColumnType.TEXT,
+    "varchar": ColumnType.VARCHAR,
+    "character varying": ColumnType.VARCHAR,
+    "char": ColumnType.VARCHAR,
+    "character": ColumnType.VARCHAR,
+    "bpchar": ColumnType.VARCHAR,
+    "boolean": ColumnType.BOOLEAN,
+    "bool": ColumnType.BOOLEAN,
+    "logical": ColumnType.BOOLEAN,
+    "date": ColumnType.DATE,
+    "timestamp": ColumnType.TIMESTAMP,
+    "timestamp without time zone": ColumnType.TIMESTAMP,
+    "datetime": ColumnType.TIMESTAMP,
+    "timestamp_us": ColumnType.TIMESTAMP,
+    "timestamp_ms": ColumnType.TIMESTAMP,
+    "timestamp_s": ColumnType.TIMESTAMP,
+    "timestamp_ns": ColumnType.TIMESTAMP,
+    "timestamptz": ColumnType.TIMESTAMPTZ,
+    "timestamp with time zone": ColumnType.TIMESTAMPTZ,
+}
+
+_TYPE_PARAMETERS = re.compile(r"\s*\([^)]*\)")
+
+
+def normalise_type(sql_type: str) -> ColumnType | None:
+    """Map a native type name of PostgreSQL or DuckDB to a ColumnType; None if unsupported.
+
+    >>> normalise_type("numeric(12,2)"), normalise_type("DECIMAL(12,2)"), normalise_type("INTEGER[]")
+    (<ColumnType.NUMERIC: 'numeric'>, <ColumnType.NUMERIC: 'numeric'>, None)
+    """
+    text = sql_type.strip().lower()
+    if "[" in text:  # arrays: integer[] (PostgreSQL), INTEGER[] or INTEGER[3] (DuckDB)
+        return None
+    text = _TYPE_PARAMETERS.sub("", text)  # numeric(12,2), timestamp(3) with time zone
+    return _TYPE_NAMES.get(" ".join(text.split()))
+
+
+_PG_URL = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
+_PG_KEYWORDS = re.compile(r"(^|\s)(dbname|host)\s*=")
+_DUCKDB_SUFFIXES = (".duckdb", ".db")
+
+DSN_FORMS = (
+    "a PostgreSQL URL (postgresql://user@host:5432/db), a libpq string (host=… dbname=…), "
+    "or a DuckDB file (duckdb:PATH, or a path ending in .duckdb or .db)"
+)
+
+
+def open_backend(dsn: str) -> Backend:
+    """Open the backend a DSN names; DuckDB files are opened read-only and locked down."""
+    # Imported here so that a DuckDB-only deployment never loads psycopg and vice versa.
+    if _PG_URL.match(dsn) or _PG_KEYWORDS.search(dsn):
+        from dpproxy.backends.postgres import PostgresBackend
+
+        return PostgresBackend(dsn)
+    path: str | None = None
+    if dsn.startswith("duckdb:"):
+        path = dsn.removeprefix("duckdb:")
+    elif dsn.lower().endswith(_DUCKDB_SUFFIXES) or os.path.isfile(dsn):
+        path = dsn
+    if path:
+        from dpproxy.backends.duckdb import DuckDBBackend
+
+        return DuckDBBackend(Path(path))
+    # The DSN is not echoed: it may carry a password.
+    raise ValueError(f"the backend DSN is not recognised: give {DSN_FORMS}")
+
+
+__all__ = [
+    "DSN_FORMS",
+    "Backend",
+    "BackendError",
+    "BackendUnreachable",
+    "LiveColumn",
+    "normalise_type",
+    "open_backend",
+]

@@ -1,0 +1,202 @@
+"""The embedded DuckDB backend, opened locked down.
+
+This module owns the DuckDB connection and its lock-down: files are opened read-only, SQL cannot
+reach the file system or the network (no read_csv, COPY, ATTACH of files, httpfs), cannot install or
+load extensions, cannot read Python variables by name (replacement scans), and cannot undo any of
+this because the configuration is locked before the first query. `run` also refuses anything but a
+single SELECT, so an in-memory database (which cannot be opened read-only) is read-only through it.
+
+It must never add noise, know about policies, or let a DuckDB connection be used by two threads at
+once (each query takes a cursor of its own from a small pool).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+import duckdb
+
+from dpproxy.backends import Backend, BackendError, BackendUnreachable, LiveColumn, normalise_type
+
+# Settings that close every door from SQL to the outside; `lock_configuration` then freezes them.
+LOCKDOWN: dict[str, bool] = {
+    "enable_external_access": False,  # read_csv/parquet/json, COPY, ATTACH of files, httpfs, INSTALL
+    "python_enable_replacements": False,  # `FROM name` must not find a Python variable called name
+    "python_scan_all_frames": False,  # …nor look for one in the frames of run()'s callers
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+}
+
+DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
+
+_SCALE_ZERO_DECIMAL = re.compile(r"^DECIMAL\(\d+,\s*0\)$")
+
+_TABLES_SQL = """
+SELECT c.table_name, c.column_name, c.data_type
+FROM information_schema.columns AS c
+JOIN information_schema.tables AS t
+  ON t.table_catalog = c.table_catalog AND t.table_schema = c.table_schema AND t.table_name = c.table_name
+WHERE c.table_catalog = current_database()
+  AND c.table_schema = ?
+  AND t.table_type IN ('BASE TABLE', 'VIEW', 'LOCAL TEMPORARY')
+ORDER BY c.table_name, c.ordinal_position
+"""
+
+
+class DuckDBBackend(Backend):
+    """A DuckDB database file opened read-only and locked down, or an existing connection locked down.
+
+    `statement_timeout_ms` interrupts a query that runs longer (None: no limit).
+    """
+
+    dialect = "duckdb"
+    default_schema = "main"
+
+    def __init__(
+        self,
+        database: str | Path | duckdb.DuckDBPyConnection,
+        *,
+        statement_timeout_ms: int | None = DEFAULT_STATEMENT_TIMEOUT_MS,
+    ) -> None:
+        if isinstance(database, duckdb.DuckDBPyConnection):
+            self._conn = database
+            _lock_down(self._conn)
+            self.description = "DuckDB connection"
+        else:
+            path = Path(database)
+            self.description = f"DuckDB file {path}"
+            try:
+                self._conn = duckdb.connect(
+                    str(path), read_only=True, config={**LOCKDOWN, "lock_configuration": True}
+                )
+            except duckdb.Error as exc:
+                raise BackendUnreachable(f"could not open the DuckDB file {path}: {exc}") from exc
+        self._statement_timeout_ms = statement_timeout_ms
+        self._lock = threading.Lock()
+        self._idle_cursors: list[duckdb.DuckDBPyConnection] = []
+        self._closed = False
+
+    @classmethod
+    def from_statements(
+        cls, statements: Iterable[str], *, statement_timeout_ms: int | None = DEFAULT_STATEMENT_TIMEOUT_MS
+    ) -> DuckDBBackend:
+        """An in-memory database built by running trusted DDL/INSERT statements, then locked down.
+
+        For tests and examples: the statements run before the lock-down, with full access.
+        """
+        conn = duckdb.connect(":memory:")
+        try:
+            for statement in statements:
+                conn.execute(statement)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, statement_timeout_ms=statement_timeout_ms)
+
+    def run(self, sql: str) -> list[tuple]:
+        cursor = self._checkout()
+        finished = threading.Event()
+        timer: threading.Timer | None = None
+        interrupt_lock = threading.Lock()
+
+        def interrupt() -> None:
+            # The lock and flag keep a late timer from interrupting the next query on this cursor.
+            with interrupt_lock:
+                if not finished.is_set():
+                    cursor.interrupt()
+
+        try:
+            statements = cursor.extract_statements(sql)
+            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+                raise BackendError("the backend runs exactly one SELECT statement per call")
+            if self._statement_timeout_ms is not None:
+                timer = threading.Timer(self._statement_timeout_ms / 1000, interrupt)
+                timer.daemon = True
+                timer.start()
+            result = cursor.execute(statements[0])
+            description = result.description or []
+            rows = result.fetchall()
+        except duckdb.Error as exc:
+            raise BackendError(f"DuckDB failed: {exc}") from exc
+        finally:
+            with interrupt_lock:
+                finished.set()
+            if timer is not None:
+                timer.cancel()
+            self._checkin(cursor)
+        integral = [i for i, column in enumerate(description) if _SCALE_ZERO_DECIMAL.match(str(column[1]))]
+        if integral:
+            rows = [_decimals_to_int(row, integral) for row in rows]
+        return rows
+
+    def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
+        cursor = self._checkout()
+        try:
+            found = cursor.execute(_TABLES_SQL, [schema or self.default_schema]).fetchall()
+        except duckdb.Error as exc:
+            raise BackendError(f"DuckDB failed to list tables: {exc}") from exc
+        finally:
+            self._checkin(cursor)
+        tables: dict[str, list[LiveColumn]] = {}
+        for table_name, column_name, data_type in found:
+            tables.setdefault(table_name, []).append(
+                LiveColumn(name=column_name, type=normalise_type(data_type), sql_type=data_type)
+            )
+        return tables
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            idle, self._idle_cursors = self._idle_cursors, []
+        for cursor in idle:
+            cursor.close()
+        self._conn.close()
+
+    def _checkout(self) -> duckdb.DuckDBPyConnection:
+        with self._lock:
+            if self._closed:
+                raise BackendUnreachable("the DuckDB backend is closed")
+            if self._idle_cursors:
+                return self._idle_cursors.pop()
+            # cursor() opens another connection to the same database: DuckDB connections are not
+            # safe to share between threads, so each concurrent query gets its own.
+            return self._conn.cursor()
+
+    def _checkin(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle_cursors.append(cursor)
+                return
+        cursor.close()
+
+
+def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
+    """Apply LOCKDOWN to an open connection's database, lock it, and check that every setting holds."""
+    try:
+        # GLOBAL: a plain SET of the python_* settings changes only this connection, and every
+        # query runs on a cursor, which is a connection of its own.
+        for name, value in LOCKDOWN.items():
+            conn.execute(f"SET GLOBAL {name} = {str(value).lower()}")
+        conn.execute("SET GLOBAL lock_configuration = true")
+        with conn.cursor() as cursor:
+            for name, value in {**LOCKDOWN, "lock_configuration": True}.items():
+                (actual,) = cursor.execute("SELECT current_setting(?)", [name]).fetchone() or (None,)
+                if actual is not value:
+                    raise BackendError(f"DuckDB setting {name} is {actual!r}, not {value!r}")
+    except duckdb.Error as exc:
+        raise BackendError(f"could not lock down the DuckDB connection: {exc}") from exc
+
+
+def _decimals_to_int(row: tuple, columns: list[int]) -> tuple:
+    values = list(row)
+    for i in columns:
+        if values[i] is not None:
+            values[i] = int(values[i])
+    return tuple(values)

@@ -1,0 +1,179 @@
+"""The PostgreSQL backend: a psycopg 3 connection pool whose sessions can only read.
+
+This module owns the pool and the rules every session follows: read-only by default
+(`default_transaction_read_only`), a statement timeout, autocommit, and each query run as a single
+statement (extended protocol, which refuses `a; b`) inside its own `BEGIN READ ONLY … ROLLBACK`, so
+that even a statement that changes a session setting is undone before the connection is reused.
+
+It must never add noise or know about policies. The operator should still connect with a role that
+may only SELECT the exposed tables: read-only transactions are a second lock, not the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import struct
+
+import psycopg
+from psycopg.abc import AdaptContext, Buffer
+from psycopg.adapt import Loader
+from psycopg.pq import Format
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from dpproxy.backends import Backend, BackendError, BackendUnreachable, LiveColumn, normalise_type
+
+DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
+
+_TABLES_SQL = """
+SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid
+WHERE n.nspname = %s
+  AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+  AND a.attnum > 0
+  AND NOT a.attisdropped
+ORDER BY c.relname, a.attnum
+"""
+
+_NUMERIC_HEAD = struct.Struct("!HhHH")  # ndigits, weight, sign, dscale
+_NUMERIC_FINITE_SIGNS = (0x0000, 0x4000)
+
+
+class PostgresBackend(Backend):
+    """A pool of read-only sessions to one PostgreSQL database."""
+
+    dialect = "postgres"
+    default_schema = "public"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+        connect_timeout_s: float = 5.0,
+        acquire_timeout_s: float = 30.0,
+    ) -> None:
+        self.description = _describe(dsn)
+        self._statement_timeout_ms = int(statement_timeout_ms)
+        connect_kwargs = {
+            "autocommit": True,
+            # Rewritten queries rarely repeat verbatim: server-side prepared statements would pile up.
+            "prepare_threshold": None,
+            # libpq takes whole seconds and treats 1 as 2.
+            "connect_timeout": max(2, math.ceil(connect_timeout_s)),
+            "fallback_application_name": "dpproxy",
+        }
+        # One direct connection first, so an unreachable server fails at once with libpq's reason
+        # instead of after the pool has retried for connect_timeout_s.
+        try:
+            with psycopg.connect(dsn, **connect_kwargs):
+                pass
+        except psycopg.Error as exc:
+            raise BackendUnreachable(f"could not connect to {self.description}: {exc}") from exc
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs=connect_kwargs,
+            configure=self._configure,
+            open=False,
+            timeout=acquire_timeout_s,
+            name="dpproxy-backend",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise BackendUnreachable(f"could not open connections to {self.description}") from exc
+
+    def _configure(self, conn: psycopg.Connection) -> None:
+        conn.execute("SET default_transaction_read_only = on")
+        conn.execute(f"SET statement_timeout = {self._statement_timeout_ms}")
+        conn.adapters.register_loader("numeric", _NumericLoader)
+
+    def run(self, sql: str) -> list[tuple]:
+        outcome = self._run_on_pooled_connection(sql)
+        if isinstance(outcome, psycopg.OperationalError):
+            # A server restart kills every pooled connection: test the idle ones, replace the
+            # dead, and try once more. Nothing has run yet, so this cannot run the query twice.
+            self._pool.check()
+            outcome = self._run_on_pooled_connection(sql)
+        if isinstance(outcome, psycopg.OperationalError):
+            raise BackendUnreachable(f"lost the connection to {self.description}: {outcome}") from outcome
+        return outcome
+
+    def _run_on_pooled_connection(self, sql: str) -> list[tuple] | psycopg.OperationalError:
+        """The rows, or the error of a connection found dead before the query was sent."""
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    conn.execute("BEGIN READ ONLY")
+                except psycopg.OperationalError as exc:
+                    return exc
+                try:
+                    # binary=True forces the extended protocol: one statement, never `a; b`.
+                    return conn.execute(sql, binary=True).fetchall()
+                except psycopg.Error as exc:
+                    raise BackendError(f"PostgreSQL failed: {exc}") from exc
+                finally:
+                    # Undo whatever the statement changed, session settings included.
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+        except PoolTimeout as exc:
+            raise BackendUnreachable(f"no connection to {self.description} became free") from exc
+
+    def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
+        try:
+            with self._pool.connection() as conn:
+                found = conn.execute(_TABLES_SQL, [schema or self.default_schema]).fetchall()
+        except PoolTimeout as exc:
+            raise BackendUnreachable(f"no connection to {self.description} became free") from exc
+        except psycopg.Error as exc:
+            raise BackendError(f"PostgreSQL failed to list tables: {exc}") from exc
+        tables: dict[str, list[LiveColumn]] = {}
+        for table_name, column_name, sql_type in found:
+            tables.setdefault(table_name, []).append(
+                LiveColumn(name=column_name, type=normalise_type(sql_type), sql_type=sql_type)
+            )
+        return tables
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class _NumericLoader(Loader):
+    """Binary numeric loader: display scale 0 (e.g. `sum(bigint)`) → int, anything else → Decimal.
+
+    Keeps result types equal across backends: DuckDB returns such sums as HUGEINT, i.e. int.
+    """
+
+    format = Format.BINARY
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        decimal_loader = psycopg.adapters.get_loader(oid, Format.BINARY)
+        assert decimal_loader is not None  # psycopg always registers one for numeric
+        self._decimal_loader = decimal_loader(oid, context)
+
+    def load(self, data: Buffer) -> object:
+        value = self._decimal_loader.load(data)
+        _ndigits, _weight, sign, dscale = _NUMERIC_HEAD.unpack_from(data)
+        if dscale == 0 and sign in _NUMERIC_FINITE_SIGNS:
+            return int(value)
+        return value
+
+
+def _describe(dsn: str) -> str:
+    """Where a DSN points, without user or password, for operator messages."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "the PostgreSQL database (unparsable DSN)"
+    host = params.get("host") or "local socket"
+    port = params.get("port") or "5432"
+    dbname = params.get("dbname") or "default database"
+    return f"PostgreSQL database {dbname} at {host}:{port}"

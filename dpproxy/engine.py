@@ -1,0 +1,422 @@
+"""The pipeline of one statement (DESIGN §2): the only module that knows all the parts.
+
+    parse → bind → analyze (policy) → rewrite (SQL for the backend) → plan noise and cost
+    → budget.reserve → backend.run → measure → select groups → noise → post-process → budget.commit
+
+Every entry point (CLI, wire server, Python API) calls `Engine.execute`, `Engine.plan` or
+`Engine.explain`; none of them forks this pipeline. No error text from the backend ever leaves a
+private query: it becomes PrivateQueryFailed's fixed message, and the cost stays charged (whether
+the database failed can depend on the data). A query that never reached the data is not charged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dpproxy.backends import Backend, BackendError, BackendUnreachable, LiveColumn, open_backend
+from dpproxy.budget import Ledger, open_ledger
+from dpproxy.errors import (
+    BackendUnavailable,
+    InvalidParameter,
+    PolicyError,
+    PrivateQueryFailed,
+    UnknownAnalyst,
+)
+from dpproxy.mechanisms import Cost, QueryNoise, plan_query_noise
+from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
+from dpproxy.release import Measurement, choose_groups, finish_rows, measure, release_aggregates
+from dpproxy.sql.analyze import analyze, bind_parameters, parse_statement
+from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
+from dpproxy.sql.rewrite import RewriteState, rewrite
+from dpproxy.sql.types import PgType, from_column_type
+
+
+@dataclass(frozen=True)
+class ResultColumn:
+    name: str
+    type: PgType
+    error95: float | None = None  # ± at 95% of a released aggregate column; None when not one
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    analyst: str
+    spent: Cost
+    limit: Cost
+
+    @property
+    def remaining(self) -> Cost:
+        return Cost(
+            max(0.0, self.limit.epsilon - self.spent.epsilon), max(0.0, self.limit.delta - self.spent.delta)
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    columns: tuple[ResultColumn, ...]
+    rows: list[tuple[object, ...]]
+    cost: Cost = Cost.ZERO
+    budget: BudgetStatus | None = None
+    private: bool = False
+
+    @property
+    def notice(self) -> str | None:
+        """What the analyst is told after a private query: cost, budget left, ± error per column."""
+        if not self.private:
+            return None
+        parts = [f"dpproxy: this query spent ε={_fmt(self.cost.epsilon)}"]
+        if self.cost.delta:
+            parts[0] += f", δ={_fmt(self.cost.delta)}"
+        if self.budget is not None:
+            left = self.budget.remaining
+            parts.append(
+                f"ε remaining {_fmt(left.epsilon)} of {_fmt(self.budget.limit.epsilon)}"
+                + (f" (δ remaining {_fmt(left.delta)})" if self.budget.limit.delta else "")
+            )
+        errors = [f"{c.name} ±{_fmt(c.error95)}" for c in self.columns if c.error95 is not None]
+        if errors:
+            parts.append("95% error: " + ", ".join(errors))
+        return "; ".join(parts)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e6 or abs(value) < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A private query ready to run: its SQL, its noise and its cost. Built without data or budget."""
+
+    query: PrivateQuery
+    rewrite: RewriteState
+    dialect: str
+    noise: QueryNoise
+    epsilon: float
+    delta: float
+
+    @property
+    def sql(self) -> str:
+        return self.rewrite.query().sql(self.dialect)
+
+    @property
+    def cost(self) -> Cost:
+        return self.noise.cost
+
+    @property
+    def sensitivities(self) -> tuple[int, ...]:
+        return tuple(c.sensitivity(self.query.max_rows) for c in self.query.components)
+
+    def measure(self, rows: Sequence[Sequence[object]]) -> Measurement:
+        """True components per group (the certificates' seam; see release.py)."""
+        return measure(self.query, rows)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    text: str  # the statement as analyzed
+    kind: str  # "private", "public" or "constant"
+    steps: tuple[tuple[str, str, str], ...] = ()  # (pass, summary, SQL after it)
+    final_sql: str = ""
+    released: tuple[tuple[str, int, int, float, float], ...] = ()  # (component, sensitivity, g, scale, ±95%)
+    selection: str | None = None
+    cost: Cost = Cost.ZERO
+    outputs: tuple[tuple[str, str], ...] = ()  # (name, type)
+
+    def render(self) -> str:
+        lines = [f"query: {self.text}", f"kind: {self.kind}"]
+        for i, (name, summary, sql) in enumerate(self.steps, 1):
+            lines += ["", f"-- pass {i}: {name} — {summary}", sql]
+        if self.final_sql:
+            lines += ["", "-- final SQL sent to the backend", self.final_sql]
+        if self.released:
+            lines += ["", "released values (per group; sensitivity and noise in grid units):"]
+            for name, sensitivity, groups, scale, error in self.released:
+                lines.append(
+                    f"  {name}: sensitivity {sensitivity} per group, ≤ {groups} group(s) per unit, "
+                    f"noise scale {scale:.6g}, ±{error:.6g} at 95%"
+                )
+        if self.selection:
+            lines += ["", f"partition selection: {self.selection}"]
+        lines += ["", f"cost: ε={_fmt(self.cost.epsilon)}, δ={_fmt(self.cost.delta)}"]
+        if self.outputs:
+            lines.append("result columns: " + ", ".join(f"{n} {t}" for n, t in self.outputs))
+        return "\n".join(lines)
+
+
+@dataclass
+class Engine:
+    """Differentially private answers to SQL over a policy's tables.
+
+    >>> engine = Engine.open("policies/demo.yaml", "demo-data/demo.duckdb")   # doctest: +SKIP
+    >>> engine.execute("SELECT COUNT(*) FROM patients", analyst="alice").rows  # doctest: +SKIP
+    """
+
+    policy: Policy
+    backend: Backend | None
+    ledger: Ledger | None = None
+    dialect: str = ""
+    _public_columns: dict[str, list[tuple[str, PgType]]] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.dialect:
+            self.dialect = self.backend.dialect if self.backend is not None else "postgres"
+        if self.backend is not None:
+            self._check_schema()
+
+    @classmethod
+    def open(
+        cls,
+        policy: str | Path | Policy,
+        backend: str | Backend | None,
+        ledger: str | Path | Ledger | None = None,
+    ) -> Engine:
+        """The documented entry point: a policy file, a backend DSN (or DuckDB path) and a ledger."""
+        loaded = policy if isinstance(policy, Policy) else load_policy(policy)
+        opened = open_backend(backend) if isinstance(backend, str) else backend
+        ledger_obj = open_ledger(ledger) if isinstance(ledger, (str, Path)) else ledger
+        return cls(loaded, opened, ledger_obj)
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+        if self.ledger is not None:
+            self.ledger.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema ------------------------------------------------------------------------------------
+
+    def _check_schema(self) -> None:
+        """Refuse to serve a policy that does not match the live schema (types drive the rewrite)."""
+        assert self.backend is not None
+        live: dict[str, list[LiveColumn]] = {}
+        schemas = {t.schema for t in self.policy.tables}
+        for schema in schemas:
+            try:
+                tables = self.backend.tables(schema)
+            except BackendUnreachable as e:
+                raise BackendUnavailable(f"cannot reach the backing database: {e}") from None
+            for table in self.policy.tables:
+                if table.schema == schema and table.name in tables:
+                    live[table.name] = tables[table.name]
+        problems = check_against_schema(self.policy, live)
+        if problems:
+            raise PolicyError(problems, source=f"{self.policy.source} against the backend")
+        for table in self.policy.tables:
+            if table.public and not table.columns and table.name in live:
+                self._public_columns[table.name] = [
+                    (c.name, from_column_type(c.type) if c.type is not None else PgType.TEXT)
+                    for c in live[table.name]
+                ]
+
+    # -- planning ----------------------------------------------------------------------------------
+
+    def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery:
+        return analyze(bind_parameters(parse_statement(sql), params), self.policy, self._public_columns)
+
+    def query_epsilon(self, epsilon: float | None, analyst: AnalystPolicy | None = None) -> float:
+        """The per-query ε: the policy default, or a requested value within the policy's limits."""
+        if epsilon is None:
+            return self.policy.defaults.epsilon
+        low, high = self.policy.epsilon_limits(analyst)
+        if not low <= epsilon <= high:
+            raise InvalidParameter(
+                f"per-query epsilon {epsilon:g} is outside the range the policy allows ({low:g} to {high:g})",
+                hint="choose a value in that range, e.g. SET dpproxy.epsilon = "
+                + f"{self.policy.defaults.epsilon:g}",
+            )
+        return float(epsilon)
+
+    def plan_private(self, query: PrivateQuery, epsilon: float, *, salt: str | None = None) -> Plan:
+        table = query.table
+        state = rewrite(query, schema=table.schema, salt=salt)
+        components = [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
+        selection = query.max_groups if query.needs_selection else None
+        noise = plan_query_noise(
+            self.policy.defaults.mechanism, epsilon, self.policy.defaults.delta, components, selection
+        )
+        return Plan(query, state, self.dialect, noise, epsilon, self.policy.defaults.delta)
+
+    def plan(
+        self,
+        sql: str,
+        params: Sequence[object] = (),
+        *,
+        epsilon: float | None = None,
+        salt: str | None = None,
+    ) -> Plan:
+        """The plan of a private query, without touching data or budget."""
+        query = self.analyze(sql, params)
+        if not isinstance(query, PrivateQuery):
+            raise InvalidParameter("this query reads no protected table: it has no private plan")
+        return self.plan_private(query, self.query_epsilon(epsilon), salt=salt)
+
+    def explain(
+        self, sql: str, params: Sequence[object] = (), *, epsilon: float | None = None
+    ) -> Explanation:
+        query = self.analyze(sql, params)
+        if isinstance(query, ConstantQuery):
+            return Explanation(
+                query.text, "constant", outputs=tuple((o.name, o.type.value) for o in query.finish.outputs)
+            )
+        if isinstance(query, PublicQuery):
+            return Explanation(
+                query.text,
+                "public (no noise, no cost)",
+                final_sql=query.sql.sql(self.dialect),
+                outputs=tuple((o.name, o.type.value) for o in query.outputs),
+            )
+        plan = self.plan_private(query, self.query_epsilon(epsilon))
+        steps = tuple(
+            (step.name, step.summary, plan.rewrite.query(i).sql(self.dialect, pretty=True))
+            for i, step in enumerate(plan.rewrite.steps)
+        )
+        released = tuple(
+            (
+                f"{c.kind.value}{'(' + c.argument.sql('postgres') + ')' if c.argument is not None else ''}",
+                sensitivity,
+                query.max_groups,
+                spec.scale,
+                spec.error95(),
+            )
+            for c, sensitivity, spec in zip(
+                query.components, plan.sensitivities, plan.noise.columns, strict=True
+            )
+        )
+        selection = None
+        if plan.noise.selection is not None:
+            s = plan.noise.selection
+            selection = (
+                f"a group is released when its noisy count of units reaches {s.threshold} "
+                f"(Laplace scale {s.scale:.6g}; ε={_fmt(s.epsilon)}, δ={_fmt(s.delta)})"
+            )
+        elif query.keys:
+            selection = (
+                "all keys are public: every combination of their declared values is released (zero-filled)"
+            )
+        return Explanation(
+            query.text,
+            "private",
+            steps,
+            plan.sql if not steps else plan.rewrite.query().sql(self.dialect, pretty=True),
+            released,
+            selection,
+            plan.cost,
+            tuple((o.name, o.type.value) for o in query.finish.outputs),
+        )
+
+    # -- execution ---------------------------------------------------------------------------------
+
+    def analyst(self, name: str) -> AnalystPolicy:
+        analyst = self.policy.analyst(name)
+        if analyst is None:
+            raise UnknownAnalyst(
+                f'analyst "{name}" is not in the policy', hint="ask the data owner to add you"
+            )
+        return analyst
+
+    def budget(self, analyst: str) -> BudgetStatus:
+        policy = self.analyst(analyst)
+        spent = self.ledger.spent(analyst) if self.ledger is not None else Cost.ZERO
+        return BudgetStatus(analyst, spent, Cost(policy.epsilon, policy.delta))
+
+    def execute(
+        self, sql: str, params: Sequence[object] = (), *, analyst: str, epsilon: float | None = None
+    ) -> Result:
+        """Answer one statement for an analyst: noisy rows, what it cost, and the budget left."""
+        who = self.analyst(analyst)
+        query = self.analyze(sql, params)
+        if isinstance(query, ConstantQuery):
+            columns = tuple(ResultColumn(o.name, o.type) for o in query.finish.outputs)
+            return Result(columns, finish_rows(query.finish, [], [], [()], [[]]))
+        if isinstance(query, PublicQuery):
+            return self._run_public(query)
+        plan = self.plan_private(query, self.query_epsilon(epsilon, who))
+        return self.run(plan, analyst=who)
+
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            raise BackendUnavailable("no backing database is configured", hint="pass --backend")
+        return self.backend
+
+    def _run_public(self, query: PublicQuery) -> Result:
+        backend = self._backend()
+        try:
+            rows = backend.run(query.sql.sql(backend.dialect))
+        except BackendUnreachable:
+            raise BackendUnavailable("cannot reach the backing database") from None
+        except BackendError:
+            raise PrivateQueryFailed() from None
+        columns = tuple(ResultColumn(o.name, o.type) for o in query.outputs)
+        return Result(columns, rows)
+
+    def run(self, plan: Plan, *, analyst: AnalystPolicy) -> Result:
+        """Reserve the plan's cost, run it, noise it, commit the cost."""
+        backend = self._backend()
+        limit = Cost(analyst.epsilon, analyst.delta)
+        reservation = None
+        if self.ledger is not None:
+            reservation = self.ledger.reserve(analyst.name, plan.cost, limit, statement=plan.query.text)
+        try:
+            rows = backend.run(plan.rewrite.query().sql(backend.dialect))
+        except BackendUnreachable:
+            if reservation is not None:
+                self.ledger.release(reservation)  # type: ignore[union-attr]
+            raise BackendUnavailable("cannot reach the backing database; nothing was charged") from None
+        except BaseException:
+            if reservation is not None:
+                self.ledger.commit(reservation)  # type: ignore[union-attr]
+            raise PrivateQueryFailed() from None
+        try:
+            result = self._release(plan, rows)
+        except BaseException:
+            if reservation is not None:
+                self.ledger.commit(reservation)  # type: ignore[union-attr]
+            raise PrivateQueryFailed() from None
+        status = None
+        if reservation is not None:
+            self.ledger.commit(reservation)  # type: ignore[union-attr]
+            status = BudgetStatus(analyst.name, self.ledger.spent(analyst.name), limit)  # type: ignore[union-attr]
+        return Result(result.columns, result.rows, plan.cost, status, private=True)
+
+    def _release(self, plan: Plan, rows: Sequence[Sequence[object]]) -> Result:
+        query = plan.query
+        groups = choose_groups(query, measure(query, rows), plan.noise)
+        released = release_aggregates(query, groups, plan.noise)
+        finish = query.finish
+        out_rows = finish_rows(
+            finish,
+            [k.type for k in query.keys],
+            [a.result_type for a in query.aggregates],
+            released.keys,
+            released.aggregates,
+        )
+        columns = []
+        for output in finish.outputs:
+            error = None
+            node = output.expression
+            if node.name.startswith("__agg_") and node.key == "column":
+                error = released.errors[int(node.name.removeprefix("__agg_"))]
+            columns.append(ResultColumn(output.name, output.type, error))
+        return Result(tuple(columns), out_rows)
+
+
+def connect(
+    policy: str | Path | Policy, backend: str | Backend | None, ledger: str | Path | Ledger | None = None
+) -> Engine:
+    """dpproxy.connect(policy, backend, ledger): the Python API's one entry point (see Engine.open)."""
+    return Engine.open(policy, backend, ledger)

@@ -1,0 +1,118 @@
+"""Errors a user can see, each with the PostgreSQL SQLSTATE it is sent with.
+
+Errors are raised where the fault is found and rendered once, at the edge (CLI or wire server).
+A message must say what is wrong and what is allowed instead, naming the table, column or clause
+at fault. It must never contain a value read from a protected table: messages are built only from
+the query text, the policy and the budget.
+"""
+
+from __future__ import annotations
+
+
+class DPProxyError(Exception):
+    """Base class: an error with a SQLSTATE, a message and an optional hint."""
+
+    sqlstate = "XX000"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\nHINT: {self.hint}"
+
+
+class PolicyViolation(DPProxyError):
+    """The policy forbids this access: raw rows, unexposed tables or columns, the unit as a key."""
+
+    sqlstate = "42501"  # insufficient_privilege
+
+
+class NotSupported(DPProxyError):
+    """SQL that dpproxy does not support (yet)."""
+
+    sqlstate = "0A000"  # feature_not_supported
+
+
+class SyntaxProblem(DPProxyError):
+    sqlstate = "42601"  # syntax_error
+
+
+class UndefinedTable(DPProxyError):
+    sqlstate = "42P01"
+
+
+class UndefinedColumn(DPProxyError):
+    sqlstate = "42703"
+
+
+class UndefinedFunction(DPProxyError):
+    sqlstate = "42883"
+
+
+class GroupingError(DPProxyError):
+    """A column outside GROUP BY and aggregates, or an aggregate where none is allowed."""
+
+    sqlstate = "42803"
+
+
+class DatatypeMismatch(DPProxyError):
+    sqlstate = "42804"
+
+
+class InvalidText(DPProxyError):
+    """A constant in the query text does not parse as the type it is used as."""
+
+    sqlstate = "22P02"
+
+
+class InvalidParameter(DPProxyError):
+    """A bind parameter or a per-query setting (such as epsilon) is missing or out of range."""
+
+    sqlstate = "22023"  # invalid_parameter_value
+
+
+class BudgetExhausted(DPProxyError):
+    """The analyst's privacy budget cannot pay for this query. Nothing was run or charged."""
+
+    # configuration_limit_exceeded: the one documented code for an exhausted budget.
+    sqlstate = "53400"
+
+
+class UnknownAnalyst(DPProxyError):
+    sqlstate = "28000"  # invalid_authorization_specification
+
+
+class PolicyError(DPProxyError):
+    """The policy file is invalid. Carries every problem found, not only the first."""
+
+    sqlstate = "F0000"  # config_file_error
+
+    def __init__(self, problems: list[str], *, source: str = "policy") -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{source}: {len(self.problems)} problem(s):\n{lines}")
+
+
+class BackendUnavailable(DPProxyError):
+    """The backing database could not be reached. No query ran, nothing was charged."""
+
+    sqlstate = "08006"  # connection_failure
+
+
+class PrivateQueryFailed(DPProxyError):
+    """The backing database failed while running a private query.
+
+    The database's own text is never shown: it could depend on protected data. The message is
+    fixed, and the query's budget stays spent, since whether it failed may depend on the data.
+    """
+
+    sqlstate = "XX000"
+    FIXED_MESSAGE = (
+        "the private query could not be completed by the backing database; "
+        "its privacy cost has been charged. Contact the operator if this persists."
+    )
+
+    def __init__(self) -> None:
+        super().__init__(self.FIXED_MESSAGE)

@@ -1,0 +1,773 @@
+"""Parse, bind, resolve and validate one statement against the policy.
+
+`analyze` turns SQL text into a PrivateQuery (aggregates over one protected table), a PublicQuery
+(public tables only) or a ConstantQuery (no FROM), or rejects it. Every rejection depends only on the
+query text and the policy, never on data, and says what is allowed instead. Nothing here runs SQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, ParseError
+
+from dpproxy.errors import (
+    DatatypeMismatch,
+    DPProxyError,
+    GroupingError,
+    InvalidParameter,
+    NotSupported,
+    PolicyViolation,
+    SyntaxProblem,
+    UndefinedColumn,
+    UndefinedFunction,
+)
+from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
+from dpproxy.sql import postprocess
+from dpproxy.sql.query import (
+    Aggregate,
+    AggregateKind,
+    AnalyzedQuery,
+    Component,
+    ComponentKind,
+    ConstantQuery,
+    Finish,
+    GroupKey,
+    OutputColumn,
+    PrivateQuery,
+    PublicQuery,
+    SortKey,
+    aggregate_placeholder,
+    key_placeholder,
+    output_placeholder,
+)
+from dpproxy.sql.rowexpr import RowExpressionChecker, RowScope, Typed, constant_value, row_expression
+from dpproxy.sql.types import (
+    SQLGLOT_SCHEMA_TYPE,
+    PgType,
+    avg_result,
+    from_column_type,
+    from_sqlglot,
+    sum_result,
+)
+
+# The alias every rewritten query gives the protected table, whatever the analyst called it.
+TABLE_ALIAS = "t0"
+# Names under which an analyst may qualify an exposed table, besides its bare name.
+EXPOSED_SCHEMA = "public"
+
+SUPPORTED_AGGREGATES = "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), SUM(expr), AVG(expr)"
+
+# Functions a query over public tables only may call (it runs as written on the backend).
+_PUBLIC_FUNCTIONS: tuple[type[exp.Expression], ...] = (
+    exp.Lower,
+    exp.Upper,
+    exp.Initcap,
+    exp.Length,
+    exp.Substring,
+    exp.Trim,
+    exp.Left,
+    exp.Right,
+    exp.Concat,
+    exp.DPipe,
+    exp.Replace,
+    exp.StrPosition,
+    exp.Abs,
+    exp.Round,
+    exp.Floor,
+    exp.Ceil,
+    exp.Sign,
+    exp.Greatest,
+    exp.Least,
+    exp.Coalesce,
+    exp.Nullif,
+    exp.Cast,
+    exp.TimestampTrunc,
+    exp.DateTrunc,
+    exp.Extract,
+    exp.Count,
+    exp.Sum,
+    exp.Avg,
+    exp.Min,
+    exp.Max,
+    exp.Stddev,
+    exp.StddevPop,
+    exp.StddevSamp,
+    exp.Variance,
+    exp.VariancePop,
+    exp.Case,
+    exp.If,
+    exp.RowNumber,
+    exp.Lag,
+    exp.Lead,
+    exp.First,
+    exp.Last,
+    exp.Mod,
+    exp.Pow,
+    exp.Sqrt,
+)
+
+
+def parse_statement(sql: str) -> exp.Expression:
+    """Parse exactly one PostgreSQL statement."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    except ParseError as e:
+        detail = e.errors[0]["description"] if e.errors else str(e)
+        raise SyntaxProblem(
+            f"syntax error: {detail}", hint="dpproxy reads PostgreSQL's SQL dialect"
+        ) from None
+    except sqlglot.errors.TokenError as e:
+        raise SyntaxProblem(f"syntax error: {e}") from None
+    if not statements:
+        raise SyntaxProblem("empty query")
+    if len(statements) > 1:
+        raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
+    return statements[0]
+
+
+def _parameter_literal(value: object) -> exp.Expression:
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, Decimal)):
+        text = str(value) if isinstance(value, int) else format(value, "f")
+        literal = exp.Literal.number(text.lstrip("-"))
+        return exp.Paren(this=exp.Neg(this=literal)) if text.startswith("-") else literal
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidParameter("NaN and infinite parameters are not supported")
+        return _parameter_literal(Decimal(repr(value)))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, dt.datetime):
+        return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
+    if isinstance(value, dt.date):
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+    raise InvalidParameter(f"parameters of type {type(value).__name__} are not supported")
+
+
+def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expression:
+    """Replace $1, $2, … by constants before planning, so a plan never depends on later values."""
+
+    def substitute(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+            index = int(node.this.this)
+            if not 1 <= index <= len(params):
+                raise InvalidParameter(
+                    f"there is no parameter ${index}",
+                    hint=f"the statement was given {len(params)} parameter(s)",
+                )
+            return _parameter_literal(params[index - 1])
+        if isinstance(node, exp.Placeholder):
+            raise InvalidParameter("use $1, $2, … for parameters")
+        return node
+
+    if not params and not any(isinstance(n, (exp.Parameter, exp.Placeholder)) for n in tree.walk()):
+        return tree
+    return tree.transform(substitute, copy=True)
+
+
+def analyze(
+    tree: exp.Expression,
+    policy: Policy,
+    public_columns: Mapping[str, Sequence[tuple[str, PgType]]] | None = None,
+) -> AnalyzedQuery:
+    """Validate a parsed, parameter-bound statement and reduce it to what the engine runs.
+
+    `public_columns` gives the columns of public tables whose policy does not list them (read from
+    the backend's schema); it is used only to type the results of public queries.
+    """
+    if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
+        raise NotSupported(
+            "set operations (UNION, INTERSECT, EXCEPT) are not supported",
+            hint="send each SELECT as its own query",
+        )
+    if not isinstance(tree, exp.Select):
+        if isinstance(
+            tree,
+            (
+                exp.Insert,
+                exp.Update,
+                exp.Delete,
+                exp.Create,
+                exp.Drop,
+                exp.Alter,
+                exp.Merge,
+                exp.TruncateTable,
+                exp.Copy,
+            ),
+        ):
+            raise PolicyViolation("dpproxy answers SELECT queries only; the data cannot be modified")
+        raise NotSupported(
+            f"{tree.key.upper()} statements are not supported",
+            hint="dpproxy answers SELECT queries with aggregates",
+        )
+    text = tree.sql("postgres")
+    if tree.args.get("with_") or tree.args.get("with"):
+        raise NotSupported(
+            "WITH (common table expressions) is not supported yet", hint="write a single SELECT"
+        )
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is None:
+        if tree.args.get("where") or tree.args.get("group"):
+            raise NotSupported("WHERE and GROUP BY need a FROM clause")
+        return ConstantQuery(_constant_finish(tree), text)
+    tables = [t for t in tree.find_all(exp.Table)]
+    for table_node in tables:
+        _exposed_table(table_node, policy)
+    if all(_exposed_table(t, policy).public for t in tables):
+        return _public_query(tree, policy, public_columns or {}, text)
+    if tree.args.get("joins"):
+        raise NotSupported(
+            "JOINs with protected tables are not supported yet",
+            hint="query one protected table at a time",
+        )
+    source = from_.this
+    if not isinstance(source, exp.Table):
+        raise NotSupported("subqueries are not supported in FROM", hint="select from a table of the policy")
+    return _PrivateAnalyzer(tree, policy, source, text).run()
+
+
+def _exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:
+    name = node.name if node.this.quoted else node.name.lower()
+    schema = node.args.get("db")
+    if node.args.get("catalog") is not None:
+        raise PolicyViolation(f"table {node.sql('postgres')} is not exposed by the policy")
+    table = policy.table(name)
+    if table is None or (schema is not None and schema.name.lower() not in (EXPOSED_SCHEMA, table.schema)):
+        exposed = ", ".join(t.name for t in policy.tables) or "none"
+        raise PolicyViolation(
+            f'table "{node.sql("postgres")}" is not exposed by the policy',
+            hint=f"exposed tables: {exposed}",
+        )
+    return table
+
+
+def _constant_finish(tree: exp.Select) -> Finish:
+    outputs = []
+    for item in tree.expressions:
+        node = item.this if isinstance(item, exp.Alias) else item
+        if node.find(exp.Column, exp.Star):
+            raise UndefinedColumn(f"{node.sql('postgres')}: there is no table to read columns from")
+        pg_type = postprocess.infer_type(node, {})
+        outputs.append(
+            OutputColumn(
+                _output_name(item), node.copy(), PgType.TEXT if pg_type is PgType.UNKNOWN else pg_type
+            )
+        )
+    return Finish(tuple(outputs), None, (), _limit(tree, "limit"), _limit(tree, "offset") or 0)
+
+
+def _limit(tree: exp.Select, key: str) -> int | None:
+    node = tree.args.get(key)
+    if node is None:
+        return None
+    value_node = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+    if isinstance(value_node, exp.Null):
+        return None
+    try:
+        number = constant_value(value_node)
+    except DPProxyError:
+        number = None
+    if not isinstance(number, Decimal) or number != number.to_integral_value() or number < 0:
+        raise InvalidParameter(f"{key.upper()} must be a non-negative integer constant")
+    return int(number)
+
+
+def _output_name(item: exp.Expression) -> str:
+    """The column name PostgreSQL would give a select-list item."""
+    if isinstance(item, exp.Alias):
+        return item.alias
+    node = item
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Cast):
+        inner = node.this
+        if isinstance(inner, (exp.Column, exp.Func)):
+            return _output_name(inner)
+        target = from_sqlglot(node.args["to"])
+        return {
+            PgType.INT4: "int4",
+            PgType.INT8: "int8",
+            PgType.FLOAT8: "float8",
+            PgType.NUMERIC: "numeric",
+            PgType.TEXT: "text",
+        }.get(target, "?column?")
+    if isinstance(node, exp.Column):
+        return node.name
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    if isinstance(node, exp.Func):
+        names = {
+            exp.Count: "count",
+            exp.Sum: "sum",
+            exp.Avg: "avg",
+            exp.Ceil: "ceil",
+            exp.Length: "length",
+            exp.Substring: "substring",
+            exp.TimestampTrunc: "date_trunc",
+            exp.Extract: "extract",
+        }
+        return names.get(type(node), node.sql_name().lower())
+    if isinstance(node, exp.Boolean):
+        return "bool"
+    return "?column?"
+
+
+def _public_query(
+    tree: exp.Select, policy: Policy, public_columns: Mapping[str, Sequence[tuple[str, PgType]]], text: str
+) -> PublicQuery:
+    for node in tree.walk():
+        if isinstance(node, exp.Func) and not isinstance(node, _PUBLIC_FUNCTIONS):
+            name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
+            raise NotSupported(
+                f"function {name}() is not supported", hint="query public tables with plain SQL"
+            )
+        if isinstance(node, (exp.Into, exp.Lock)):
+            raise PolicyViolation("SELECT INTO and row locks are not allowed")
+    schema: dict[str, dict[str, str]] = {}
+    rewritten = tree.copy()
+    for table_node in rewritten.find_all(exp.Table):
+        table = _exposed_table(table_node, policy)
+        columns: Sequence[tuple[str, PgType]] = [
+            (c.name, from_column_type(c.type)) for c in table.columns
+        ] or public_columns.get(table.name, ())
+        schema[table.name] = {name: SQLGLOT_SCHEMA_TYPE.get(t, "TEXT") for name, t in columns}
+        table_node.set("db", exp.to_identifier(table.schema) if table.schema else None)
+        if table.schema:
+            schema.setdefault(table.schema, {})
+    try:
+        from sqlglot.optimizer.annotate_types import annotate_types
+        from sqlglot.optimizer.qualify import qualify
+
+        flat = {name: cols for name, cols in schema.items() if cols}
+        for table_node in rewritten.find_all(exp.Table):
+            table_node.set("db", None)
+        qualified = qualify(
+            rewritten, schema=flat, dialect="postgres", validate_qualify_columns=True, quote_identifiers=True
+        )
+        annotated = annotate_types(qualified, schema=flat, dialect="postgres")
+    except OptimizeError as e:
+        raise UndefinedColumn(f"{e}") from None
+    for table_node in annotated.find_all(exp.Table):
+        table = policy.table(table_node.name)
+        if table is not None and table.schema:
+            table_node.set("db", exp.to_identifier(table.schema, quoted=True))
+    outputs = tuple(
+        OutputColumn(_output_name(item), item, _known(from_sqlglot(item.type)))
+        for item in annotated.expressions
+    )
+    return PublicQuery(annotated, outputs, text)
+
+
+def _known(pg_type: PgType) -> PgType:
+    return PgType.TEXT if pg_type is PgType.UNKNOWN else pg_type
+
+
+class _PrivateAnalyzer:
+    """Builds the PrivateQuery of a SELECT over one protected table."""
+
+    def __init__(self, tree: exp.Select, policy: Policy, source: exp.Table, text: str) -> None:
+        self.tree = tree
+        self.policy = policy
+        self.table = _exposed_table(source, policy)
+        alias = source.alias_or_name
+        alias = alias if (source.args.get("alias") and source.args["alias"].this.quoted) else alias.lower()
+        self.scope = RowScope(self.table, frozenset({alias}), TABLE_ALIAS, "WHERE")
+        self.text = text
+        self.components: list[Component] = []
+        self.aggregates: list[Aggregate] = []
+        self.keys: list[GroupKey] = []
+
+    # -- driver ------------------------------------------------------------------------------------
+
+    def run(self) -> PrivateQuery:
+        tree = self.tree
+        self._reject_unsupported_clauses()
+        where = tree.args.get("where")
+        where_sql = None
+        if where is not None:
+            typed = row_expression(where.this, self.scope.in_clause("WHERE"))
+            if typed.type not in (PgType.BOOL, PgType.UNKNOWN):
+                raise DatatypeMismatch(f"argument of WHERE must be boolean, not {typed.type.value}")
+            where_sql = typed.sql
+        self._group_keys()
+        items = tree.expressions
+        if any(
+            isinstance(i, exp.Star) or isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Star)
+            for i in items
+        ) or any(isinstance(i, exp.Column) and isinstance(i.this, exp.Star) for i in items):
+            raise PolicyViolation(
+                f'SELECT * would return raw rows of the protected table "{self.table.name}"',
+                hint=f"ask for aggregates, e.g. SELECT COUNT(*) FROM {self.table.name}",
+            )
+        if not any(i.find(exp.AggFunc) for i in items) and not self.keys:
+            raise PolicyViolation(
+                f'this query would return raw rows of the protected table "{self.table.name}"',
+                hint=f"dpproxy only answers aggregates: {SUPPORTED_AGGREGATES}, optionally with GROUP BY",
+            )
+        outputs = []
+        for item in items:
+            node = item.this if isinstance(item, exp.Alias) else item
+            expression = self._finish_expression(node, "SELECT")
+            outputs.append((_output_name(item), expression))
+        having = None
+        if tree.args.get("having") is not None:
+            having = self._finish_expression(tree.args["having"].this, "HAVING")
+        order_by = self._order_by([name for name, _ in outputs])
+        types = self._placeholder_types()
+        typed_outputs = tuple(
+            OutputColumn(name, expression, _known(postprocess.infer_type(expression, types)))
+            for name, expression in outputs
+        )
+        if having is not None and postprocess.infer_type(having, types) not in (PgType.BOOL, PgType.UNKNOWN):
+            raise DatatypeMismatch("argument of HAVING must be boolean")
+        out_types = {f"__out_{i}": o.type for i, o in enumerate(typed_outputs)}
+        for key in order_by:
+            postprocess.infer_type(key.expression, {**types, **out_types})
+        finish = Finish(
+            typed_outputs, having, tuple(order_by), _limit(tree, "limit"), _limit(tree, "offset") or 0
+        )
+        return PrivateQuery(
+            table=self.table,
+            alias=TABLE_ALIAS,
+            where=where_sql,
+            keys=tuple(self.keys),
+            components=tuple(self.components),
+            aggregates=tuple(self.aggregates),
+            finish=finish,
+            text=self.text,
+        )
+
+    def _reject_unsupported_clauses(self) -> None:
+        tree = self.tree
+        if tree.find(exp.Window):
+            raise NotSupported(
+                "window functions are not supported in private queries",
+                hint="use GROUP BY with aggregates instead",
+            )
+        for node in tree.walk():
+            if node is not tree and isinstance(node, (exp.Select, exp.Subquery, exp.Exists)):
+                raise NotSupported(
+                    "subqueries are not supported in private queries",
+                    hint="filter with WHERE conditions on the table's own columns",
+                )
+        if tree.args.get("distinct"):
+            raise NotSupported("SELECT DISTINCT is not supported", hint="use GROUP BY with COUNT(*) instead")
+        for key in ("qualify", "windows", "into", "locks", "prewhere", "connect", "sample"):
+            if tree.args.get(key):
+                raise NotSupported(f"{key.upper()} is not supported in private queries")
+        if tree.args.get("fetch"):
+            raise NotSupported("FETCH FIRST is not supported", hint="use LIMIT")
+
+    # -- GROUP BY ----------------------------------------------------------------------------------
+
+    def _group_keys(self) -> None:
+        group = self.tree.args.get("group")
+        if group is None:
+            return
+        for key in ("rollup", "cube", "grouping_sets"):
+            if group.args.get(key):
+                raise NotSupported(f"GROUP BY {key.replace('_', ' ').upper()} is not supported")
+        items = self.tree.expressions
+        aliases = {i.alias.lower(): i.this for i in items if isinstance(i, exp.Alias)}
+        scope = self.scope.in_clause("GROUP BY")
+        for node in group.expressions:
+            source = node
+            if isinstance(node, exp.Literal) and not node.is_string:
+                position = int(node.this)
+                if not 1 <= position <= len(items):
+                    raise InvalidParameter(f"GROUP BY position {position} is not in select list")
+                item = items[position - 1]
+                source = item.this if isinstance(item, exp.Alias) else item
+            elif (
+                isinstance(node, exp.Column)
+                and not node.table
+                and self.table.column(node.name.lower()) is None
+                and node.name.lower() in aliases
+            ):
+                source = aliases[node.name.lower()]
+            if source.find(exp.AggFunc):
+                raise GroupingError("aggregate functions are not allowed in GROUP BY")
+            typed = row_expression(source, scope)
+            bare = source.unnest() if isinstance(source, exp.Paren) else source
+            if isinstance(bare, exp.Column) and typed.uses_unit:
+                raise PolicyViolation(
+                    f'GROUP BY the privacy unit "{self.table.privacy_unit}" would release one group '
+                    "per person",
+                    hint=f"group by other columns; COUNT(DISTINCT {self.table.privacy_unit}) counts persons",
+                )
+            text = typed.sql.sql("postgres")
+            if any(k.text == text for k in self.keys):
+                continue
+            public_values = None
+            if isinstance(bare, exp.Column):
+                column = RowExpressionChecker(scope).resolve(bare)
+                public_values = column.public_values
+            self.keys.append(GroupKey(typed.sql, _known(typed.type), text, public_values))
+
+    # -- select list, HAVING, ORDER BY ---------------------------------------------------------------
+
+    def _placeholder_types(self) -> dict[str, PgType]:
+        types = {f"__agg_{i}": a.result_type for i, a in enumerate(self.aggregates)}
+        types.update({f"__key_{j}": k.type for j, k in enumerate(self.keys)})
+        return types
+
+    def _key_index(self, node: exp.Expression, clause: str) -> int | None:
+        if not self.keys or node.find(exp.AggFunc):
+            return None
+        if isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+            return None
+        try:
+            typed = row_expression(node, self.scope.in_clause(clause))
+        except DPProxyError:
+            return None
+        text = typed.sql.sql("postgres")
+        for j, key in enumerate(self.keys):
+            if key.text == text:
+                return j
+        return None
+
+    def _finish_expression(self, node: exp.Expression, clause: str) -> exp.Expression:
+        """Replace aggregates and group keys by placeholders; reject references to raw values."""
+
+        def substitute(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, (exp.AggFunc, exp.Filter, exp.WithinGroup)):
+                return aggregate_placeholder(self._aggregate(n))
+            j = self._key_index(n, clause)
+            if j is not None:
+                return key_placeholder(j)
+            if isinstance(n, exp.Column):
+                column = RowExpressionChecker(self.scope.in_clause(clause)).resolve(n)
+                if column.name == self.table.privacy_unit:
+                    raise PolicyViolation(
+                        f'the privacy unit "{column.name}" cannot be returned',
+                        hint=f"COUNT(DISTINCT {column.name}) counts persons",
+                    )
+                raise GroupingError(
+                    f'column "{n.sql("postgres")}" must appear in the GROUP BY clause or be used in an '
+                    "aggregate function",
+                    hint="dpproxy never returns raw values of a protected table",
+                )
+            if isinstance(n, exp.Star):
+                raise PolicyViolation("SELECT * would return raw rows of a protected table")
+            for child in list(n.iter_expressions()):
+                replacement = substitute(child)
+                if replacement is not child:
+                    child.replace(replacement)
+            return n
+
+        return substitute(node.copy())
+
+    def _order_by(self, output_names: list[str]) -> list[SortKey]:
+        order = self.tree.args.get("order")
+        if order is None:
+            return []
+        keys = []
+        for ordered in order.expressions:
+            node = ordered.this
+            if isinstance(node, exp.Literal) and not node.is_string:
+                position = int(node.this)
+                if not 1 <= position <= len(output_names):
+                    raise InvalidParameter(f"ORDER BY position {position} is not in select list")
+                expression: exp.Expression = output_placeholder(position - 1)
+            elif (
+                isinstance(node, exp.Column)
+                and not node.table
+                and node.name in output_names
+                and (output_names.count(node.name) == 1)
+            ):
+                expression = output_placeholder(output_names.index(node.name))
+            else:
+                expression = self._finish_expression(node, "ORDER BY")
+            keys.append(
+                SortKey(expression, bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first")))
+            )
+        return keys
+
+    # -- aggregates --------------------------------------------------------------------------------
+
+    def _component(self, component: Component) -> int:
+        for i, existing in enumerate(self.components):
+            if existing.identity == component.identity:
+                return i
+        self.components.append(component)
+        return len(self.components) - 1
+
+    def _add_aggregate(self, aggregate: Aggregate) -> int:
+        for i, existing in enumerate(self.aggregates):
+            if existing.text == aggregate.text and existing.kind == aggregate.kind:
+                return i
+        self.aggregates.append(aggregate)
+        return len(self.aggregates) - 1
+
+    def _aggregate(self, node: exp.Expression) -> int:
+        if isinstance(node, exp.Filter):
+            raise NotSupported(
+                "aggregate FILTER (WHERE …) is not supported",
+                hint="write SUM(CASE WHEN … THEN 1 ELSE 0 END) or move the condition to WHERE",
+            )
+        if isinstance(node, exp.WithinGroup):
+            raise NotSupported(
+                "ordered-set aggregates (… WITHIN GROUP) are not supported yet",
+                hint=f"supported aggregates: {SUPPORTED_AGGREGATES}",
+            )
+        if isinstance(node, exp.Count):
+            return self._count(node)
+        if isinstance(node, (exp.Sum, exp.Avg)):
+            return self._sum_or_avg(node)
+        name = node.sql_name().upper() if not isinstance(node, exp.Anonymous) else node.name.upper()
+        raise NotSupported(
+            f"aggregate {name} is not supported yet", hint=f"supported aggregates: {SUPPORTED_AGGREGATES}"
+        )
+
+    def _count(self, node: exp.Count) -> int:
+        arg = node.this
+        unit = self.table.privacy_unit
+        if arg is None or isinstance(arg, exp.Star):
+            component = self._component(Component(ComponentKind.ROWS, identity="rows"))
+            return self._add_aggregate(Aggregate(AggregateKind.COUNT, (component,), PgType.INT8, "count(*)"))
+        if isinstance(arg, exp.Distinct):
+            columns = arg.expressions
+            scope = self.scope.in_clause("COUNT(DISTINCT …)")
+            if len(columns) == 1 and isinstance(columns[0], exp.Column):
+                column = RowExpressionChecker(scope).resolve(columns[0])
+                if unit is not None and column.name == unit:
+                    component = self._component(Component(ComponentKind.UNITS, identity="units"))
+                    return self._add_aggregate(
+                        Aggregate(
+                            AggregateKind.COUNT_UNITS, (component,), PgType.INT8, f"count(distinct {unit})"
+                        )
+                    )
+            what = ", ".join(c.sql("postgres") for c in columns)
+            if unit is None:
+                raise NotSupported(
+                    f'COUNT(DISTINCT {what}) is not supported: in "{self.table.name}" every row is '
+                    "one person",
+                    hint="COUNT(*) counts persons in this table",
+                )
+            raise NotSupported(
+                f"COUNT(DISTINCT {what}) is not supported yet; only COUNT(DISTINCT {unit}), the privacy unit",
+                hint=f"COUNT(DISTINCT {unit}) counts persons",
+            )
+        typed = row_expression(arg, self.scope.in_clause("COUNT argument"))
+        text = typed.sql.sql("postgres")
+        component = self._component(Component(ComponentKind.VALUES, typed.sql, identity=f"values:{text}"))
+        return self._add_aggregate(
+            Aggregate(AggregateKind.COUNT_VALUES, (component,), PgType.INT8, f"count({arg.sql('postgres')})")
+        )
+
+    def _sum_or_avg(self, node: exp.Expression) -> int:
+        name = "SUM" if isinstance(node, exp.Sum) else "AVG"
+        arg = node.this
+        if isinstance(arg, exp.Distinct):
+            raise NotSupported(f"{name}(DISTINCT …) is not supported", hint=f"use {name}(expr)")
+        self._check_summable(arg, name)
+        typed = row_expression(arg, self.scope.in_clause(f"{name} argument"))
+        if not typed.type.is_number:
+            raise UndefinedFunction(
+                f"function {name.lower()}({typed.type.value}) does not exist",
+                hint=f"{name} needs a number",
+            )
+        if typed.uses_unit:
+            raise PolicyViolation(
+                f'the privacy unit "{self.table.privacy_unit}" cannot be aggregated with {name}'
+            )
+        if typed.interval is None:
+            raise PolicyViolation(
+                f"{name}({arg.sql('postgres')}) has no bounds: the policy gives no lower/upper for "
+                "its columns",
+                hint="ask the data owner to declare lower and upper bounds for the column",
+            )
+        scale = self._grid_scale(arg, typed)
+        bare = arg.unnest() if isinstance(arg, exp.Paren) else arg
+        # A bounded column arrives clipped to exactly its bounds: no second clip is needed.
+        within = isinstance(bare, exp.Column)
+        interval = typed.interval
+        text = typed.sql.sql("postgres")
+        if isinstance(node, exp.Sum):
+            component = self._component(
+                Component(
+                    ComponentKind.SUM,
+                    typed.sql,
+                    interval,
+                    scale,
+                    identity=f"sum:{scale}:{text}",
+                    within_interval=within,
+                )
+            )
+            return self._add_aggregate(
+                Aggregate(
+                    AggregateKind.SUM,
+                    (component,),
+                    sum_result(typed.type),
+                    f"sum({arg.sql('postgres')})",
+                    interval,
+                    scale,
+                )
+            )
+        values = self._component(Component(ComponentKind.VALUES, typed.sql, identity=f"values:{text}"))
+        lo, hi = interval.on_grid(scale)
+        centre = (lo + hi) // 2
+        centred = self._component(
+            Component(
+                ComponentKind.CENTRED_SUM,
+                typed.sql,
+                interval,
+                scale,
+                centre,
+                identity=f"centred:{scale}:{centre}:{text}",
+                within_interval=within,
+            )
+        )
+        return self._add_aggregate(
+            Aggregate(
+                AggregateKind.AVG,
+                (centred, values),
+                avg_result(typed.type),
+                f"avg({arg.sql('postgres')})",
+                interval,
+                scale,
+                centre,
+            )
+        )
+
+    def _check_summable(self, arg: exp.Expression, name: str) -> None:
+        scope = self.scope.in_clause(f"{name} argument")
+        for column_node in arg.find_all(exp.Column):
+            column = RowExpressionChecker(scope).resolve(column_node)
+            if not getattr(column, "summable", True):
+                raise PolicyViolation(
+                    f'column "{column.name}" of table "{self.table.name}" may not be summed or averaged '
+                    "(summable: false in the policy)",
+                    hint="it can still be filtered on, grouped by and counted",
+                )
+
+    def _grid_scale(self, arg: exp.Expression, typed: Typed) -> int:
+        """Digits of the fixed-point grid a sum is computed on: sums are exact integer sums."""
+        if typed.type.is_integer:
+            return 0
+        scope = self.scope.in_clause("aggregate argument")
+        scales = [
+            column.grid_scale
+            for column in (RowExpressionChecker(scope).resolve(c) for c in arg.find_all(exp.Column))
+            if column.type.is_fractional
+        ]
+        scale = max(scales, default=DEFAULT_GRID_SCALE)
+        assert typed.interval is not None
+        # Every grid value, times the rows one unit may add, must stay far inside a 64-bit integer.
+        magnitude = max(typed.interval.magnitude, Decimal(1)) * self.table.max_rows_per_unit
+        while scale > 0 and magnitude.scaleb(scale) >= Decimal(2) ** 52:
+            scale -= 1
+        if magnitude >= Decimal(2) ** 52:
+            raise NotSupported(
+                f"the bounds of {arg.sql('postgres')} are too wide to sum exactly",
+                hint="declare tighter lower/upper bounds in the policy",
+            )
+        return scale

@@ -1,0 +1,173 @@
+"""The analyzed form of a statement: what the rewriter, the noise planner and post-processing read.
+
+A private query is reduced to integer *components* per group (row counts, value counts, unit counts,
+sums on a fixed-point grid) that are bounded per privacy unit and then noised; *aggregates* (COUNT,
+SUM, AVG) are computed from noisy components; *outputs*, HAVING and ORDER BY are expressions over
+aggregates and group keys, evaluated on released values only (post-processing).
+
+Placeholders: output, HAVING and ORDER BY expressions refer to released values through columns
+named `__agg_<i>` and `__key_<j>`; nothing else reaches post-processing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sqlglot import exp
+
+from dpproxy.policy import TablePolicy
+from dpproxy.sql.intervals import Interval
+from dpproxy.sql.types import PgType
+
+
+class ComponentKind(StrEnum):
+    ROWS = "rows"  # COUNT(*): a unit's rows in a group
+    VALUES = "values"  # COUNT(x): a unit's rows in a group where x is not NULL
+    UNITS = "units"  # COUNT(DISTINCT unit): 1 per unit present in a group
+    SUM = "sum"  # sum of clipped values on the grid
+    CENTRED_SUM = "centred_sum"  # sum of (clipped grid value − centre), for AVG
+
+
+@dataclass(frozen=True)
+class Component:
+    """One integer per group, computed exactly by the backend from contribution-bounded rows."""
+
+    kind: ComponentKind
+    argument: exp.Expression | None = None  # row-level SQL (clipped columns), for VALUES / SUMs
+    interval: Interval | None = None  # the argument's clip interval, for SUMs
+    scale: int = 0  # grid: values are round(x · 10^scale)
+    centre: int = 0  # grid units, for CENTRED_SUM
+    identity: str = ""  # equal identities are one component (shared noise, charged once)
+    within_interval: bool = False  # the argument is already clipped to `interval` (a bounded column)
+
+    @property
+    def grid_range(self) -> tuple[int, int]:
+        assert self.interval is not None
+        return self.interval.on_grid(self.scale)
+
+    def sensitivity(self, max_rows: int) -> int:
+        """Per-group L∞ sensitivity in grid units, under add/remove of one unit (REFERENCES.md).
+
+        A unit adds at most `max_rows` rows to a group. COUNT(*), COUNT(x): r. COUNT(DISTINCT unit): 1.
+        SUM over values clipped to [L, U]: r·max(|L|, |U|) — not U − L, which is the replace-one
+        sensitivity. Centred sum Σ(x − c): r·max(U − c, c − L), i.e. r·(U − L)/2 for the midpoint.
+        """
+        if self.kind is ComponentKind.UNITS:
+            return 1
+        if self.kind in (ComponentKind.ROWS, ComponentKind.VALUES):
+            return max_rows
+        lo, hi = self.grid_range
+        if self.kind is ComponentKind.SUM:
+            return max(1, max_rows * max(abs(lo), abs(hi)))
+        return max(1, max_rows * max(hi - self.centre, self.centre - lo))
+
+
+class AggregateKind(StrEnum):
+    COUNT = "count"  # COUNT(*)
+    COUNT_VALUES = "count_values"  # COUNT(x)
+    COUNT_UNITS = "count_units"  # COUNT(DISTINCT unit)
+    SUM = "sum"
+    AVG = "avg"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    kind: AggregateKind
+    components: tuple[int, ...]  # indexes into PrivateQuery.components (AVG: centred sum, then count)
+    result_type: PgType
+    text: str  # as written, normalised: "sum(income)"
+    interval: Interval | None = None  # argument range (SUM, AVG): released values are clamped into it
+    scale: int = 0
+    centre: int = 0
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    sql: exp.Expression  # row-level SQL
+    type: PgType
+    text: str  # normalised SQL, to match select-list expressions against keys
+    public_values: tuple[object, ...] | None = None  # released without selection, zero-filled
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    name: str
+    expression: exp.Expression  # over placeholders
+    type: PgType
+
+
+@dataclass(frozen=True)
+class SortKey:
+    expression: exp.Expression  # over placeholders, or an output position placeholder
+    descending: bool
+    nulls_first: bool
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Everything that runs on released values: projection, HAVING, ORDER BY, LIMIT/OFFSET."""
+
+    outputs: tuple[OutputColumn, ...]
+    having: exp.Expression | None
+    order_by: tuple[SortKey, ...]
+    limit: int | None
+    offset: int
+
+
+@dataclass(frozen=True)
+class PrivateQuery:
+    table: TablePolicy
+    alias: str
+    where: exp.Expression | None
+    keys: tuple[GroupKey, ...]
+    components: tuple[Component, ...]
+    aggregates: tuple[Aggregate, ...]
+    finish: Finish
+    text: str  # the statement, normalised (parameters bound)
+
+    @property
+    def needs_selection(self) -> bool:
+        """Keys not all public: groups are released through DP partition selection."""
+        return any(k.public_values is None for k in self.keys)
+
+    @property
+    def max_groups(self) -> int:
+        """Groups of this query one unit can contribute to (1 without GROUP BY)."""
+        return self.table.max_groups_per_unit if self.keys else 1
+
+    @property
+    def max_rows(self) -> int:
+        return 1 if self.table.unit_is_row else self.table.max_rows_per_unit
+
+
+@dataclass(frozen=True)
+class PublicQuery:
+    """A query that reads public tables only: run as written, no noise, no cost."""
+
+    sql: exp.Expression
+    outputs: tuple[OutputColumn, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class ConstantQuery:
+    """A SELECT without FROM: evaluated by dpproxy itself."""
+
+    finish: Finish
+    text: str
+
+
+AnalyzedQuery = PrivateQuery | PublicQuery | ConstantQuery
+
+
+def aggregate_placeholder(index: int) -> exp.Column:
+    return exp.column(f"__agg_{index}", quoted=True)
+
+
+def key_placeholder(index: int) -> exp.Column:
+    return exp.column(f"__key_{index}", quoted=True)
+
+
+def output_placeholder(index: int) -> exp.Column:
+    return exp.column(f"__out_{index}", quoted=True)

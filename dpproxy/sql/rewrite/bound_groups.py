@@ -1,0 +1,35 @@
+"""Pass 5 — keep at most max_groups_per_unit groups per unit.
+
+    SELECT … FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY __unit
+                                                ORDER BY md5(concat_ws('|', '<salt>', __k0)), __k0) AS __gn
+                   FROM per_unit) WHERE __gn <= 3
+
+As for rows, the choice depends only on the unit's own groups and the plan's salt. Skipped without
+GROUP BY (a single group) and for `row` tables.
+"""
+
+from __future__ import annotations
+
+from dpproxy.sql.rewrite.bound_rows import keep_first
+from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, component_column
+
+
+def bound_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
+    query = ctx.query
+    if query.table.unit_is_row or not query.keys:
+        return state
+    values = [component_column(i) for i in ctx.valued_components]
+    select = keep_first(
+        state,
+        [UNIT],
+        ctx.keys,
+        ctx.salt + ":groups",
+        query.max_groups,
+        [UNIT, *ctx.keys, ROWS, *values],
+        "__gn",
+    )
+    return state.then(
+        "bounded_groups",
+        f"at most {query.max_groups} group(s) per unit, chosen by a salted hash of the unit's own keys",
+        select,
+    )

@@ -1,0 +1,69 @@
+"""Pass 1 — read the protected table: filter, restrict public keys, project what later passes need.
+
+    SELECT zip, SUM(income) FROM patients WHERE age > 30 GROUP BY zip
+    becomes
+    SELECT t0.patient_id AS __unit, t0.zip AS __k0, <income clipped to its bounds> AS __c0
+    FROM patients AS t0 WHERE <age clipped> > 30
+
+Rows whose public key is not one of the declared public values are dropped here, so that only the
+declared values can be released for that key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from sqlglot import exp
+
+from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, component_column, key_column
+
+
+def public_value_literal(value: object) -> exp.Expression:
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, Decimal)):
+        text = str(value)
+        literal = exp.Literal.number(text.lstrip("-"))
+        return exp.Neg(this=literal) if text.startswith("-") else literal
+    if isinstance(value, dt.datetime):
+        return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
+    if isinstance(value, dt.date):
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+    return exp.Literal.string(str(value))
+
+
+def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
+    query = ctx.query
+    projections: list[exp.Expression] = []
+    if not query.table.unit_is_row:
+        assert query.table.privacy_unit is not None
+        projections.append(exp.alias_(col(query.table.privacy_unit, query.alias), UNIT, quoted=True))
+    for j, key in enumerate(query.keys):
+        projections.append(exp.alias_(key.sql.copy(), key_column(j), quoted=True))
+    for i in ctx.valued_components:
+        argument = query.components[i].argument
+        assert argument is not None
+        projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True))
+    if not projections:
+        projections.append(exp.alias_(exp.Literal.number(1), "__row", quoted=True))
+    table = exp.Table(
+        this=exp.to_identifier(query.table.name, quoted=True),
+        db=exp.to_identifier(ctx.schema, quoted=True) if ctx.schema else None,
+        alias=exp.TableAlias(this=exp.to_identifier(query.alias, quoted=True)),
+    )
+    select = exp.select(*projections).from_(table)
+    conditions: list[exp.Expression] = []
+    if query.where is not None:
+        conditions.append(exp.Paren(this=query.where.copy()))
+    for key in query.keys:
+        if key.public_values is not None:
+            values = [public_value_literal(v) for v in key.public_values]
+            conditions.append(exp.In(this=key.sql.copy(), expressions=values))
+    if conditions:
+        select = select.where(exp.and_(*conditions))
+    return state.then(
+        "selected_rows",
+        "read the table: WHERE, public keys restricted to their declared values, columns clipped to bounds",
+        select,
+    )

@@ -1,0 +1,81 @@
+"""The state the rewrite passes fold over: a chain of named SELECTs, each reading the previous one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sqlglot import exp
+
+from dpproxy.sql.query import ComponentKind, PrivateQuery
+
+UNIT = "__unit"
+
+
+def key_column(j: int) -> str:
+    return f"__k{j}"
+
+
+def component_column(i: int) -> str:
+    return f"__c{i}"
+
+
+ROWS = "__rows"  # per unit and group: rows kept
+UNITS = "__units"  # per group: units present (partition selection, COUNT(DISTINCT unit))
+
+
+def col(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(name, table=table, quoted=True)
+
+
+@dataclass(frozen=True)
+class RewriteContext:
+    """What every pass may read: the analyzed query, the physical table, and the plan's salt."""
+
+    query: PrivateQuery
+    schema: str | None  # schema of the table in the backing database
+    salt: str  # per-plan secret mixed into the per-unit selection order
+
+    @property
+    def keys(self) -> list[str]:
+        return [key_column(j) for j in range(len(self.query.keys))]
+
+    @property
+    def valued_components(self) -> list[int]:
+        """Components computed from a per-row value (not row or unit counts)."""
+        return [i for i, c in enumerate(self.query.components) if c.argument is not None]
+
+    @property
+    def only_counts_rows(self) -> bool:
+        return all(c.kind in (ComponentKind.ROWS, ComponentKind.UNITS) for c in self.query.components)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    summary: str
+    select: exp.Select
+
+
+@dataclass(frozen=True)
+class RewriteState:
+    """CTEs built so far; the last one is the current relation. `final` is set by the last pass."""
+
+    steps: tuple[Step, ...] = ()
+    final: exp.Select | None = None
+
+    def then(self, name: str, summary: str, select: exp.Select) -> RewriteState:
+        return replace(self, steps=(*self.steps, Step(name, summary, select)))
+
+    @property
+    def current(self) -> str:
+        return self.steps[-1].name
+
+    def query(self, upto: int | None = None) -> exp.Select:
+        """A runnable SELECT: the CTE chain up to step `upto` (default: all), then its rows."""
+        steps = self.steps if upto is None else self.steps[: upto + 1]
+        body = (
+            self.final if upto is None and self.final is not None else exp.select("*").from_(steps[-1].name)
+        )
+        for step in steps:
+            body = body.with_(step.name, as_=step.select.copy())
+        return body

@@ -1,0 +1,57 @@
+"""Pass 2 — clip each aggregated value to its range and put it on the integer grid.
+
+    SUM(income)  (bounds 0..500000, scale 2)   → CAST(ROUND(clip(__c0) * 100) AS BIGINT)
+    AVG(age)     (bounds 0..120, centre 60)    → CAST(clip(__c1) AS BIGINT) - 60
+    COUNT(x)                                   → CASE WHEN __c2 IS NULL THEN 0 ELSE 1 END
+
+Sums are then exact integer sums on every engine (never float accumulation), and each row's value
+lies in the integer range the sensitivity is computed from. NULL stays NULL (SUM and AVG skip it).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpproxy.sql.query import Component, ComponentKind
+from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, component_column
+from dpproxy.sql.rowexpr import clip_sql, number_literal
+from dpproxy.sql.types import PgType
+
+
+def grid_value(value: exp.Expression, component: Component) -> exp.Expression:
+    """The component's per-row integer: round(clip(value) · 10^scale) [− centre]."""
+    assert component.interval is not None
+    scale, centre = component.scale, component.centre
+    clipped = value if component.within_interval else clip_sql(value, component.interval, PgType.NUMERIC)
+    scaled = clipped if scale == 0 else exp.Mul(this=clipped, expression=exp.Literal.number(10**scale))
+    rounded = scaled if scale == 0 else exp.Round(this=scaled)
+    on_grid: exp.Expression = exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
+    if component.kind is ComponentKind.CENTRED_SUM and centre:
+        on_grid = exp.Paren(this=exp.Sub(this=on_grid, expression=number_literal(centre)))
+    return on_grid
+
+
+def to_grid(state: RewriteState, ctx: RewriteContext) -> RewriteState:
+    query = ctx.query
+    projections: list[exp.Expression] = []
+    if not query.table.unit_is_row:
+        projections.append(col(UNIT))
+    projections.extend(col(k) for k in ctx.keys)
+    for i in ctx.valued_components:
+        component = query.components[i]
+        name = component_column(i)
+        if component.kind is ComponentKind.VALUES:
+            value: exp.Expression = (
+                exp.Case()
+                .when(exp.Is(this=col(name), expression=exp.Null()), exp.Literal.number(0))
+                .else_(exp.Literal.number(1))
+            )
+        else:
+            value = grid_value(col(name), component)
+        projections.append(exp.alias_(value, name, quoted=True))
+    if not projections:
+        projections.append(col("__row"))
+    select = exp.select(*projections).from_(state.current)
+    return state.then(
+        "grid_values", "each aggregated value clipped to its range, as an integer on the grid", select
+    )

@@ -1,0 +1,969 @@
+"""Row-level expressions: the allow-list, PostgreSQL typing, value ranges, clipping and totality.
+
+Everything a private query computes per row (WHERE, GROUP BY keys, aggregate arguments) passes
+through `row_expression`, which either rejects it or returns a rewritten copy that:
+  - references only columns the policy exposes, through the table's alias;
+  - clips every bounded number column to its policy bounds before using it;
+  - cannot raise for any stored value: divisors are guarded with NULLIF, integer arithmetic runs in
+    bigint and is rejected when its range could leave bigint, casts that parse text are refused,
+    LIKE patterns are literal;
+  - carries its PostgreSQL result type and, for numbers, the interval of values it can take.
+It never sees data: every decision depends on the query text and the policy only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from sqlglot import exp
+
+from dpproxy.errors import (
+    DatatypeMismatch,
+    DPProxyError,
+    GroupingError,
+    InvalidParameter,
+    InvalidText,
+    NotSupported,
+    PolicyViolation,
+    UndefinedFunction,
+    UndefinedTable,
+)
+from dpproxy.policy import ColumnPolicy, TablePolicy
+from dpproxy.sql.intervals import Interval, hull
+from dpproxy.sql.types import (
+    INTEGER_RANGE,
+    SQLGLOT_SCHEMA_TYPE,
+    PgType,
+    arithmetic_result,
+    from_column_type,
+    from_sqlglot,
+)
+
+# Fractional arithmetic must stay well inside what every backend's decimal and float types hold.
+FRACTIONAL_LIMIT = Decimal("1e27")
+
+DATE_TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
+EXTRACT_FIELDS = (
+    "year",
+    "quarter",
+    "month",
+    "week",
+    "day",
+    "dow",
+    "isodow",
+    "doy",
+    "hour",
+    "minute",
+    "isoyear",
+)
+
+ALLOWED_FUNCTIONS = (
+    "abs, ceil, coalesce, concat, date_part, date_trunc, extract, floor, greatest, initcap, least, left, "
+    "length, lower, ltrim, nullif, replace, right, round, rtrim, sign, strpos, substring, trim, upper"
+)
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A validated row-level expression."""
+
+    sql: exp.Expression
+    type: PgType
+    interval: Interval | None = None  # numbers only; None when unbounded
+    uses_unit: bool = False
+    constant: bool = False  # no column reference: its value depends on the query text only
+
+
+@dataclass(frozen=True)
+class RowScope:
+    """The one table a private query reads, as the query names it."""
+
+    table: TablePolicy
+    qualifiers: frozenset[str]  # names a column may be qualified with (alias, or table name)
+    alias: str  # the qualifier emitted in rewritten SQL
+    clause: str  # for messages: "WHERE", "GROUP BY", "SUM argument", ...
+
+    def in_clause(self, clause: str) -> RowScope:
+        return RowScope(self.table, self.qualifiers, self.alias, clause)
+
+
+def typed_node(node: exp.Expression, pg_type: PgType) -> exp.Expression:
+    """Attach the type sqlglot's generators need (e.g. integer division on DuckDB)."""
+    if pg_type in SQLGLOT_SCHEMA_TYPE:
+        node.type = exp.DataType.build(SQLGLOT_SCHEMA_TYPE[pg_type])
+    return node
+
+
+def column_ref(alias: str, name: str, pg_type: PgType) -> exp.Column:
+    return typed_node(exp.column(name, table=alias, quoted=True), pg_type)  # type: ignore[return-value]
+
+
+def number_literal(value: Decimal | int) -> exp.Expression:
+    text = str(value) if isinstance(value, int) else format(value, "f")
+    if text.startswith("-"):
+        return exp.Neg(this=exp.Literal.number(text[1:]))
+    return exp.Literal.number(text)
+
+
+def clip_sql(value: exp.Expression, interval: Interval, pg_type: PgType) -> exp.Expression:
+    """CASE WHEN v IS NULL THEN NULL WHEN v < lo THEN lo WHEN v > hi THEN hi ELSE v END.
+
+    Spelled out because GREATEST/LEAST skip NULLs on both PostgreSQL and DuckDB, which would turn a
+    missing value into a bound. NaN compares greater than every number on both, so it clips to hi.
+    """
+    lo, hi = number_literal(interval.lo), number_literal(interval.hi)
+    case = (
+        exp.Case()
+        .when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
+        .when(exp.LT(this=value.copy(), expression=lo.copy()), lo)
+        .when(exp.GT(this=value.copy(), expression=hi.copy()), hi)
+        .else_(value.copy())
+    )
+    return typed_node(exp.Paren(this=case), pg_type)
+
+
+def literal_interval(value: Decimal) -> Interval:
+    return Interval.point(value)
+
+
+def _literal_number(node: exp.Literal) -> tuple[Decimal, PgType]:
+    text = node.this
+    try:
+        value = Decimal(text)
+    except InvalidOperation as e:  # pragma: no cover - sqlglot only makes numeric literals of numbers
+        raise InvalidText(f"invalid number {text!r}") from e
+    if value == value.to_integral_value() and "." not in text and "e" not in text.lower():
+        if INTEGER_RANGE[PgType.INT4][0] <= value <= INTEGER_RANGE[PgType.INT4][1]:
+            return value, PgType.INT4
+        if INTEGER_RANGE[PgType.INT8][0] <= value <= INTEGER_RANGE[PgType.INT8][1]:
+            return value, PgType.INT8
+    return value, PgType.NUMERIC
+
+
+def constant_value(node: exp.Expression) -> object:
+    """The Python value of a constant literal node (numbers, strings, booleans, NULL, negation)."""
+    if isinstance(node, exp.Paren):
+        return constant_value(node.this)
+    if isinstance(node, exp.Literal):
+        return node.this if node.is_string else _literal_number(node)[0]
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Neg):
+        inner = constant_value(node.this)
+        if isinstance(inner, Decimal):
+            return -inner
+    raise NotSupported(f"expected a constant, found {node.sql('postgres')}")
+
+
+def _int_argument(node: exp.Expression | None, what: str) -> int:
+    if node is None:
+        raise NotSupported(f"{what} is missing")
+    value = constant_value(node)
+    if not isinstance(value, Decimal) or value != value.to_integral_value():
+        raise NotSupported(f"{what} must be an integer constant, found {node.sql('postgres')}")
+    return int(value)
+
+
+def _string_argument(node: exp.Expression | None, what: str) -> str:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.this
+    if isinstance(node, exp.Var):
+        return node.name
+    found = node.sql("postgres") if node is not None else "nothing"
+    raise NotSupported(f"{what} must be a string constant, found {found}")
+
+
+def _check_castable_text(text: str, target: PgType) -> None:
+    """A string literal compared or cast to `target` must parse: such an error depends on the query
+    text only, but reporting it here names the fault instead of failing in the backend."""
+    try:
+        if target.is_number:
+            Decimal(text.strip())
+        elif target is PgType.DATE:
+            dt.date.fromisoformat(text.strip())
+        elif target in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
+            dt.datetime.fromisoformat(text.strip())
+        elif target is PgType.BOOL and text.strip().lower() not in (
+            "t",
+            "f",
+            "true",
+            "false",
+            "yes",
+            "no",
+            "1",
+            "0",
+        ):
+            raise ValueError(text)
+    except (ValueError, InvalidOperation) as e:
+        raise InvalidText(
+            f"invalid input syntax for type {target.value}: {text!r}",
+            hint="write the constant in the column's type, e.g. 42, 12.50, DATE '2024-01-31'",
+        ) from e
+
+
+def _family(t: PgType) -> str:
+    if t.is_number:
+        return "number"
+    if t.is_text:
+        return "text"
+    if t.is_temporal:
+        return "temporal"
+    return t.value
+
+
+class RowExpressionChecker:
+    """Validates and rewrites one row-level expression tree (see module docstring)."""
+
+    def __init__(self, scope: RowScope) -> None:
+        self.scope = scope
+        self._handlers: dict[type[exp.Expression], Callable[[exp.Expression], Typed]] = {
+            exp.Column: self._column,
+            exp.Literal: self._literal,
+            exp.Boolean: lambda n: Typed(n.copy(), PgType.BOOL, constant=True),
+            exp.Null: lambda n: Typed(n.copy(), PgType.UNKNOWN, constant=True),
+            exp.Paren: self._paren,
+            exp.Neg: self._neg,
+            exp.Add: self._arithmetic,
+            exp.Sub: self._arithmetic,
+            exp.Mul: self._arithmetic,
+            exp.Div: self._arithmetic,
+            exp.Mod: self._arithmetic,
+            exp.EQ: self._comparison,
+            exp.NEQ: self._comparison,
+            exp.GT: self._comparison,
+            exp.GTE: self._comparison,
+            exp.LT: self._comparison,
+            exp.LTE: self._comparison,
+            exp.NullSafeEQ: self._comparison,
+            exp.NullSafeNEQ: self._comparison,
+            exp.And: self._logical,
+            exp.Or: self._logical,
+            exp.Not: self._not,
+            exp.Is: self._is,
+            exp.In: self._in,
+            exp.Between: self._between,
+            exp.Like: self._like,
+            exp.ILike: self._like,
+            exp.Escape: self._escape,
+            exp.Case: self._case,
+            exp.Coalesce: self._variadic_same_type,
+            exp.Greatest: self._variadic_same_type,
+            exp.Least: self._variadic_same_type,
+            exp.Nullif: self._nullif,
+            exp.Abs: self._abs,
+            exp.Round: self._round,
+            exp.Floor: self._floor_ceil,
+            exp.Ceil: self._floor_ceil,
+            exp.Sign: self._sign,
+            exp.Cast: self._cast,
+            exp.Lower: self._text_to_text,
+            exp.Upper: self._text_to_text,
+            exp.Initcap: self._text_to_text,
+            exp.Length: self._length,
+            exp.Substring: self._substring,
+            exp.Trim: self._trim,
+            exp.Left: self._left_right,
+            exp.Right: self._left_right,
+            exp.Concat: self._concat,
+            exp.DPipe: self._concat,
+            exp.Replace: self._replace,
+            exp.StrPosition: self._strpos,
+            exp.TimestampTrunc: self._date_trunc,
+            exp.DateTrunc: self._date_trunc,
+            exp.Extract: self._extract,
+        }
+
+    # -- entry -------------------------------------------------------------------------------------
+
+    def check(self, node: exp.Expression) -> Typed:
+        handler = self._handlers.get(type(node))
+        if handler is not None:
+            return handler(node)
+        raise self._unsupported(node)
+
+    def _unsupported(self, node: exp.Expression) -> DPProxyError:
+        where = self.scope.clause
+        if isinstance(node, exp.AggFunc):
+            return GroupingError(
+                f"aggregate functions are not allowed in {where}",
+                hint="aggregates belong in the SELECT list or HAVING",
+            )
+        if isinstance(node, exp.Window):
+            return NotSupported(f"window functions are not supported ({where})")
+        if isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
+            return NotSupported(
+                f"subqueries are not supported in private queries ({where})",
+                hint="filter with WHERE conditions on the table's own columns",
+            )
+        if isinstance(node, (exp.RegexpLike, exp.RegexpILike, exp.SimilarTo)):
+            return NotSupported(
+                f"regular expressions are not supported in private queries ({where})",
+                hint="use LIKE or ILIKE with a constant pattern",
+            )
+        if isinstance(node, exp.Interval):
+            return NotSupported(
+                f"interval arithmetic is not supported in private queries ({where})",
+                hint="compare dates with constants, or use date_trunc/extract",
+            )
+        if isinstance(node, exp.Star):
+            return PolicyViolation(
+                "SELECT * would return raw rows of a protected table",
+                hint="ask for aggregates, e.g. SELECT COUNT(*) FROM …",
+            )
+        if isinstance(node, exp.Func):
+            name = node.sql_name().lower() if not isinstance(node, exp.Anonymous) else node.name.lower()
+            return NotSupported(
+                f"function {name}() is not supported in private queries ({where})",
+                hint=f"allowed functions: {ALLOWED_FUNCTIONS}",
+            )
+        return NotSupported(f"{node.sql('postgres')!r} is not supported in private queries ({where})")
+
+    # -- leaves ------------------------------------------------------------------------------------
+
+    def _column(self, node: exp.Expression) -> Typed:
+        assert isinstance(node, exp.Column)
+        column = self.resolve(node)
+        pg_type = from_column_type(column.type)
+        ref = column_ref(self.scope.alias, column.name, pg_type)
+        uses_unit = column.name == self.scope.table.privacy_unit
+        if column.type.is_number:
+            if column.bounded:
+                assert column.lower is not None and column.upper is not None
+                interval = Interval(column.lower, column.upper)
+                return Typed(clip_sql(ref, interval, pg_type), pg_type, interval, uses_unit)
+            if pg_type.is_integer:
+                lo, hi = INTEGER_RANGE[pg_type]
+                return Typed(ref, pg_type, Interval(Decimal(lo), Decimal(hi)), uses_unit)
+            return Typed(ref, pg_type, None, uses_unit)
+        return Typed(ref, pg_type, None, uses_unit)
+
+    def resolve(self, node: exp.Column) -> ColumnPolicy:
+        table = self.scope.table
+        qualifier = node.table
+        if qualifier and qualifier.lower() not in self.scope.qualifiers:
+            raise UndefinedTable(
+                f'missing FROM-clause entry for table "{qualifier}" ({self.scope.clause})',
+                hint=f'the query reads "{table.name}" as "{self.scope.alias}"',
+            )
+        if node.args.get("db") or node.args.get("catalog"):
+            raise NotSupported(f"column reference {node.sql('postgres')} has too many qualifiers")
+        name = node.name if node.this.quoted else node.name.lower()
+        column = table.column(name)
+        if column is None:
+            exposed = ", ".join(c.name for c in table.columns)
+            raise PolicyViolation(
+                f'column "{name}" of table "{table.name}" is not exposed by the policy',
+                hint=f"exposed columns: {exposed}",
+            )
+        return column
+
+    def _literal(self, node: exp.Expression) -> Typed:
+        assert isinstance(node, exp.Literal)
+        if node.is_string:
+            return Typed(node.copy(), PgType.UNKNOWN, constant=True)
+        value, pg_type = _literal_number(node)
+        return Typed(typed_node(node.copy(), pg_type), pg_type, literal_interval(value), constant=True)
+
+    def _paren(self, node: exp.Expression) -> Typed:
+        inner = self.check(node.this)
+        return Typed(
+            typed_node(exp.Paren(this=inner.sql), inner.type),
+            inner.type,
+            inner.interval,
+            inner.uses_unit,
+            inner.constant,
+        )
+
+    # -- arithmetic --------------------------------------------------------------------------------
+
+    def _number(self, node: exp.Expression) -> Typed:
+        typed = self.check(node)
+        if typed.type is PgType.UNKNOWN and isinstance(typed.sql, exp.Literal):
+            _check_castable_text(typed.sql.this, PgType.NUMERIC)
+            value = Decimal(typed.sql.this.strip())
+            return Typed(number_literal(value), PgType.NUMERIC, Interval.point(value), constant=True)
+        if not typed.type.is_number:
+            raise DatatypeMismatch(
+                f"{node.sql('postgres')} is {typed.type.value}, not a number ({self.scope.clause})"
+            )
+        return typed
+
+    def _require_range(self, node: exp.Expression, typed: Typed) -> None:
+        """No arithmetic may overflow for any value the policy allows."""
+        interval = typed.interval
+        if interval is None:
+            names = sorted({c.name for c in node.find_all(exp.Column)})
+            raise NotSupported(
+                f"cannot bound {node.sql('postgres')} ({self.scope.clause}): "
+                f"arithmetic on {', '.join(names) or 'this expression'} could overflow or divide by "
+                "values near zero",
+                hint="declare lower and upper bounds for the column in the policy, or compare it "
+                "without arithmetic",
+            )
+        if typed.type.is_integer:
+            lo, hi = INTEGER_RANGE[PgType.INT8]
+            if not interval.within(lo, hi):
+                raise NotSupported(
+                    f"{node.sql('postgres')} could overflow bigint ({self.scope.clause})",
+                    hint="use smaller constants, or declare tighter bounds for the columns in the policy",
+                )
+        elif not interval.within(-FRACTIONAL_LIMIT, FRACTIONAL_LIMIT):
+            raise NotSupported(
+                f"{node.sql('postgres')} could overflow ({self.scope.clause})",
+                hint="use smaller constants, or declare tighter bounds for the columns in the policy",
+            )
+
+    @staticmethod
+    def _as_bigint(typed: Typed) -> exp.Expression:
+        """Integer operands are computed in bigint, whatever the column's width."""
+        if typed.type.is_integer and not typed.constant:
+            return typed_node(exp.Cast(this=typed.sql, to=exp.DataType.build("BIGINT")), PgType.INT8)
+        return typed.sql
+
+    def _neg(self, node: exp.Expression) -> Typed:
+        inner = self._number(node.this)
+        interval = -inner.interval if inner.interval is not None else None
+        result = Typed(
+            typed_node(exp.Neg(this=self._as_bigint(inner)), inner.type),
+            inner.type,
+            interval,
+            inner.uses_unit,
+            inner.constant,
+        )
+        if not inner.constant:
+            self._require_range(node, result)
+        return result
+
+    def _arithmetic(self, node: exp.Expression) -> Typed:
+        left, right = self._number(node.left), self._number(node.right)
+        result_type = arithmetic_result(left.type, right.type)
+        integer = result_type.is_integer
+        a, b = left.interval, right.interval
+        interval: Interval | None = None
+        lsql, rsql = self._as_bigint(left), self._as_bigint(right)
+        if isinstance(node, (exp.Div, exp.Mod)):
+            if right.constant and b is not None and b.lo == b.hi:
+                if b.lo == 0:
+                    raise InvalidParameter(
+                        f"division by zero in {node.sql('postgres')} ({self.scope.clause})"
+                    )
+            else:
+                # NULLIF keeps a zero divisor from raising: x / 0 is NULL, like a missing value.
+                rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
+                if integer:
+                    rsql = typed_node(exp.Cast(this=rsql, to=exp.DataType.build("BIGINT")), PgType.INT8)
+        if a is not None and b is not None:
+            if isinstance(node, exp.Add):
+                interval = a + b
+            elif isinstance(node, exp.Sub):
+                interval = a - b
+            elif isinstance(node, exp.Mul):
+                interval = a * b
+            elif isinstance(node, exp.Div):
+                interval = a.divide(b, integer_divisor=right.type.is_integer, truncate=integer)
+            else:
+                interval = a.modulo(b)
+        if isinstance(node, exp.Div):
+            # typed: PostgreSQL's integer division; safe: DuckDB then divides integers exactly (//),
+            # its divisor being the NULLIF-guarded cast built above.
+            sql: exp.Expression = exp.Div(this=lsql, expression=rsql, typed=True, safe=True)
+        else:
+            sql = type(node)(this=lsql, expression=rsql)
+        typed = Typed(
+            typed_node(sql, result_type),
+            result_type,
+            interval,
+            left.uses_unit or right.uses_unit,
+            left.constant and right.constant,
+        )
+        self._require_range(node, typed)
+        return typed
+
+    def _abs(self, node: exp.Expression) -> Typed:
+        inner = self._number(node.this)
+        interval = inner.interval.abs() if inner.interval is not None else None
+        typed = Typed(
+            typed_node(exp.Abs(this=self._as_bigint(inner)), inner.type),
+            inner.type,
+            interval,
+            inner.uses_unit,
+            inner.constant,
+        )
+        self._require_range(node, typed)
+        return typed
+
+    def _sign(self, node: exp.Expression) -> Typed:
+        inner = self._number(node.this)
+        pg_type = inner.type if not inner.type.is_integer else PgType.INT4
+        return Typed(
+            typed_node(exp.Sign(this=inner.sql), pg_type),
+            pg_type,
+            Interval(Decimal(-1), Decimal(1)),
+            inner.uses_unit,
+            inner.constant,
+        )
+
+    def _round(self, node: exp.Expression) -> Typed:
+        inner = self._number(node.this)
+        decimals = node.args.get("decimals")
+        digits = _int_argument(decimals, "the digits of round()") if decimals is not None else 0
+        if not 0 <= digits <= 9:
+            raise NotSupported("round() digits must be between 0 and 9")
+        # round(int) is numeric in PostgreSQL; round(float8) stays float8.
+        pg_type = inner.type if inner.type.is_float else PgType.NUMERIC
+        interval = inner.interval.widen_to_digits(digits) if inner.interval is not None else None
+        args: dict[str, exp.Expression] = {"this": inner.sql}
+        if decimals is not None:
+            args["decimals"] = exp.Literal.number(digits)
+        return Typed(
+            typed_node(exp.Round(**args), pg_type), pg_type, interval, inner.uses_unit, inner.constant
+        )
+
+    def _floor_ceil(self, node: exp.Expression) -> Typed:
+        inner = self._number(node.this)
+        pg_type = inner.type if inner.type.is_float or inner.type is PgType.NUMERIC else PgType.NUMERIC
+        if inner.type.is_integer:
+            pg_type = PgType.NUMERIC
+        interval = inner.interval.widen_to_integers() if inner.interval is not None else None
+        return Typed(
+            typed_node(type(node)(this=inner.sql), pg_type),
+            pg_type,
+            interval,
+            inner.uses_unit,
+            inner.constant,
+        )
+
+    # -- predicates --------------------------------------------------------------------------------
+
+    def _comparable(self, left: Typed, right: Typed, node: exp.Expression) -> None:
+        for one, other in ((left, right), (right, left)):
+            if (
+                one.type is PgType.UNKNOWN
+                and isinstance(one.sql, exp.Literal)
+                and other.type is not PgType.UNKNOWN
+            ):
+                _check_castable_text(one.sql.this, other.type)
+                return
+        if PgType.UNKNOWN in (left.type, right.type):
+            return
+        if _family(left.type) != _family(right.type):
+            raise UndefinedFunction(
+                f"cannot compare {left.type.value} with {right.type.value}: {node.sql('postgres')} "
+                f"({self.scope.clause})",
+                hint="compare values of the same kind, or CAST one side",
+            )
+
+    def _comparison(self, node: exp.Expression) -> Typed:
+        left, right = self.check(node.left), self.check(node.right)
+        self._comparable(left, right, node)
+        return Typed(
+            type(node)(this=left.sql, expression=right.sql),
+            PgType.BOOL,
+            None,
+            left.uses_unit or right.uses_unit,
+            left.constant and right.constant,
+        )
+
+    def _boolean(self, node: exp.Expression) -> Typed:
+        typed = self.check(node)
+        if typed.type not in (PgType.BOOL, PgType.UNKNOWN):
+            raise DatatypeMismatch(
+                f"argument of {self.scope.clause} must be boolean, not {typed.type.value}: "
+                f"{node.sql('postgres')}"
+            )
+        return typed
+
+    def _logical(self, node: exp.Expression) -> Typed:
+        left, right = self._boolean(node.left), self._boolean(node.right)
+        return Typed(
+            type(node)(this=left.sql, expression=right.sql),
+            PgType.BOOL,
+            None,
+            left.uses_unit or right.uses_unit,
+            left.constant and right.constant,
+        )
+
+    def _not(self, node: exp.Expression) -> Typed:
+        inner = self._boolean(node.this)
+        return Typed(exp.Not(this=inner.sql), PgType.BOOL, None, inner.uses_unit, inner.constant)
+
+    def _is(self, node: exp.Expression) -> Typed:
+        inner = self.check(node.this)
+        target = node.expression
+        if not isinstance(target, (exp.Null, exp.Boolean)):
+            raise NotSupported(f"IS {target.sql('postgres')} is not supported; use IS [NOT] NULL/TRUE/FALSE")
+        return Typed(
+            exp.Is(this=inner.sql, expression=target.copy()),
+            PgType.BOOL,
+            None,
+            inner.uses_unit,
+            inner.constant,
+        )
+
+    def _in(self, node: exp.Expression) -> Typed:
+        if node.args.get("query") is not None or node.args.get("unnest") is not None:
+            raise self._unsupported(exp.Subquery())
+        inner = self.check(node.this)
+        items = [self.check(e) for e in node.expressions]
+        for item in items:
+            self._comparable(inner, item, node)
+        sql = exp.In(this=inner.sql, expressions=[i.sql for i in items])
+        return Typed(
+            sql,
+            PgType.BOOL,
+            None,
+            inner.uses_unit or any(i.uses_unit for i in items),
+            inner.constant and all(i.constant for i in items),
+        )
+
+    def _between(self, node: exp.Expression) -> Typed:
+        inner, low, high = self.check(node.this), self.check(node.args["low"]), self.check(node.args["high"])
+        self._comparable(inner, low, node)
+        self._comparable(inner, high, node)
+        sql = exp.Between(this=inner.sql, low=low.sql, high=high.sql, symmetric=node.args.get("symmetric"))
+        return Typed(sql, PgType.BOOL, None, inner.uses_unit or low.uses_unit or high.uses_unit)
+
+    def _like(self, node: exp.Expression, escape: exp.Expression | None = None) -> Typed:
+        inner = self.check(node.this)
+        if not (inner.type.is_text):
+            raise UndefinedFunction(
+                f"LIKE needs text, but {node.this.sql('postgres')} is {inner.type.value} "
+                f"({self.scope.clause})",
+                hint="CAST the value to text first",
+            )
+        pattern = node.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise NotSupported(
+                f"the pattern of {type(node).__name__.upper()} must be a string constant "
+                f"({self.scope.clause})"
+            )
+        escape_char = "\\"
+        if escape is not None:
+            escape_char = _string_argument(escape, "the ESCAPE of LIKE")
+            if len(escape_char) != 1:
+                raise InvalidText("the ESCAPE of LIKE must be one character")
+        text = pattern.this
+        trailing = len(text) - len(text.rstrip(escape_char))
+        if trailing % 2 == 1:
+            raise InvalidText(
+                f"LIKE pattern {text!r} must not end with the escape character",
+                hint="escape it twice to match it literally",
+            )
+        sql = type(node)(this=inner.sql, expression=pattern.copy())
+        if escape is not None:
+            sql = exp.Escape(this=sql, expression=exp.Literal.string(escape_char))
+        return Typed(sql, PgType.BOOL, None, inner.uses_unit)
+
+    def _escape(self, node: exp.Expression) -> Typed:
+        like = node.this
+        if not isinstance(like, (exp.Like, exp.ILike)):
+            raise self._unsupported(node)
+        return self._like(like, node.expression)
+
+    # -- conditional -------------------------------------------------------------------------------
+
+    def _merge_types(self, parts: list[Typed], node: exp.Expression) -> PgType:
+        known = [p.type for p in parts if p.type is not PgType.UNKNOWN]
+        if not known:
+            return PgType.TEXT
+        families = {_family(t) for t in known}
+        if len(families) > 1:
+            raise DatatypeMismatch(
+                f"{node.sql('postgres')} mixes {' and '.join(sorted(families))} values ({self.scope.clause})"
+            )
+        result = known[0]
+        for t in known[1:]:
+            if result.is_number:
+                result = arithmetic_result(result, t)
+            elif result != t:
+                result = PgType.TEXT if result.is_text else PgType.TIMESTAMP
+        for p in parts:
+            if p.type is PgType.UNKNOWN and isinstance(p.sql, exp.Literal):
+                _check_castable_text(p.sql.this, result)
+        return result
+
+    def _case(self, node: exp.Expression) -> Typed:
+        operand = node.args.get("this")
+        operand_typed = self.check(operand) if operand is not None else None
+        conditions: list[Typed] = []
+        values: list[Typed] = []
+        for branch in node.args.get("ifs") or []:
+            cond = self.check(branch.this) if operand_typed is not None else self._boolean(branch.this)
+            if operand_typed is not None:
+                self._comparable(operand_typed, cond, node)
+            conditions.append(cond)
+            values.append(self.check(branch.args["true"]))
+        default = node.args.get("default")
+        default_typed = self.check(default) if default is not None else None
+        all_values = values + ([default_typed] if default_typed is not None else [])
+        pg_type = self._merge_types(all_values, node)
+        number_values = [v for v in all_values if not isinstance(v.sql, exp.Null)]
+        interval = hull([v.interval for v in number_values]) if pg_type.is_number and number_values else None
+        case = exp.Case(this=operand_typed.sql if operand_typed is not None else None)
+        for cond, value in zip(conditions, values, strict=True):
+            case = case.when(cond.sql, value.sql)
+        if default_typed is not None:
+            case = case.else_(default_typed.sql)
+        parts = [*conditions, *all_values] + ([operand_typed] if operand_typed else [])
+        return Typed(typed_node(case, pg_type), pg_type, interval, any(p.uses_unit for p in parts))
+
+    def _variadic_same_type(self, node: exp.Expression) -> Typed:
+        args = [node.this, *node.expressions]
+        parts = [self.check(a) for a in args]
+        pg_type = self._merge_types(parts, node)
+        non_null = [p for p in parts if not isinstance(p.sql, exp.Null)]
+        interval = hull([p.interval for p in non_null]) if pg_type.is_number and non_null else None
+        if isinstance(node, (exp.Greatest, exp.Least)) and interval is not None:
+            # GREATEST/LEAST pick one of their arguments: the hull holds, and is tight enough.
+            pass
+        sql = type(node)(this=parts[0].sql, expressions=[p.sql for p in parts[1:]])
+        return Typed(
+            typed_node(sql, pg_type),
+            pg_type,
+            interval,
+            any(p.uses_unit for p in parts),
+            all(p.constant for p in parts),
+        )
+
+    def _nullif(self, node: exp.Expression) -> Typed:
+        first, second = self.check(node.this), self.check(node.expression)
+        self._comparable(first, second, node)
+        return Typed(
+            typed_node(exp.Nullif(this=first.sql, expression=second.sql), first.type),
+            first.type,
+            first.interval,
+            first.uses_unit or second.uses_unit,
+        )
+
+    # -- casts -------------------------------------------------------------------------------------
+
+    def _cast(self, node: exp.Expression) -> Typed:
+        inner = self.check(node.this)
+        to: exp.DataType = node.args["to"]
+        target = from_sqlglot(to)
+        if target is PgType.UNKNOWN:
+            raise NotSupported(
+                f"CAST to {to.sql('postgres')} is not supported ({self.scope.clause})",
+                hint="cast to integer, bigint, numeric, double precision, text, boolean, date or timestamp",
+            )
+        if inner.type is PgType.UNKNOWN or (inner.type.is_text and inner.constant):
+            if isinstance(inner.sql, exp.Literal):
+                _check_castable_text(inner.sql.this, target)
+            return Typed(
+                typed_node(exp.Cast(this=inner.sql, to=to.copy()), target),
+                target,
+                constant=True,
+                interval=self._constant_interval(inner.sql, target),
+            )
+        if inner.type.is_text and not target.is_text:
+            raise NotSupported(
+                f"CAST of text column values to {target.value} is not supported ({self.scope.clause}): "
+                "it fails on values that do not parse",
+                hint="compare the text directly, or ask the data owner to expose a typed column",
+            )
+        interval = inner.interval
+        if target.is_number and inner.type.is_number:
+            if target.is_integer:
+                interval = interval.widen_to_integers() if interval is not None else None
+                lo, hi = INTEGER_RANGE[target]
+                if interval is None or not interval.within(lo, hi):
+                    raise NotSupported(
+                        f"CAST({node.this.sql('postgres')} AS {target.value}) could overflow "
+                        f"({self.scope.clause})",
+                        hint="declare bounds for the column in the policy, or cast to numeric",
+                    )
+            elif target is PgType.NUMERIC:
+                self._check_numeric_precision(to, interval, node)
+        elif target.is_number and inner.type is PgType.BOOL:
+            if not target.is_integer:
+                raise NotSupported(f"CAST of boolean to {target.value} is not supported; cast to integer")
+            interval = Interval(Decimal(0), Decimal(1))
+        elif target is PgType.BOOL and not (inner.type.is_integer or inner.type is PgType.BOOL):
+            raise NotSupported(
+                f"CAST of {inner.type.value} to boolean is not supported ({self.scope.clause})"
+            )
+        elif (target.is_temporal and not inner.type.is_temporal) or (
+            target.is_number and not inner.type.is_number
+        ):
+            raise NotSupported(f"CAST of {inner.type.value} to {target.value} is not supported")
+        return Typed(
+            typed_node(exp.Cast(this=inner.sql, to=to.copy()), target),
+            target,
+            interval if target.is_number else None,
+            inner.uses_unit,
+            inner.constant,
+        )
+
+    @staticmethod
+    def _constant_interval(sql: exp.Expression, target: PgType) -> Interval | None:
+        if target.is_number and isinstance(sql, exp.Literal):
+            return Interval.point(Decimal(sql.this.strip()))
+        return None
+
+    def _check_numeric_precision(
+        self, to: exp.DataType, interval: Interval | None, node: exp.Expression
+    ) -> None:
+        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
+        if not params:
+            return
+        precision = int(params[0].name)
+        scale = int(params[1].name) if len(params) > 1 else 0
+        limit = Decimal(10) ** (precision - scale)
+        if interval is None or not interval.within(-limit + 1, limit - 1):
+            raise NotSupported(
+                f"CAST({node.this.sql('postgres')} AS {to.sql('postgres')}) could overflow "
+                f"({self.scope.clause})",
+                hint="use a larger precision, or numeric without precision",
+            )
+
+    # -- text --------------------------------------------------------------------------------------
+
+    def _text(self, node: exp.Expression | None, what: str) -> Typed:
+        assert node is not None
+        typed = self.check(node)
+        if not typed.type.is_text:
+            raise UndefinedFunction(
+                f"{what} needs text, but {node.sql('postgres')} is {typed.type.value} ({self.scope.clause})",
+                hint="CAST the value to text first",
+            )
+        return typed
+
+    def _text_to_text(self, node: exp.Expression) -> Typed:
+        if node.args.get("expression") is not None:
+            raise NotSupported(f"{node.sql_name().lower()}() takes one argument here")
+        inner = self._text(node.this, f"{node.sql_name().lower()}()")
+        return Typed(type(node)(this=inner.sql), PgType.TEXT, None, inner.uses_unit, inner.constant)
+
+    def _length(self, node: exp.Expression) -> Typed:
+        inner = self._text(node.this, "length()")
+        return Typed(
+            typed_node(exp.Length(this=inner.sql), PgType.INT4),
+            PgType.INT4,
+            Interval(Decimal(0), Decimal(INTEGER_RANGE[PgType.INT4][1])),
+            inner.uses_unit,
+            inner.constant,
+        )
+
+    def _substring(self, node: exp.Expression) -> Typed:
+        inner = self._text(node.this, "substring()")
+        start = _int_argument(node.args.get("start"), "the start of substring()")
+        args: dict[str, exp.Expression] = {"this": inner.sql, "start": exp.Literal.number(start)}
+        if node.args.get("length") is not None:
+            length = _int_argument(node.args.get("length"), "the length of substring()")
+            if length < 0:
+                raise InvalidParameter("the length of substring() must not be negative")
+            args["length"] = exp.Literal.number(length)
+        return Typed(exp.Substring(**args), PgType.TEXT, None, inner.uses_unit, inner.constant)
+
+    def _trim(self, node: exp.Expression) -> Typed:
+        inner = self._text(node.this, "trim()")
+        args: dict[str, object] = {"this": inner.sql}
+        if node.args.get("expression") is not None:
+            args["expression"] = exp.Literal.string(
+                _string_argument(node.expression, "the characters of trim()")
+            )
+        if node.args.get("position"):
+            args["position"] = node.args["position"]
+        return Typed(exp.Trim(**args), PgType.TEXT, None, inner.uses_unit, inner.constant)
+
+    def _left_right(self, node: exp.Expression) -> Typed:
+        inner = self._text(node.this, f"{node.sql_name().lower()}()")
+        count = _int_argument(node.expression, f"the length of {node.sql_name().lower()}()")
+        sql = type(node)(this=inner.sql, expression=number_literal(count))
+        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant)
+
+    def _concat(self, node: exp.Expression) -> Typed:
+        args = node.expressions if isinstance(node, exp.Concat) else [node.this, node.expression]
+        parts = [self.check(a) for a in args]
+        for part, arg in zip(parts, args, strict=True):
+            if not (
+                part.type.is_text or part.type.is_number or part.type.is_temporal or part.type is PgType.BOOL
+            ):
+                raise UndefinedFunction(f"cannot concatenate {arg.sql('postgres')}")
+        casted = [
+            p.sql if p.type.is_text else exp.Cast(this=p.sql, to=exp.DataType.build("TEXT")) for p in parts
+        ]
+        if isinstance(node, exp.Concat):
+            sql: exp.Expression = exp.Concat(expressions=casted, safe=True, coalesce=True)
+        else:
+            sql = exp.DPipe(this=casted[0], expression=casted[1], safe=True)
+        return Typed(sql, PgType.TEXT, None, any(p.uses_unit for p in parts), all(p.constant for p in parts))
+
+    def _replace(self, node: exp.Expression) -> Typed:
+        inner = self._text(node.this, "replace()")
+        find = _string_argument(node.expression, "the search text of replace()")
+        replacement = _string_argument(node.args.get("replacement"), "the replacement of replace()")
+        sql = exp.Replace(
+            this=inner.sql, expression=exp.Literal.string(find), replacement=exp.Literal.string(replacement)
+        )
+        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant)
+
+    def _strpos(self, node: exp.Expression) -> Typed:
+        inner = self._text(node.this, "strpos()")
+        needle = _string_argument(node.args.get("substr"), "the search text of strpos()")
+        if node.args.get("position") is not None:
+            raise NotSupported("strpos() takes two arguments")
+        sql = exp.StrPosition(this=inner.sql, substr=exp.Literal.string(needle))
+        return Typed(
+            typed_node(sql, PgType.INT4),
+            PgType.INT4,
+            Interval(Decimal(0), Decimal(INTEGER_RANGE[PgType.INT4][1])),
+            inner.uses_unit,
+            inner.constant,
+        )
+
+    # -- dates -------------------------------------------------------------------------------------
+
+    def _temporal(self, node: exp.Expression | None, what: str) -> Typed:
+        assert node is not None
+        typed = self.check(node)
+        if not typed.type.is_temporal:
+            raise UndefinedFunction(
+                f"{what} needs a date or timestamp, but {node.sql('postgres')} is {typed.type.value}"
+            )
+        return typed
+
+    def _date_trunc(self, node: exp.Expression) -> Typed:
+        unit = _string_argument(node.args.get("unit"), "the unit of date_trunc()").lower()
+        if unit not in DATE_TRUNC_UNITS:
+            raise InvalidParameter(
+                f"date_trunc unit {unit!r} is not recognised",
+                hint=f"use one of {', '.join(DATE_TRUNC_UNITS)}",
+            )
+        inner = self._temporal(node.this, "date_trunc()")
+        # PostgreSQL truncates a date as a timestamptz and DuckDB returns a date: truncating an
+        # explicit timestamp and naming the result type keeps both engines in agreement.
+        source = inner.sql
+        result = PgType.TIMESTAMPTZ if inner.type is PgType.TIMESTAMPTZ else PgType.TIMESTAMP
+        if inner.type is PgType.DATE:
+            source = exp.Cast(this=source, to=exp.DataType.build("TIMESTAMP"))
+        trunc = exp.TimestampTrunc(this=source, unit=exp.Var(this=unit.upper()))
+        sql = exp.Cast(this=trunc, to=exp.DataType.build(SQLGLOT_SCHEMA_TYPE[result]))
+        return Typed(typed_node(sql, result), result, None, inner.uses_unit, inner.constant)
+
+    def _extract(self, node: exp.Expression) -> Typed:
+        field = _string_argument(node.this, "the field of extract()").lower()
+        if field not in EXTRACT_FIELDS:
+            raise InvalidParameter(
+                f"extract field {field!r} is not supported", hint=f"use one of {', '.join(EXTRACT_FIELDS)}"
+            )
+        inner = self._temporal(node.expression, "extract()")
+        extract = exp.Extract(this=exp.Var(this=field.upper()), expression=inner.sql)
+        # PostgreSQL's extract() is numeric; these fields are whole numbers on every engine.
+        sql = exp.Cast(this=extract, to=exp.DataType.build("BIGINT"))
+        return Typed(
+            typed_node(sql, PgType.INT8),
+            PgType.NUMERIC,
+            Interval(Decimal(-300000), Decimal(300000)),
+            inner.uses_unit,
+            inner.constant,
+        )
+
+
+def row_expression(node: exp.Expression, scope: RowScope) -> Typed:
+    return RowExpressionChecker(scope).check(node)
