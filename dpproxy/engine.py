@@ -229,10 +229,11 @@ class Engine:
         return analyze(bind_parameters(parse_statement(sql), params), self.policy, self._public_columns)
 
     def query_epsilon(self, epsilon: float | None, analyst: AnalystPolicy | None = None) -> float:
-        """The per-query ε: the policy default, or a requested value within the policy's limits."""
-        if epsilon is None:
-            return self.policy.defaults.epsilon
+        """The per-query ε: the policy default (capped by the analyst's own per-query limit), or a
+        requested value within the policy's limits."""
         low, high = self.policy.epsilon_limits(analyst)
+        if epsilon is None:
+            return min(self.policy.defaults.epsilon, high)
         if not low <= epsilon <= high:
             raise InvalidParameter(
                 f"per-query epsilon {epsilon:g} is outside the range the policy allows ({low:g} to {high:g})",

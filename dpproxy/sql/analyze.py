@@ -338,6 +338,11 @@ def _public_query(
         columns: Sequence[tuple[str, PgType]] = [
             (c.name, from_column_type(c.type)) for c in table.columns
         ] or public_columns.get(table.name, ())
+        if not columns:
+            raise UndefinedColumn(
+                f'the columns of public table "{table.name}" are not known',
+                hint="list them in the policy, or give a backend so dpproxy can read them",
+            )
         schema[table.name] = {name: SQLGLOT_SCHEMA_TYPE.get(t, "TEXT") for name, t in columns}
         table_node.set("db", exp.to_identifier(table.schema) if table.schema else None)
         if table.schema:

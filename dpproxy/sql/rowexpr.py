@@ -387,6 +387,11 @@ class RowExpressionChecker:
             _check_castable_text(typed.sql.this, PgType.NUMERIC)
             value = Decimal(typed.sql.this.strip())
             return Typed(number_literal(value), PgType.NUMERIC, Interval.point(value), constant=True)
+        if typed.type.is_temporal:
+            raise NotSupported(
+                f"date and interval arithmetic is not supported in private queries ({self.scope.clause})",
+                hint="compare dates with constants, or use date_trunc/extract",
+            )
         if not typed.type.is_number:
             raise DatatypeMismatch(
                 f"{node.sql('postgres')} is {typed.type.value}, not a number ({self.scope.clause})"

@@ -1,0 +1,131 @@
+"""Every class of rejected SQL: the SQLSTATE of DESIGN §7 and a message that names the fault and
+what is allowed instead. Rejections depend on the query text and the policy only, so these run
+without any database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dpproxy.engine import Engine
+from dpproxy.errors import DPProxyError
+from dpproxy.policy import load_policy
+
+POLICY = Path(__file__).parent.parent / "policies" / "demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(load_policy(POLICY), None)
+
+
+REJECTIONS = [
+    # raw rows
+    ("SELECT * FROM patients", "42501", ["SELECT * would return raw rows", "patients"]),
+    ("SELECT age, income FROM patients", "42501", ["raw rows", "patients", "COUNT(*)"]),
+    ("SELECT age FROM patients WHERE zip = '10001'", "42501", ["raw rows"]),
+    ("SELECT age, COUNT(*) FROM patients", "42803", ['column "age" must appear in the GROUP BY']),
+    ("SELECT COUNT(*), patient_id FROM patients GROUP BY zip", "42501", ["privacy unit", "patient_id"]),
+    # the privacy unit
+    ("SELECT patient_id, COUNT(*) FROM patients GROUP BY patient_id", "42501",
+     ["GROUP BY the privacy unit", "patient_id", "one group per person"]),
+    ("SELECT SUM(patient_id) FROM patients", "42501", ["privacy unit", "patient_id"]),
+    # unexposed tables and columns
+    ("SELECT COUNT(*) FROM salaries", "42501", ['table "salaries" is not exposed', "patients, visits, zip_info"]),
+    ("SELECT COUNT(*) FROM other.patients", "42501", ["not exposed"]),
+    ("SELECT COUNT(ssn) FROM patients", "42501", ['column "ssn" of table "patients" is not exposed', "age"]),
+    ("SELECT COUNT(*) FROM patients WHERE secret > 3", "42501", ['column "secret"', "not exposed"]),
+    ("SELECT COUNT(*) FROM patients p WHERE q.age > 3", "42P01", ['missing FROM-clause entry for table "q"']),
+    # unbounded or unsummable columns
+    ("SELECT SUM(visit_id) FROM visits", "42501", ['"visit_id"', "summable: false"]),
+    ("SELECT AVG(zip) FROM patients", "42883", ["avg(character varying)", "needs a number"]),
+    # window functions, subqueries, set operations, joins, CTEs
+    ("SELECT COUNT(*) OVER () FROM patients", "0A000", ["window functions are not supported"]),
+    ("SELECT SUM(age) OVER (PARTITION BY zip) FROM patients", "0A000", ["window functions"]),
+    ("SELECT COUNT(*) FROM patients WHERE age > (SELECT 30)", "0A000", ["subqueries are not supported"]),
+    ("SELECT COUNT(*) FROM patients WHERE zip IN (SELECT zip FROM zip_info)", "0A000", ["subqueries"]),
+    ("SELECT COUNT(*) FROM (SELECT * FROM patients) s", "0A000", ["subqueries"]),
+    ("SELECT COUNT(*) FROM patients WHERE EXISTS (SELECT 1)", "0A000", ["subqueries"]),
+    ("SELECT COUNT(*) FROM patients UNION SELECT COUNT(*) FROM visits", "0A000",
+     ["set operations (UNION, INTERSECT, EXCEPT) are not supported"]),
+    ("SELECT COUNT(*) FROM patients EXCEPT SELECT 1", "0A000", ["set operations"]),
+    ("SELECT COUNT(*) FROM patients p JOIN visits v ON p.patient_id = v.patient_id", "0A000",
+     ["JOINs with protected tables are not supported yet"]),
+    ("WITH x AS (SELECT * FROM patients) SELECT COUNT(*) FROM x", "0A000", ["WITH"]),
+    # functions and aggregates outside the allow-lists
+    ("SELECT MAX(age) FROM patients", "0A000", ["aggregate MAX is not supported yet", "SUM(expr), AVG(expr)"]),
+    ("SELECT STDDEV(age) FROM patients", "0A000", ["is not supported yet"]),
+    ("SELECT COUNT(DISTINCT zip) FROM patients", "0A000", ["COUNT(DISTINCT zip)", "COUNT(DISTINCT patient_id)"]),
+    ("SELECT COUNT(*) FILTER (WHERE age > 3) FROM patients", "0A000", ["FILTER", "CASE WHEN"]),
+    ("SELECT COUNT(*) FROM patients WHERE md5(zip) = 'x'", "0A000", ["function md5() is not supported",
+                                                                     "allowed functions"]),
+    ("SELECT COUNT(*) FROM patients WHERE random() > 0.5", "0A000", ["is not supported"]),
+    ("SELECT COUNT(*) FROM patients WHERE pg_sleep(1) IS NULL", "0A000", ["pg_sleep"]),
+    ("SELECT COUNT(*) FROM patients WHERE zip ~ '^1'", "0A000", ["regular expressions", "LIKE"]),
+    ("SELECT COUNT(*) FROM patients WHERE enrolled > now()", "0A000", ["is not supported"]),
+    ("SELECT COUNT(*) FROM visits WHERE visit_date > DATE '2024-01-01' - INTERVAL '1 day'", "0A000",
+     ["interval"]),
+    # data-dependent failures refused before anything runs
+    ("SELECT COUNT(*) FROM patients WHERE CAST(zip AS INTEGER) > 5", "0A000",
+     ["CAST of text column values to integer", "fails on values that do not parse"]),
+    ("SELECT COUNT(*) FROM visits WHERE visit_id * visit_id > 5", "0A000", ["could overflow"]),
+    ("SELECT COUNT(*) FROM patients WHERE zip LIKE zip", "0A000", ["must be a string constant"]),
+    ("SELECT COUNT(*) FROM patients WHERE zip LIKE 'abc\\'", "22P02", ["must not end with the escape character"]),
+    ("SELECT COUNT(*) FROM patients WHERE age = 'old'", "22P02", ["invalid input syntax for type integer"]),
+    ("SELECT COUNT(*) FROM patients WHERE age / 0 > 1", "22023", ["division by zero"]),
+    ("SELECT SUM(income / age) FROM patients WHERE income / (age - 0.5) > 1", "0A000", ["cannot bound"]),
+    # writes and other statements
+    ("DELETE FROM patients", "42501", ["SELECT queries only"]),
+    ("INSERT INTO patients VALUES (1)", "42501", ["SELECT queries only"]),
+    ("DROP TABLE patients", "42501", ["SELECT queries only"]),
+    ("SELECT DISTINCT zip FROM patients", "0A000", ["SELECT DISTINCT", "GROUP BY"]),
+    # public tables whose columns only the backend knows
+    ("SELECT zip FROM zip_info", "42703", ['columns of public table "zip_info" are not known', "backend"]),
+    ("SELECT COUNT(*) FROM patients GROUP BY ROLLUP (sex)", "0A000", ["ROLLUP"]),
+    # syntax and parameters
+    ("SELEC COUNT(*) FROM patients", "42601", ["syntax error"]),
+    ("SELECT COUNT(*) FROM patients; SELECT 1", "42601", ["one statement"]),
+    ("SELECT COUNT(*) FROM patients WHERE age > $2", "22023", ["there is no parameter $2"]),
+    ("SELECT COUNT(*) FROM patients LIMIT -1", "22023", ["LIMIT must be a non-negative integer"]),
+    ("SELECT COUNT(*) FROM patients WHERE age", "42804", ["must be boolean"]),
+    ("SELECT COUNT(*) FROM patients WHERE zip > 5", "42883", ["cannot compare"]),
+]
+
+
+@pytest.mark.parametrize(("sql", "sqlstate", "fragments"), REJECTIONS)
+def test_rejection(engine: Engine, sql: str, sqlstate: str, fragments: list[str]) -> None:
+    with pytest.raises(DPProxyError) as caught:
+        engine.analyze(sql, [1])
+    error = caught.value
+    text = str(error)
+    assert error.sqlstate == sqlstate, text
+    for fragment in fragments:
+        assert fragment in text, (fragment, text)
+
+
+def test_rejections_never_depend_on_data_because_no_backend_is_needed(engine: Engine) -> None:
+    # The engine above has no backend at all: every rejection was decided from text and policy.
+    assert engine.backend is None
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM patients",
+        "SELECT COUNT(*), SUM(income), AVG(age) FROM public.patients p WHERE p.age BETWEEN 18 AND 65",
+        "SELECT sex, COUNT(DISTINCT patient_id) FROM patients GROUP BY sex",
+        "SELECT SUM(CASE WHEN diagnosis = 'flu' THEN 1 ELSE 0 END) FROM patients",
+        "SELECT AVG(income / 12) FROM patients WHERE NOT smoker AND zip LIKE '1%' AND zip ILIKE '%0'",
+        "SELECT diagnosis d, ROUND(AVG(income), 2) FROM patients WHERE age IN (30, 40) OR age IS NULL GROUP BY d",
+        "SELECT department, COUNT(*) * 2 + 1, SUM(cost) / COUNT(*) FROM visits GROUP BY 1 HAVING COUNT(*) > 10 "
+        "ORDER BY 2 DESC LIMIT 3 OFFSET 1",
+        "SELECT date_trunc('month', visit_date), COUNT(*) FROM visits GROUP BY 1",
+        "SELECT extract(year FROM visit_date) y, CAST(SUM(duration_minutes) AS double precision) FROM visits GROUP BY y",
+        "SELECT lower(zip), COUNT(*) FROM patients WHERE length(zip) = 5 GROUP BY lower(zip)",
+        "SELECT COUNT(*) FROM patients WHERE age > $1",
+        "SELECT 1 + 1 AS two",
+    ],
+)
+def test_accepted(engine: Engine, sql: str) -> None:
+    engine.analyze(sql, [30])
