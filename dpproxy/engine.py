@@ -16,19 +16,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpproxy.backends import Backend, BackendError, BackendUnreachable, LiveColumn, open_backend
+from dpproxy.backends import (
+    Backend,
+    BackendError,
+    BackendUnreachable,
+    Cancellation,
+    LiveColumn,
+    QueryCancelled,
+    open_backend,
+)
 from dpproxy.budget import Ledger, open_ledger
 from dpproxy.errors import (
     BackendUnavailable,
     InvalidParameter,
     PolicyError,
     PrivateQueryFailed,
+    QueryCanceled,
     UnknownAnalyst,
 )
 from dpproxy.mechanisms import Cost, QueryNoise, plan_query_noise
 from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
 from dpproxy.release import Measurement, choose_groups, finish_rows, measure, release_aggregates
-from dpproxy.sql.analyze import analyze, bind_parameters, parse_statement
+from dpproxy.sql.analyze import (
+    analyze,
+    bind_parameters,
+    infer_parameter_types,
+    parse_statement,
+    placeholder_value,
+)
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.types import PgType, from_column_type
@@ -90,6 +105,15 @@ def _fmt(value: float | None) -> str:
     if abs(value) >= 1e6 or abs(value) < 1e-3:
         return f"{value:.3g}"
     return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+@dataclass(frozen=True)
+class Description:
+    """What a statement takes and returns, known before it runs (extended protocol's Describe)."""
+
+    parameter_types: tuple[PgType, ...]
+    columns: tuple[ResultColumn, ...]
+    private: bool
 
 
 @dataclass(frozen=True)
@@ -228,6 +252,21 @@ class Engine:
     def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery:
         return analyze(bind_parameters(parse_statement(sql), params), self.policy, self._public_columns)
 
+    def describe(self, sql: str, parameter_types: Sequence[PgType | None] = ()) -> Description:
+        """Parameter and result types of a statement, without data or budget.
+
+        Parameters the client did not type are inferred from their context; the statement is then
+        analyzed with placeholder values of those types, which gives the result columns.
+        """
+        tree = parse_statement(sql)
+        types = infer_parameter_types(tree, self.policy, parameter_types)
+        query = analyze(
+            bind_parameters(tree, [placeholder_value(t) for t in types]), self.policy, self._public_columns
+        )
+        outputs = query.outputs if isinstance(query, PublicQuery) else query.finish.outputs
+        columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
+        return Description(types, columns, isinstance(query, PrivateQuery))
+
     def query_epsilon(self, epsilon: float | None, analyst: AnalystPolicy | None = None) -> float:
         """The per-query ε: the policy default (capped by the analyst's own per-query limit), or a
         requested value within the policy's limits."""
@@ -336,28 +375,40 @@ class Engine:
         return BudgetStatus(analyst, spent, Cost(policy.epsilon, policy.delta))
 
     def execute(
-        self, sql: str, params: Sequence[object] = (), *, analyst: str, epsilon: float | None = None
+        self,
+        sql: str,
+        params: Sequence[object] = (),
+        *,
+        analyst: str,
+        epsilon: float | None = None,
+        cancel: Cancellation | None = None,
     ) -> Result:
-        """Answer one statement for an analyst: noisy rows, what it cost, and the budget left."""
+        """Answer one statement for an analyst: noisy rows, what it cost, and the budget left.
+
+        `cancel` lets another thread interrupt the backend query (57014); a private query that had
+        started reading data stays charged.
+        """
         who = self.analyst(analyst)
         query = self.analyze(sql, params)
         if isinstance(query, ConstantQuery):
             columns = tuple(ResultColumn(o.name, o.type) for o in query.finish.outputs)
             return Result(columns, finish_rows(query.finish, [], [], [()], [[]]))
         if isinstance(query, PublicQuery):
-            return self._run_public(query)
+            return self._run_public(query, cancel)
         plan = self.plan_private(query, self.query_epsilon(epsilon, who))
-        return self.run(plan, analyst=who)
+        return self.run(plan, analyst=who, cancel=cancel)
 
     def _backend(self) -> Backend:
         if self.backend is None:
             raise BackendUnavailable("no backing database is configured", hint="pass --backend")
         return self.backend
 
-    def _run_public(self, query: PublicQuery) -> Result:
+    def _run_public(self, query: PublicQuery, cancel: Cancellation | None = None) -> Result:
         backend = self._backend()
         try:
-            rows = backend.run(query.sql.sql(backend.dialect))
+            rows = backend.run(query.sql.sql(backend.dialect), cancel=cancel)
+        except QueryCancelled:
+            raise QueryCanceled("canceling statement due to user request") from None
         except BackendUnreachable:
             raise BackendUnavailable("cannot reach the backing database") from None
         except BackendError:
@@ -365,7 +416,7 @@ class Engine:
         columns = tuple(ResultColumn(o.name, o.type) for o in query.outputs)
         return Result(columns, rows)
 
-    def run(self, plan: Plan, *, analyst: AnalystPolicy) -> Result:
+    def run(self, plan: Plan, *, analyst: AnalystPolicy, cancel: Cancellation | None = None) -> Result:
         """Reserve the plan's cost, run it, noise it, commit the cost."""
         backend = self._backend()
         limit = Cost(analyst.epsilon, analyst.delta)
@@ -373,11 +424,17 @@ class Engine:
         if self.ledger is not None:
             reservation = self.ledger.reserve(analyst.name, plan.cost, limit, statement=plan.query.text)
         try:
-            rows = backend.run(plan.rewrite.query().sql(backend.dialect))
+            rows = backend.run(plan.rewrite.query().sql(backend.dialect), cancel=cancel)
         except BackendUnreachable:
             if reservation is not None:
                 self.ledger.release(reservation)  # type: ignore[union-attr]
             raise BackendUnavailable("cannot reach the backing database; nothing was charged") from None
+        except QueryCancelled as cancelled:
+            if reservation is not None:
+                finish = self.ledger.commit if cancelled.started else self.ledger.release  # type: ignore[union-attr]
+                finish(reservation)
+            charged = "its privacy cost has been charged" if cancelled.started else "nothing was charged"
+            raise QueryCanceled(f"canceling statement due to user request; {charged}") from None
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]

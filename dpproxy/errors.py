@@ -95,6 +95,12 @@ class PolicyError(DPProxyError):
         super().__init__(f"{source}: {len(self.problems)} problem(s):\n{lines}")
 
 
+class QueryCanceled(DPProxyError):
+    """The client cancelled the query (CancelRequest), or the server is shutting down."""
+
+    sqlstate = "57014"  # query_canceled
+
+
 class BackendUnavailable(DPProxyError):
     """The backing database could not be reached. No query ran, nothing was charged."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,10 +18,17 @@ import duckdb
 import psycopg
 import pytest
 
-from dpproxy.backends import open_backend
+from dpproxy.backends import Cancellation, QueryCancelled, open_backend
 from dpproxy.budget import SQLiteLedger
 from dpproxy.engine import Engine
-from dpproxy.errors import BudgetExhausted, DPProxyError, InvalidParameter, PrivateQueryFailed, UnknownAnalyst
+from dpproxy.errors import (
+    BudgetExhausted,
+    DPProxyError,
+    InvalidParameter,
+    PrivateQueryFailed,
+    QueryCanceled,
+    UnknownAnalyst,
+)
 from dpproxy.policy import load_policy, parse_policy
 from dpproxy.sql.types import PgType
 
@@ -274,3 +282,56 @@ def test_parameters_are_bound_before_planning(engine: Engine) -> None:
         "SELECT COUNT(*) FROM patients WHERE age > $1 AND sex = $2", [200, "F"], analyst="alice"
     )
     assert result.rows[0][0] < 100  # nobody is older than 200 (ages are clipped to ≤ 120)
+
+
+def test_a_cancelled_query_never_runs_and_costs_nothing(engine: Engine) -> None:
+    cancel = Cancellation()
+    cancel.cancel()
+    with pytest.raises(QueryCanceled) as caught:
+        engine.execute("SELECT COUNT(*) FROM patients", analyst="alice", cancel=cancel)
+    assert caught.value.sqlstate == "57014" and "nothing was charged" in caught.value.message
+    assert engine.budget("alice").spent.epsilon == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "slow_sql"),
+    [
+        ("duckdb", "SELECT COUNT(*) FROM range(100000000000) t(i) WHERE i % 7 = 3"),
+        ("postgres", "SELECT pg_sleep(30)"),
+    ],
+)
+def test_backend_query_is_interrupted_from_another_thread(kind: str, slow_sql: str, request) -> None:
+    if kind == "duckdb":
+        backend = open_backend(str(request.getfixturevalue("demo_duckdb")))
+    else:
+        backend = open_backend(request.getfixturevalue("demo_pg_dsn"))
+    cancel = Cancellation()
+    timer = threading.Timer(0.5, cancel.cancel)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(QueryCancelled) as caught:
+        backend.run(slow_sql, cancel=cancel)
+    assert caught.value.started
+    assert time.monotonic() - started < 10
+    # The connection is clean afterwards: the next query runs normally.
+    assert backend.run("SELECT 1") == [(1,)]
+    backend.close()
+
+
+def test_describe_infers_parameter_and_result_types_without_running(tmp_path: Path) -> None:
+    engine = Engine(load_policy(POLICY), None)
+    description = engine.describe(
+        "SELECT sex, COUNT(*), AVG(income) FROM patients WHERE age > $1 AND zip LIKE $2 "
+        "AND enrolled < $3 GROUP BY sex LIMIT $4"
+    )
+    assert description.parameter_types == (PgType.INT4, PgType.TEXT, PgType.DATE, PgType.INT8)
+    assert [(c.name, c.type) for c in description.columns] == [
+        ("sex", PgType.VARCHAR),
+        ("count", PgType.INT8),
+        ("avg", PgType.NUMERIC),
+    ]
+    assert description.private
+    # Types a client sends are kept.
+    assert engine.describe("SELECT COUNT(*) FROM patients WHERE age > $1", [PgType.INT8]).parameter_types == (
+        PgType.INT8,
+    )

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +47,45 @@ class BackendUnreachable(BackendError):
     """No connection to the backing database could be had, so nothing ran."""
 
 
+class QueryCancelled(BackendError):
+    """The query was cancelled through its Cancellation. `started`: it had begun reading data."""
+
+    def __init__(self, message: str, *, started: bool) -> None:
+        super().__init__(message)
+        self.started = started
+
+
+class Cancellation:
+    """Lets another thread interrupt a running `Backend.run` (a client's CancelRequest, shutdown).
+
+    The backend attaches an interrupt function while its query runs; `cancel()` calls it, or marks
+    the query cancelled before it starts so that it never runs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._interrupt: Callable[[], None] | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            interrupt = self._interrupt
+        if interrupt is not None:
+            interrupt()
+
+    def attach(self, interrupt: Callable[[], None]) -> None:
+        with self._lock:
+            self._interrupt = interrupt
+            cancelled = self.cancelled
+        if cancelled:
+            interrupt()
+
+    def detach(self) -> None:
+        with self._lock:
+            self._interrupt = None
+
+
 class Backend(ABC):
     """Runs read-only SQL on one backing database. Thread-safe."""
 
@@ -52,8 +93,11 @@ class Backend(ABC):
     default_schema: str
 
     @abstractmethod
-    def run(self, sql: str) -> list[tuple]:
-        """Run one read-only SELECT and return all of its rows."""
+    def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
+        """Run one read-only SELECT and return all of its rows.
+
+        `cancel` interrupts it from another thread: QueryCancelled is raised (started=False when
+        the cancellation came before the query was sent)."""
 
     @abstractmethod
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
@@ -177,7 +221,9 @@ __all__ = [
     "Backend",
     "BackendError",
     "BackendUnreachable",
+    "Cancellation",
     "LiveColumn",
+    "QueryCancelled",
     "normalise_type",
     "open_backend",
 ]

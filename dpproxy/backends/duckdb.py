@@ -19,7 +19,15 @@ from pathlib import Path
 
 import duckdb
 
-from dpproxy.backends import Backend, BackendError, BackendUnreachable, LiveColumn, normalise_type
+from dpproxy.backends import (
+    Backend,
+    BackendError,
+    BackendUnreachable,
+    Cancellation,
+    LiveColumn,
+    QueryCancelled,
+    normalise_type,
+)
 
 # Settings that close every door from SQL to the outside; `lock_configuration` then freezes them.
 LOCKDOWN: dict[str, bool] = {
@@ -98,7 +106,9 @@ class DuckDBBackend(Backend):
             raise
         return cls(conn, statement_timeout_ms=statement_timeout_ms)
 
-    def run(self, sql: str) -> list[tuple]:
+    def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
+        if cancel is not None and cancel.cancelled:
+            raise QueryCancelled("cancelled before it started", started=False)
         cursor = self._checkout()
         finished = threading.Event()
         timer: threading.Timer | None = None
@@ -118,12 +128,18 @@ class DuckDBBackend(Backend):
                 timer = threading.Timer(self._statement_timeout_ms / 1000, interrupt)
                 timer.daemon = True
                 timer.start()
+            if cancel is not None:
+                cancel.attach(interrupt)
             result = cursor.execute(statements[0])
             description = result.description or []
             rows = result.fetchall()
         except duckdb.Error as exc:
+            if cancel is not None and cancel.cancelled:
+                raise QueryCancelled("cancelled while running", started=True) from exc
             raise BackendError(f"DuckDB failed: {exc}") from exc
         finally:
+            if cancel is not None:
+                cancel.detach()
             with interrupt_lock:
                 finished.set()
             if timer is not None:

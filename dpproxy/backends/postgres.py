@@ -21,7 +21,15 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dpproxy.backends import Backend, BackendError, BackendUnreachable, LiveColumn, normalise_type
+from dpproxy.backends import (
+    Backend,
+    BackendError,
+    BackendUnreachable,
+    Cancellation,
+    LiveColumn,
+    QueryCancelled,
+    normalise_type,
+)
 
 DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
 
@@ -95,19 +103,23 @@ class PostgresBackend(Backend):
         conn.execute(f"SET statement_timeout = {self._statement_timeout_ms}")
         conn.adapters.register_loader("numeric", _NumericLoader)
 
-    def run(self, sql: str) -> list[tuple]:
-        outcome = self._run_on_pooled_connection(sql)
+    def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
+        outcome = self._run_on_pooled_connection(sql, cancel)
         if isinstance(outcome, psycopg.OperationalError):
             # A server restart kills every pooled connection: test the idle ones, replace the
             # dead, and try once more. Nothing has run yet, so this cannot run the query twice.
             self._pool.check()
-            outcome = self._run_on_pooled_connection(sql)
+            outcome = self._run_on_pooled_connection(sql, cancel)
         if isinstance(outcome, psycopg.OperationalError):
             raise BackendUnreachable(f"lost the connection to {self.description}: {outcome}") from outcome
         return outcome
 
-    def _run_on_pooled_connection(self, sql: str) -> list[tuple] | psycopg.OperationalError:
+    def _run_on_pooled_connection(
+        self, sql: str, cancel: Cancellation | None
+    ) -> list[tuple] | psycopg.OperationalError:
         """The rows, or the error of a connection found dead before the query was sent."""
+        if cancel is not None and cancel.cancelled:
+            raise QueryCancelled("cancelled before it started", started=False)
         try:
             with self._pool.connection() as conn:
                 try:
@@ -115,11 +127,17 @@ class PostgresBackend(Backend):
                 except psycopg.OperationalError as exc:
                     return exc
                 try:
+                    if cancel is not None:
+                        cancel.attach(conn.cancel_safe)
                     # binary=True forces the extended protocol: one statement, never `a; b`.
                     return conn.execute(sql, binary=True).fetchall()
                 except psycopg.Error as exc:
+                    if cancel is not None and cancel.cancelled:
+                        raise QueryCancelled("cancelled while running", started=True) from exc
                     raise BackendError(f"PostgreSQL failed: {exc}") from exc
                 finally:
+                    if cancel is not None:
+                        cancel.detach()
                     # Undo whatever the statement changed, session settings included.
                     with contextlib.suppress(psycopg.Error):
                         conn.execute("ROLLBACK")

@@ -173,6 +173,82 @@ def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expre
     return tree.transform(substitute, copy=True)
 
 
+def parameter_count(tree: exp.Expression) -> int:
+    """The highest $n the statement uses."""
+    numbers = [
+        int(n.this.this)
+        for n in tree.walk()
+        if isinstance(n, exp.Parameter) and isinstance(n.this, exp.Literal) and not n.this.is_string
+    ]
+    return max(numbers, default=0)
+
+
+def infer_parameter_types(
+    tree: exp.Expression, policy: Policy, given: Sequence[PgType | None] = ()
+) -> tuple[PgType, ...]:
+    """Types of $1…$n from where they stand, as PostgreSQL infers them for an untyped Parse.
+
+    `age > $1` → the column's type; LIMIT $1 → bigint; LIKE $1 → text; arithmetic → the other
+    operand's type; anything else → text. Types the client gave (non-None) are kept.
+    """
+    count = max(parameter_count(tree), len(given))
+    types: list[PgType | None] = [given[i] if i < len(given) else None for i in range(count)]
+    tables = [policy.table(t.name.lower()) for t in tree.find_all(exp.Table)]
+    columns = {c.name: from_column_type(c.type) for t in tables if t is not None for c in t.columns}
+
+    def type_of(node: exp.Expression | None) -> PgType | None:
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if isinstance(node, exp.Column):
+            return columns.get(node.name.lower())
+        if isinstance(node, exp.Literal) and not node.is_string:
+            return postprocess.literal_type(node)
+        if isinstance(node, exp.Cast):
+            return from_sqlglot(node.args["to"])
+        return None
+
+    for node in tree.walk():
+        if not (isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal)):
+            continue
+        index = int(node.this.this) - 1
+        if types[index] is not None:
+            continue
+        parent = node.parent
+        while isinstance(parent, exp.Paren):
+            parent = parent.parent
+        guess: PgType | None = None
+        if isinstance(parent, (exp.Limit, exp.Offset)):
+            guess = PgType.INT8
+        elif isinstance(parent, (exp.Like, exp.ILike)):
+            guess = PgType.TEXT
+        elif isinstance(parent, (exp.Between, exp.In)):
+            guess = type_of(parent.this)
+        elif isinstance(parent, exp.Binary):
+            other = parent.right if parent.left is node else parent.left
+            guess = type_of(other)
+        elif isinstance(parent, exp.Cast):
+            guess = from_sqlglot(parent.args["to"])
+        types[index] = guess if guess not in (None, PgType.UNKNOWN) else PgType.TEXT
+    return tuple(t or PgType.TEXT for t in types)
+
+
+def placeholder_value(pg_type: PgType) -> object:
+    """A harmless value of a type, to analyze a statement before its parameters are known."""
+    if pg_type.is_integer:
+        return 1
+    if pg_type is PgType.NUMERIC:
+        return Decimal(1)
+    if pg_type.is_float:
+        return 1.0
+    if pg_type is PgType.BOOL:
+        return True
+    if pg_type is PgType.DATE:
+        return dt.date(2000, 1, 1)
+    if pg_type in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
+        return dt.datetime(2000, 1, 1)
+    return "a"
+
+
 def analyze(
     tree: exp.Expression,
     policy: Policy,
