@@ -11,7 +11,9 @@ the database failed can depend on the data). A query that never reached the data
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +110,16 @@ def _fmt(value: float | None) -> str:
 
 
 @dataclass(frozen=True)
+class ExposedTable:
+    """A table as analysts may see it: its name and columns, never its rows or statistics."""
+
+    name: str
+    columns: tuple[tuple[str, PgType], ...]
+    public: bool
+    privacy_unit: str | None
+
+
+@dataclass(frozen=True)
 class Description:
     """What a statement takes and returns, known before it runs (extended protocol's Describe)."""
 
@@ -127,8 +139,9 @@ class Plan:
     epsilon: float
     delta: float
 
-    @property
+    @functools.cached_property
     def sql(self) -> str:
+        """The rewritten SQL in the backend's dialect (built once per plan)."""
         return self.rewrite.query().sql(self.dialect)
 
     @property
@@ -188,8 +201,13 @@ class Engine:
     backend: Backend | None
     ledger: Ledger | None = None
     dialect: str = ""
+    # Tables whose privacy unit the database enforces unique; read from the backend at start.
+    unique_units: frozenset[str] = frozenset()
     _public_columns: dict[str, list[tuple[str, PgType]]] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # Plans of recent statements: a repeated statement (dashboards) skips parsing and rewriting,
+    # and keeps its salt, so its per-unit selection is the same each time.
+    _plans: OrderedDict[tuple[object, ...], Plan] = field(default_factory=OrderedDict, init=False)
 
     def __post_init__(self) -> None:
         if not self.dialect:
@@ -240,6 +258,17 @@ class Engine:
         problems = check_against_schema(self.policy, live)
         if problems:
             raise PolicyError(problems, source=f"{self.policy.source} against the backend")
+        unique: set[str] = set()
+        for schema in schemas:
+            enforced = self.backend.unique_columns(schema)
+            unique.update(
+                t.name
+                for t in self.policy.tables
+                if t.schema == schema
+                and t.privacy_unit is not None
+                and t.privacy_unit in enforced.get(t.name, ())
+            )
+        self.unique_units = frozenset(unique)
         for table in self.policy.tables:
             if table.public and not table.columns and table.name in live:
                 self._public_columns[table.name] = [
@@ -247,10 +276,25 @@ class Engine:
                     for c in live[table.name]
                 ]
 
+    def exposed_tables(self) -> tuple[ExposedTable, ...]:
+        """The structure the shadow catalog shows: exposed tables and columns, in policy order."""
+        tables = []
+        for table in self.policy.tables:
+            columns = tuple((c.name, from_column_type(c.type)) for c in table.columns) or tuple(
+                self._public_columns.get(table.name, ())
+            )
+            tables.append(ExposedTable(table.name, columns, table.public, table.privacy_unit))
+        return tuple(tables)
+
     # -- planning ----------------------------------------------------------------------------------
 
     def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery:
-        return analyze(bind_parameters(parse_statement(sql), params), self.policy, self._public_columns)
+        return analyze(
+            bind_parameters(parse_statement(sql), params),
+            self.policy,
+            self._public_columns,
+            self.unique_units,
+        )
 
     def describe(self, sql: str, parameter_types: Sequence[PgType | None] = ()) -> Description:
         """Parameter and result types of a statement, without data or budget.
@@ -261,7 +305,10 @@ class Engine:
         tree = parse_statement(sql)
         types = infer_parameter_types(tree, self.policy, parameter_types)
         query = analyze(
-            bind_parameters(tree, [placeholder_value(t) for t in types]), self.policy, self._public_columns
+            bind_parameters(tree, [placeholder_value(t) for t in types]),
+            self.policy,
+            self._public_columns,
+            self.unique_units,
         )
         outputs = query.outputs if isinstance(query, PublicQuery) else query.finish.outputs
         columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
@@ -283,7 +330,7 @@ class Engine:
 
     def plan_private(self, query: PrivateQuery, epsilon: float, *, salt: str | None = None) -> Plan:
         table = query.table
-        state = rewrite(query, schema=table.schema, salt=salt)
+        state = rewrite(query, schema=table.schema, salt=salt, dialect=self.dialect)
         components = [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
         selection = query.max_groups if query.needs_selection else None
         noise = plan_query_noise(
@@ -389,14 +436,47 @@ class Engine:
         started reading data stays charged.
         """
         who = self.analyst(analyst)
-        query = self.analyze(sql, params)
-        if isinstance(query, ConstantQuery):
-            columns = tuple(ResultColumn(o.name, o.type) for o in query.finish.outputs)
-            return Result(columns, finish_rows(query.finish, [], [], [()], [[]]))
-        if isinstance(query, PublicQuery):
-            return self._run_public(query, cancel)
-        plan = self.plan_private(query, self.query_epsilon(epsilon, who))
+        chosen = self.query_epsilon(epsilon, who)
+        key = self._plan_key(sql, params, chosen)
+        plan = self._cached(key)
+        if plan is None:
+            query = self.analyze(sql, params)
+            if isinstance(query, ConstantQuery):
+                columns = tuple(ResultColumn(o.name, o.type) for o in query.finish.outputs)
+                return Result(columns, finish_rows(query.finish, [], [], [()], [[]]))
+            if isinstance(query, PublicQuery):
+                return self._run_public(query, cancel)
+            plan = self.plan_private(query, chosen)
+            self._remember(key, plan)
         return self.run(plan, analyst=who, cancel=cancel)
+
+    PLAN_CACHE_SIZE = 512
+
+    @staticmethod
+    def _plan_key(sql: str, params: Sequence[object], epsilon: float) -> tuple[object, ...] | None:
+        key: tuple[object, ...] = (sql, tuple(params), epsilon)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _cached(self, key: tuple[object, ...] | None) -> Plan | None:
+        if key is None:
+            return None
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+            return plan
+
+    def _remember(self, key: tuple[object, ...] | None, plan: Plan) -> None:
+        if key is None:
+            return
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > self.PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
 
     def _backend(self) -> Backend:
         if self.backend is None:
@@ -424,7 +504,7 @@ class Engine:
         if self.ledger is not None:
             reservation = self.ledger.reserve(analyst.name, plan.cost, limit, statement=plan.query.text)
         try:
-            rows = backend.run(plan.rewrite.query().sql(backend.dialect), cancel=cancel)
+            rows = backend.run(plan.sql, cancel=cancel)
         except BackendUnreachable:
             if reservation is not None:
                 self.ledger.release(reservation)  # type: ignore[union-attr]

@@ -183,34 +183,53 @@ def finish_rows(
     aggregates: Sequence[Sequence[object]],
 ) -> list[tuple[object, ...]]:
     """Projection, HAVING, ORDER BY and LIMIT/OFFSET over released values."""
+    n_aggregates, n_keys = len(aggregate_types), len(key_types)
     types: dict[str, PgType] = {f"__agg_{i}": t for i, t in enumerate(aggregate_types)}
     types.update({f"__key_{j}": t for j, t in enumerate(key_types)})
     out_types = {f"__out_{i}": o.type for i, o in enumerate(finish.outputs)}
     all_types = {**types, **out_types}
-    produced: list[tuple[tuple[object, ...], dict[str, object]]] = []
+    # A row of released values: aggregates, then keys, then the outputs computed from them.
+    slots = {name: i for i, name in enumerate(all_types)}
+    outputs = [(postprocess.compile_expression(o.expression, types, slots), o.type) for o in finish.outputs]
+    having = (
+        postprocess.compile_expression(finish.having, types, slots) if finish.having is not None else None
+    )
+    sort_keys = [postprocess.compile_expression(k.expression, all_types, slots) for k in finish.order_by]
+    produced: list[list[object]] = []
     for key, values in zip(keys, aggregates, strict=True):
-        env: dict[str, object] = {f"__agg_{i}": v for i, v in enumerate(values)}
-        env.update({f"__key_{j}": postprocess.convert(v, key_types[j]) for j, v in enumerate(key)})
-        if finish.having is not None and postprocess.evaluate(finish.having, env, types) is not True:
+        row: list[object] = [*values, *(_as_type(v, t) for v, t in zip(key, key_types, strict=True))]
+        if having is not None and having(row) is not True:
             continue
-        row = tuple(
-            postprocess.convert(postprocess.evaluate(o.expression, env, types), o.type)
-            for o in finish.outputs
-        )
-        env.update({f"__out_{i}": v for i, v in enumerate(row)})
-        produced.append((row, env))
-    if finish.order_by:
-        sort_keys = [
-            [postprocess.evaluate(k.expression, env, all_types) for k in finish.order_by]
-            for _, env in produced
-        ]
-        order = sorted(
-            range(len(produced)), key=functools.cmp_to_key(_comparator(finish.order_by, sort_keys))
-        )
+        row.extend(_as_type(compute(row), pg_type) for compute, pg_type in outputs)
+        produced.append(row)
+    if sort_keys:
+        ordering = [[key(row) for key in sort_keys] for row in produced]
+        order = sorted(range(len(produced)), key=functools.cmp_to_key(_comparator(finish.order_by, ordering)))
         produced = [produced[i] for i in order]
-    rows = [row for row, _ in produced]
+    first = n_aggregates + n_keys
     end = None if finish.limit is None else finish.offset + finish.limit
-    return rows[finish.offset : end]
+    return [tuple(row[first:]) for row in produced[finish.offset : end]]
+
+
+_PYTHON_TYPES: dict[PgType, type] = {
+    PgType.INT2: int,
+    PgType.INT4: int,
+    PgType.INT8: int,
+    PgType.NUMERIC: Decimal,
+    PgType.FLOAT8: float,
+    PgType.FLOAT4: float,
+    PgType.TEXT: str,
+    PgType.VARCHAR: str,
+    PgType.BOOL: bool,
+}
+
+
+def _as_type(value: object, pg_type: PgType) -> object:
+    """A key value as its PostgreSQL type's Python value (cheap when it already is one)."""
+    expected = _PYTHON_TYPES.get(pg_type)
+    if value is None or (expected is not None and type(value) is expected):
+        return value
+    return postprocess.convert(value, pg_type)
 
 
 def _comparator(order_by: Sequence[SortKey], values: list[list[object]]):

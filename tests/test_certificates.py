@@ -13,6 +13,7 @@ Both backends run the same plans.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from decimal import Decimal
 
@@ -127,8 +128,13 @@ def by_key(measurement: Measurement) -> dict[tuple, tuple[list[int], int]]:
     }
 
 
-def certify(engine: Engine, sql: str, loader: Loader, people: list[list[tuple]]) -> None:
-    plan = engine.plan(sql, salt="certificate")
+def certify(
+    engine: Engine, sql: str, loader: Loader, people: list[list[tuple]], *, sample_rows: bool = False
+) -> None:
+    query = engine.analyze(sql)
+    if sample_rows:
+        query = dataclasses.replace(query, sample_rows=True)
+    plan = engine.plan_private(query, 1.0, salt="certificate")
     query_sql = plan.rewrite.query().sql(loader.kind)
     full = by_key(plan.measure(loader.run(query_sql)))
     sensitivities = plan.sensitivities
@@ -167,6 +173,37 @@ def test_unit_level_sensitivity(
 ) -> None:
     engine = Engine(parse_policy(policy_text(rows=rows, groups=groups)), None, dialect=loader.kind)
     loader.load(flatten(people))
+    certify(engine, sql, loader, people)
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+@CERT_SETTINGS
+@given(people=database, rows=st.integers(1, 3), groups=st.integers(1, 2))
+def test_unit_level_sensitivity_with_row_sampling(
+    loader: Loader, sql: str, people: list[list[tuple]], rows: int, groups: int
+) -> None:
+    """The literal bounding: at most max_rows_per_unit of a unit's rows are kept per group."""
+    engine = Engine(parse_policy(policy_text(rows=rows, groups=groups)), None, dialect=loader.kind)
+    loader.load(flatten(people))
+    certify(engine, sql, loader, people, sample_rows=True)
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+@CERT_SETTINGS
+@given(people=st.lists(st.lists(row, min_size=1, max_size=1), max_size=8), rows=st.integers(1, 3))
+def test_enforced_unique_unit_sensitivity(
+    loader: Loader, sql: str, people: list[list[tuple]], rows: int
+) -> None:
+    """A unit the database keeps unique has one row: no per-unit bounding, sensitivities of one row."""
+    engine = Engine(
+        parse_policy(policy_text(rows=rows, groups=2)),
+        None,
+        dialect=loader.kind,
+        unique_units=frozenset({"t"}),
+    )
+    loader.load(flatten(people))
+    plan = engine.plan("SELECT COUNT(*) FROM t", salt="s")
+    assert plan.query.row_level and plan.query.max_rows == 1 and plan.query.max_groups == 1
     certify(engine, sql, loader, people)
 
 

@@ -75,7 +75,7 @@ tables:
 @pytest.fixture
 def scratch_pg(pg_cluster):
     """A database of our own with a `people` table, that a test may break."""
-    from tests.conftest import create_database, drop_database
+    from tests.pgcluster import create_database, drop_database
 
     name = create_database(pg_cluster, prefix="scratch")
     dsn = pg_cluster.dsn(name)
@@ -268,8 +268,9 @@ def test_explain_touches_neither_data_nor_budget(tmp_path: Path) -> None:
         "SELECT department, AVG(cost) FROM visits WHERE duration_minutes > 30 GROUP BY department"
     )
     text = explanation.render()
-    for name in ("selected_rows", "grid_values", "bounded_rows", "per_unit", "bounded_groups"):
+    for name in ("selected_rows", "grid_values", "per_unit", "bounded_groups"):
         assert name in text
+    assert "contribution clamped to what 5 row(s) can add" in text
     # AVG(cost): centred sum with sensitivity r·(U−L)/2 on the cent grid, and its count (r).
     assert "sensitivity 5000000 per group, ≤ 3 group(s) per unit" in text
     assert "sensitivity 5 per group" in text
@@ -335,3 +336,23 @@ def test_describe_infers_parameter_and_result_types_without_running(tmp_path: Pa
     assert engine.describe("SELECT COUNT(*) FROM patients WHERE age > $1", [PgType.INT8]).parameter_types == (
         PgType.INT8,
     )
+
+
+def test_unique_units_come_from_constraints_the_database_enforces(engine: Engine) -> None:
+    # patients.patient_id is the primary key; visits has many rows per patient.
+    assert engine.unique_units == frozenset({"patients"})
+    patients = engine.plan("SELECT COUNT(*) FROM patients")
+    visits = engine.plan("SELECT COUNT(*) FROM visits")
+    assert patients.query.row_level and patients.sensitivities == (1,)
+    assert not visits.query.row_level and visits.sensitivities == (5,)
+
+
+def test_a_unit_column_without_a_constraint_is_bounded_per_unit(scratch_pg: str, tmp_path: Path) -> None:
+    with Engine(parse_policy(MINIMAL_POLICY), open_backend(scratch_pg), None) as engine:
+        assert engine.unique_units == frozenset()
+        assert "per_unit" in engine.plan("SELECT COUNT(*) FROM people").sql
+    with psycopg.connect(scratch_pg, autocommit=True) as conn:
+        conn.execute("ALTER TABLE people ADD PRIMARY KEY (id)")
+    with Engine(parse_policy(MINIMAL_POLICY), open_backend(scratch_pg), None) as engine:
+        assert engine.unique_units == frozenset({"people"})
+        assert "per_unit" not in engine.plan("SELECT COUNT(*) FROM people").sql

@@ -100,6 +100,11 @@ class Backend(ABC):
         the cancellation came before the query was sent)."""
 
     @abstractmethod
+    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+        """Per table, the columns the database guarantees unique and not NULL on their own
+        (a one-column PRIMARY KEY, or a one-column UNIQUE constraint on a NOT NULL column)."""
+
+    @abstractmethod
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
         """Base tables and views of `schema` (default: `default_schema`), columns in ordinal order."""
 

@@ -56,6 +56,14 @@ ORDER BY c.table_name, c.ordinal_position
 """
 
 
+_CONSTRAINTS_SQL = """
+SELECT table_name, constraint_type, constraint_column_names
+FROM duckdb_constraints()
+WHERE database_name = current_database() AND schema_name = ?
+  AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'NOT NULL')
+"""
+
+
 class DuckDBBackend(Backend):
     """A DuckDB database file opened read-only and locked down, or an existing connection locked down.
 
@@ -149,6 +157,30 @@ class DuckDBBackend(Backend):
         if integral:
             rows = [_decimals_to_int(row, integral) for row in rows]
         return rows
+
+    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+        cursor = self._checkout()
+        try:
+            found = cursor.execute(_CONSTRAINTS_SQL, [schema or self.default_schema]).fetchall()
+        except duckdb.Error as exc:
+            raise BackendError(f"DuckDB failed to list constraints: {exc}") from exc
+        finally:
+            self._checkin(cursor)
+        unique: dict[str, set[str]] = {}
+        not_null: dict[str, set[str]] = {}
+        for table_name, kind, columns in found:
+            if len(columns) != 1:
+                continue
+            if kind == "PRIMARY KEY":
+                unique.setdefault(table_name, set()).add(columns[0])
+                not_null.setdefault(table_name, set()).add(columns[0])
+            elif kind == "UNIQUE":
+                unique.setdefault(table_name, set()).add(columns[0])
+            elif kind == "NOT NULL":
+                not_null.setdefault(table_name, set()).add(columns[0])
+        return {
+            t: cols & not_null.get(t, set()) for t, cols in unique.items() if cols & not_null.get(t, set())
+        }
 
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
         cursor = self._checkout()

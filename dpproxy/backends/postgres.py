@@ -45,6 +45,19 @@ WHERE n.nspname = %s
 ORDER BY c.relname, a.attnum
 """
 
+# One-column unique indexes (primary keys and unique constraints make one) without a predicate or
+# an expression, on a NOT NULL column.
+_UNIQUE_SQL = """
+SELECT c.relname, a.attname
+FROM pg_catalog.pg_index AS i
+JOIN pg_catalog.pg_class AS c ON c.oid = i.indrelid
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
+WHERE n.nspname = %s
+  AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL
+  AND a.attnotnull
+"""
+
 _NUMERIC_HEAD = struct.Struct("!HhHH")  # ndigits, weight, sign, dscale
 _NUMERIC_FINITE_SIGNS = (0x0000, 0x4000)
 
@@ -143,6 +156,19 @@ class PostgresBackend(Backend):
                         conn.execute("ROLLBACK")
         except PoolTimeout as exc:
             raise BackendUnreachable(f"no connection to {self.description} became free") from exc
+
+    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+        try:
+            with self._pool.connection() as conn:
+                found = conn.execute(_UNIQUE_SQL, [schema or self.default_schema]).fetchall()
+        except PoolTimeout as exc:
+            raise BackendUnreachable(f"no connection to {self.description} became free") from exc
+        except psycopg.Error as exc:
+            raise BackendError(f"PostgreSQL failed to list constraints: {exc}") from exc
+        unique: dict[str, set[str]] = {}
+        for table_name, column_name in found:
+            unique.setdefault(table_name, set()).add(column_name)
+        return unique
 
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
         try:

@@ -7,8 +7,9 @@ query text and the policy, never on data, and says what is allowed instead. Noth
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
 
 import sqlglot
@@ -253,11 +254,13 @@ def analyze(
     tree: exp.Expression,
     policy: Policy,
     public_columns: Mapping[str, Sequence[tuple[str, PgType]]] | None = None,
+    unique_units: Collection[str] = (),
 ) -> AnalyzedQuery:
     """Validate a parsed, parameter-bound statement and reduce it to what the engine runs.
 
     `public_columns` gives the columns of public tables whose policy does not list them (read from
-    the backend's schema); it is used only to type the results of public queries.
+    the backend's schema); it is used only to type the results of public queries. `unique_units`
+    names the tables whose privacy unit the database enforces unique (one row per unit).
     """
     if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
         raise NotSupported(
@@ -307,7 +310,10 @@ def analyze(
     source = from_.this
     if not isinstance(source, exp.Table):
         raise NotSupported("subqueries are not supported in FROM", hint="select from a table of the policy")
-    return _PrivateAnalyzer(tree, policy, source, text).run()
+    query = _PrivateAnalyzer(tree, policy, source, text).run()
+    if query.table.name in unique_units:
+        query = dataclasses.replace(query, unit_unique=True)
+    return query
 
 
 def _exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:

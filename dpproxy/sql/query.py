@@ -46,21 +46,30 @@ class Component:
         assert self.interval is not None
         return self.interval.on_grid(self.scale)
 
-    def sensitivity(self, max_rows: int) -> int:
-        """Per-group L∞ sensitivity in grid units, under add/remove of one unit (REFERENCES.md).
+    def contribution_range(self, max_rows: int) -> tuple[int, int]:
+        """The integer range one unit's contribution to one group is clamped into (grid units).
 
-        A unit adds at most `max_rows` rows to a group. COUNT(*), COUNT(x): r. COUNT(DISTINCT unit): 1.
-        SUM over values clipped to [L, U]: r·max(|L|, |U|) — not U − L, which is the replace-one
-        sensitivity. Centred sum Σ(x − c): r·max(U − c, c − L), i.e. r·(U − L)/2 for the midpoint.
+        A unit adds at most `max_rows` rows' worth to a group: r rows for COUNT(*) and COUNT(x),
+        r·[min(L, 0), max(U, 0)] for a sum of values clipped to [L, U], and r·[L − c, U − c] for a
+        sum centred at c. COUNT(DISTINCT unit) adds 1.
         """
         if self.kind is ComponentKind.UNITS:
-            return 1
+            return 0, 1
         if self.kind in (ComponentKind.ROWS, ComponentKind.VALUES):
-            return max_rows
+            return 0, max_rows
         lo, hi = self.grid_range
         if self.kind is ComponentKind.SUM:
-            return max(1, max_rows * max(abs(lo), abs(hi)))
-        return max(1, max_rows * max(hi - self.centre, self.centre - lo))
+            return max_rows * min(lo, 0), max_rows * max(hi, 0)
+        return max_rows * (lo - self.centre), max_rows * (hi - self.centre)
+
+    def sensitivity(self, max_rows: int) -> int:
+        """Per-group L∞ sensitivity in grid units under add/remove of one unit (REFERENCES.md): the
+        largest absolute contribution of one unit. COUNT: r. COUNT(DISTINCT unit): 1. SUM over
+        [L, U]: r·max(|L|, |U|) — not U − L, which is the replace-one sensitivity. Centred sum:
+        r·max(U − c, c − L), i.e. r·(U − L)/2 at the midpoint.
+        """
+        lo, hi = self.contribution_range(max_rows)
+        return max(1, abs(lo), abs(hi))
 
 
 class AggregateKind(StrEnum):
@@ -125,6 +134,12 @@ class PrivateQuery:
     aggregates: tuple[Aggregate, ...]
     finish: Finish
     text: str  # the statement, normalised (parameters bound)
+    # The database enforces one row per unit (PRIMARY KEY, or UNIQUE and NOT NULL): no per-unit
+    # bounding is needed, and each unit touches one row of one group.
+    unit_unique: bool = False
+    # Keep at most max_rows_per_unit actual rows per unit and group (sample) instead of clamping
+    # each unit's per-group contribution to what that many rows can add (clamp, the default).
+    sample_rows: bool = False
 
     @property
     def needs_selection(self) -> bool:
@@ -132,13 +147,18 @@ class PrivateQuery:
         return any(k.public_values is None for k in self.keys)
 
     @property
+    def row_level(self) -> bool:
+        """Every row is its own unit: `row` tables, and tables whose unit is enforced unique."""
+        return self.table.unit_is_row or self.unit_unique
+
+    @property
     def max_groups(self) -> int:
         """Groups of this query one unit can contribute to (1 without GROUP BY)."""
-        return self.table.max_groups_per_unit if self.keys else 1
+        return self.table.max_groups_per_unit if self.keys and not self.row_level else 1
 
     @property
     def max_rows(self) -> int:
-        return 1 if self.table.unit_is_row else self.table.max_rows_per_unit
+        return 1 if self.row_level else self.table.max_rows_per_unit
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Pass 5 — keep at most max_groups_per_unit groups per unit.
 
     SELECT … FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY __unit
-                                                ORDER BY md5(concat_ws('|', '<salt>', __k0)), __k0) AS __gn
+                                                ORDER BY hash('<salt>', __unit, __k0), __k0) AS __gn
                    FROM per_unit) WHERE __gn <= 3
 
 As for rows, the choice depends only on the unit's own groups and the plan's salt. Skipped without
@@ -16,11 +16,12 @@ from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, 
 
 def bound_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
-    if query.table.unit_is_row or not query.keys:
+    if not ctx.per_unit or not query.keys:
         return state
     values = [component_column(i) for i in ctx.valued_components]
     select = keep_first(
         state,
+        ctx,
         [UNIT],
         ctx.keys,
         ctx.salt + ":groups",

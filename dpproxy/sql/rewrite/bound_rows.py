@@ -1,14 +1,14 @@
-"""Pass 3 — keep at most max_rows_per_unit rows per unit and group.
+"""Pass 3 (only with row sampling) — keep at most max_rows_per_unit rows per unit and group.
 
     SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY __unit, __k0
-                                                ORDER BY md5(concat_ws('|', '<salt>', __c0)), __c0) AS __rn
+                                                ORDER BY hash('<salt>', __unit, __k0, __c0), __c0) AS __rn
                    FROM grid_values) WHERE __rn <= 5
 
-Which rows a unit keeps depends only on that unit's own rows (the window is partitioned by unit) and
-a per-plan salt, so one unit's presence never changes another unit's rows. The order is total (a
-hash, then every selected column): engines keep the same values. Skipped for `row` tables (each
-person has one row) and when the query only counts rows: then per_unit takes LEAST(COUNT(*), r),
-which is exactly the count of the rows this pass would keep.
+By default the next pass clamps each unit's per-group contribution to what max_rows_per_unit rows
+can add, which bounds it just as well, keeps more of the data and needs no window over rows; a
+table can ask for this literal sample instead (PrivateQuery.sample_rows). Which rows a unit keeps
+depends only on that unit's own rows (the window is partitioned by unit) and the plan's salt. The
+order is total: a hash, then every selected column.
 """
 
 from __future__ import annotations
@@ -18,9 +18,14 @@ from sqlglot import exp
 from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, component_column
 
 
-def salted_hash(salt: str, columns: list[str]) -> exp.Expression:
-    """md5(salt || '|' || coalesce(c1::text, '') || '|' || …): the same text, so the same order, on
-    PostgreSQL and DuckDB for the integer and text values it sees."""
+def salted_hash(salt: str, columns: list[str], dialect: str) -> exp.Expression:
+    """A per-row pseudo-random order key from the salt and some columns.
+
+    DuckDB: its native hash() of all arguments (fast). Elsewhere: md5 of
+    salt || '|' || coalesce(c::text, '') || …, which PostgreSQL computes in C.
+    """
+    if dialect == "duckdb":
+        return exp.Anonymous(this="hash", expressions=[exp.Literal.string(salt), *[col(c) for c in columns]])
     text: exp.Expression = exp.Literal.string(salt)
     for c in columns:
         value = exp.Coalesce(
@@ -36,6 +41,7 @@ def salted_hash(salt: str, columns: list[str]) -> exp.Expression:
 
 def keep_first(
     state: RewriteState,
+    ctx: RewriteContext,
     partition: list[str],
     order: list[str],
     salt: str,
@@ -47,28 +53,31 @@ def keep_first(
     WHERE rank <= limit."""
     # The hash covers the partition (the unit) too: otherwise every unit would rank its groups
     # the same way and all would keep the same ones.
-    ordering = [exp.Ordered(this=salted_hash(salt, [*partition, *order]), nulls_first=False)]
+    ordering = [exp.Ordered(this=salted_hash(salt, [*partition, *order], ctx.dialect), nulls_first=False)]
     ordering.extend(exp.Ordered(this=col(c), nulls_first=False) for c in order)
     window = exp.Window(
         this=exp.RowNumber(),
         partition_by=[col(c) for c in partition],
         order=exp.Order(expressions=ordering),
     )
-    ranked = exp.select("*", exp.alias_(window, rank, quoted=True)).from_(state.current)
+    ranked = exp.select("*", exp.alias_(window, rank, quoted=True), copy=False).from_(
+        state.current, copy=False
+    )
     return (
-        exp.select(*[col(c) for c in keep])
-        .from_(ranked.subquery("ranked"))
-        .where(exp.LTE(this=col(rank), expression=exp.Literal.number(limit)))
+        exp.select(*[col(c) for c in keep], copy=False)
+        .from_(ranked.subquery("ranked", copy=False), copy=False)
+        .where(exp.LTE(this=col(rank), expression=exp.Literal.number(limit)), copy=False)
     )
 
 
 def bound_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
-    if query.table.unit_is_row or ctx.only_counts_rows:
+    if not ctx.per_unit or not query.sample_rows or ctx.only_counts_rows:
         return state
     values = [component_column(i) for i in ctx.valued_components]
     select = keep_first(
         state,
+        ctx,
         [UNIT, *ctx.keys],
         values,
         ctx.salt + ":rows",

@@ -21,7 +21,7 @@ def _zero_if_empty(value: exp.Expression) -> exp.Expression:
 
 def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
-    row_table = query.table.unit_is_row
+    row_table = not ctx.per_unit
     projections: list[exp.Expression] = [col(k) for k in ctx.keys]
     for i, component in enumerate(query.components):
         if component.kind is ComponentKind.UNITS or (component.kind is ComponentKind.ROWS and row_table):
@@ -32,7 +32,7 @@ def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             value = _zero_if_empty(exp.Sum(this=col(component_column(i))))
         projections.append(exp.alias_(value, component_column(i), quoted=True))
     projections.append(exp.alias_(exp.Count(this=exp.Star()), UNITS, quoted=True))
-    final = exp.select(*projections).from_(state.current)
+    final = exp.select(*projections, copy=False).from_(state.current, copy=False)
     if ctx.keys:
-        final = final.group_by(*[col(k) for k in ctx.keys])
+        final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
     return RewriteState(state.steps, final)

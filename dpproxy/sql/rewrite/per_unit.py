@@ -1,35 +1,60 @@
-"""Pass 4 — pre-aggregate per unit and group.
+"""Pass 4 — pre-aggregate per unit and group, clamping each unit's contribution.
 
-    SELECT __unit, __k0, COUNT(*) AS __rows, SUM(__c0) AS __c0 FROM bounded_rows GROUP BY __unit, __k0
+    SELECT __unit, __k0, LEAST(COUNT(*), 5) AS __rows,
+           LEAST(GREATEST(COALESCE(SUM(__c0), 0), 0), 10000000) AS __c0
+    FROM grid_values GROUP BY __unit, __k0
 
-One row per (unit, group) holds that unit's whole contribution to the group, so the next pass can
-bound groups per unit. Skipped for `row` tables.
+One row per (unit, group) holds that unit's contribution to the group, clamped to what
+max_rows_per_unit rows can add (Component.contribution_range): the bound the sensitivity is computed
+from holds whatever the data, and a unit below it keeps its whole contribution. The clamp depends
+only on the unit's own rows. Skipped when every row is its own unit.
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.query import ComponentKind
 from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, col, component_column
+from dpproxy.sql.rowexpr import number_literal
+
+
+def clamp(value: exp.Expression, lo: int, hi: int) -> exp.Expression:
+    """LEAST(GREATEST(value, lo), hi) — only for non-NULL values (GREATEST skips NULLs)."""
+    if lo == 0 and hi >= 0:
+        lower: exp.Expression = exp.Greatest(this=value, expressions=[exp.Literal.number(0)])
+    else:
+        lower = exp.Greatest(this=value, expressions=[number_literal(lo)])
+    return exp.Least(this=lower, expressions=[number_literal(hi)])
 
 
 def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
-    if query.table.unit_is_row:
+    if not ctx.per_unit:
         return state
-    rows: exp.Expression = exp.Count(this=exp.Star())
-    if ctx.only_counts_rows:
-        rows = exp.Least(this=rows, expressions=[exp.Literal.number(query.max_rows)])
+    r = query.max_rows
     group = [UNIT, *ctx.keys]
     projections: list[exp.Expression] = [col(c) for c in group]
+    rows = exp.Least(this=exp.Count(this=exp.Star()), expressions=[exp.Literal.number(r)])
     projections.append(exp.alias_(rows, ROWS, quoted=True))
     for i in ctx.valued_components:
+        component = query.components[i]
         name = component_column(i)
-        projections.append(exp.alias_(exp.Sum(this=col(name)), name, quoted=True))
-    select = exp.select(*projections).from_(state.current).group_by(*[col(c) for c in group])
-    summary = (
-        "one row per unit and group: its rows"
-        + (f" (at most {query.max_rows})" if ctx.only_counts_rows else "")
-        + " and its sums"
+        total: exp.Expression = exp.Sum(this=col(name))
+        lo, hi = component.contribution_range(r)
+        if component.kind is ComponentKind.VALUES:
+            value: exp.Expression = exp.Least(this=total, expressions=[exp.Literal.number(hi)])
+        else:
+            # A unit whose values are all NULL adds nothing (0 lies in every contribution range).
+            value = clamp(exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), lo, hi)
+        projections.append(exp.alias_(value, name, quoted=True))
+    select = (
+        exp.select(*projections, copy=False)
+        .from_(state.current, copy=False)
+        .group_by(*[col(c) for c in group], copy=False)
     )
-    return state.then("per_unit", summary, select)
+    return state.then(
+        "per_unit",
+        f"one row per unit and group, its contribution clamped to what {r} row(s) can add",
+        select,
+    )

@@ -36,7 +36,7 @@ def public_value_literal(value: object) -> exp.Expression:
 def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     projections: list[exp.Expression] = []
-    if not query.table.unit_is_row:
+    if ctx.per_unit:
         assert query.table.privacy_unit is not None
         projections.append(exp.alias_(col(query.table.privacy_unit, query.alias), UNIT, quoted=True))
     for j, key in enumerate(query.keys):
@@ -52,7 +52,7 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         db=exp.to_identifier(ctx.schema, quoted=True) if ctx.schema else None,
         alias=exp.TableAlias(this=exp.to_identifier(query.alias, quoted=True)),
     )
-    select = exp.select(*projections).from_(table)
+    select = exp.select(*projections, copy=False).from_(table, copy=False)
     conditions: list[exp.Expression] = []
     if query.where is not None:
         conditions.append(exp.Paren(this=query.where.copy()))
@@ -61,7 +61,7 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             values = [public_value_literal(v) for v in key.public_values]
             conditions.append(exp.In(this=key.sql.copy(), expressions=values))
     if conditions:
-        select = select.where(exp.and_(*conditions))
+        select = select.where(exp.and_(*conditions, copy=False), copy=False)
     return state.then(
         "selected_rows",
         "read the table: WHERE, public keys restricted to their declared values, columns clipped to bounds",

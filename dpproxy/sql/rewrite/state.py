@@ -33,7 +33,8 @@ class RewriteContext:
 
     query: PrivateQuery
     schema: str | None  # schema of the table in the backing database
-    salt: str  # per-plan secret mixed into the per-unit selection order
+    salt: str  # per-plan value mixed into the per-unit selection order
+    dialect: str = "postgres"  # the backend's: selection hashes are native where possible
 
     @property
     def keys(self) -> list[str]:
@@ -47,6 +48,11 @@ class RewriteContext:
     @property
     def only_counts_rows(self) -> bool:
         return all(c.kind in (ComponentKind.ROWS, ComponentKind.UNITS) for c in self.query.components)
+
+    @property
+    def per_unit(self) -> bool:
+        """Whether contributions must be bounded per unit (not when every row is its own unit)."""
+        return not self.query.row_level
 
 
 @dataclass(frozen=True)
@@ -73,9 +79,10 @@ class RewriteState:
     def query(self, upto: int | None = None) -> exp.Select:
         """A runnable SELECT: the CTE chain up to step `upto` (default: all), then its rows."""
         steps = self.steps if upto is None else self.steps[: upto + 1]
-        body = (
-            self.final if upto is None and self.final is not None else exp.select("*").from_(steps[-1].name)
-        )
+        if upto is None and self.final is not None:
+            body = self.final.copy()
+        else:
+            body = exp.select("*").from_(steps[-1].name)
         for step in steps:
-            body = body.with_(step.name, as_=step.select.copy())
+            body = body.with_(step.name, as_=step.select.copy(), copy=False)
         return body

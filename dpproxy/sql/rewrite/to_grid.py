@@ -34,7 +34,7 @@ def grid_value(value: exp.Expression, component: Component) -> exp.Expression:
 def to_grid(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     projections: list[exp.Expression] = []
-    if not query.table.unit_is_row:
+    if ctx.per_unit:
         projections.append(col(UNIT))
     projections.extend(col(k) for k in ctx.keys)
     for i in ctx.valued_components:
@@ -51,7 +51,7 @@ def to_grid(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         projections.append(exp.alias_(value, name, quoted=True))
     if not projections:
         projections.append(col("__row"))
-    select = exp.select(*projections).from_(state.current)
+    select = exp.select(*projections, copy=False).from_(state.current, copy=False)
     return state.then(
         "grid_values", "each aggregated value clipped to its range, as an integer on the grid", select
     )
