@@ -8,7 +8,7 @@ only validated values, so nothing downstream re-checks bounds, limits or budgets
 It never touches data and never imports a backend (dependencies point down): checking a policy
 against a live schema or drafting one from it works on the column list the caller got from the
 backend (`check_against_schema`, `draft_policy`). It never echoes a password field's value, which
-may be a plaintext password pasted by mistake. The key reference is docs/policy-reference.md.
+may be a plaintext password pasted by mistake. The key reference is the README (Policy reference).
 """
 
 from __future__ import annotations
@@ -34,6 +34,14 @@ from dpproxy.errors import PolicyError
 class Mechanism(StrEnum):
     LAPLACE = "laplace"
     GAUSSIAN = "gaussian"
+
+
+class AuthMethod(StrEnum):
+    """How the wire server checks an analyst's password (`server.auth_methods`)."""
+
+    SCRAM_SHA_256 = "scram-sha-256"  # against `password` (a SCRAM verifier); the password never travels
+    PASSWORD = "password"  # cleartext over the connection, checked against `password`: use TLS
+    MD5 = "md5"  # PostgreSQL's legacy challenge against `md5_password`
 
 
 class ColumnType(StrEnum):
@@ -117,6 +125,9 @@ class TablePolicy:
     max_rows_per_unit: int = 1
     # Schema of the table in the backing database; None means the backend's default schema.
     schema: str | None = None
+    # How max_rows_per_unit is enforced: "clamp" caps each unit's contribution to a group at what
+    # that many rows can add; "sample" keeps that many of the unit's rows. Same sensitivity.
+    row_bounding: str = "clamp"
     _by_name: dict[str, ColumnPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -139,6 +150,17 @@ class AnalystPolicy:
     epsilon: float  # total budget
     delta: float
     max_epsilon_per_query: float | None = None  # None: the policy default applies
+    # PostgreSQL's md5 hash, "md5" + md5(password || user name) in hex, for the md5 method only.
+    # As replayable as a password for that method: kept out of repr too.
+    md5_password: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class ServerPolicy:
+    """Settings of the wire server that belong with the analysts: how they may authenticate."""
+
+    # Tried in this order for each analyst: the first the analyst has a credential for is used.
+    auth_methods: tuple[AuthMethod, ...] = (AuthMethod.SCRAM_SHA_256,)
 
 
 @dataclass(frozen=True)
@@ -157,6 +179,7 @@ class Policy:
     tables: tuple[TablePolicy, ...]
     version: int = 1
     source: str = "<policy>"
+    server: ServerPolicy = field(default_factory=ServerPolicy)
     _tables: dict[str, TablePolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
     _analysts: dict[str, AnalystPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -548,17 +571,21 @@ def _check_names(node: _Node, path: str, p: _Problems, *, kind: str) -> None:
 # The loader
 # ---------------------------------------------------------------------------------------------
 
-_TOP_KEYS = ("version", "defaults", "analysts", "tables")
+_TOP_KEYS = ("version", "defaults", "analysts", "tables", "server")
+_SERVER_KEYS = ("auth_methods",)
 _DEFAULTS_KEYS = ("epsilon", "delta", "mechanism", "min_epsilon", "max_epsilon")
-_ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query")
+_ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query", "md5_password")
+_MD5_HASH = re.compile(r"md5[0-9a-f]{32}")
 _PROTECTED_TABLE_KEYS = (
     "public",
     "privacy_unit",
     "max_groups_per_unit",
     "max_rows_per_unit",
+    "row_bounding",
     "schema",
     "columns",
 )
+ROW_BOUNDING = ("clamp", "sample")
 _PUBLIC_TABLE_KEYS = ("public", "schema", "columns")
 _COLUMN_KEYS = ("type", "lower", "upper", "scale", "public_values", "summable")
 _PASSWD_FIX = "run `dpproxy policy passwd` and paste its output"
@@ -614,7 +641,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             1 if root is None else root.line,
             "(top level)",
             f"expected a mapping with `version` and `tables`, found {found}",
-            "start from `dpproxy policy init` or the example in docs/policy-reference.md",
+            "start from `dpproxy policy init` or the example in the README (Policy reference)",
         )
         p.fail()
     top: dict[str, _Node] = root.value
@@ -629,7 +656,17 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             p.add(node.line, "version", f"unsupported version {version}", "write `version: 1`")
 
     defaults = _parse_defaults(top.get("defaults"), p)
+    server = _parse_server(top.get("server"), p)
     analysts = _parse_analysts(top.get("analysts"), defaults, p)
+    if AuthMethod.MD5 not in server.auth_methods and "analysts" in top and top["analysts"].kind == "map":
+        for name, child in top["analysts"].value.items():
+            if child.kind == "map" and "md5_password" in child.value:
+                p.add(
+                    child.value["md5_password"].key_line,
+                    f"analysts.{name}.md5_password",
+                    "is set but server.auth_methods does not list md5, so it would never be used",
+                    "add md5 to server.auth_methods, or remove md5_password",
+                )
     if "tables" not in top:
         p.add(1, "tables", "missing", "add `tables:` listing the tables analysts may query")
         tables: tuple[TablePolicy, ...] = ()
@@ -637,7 +674,47 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         tables = _parse_tables(top["tables"], p)
 
     p.raise_if_any()
-    return Policy(defaults=defaults, analysts=analysts, tables=tables, version=1, source=source)
+    return Policy(
+        defaults=defaults, analysts=analysts, tables=tables, version=1, source=source, server=server
+    )
+
+
+def _parse_server(node: _Node | None, p: _Problems) -> ServerPolicy:
+    base = ServerPolicy()
+    if node is None or (node.kind == "scalar" and node.value is None):
+        return base
+    entries = _mapping(node, "server", p, example="{auth_methods: [scram-sha-256]}")
+    if entries is None:
+        return base
+    _check_keys(node, "server", p, _SERVER_KEYS)
+    if "auth_methods" not in entries:
+        return base
+    child = entries["auth_methods"]
+    known = ", ".join(m.value for m in AuthMethod)
+    if child.kind != "seq" or not child.value:
+        p.add(
+            child.line,
+            "server.auth_methods",
+            f"expected a non-empty list, found {child.describe()}",
+            f"write a list of methods among {known}, e.g. [scram-sha-256]",
+        )
+        return base
+    methods: list[AuthMethod] = []
+    for i, item in enumerate(child.value):
+        path = f"server.auth_methods[{i}]"
+        name = _string(item, path, p, fix=f"write one of {known}")
+        if name is None:
+            continue
+        try:
+            method = AuthMethod(name.lower())
+        except ValueError:
+            p.add(item.line, path, f"unknown authentication method `{name}`", f"write one of {known}")
+            continue
+        if method in methods:
+            p.add(item.line, path, f"`{name}` is listed twice", "list each method once")
+            continue
+        methods.append(method)
+    return ServerPolicy(tuple(methods)) if methods else base
 
 
 def _parse_defaults(node: _Node | None, p: _Problems) -> Defaults:
@@ -756,6 +833,22 @@ def _parse_analyst(name: str, node: _Node, defaults: Defaults, p: _Problems) -> 
                 "not a SCRAM-SHA-256 verifier (plaintext passwords are never accepted)",
                 _PASSWD_FIX,
             )
+    md5_password = None
+    if "md5_password" in entries and not (
+        entries["md5_password"].kind == "scalar" and entries["md5_password"].value is None
+    ):
+        child = entries["md5_password"]
+        # Never echo the value: it is as good as the password for the md5 method.
+        text = child.value.strip() if child.kind == "scalar" and isinstance(child.value, str) else None
+        if text is not None and _MD5_HASH.fullmatch(text):
+            md5_password = text
+        else:
+            p.add(
+                child.line,
+                f"{path}.md5_password",
+                'not an md5 hash in PostgreSQL\'s form "md5" followed by 32 lowercase hex digits',
+                f"run `dpproxy policy passwd --md5-user {name}` and paste its output",
+            )
     epsilon = delta = max_per_query = None
     for key in ("epsilon", "delta"):
         if key not in entries:
@@ -809,7 +902,12 @@ def _parse_analyst(name: str, node: _Node, defaults: Defaults, p: _Problems) -> 
     if epsilon is None or delta is None:
         return None
     return AnalystPolicy(
-        name=name, password=password, epsilon=epsilon, delta=delta, max_epsilon_per_query=max_per_query
+        name=name,
+        password=password,
+        epsilon=epsilon,
+        delta=delta,
+        max_epsilon_per_query=max_per_query,
+        md5_password=md5_password,
     )
 
 
@@ -856,7 +954,7 @@ def _parse_table(name: str, node: _Node, p: _Problems) -> TablePolicy | None:
     if public:
         privacy_keys = {
             key: "a public table has no privacy unit or contribution limits (set public: false to protect it)"
-            for key in ("privacy_unit", "max_groups_per_unit", "max_rows_per_unit")
+            for key in ("privacy_unit", "max_groups_per_unit", "max_rows_per_unit", "row_bounding")
         }
         _check_keys(node, path, p, _PUBLIC_TABLE_KEYS, refused=privacy_keys)
         columns: tuple[ColumnPolicy, ...] = ()
@@ -912,6 +1010,20 @@ def _parse_table(name: str, node: _Node, p: _Problems) -> TablePolicy | None:
         else:
             limits[key] = value
 
+    row_bounding = "clamp"
+    if "row_bounding" in entries:
+        child = entries["row_bounding"]
+        value_text = _string(child, f"{path}.row_bounding", p, fix="write clamp or sample")
+        if value_text is not None and value_text not in ROW_BOUNDING:
+            p.add(
+                child.line,
+                f"{path}.row_bounding",
+                f"`{value_text}` is not a row bounding",
+                "write clamp or sample",
+            )
+        elif value_text is not None:
+            row_bounding = value_text
+
     columns_node = entries.get("columns")
     if columns_node is None or (columns_node.kind == "scalar" and columns_node.value is None):
         p.add(
@@ -960,6 +1072,7 @@ def _parse_table(name: str, node: _Node, p: _Problems) -> TablePolicy | None:
         max_groups_per_unit=limits["max_groups_per_unit"],
         max_rows_per_unit=limits["max_rows_per_unit"],
         schema=schema,
+        row_bounding=row_bounding,
     )
 
 
@@ -1382,7 +1495,7 @@ def draft_policy(live: Mapping[str, Sequence[LiveColumnLike]], *, analyst: str =
     out = [
         "# dpproxy policy drafted from the database schema. Review every TODO before serving:",
         "# a wrong privacy unit, bound or public value set weakens the privacy guarantee.",
-        "# Reference: docs/policy-reference.md. Check with `dpproxy policy check`.",
+        "# Reference: the README (Policy reference). Check with `dpproxy policy check`.",
         "version: 1",
         "",
         "defaults:",

@@ -25,44 +25,12 @@ if [[ "${DPPROXY_WITH_JDBC:-0}" == 1 ]]; then
 fi
 PYTHON=${PYTHON:-python3}
 
-log() { printf '==> %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
-# --- 1. Debian packages -------------------------------------------------------------------------
-missing=()
-for package in "${apt_packages[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
-        missing+=("$package")
-    fi
-done
-# Debian splits venv (and its pip) out of python3.
-if [[ ! -x .venv/bin/python ]] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
-    missing+=("python3-venv")
-fi
-if ((${#missing[@]})); then
-    if [[ "${DPPROXY_SKIP_APT:-0}" == 1 ]] || ! command -v apt-get >/dev/null; then
-        log "not installing missing packages (${missing[*]}): DPPROXY_SKIP_APT=1 or no apt-get"
-    else
-        sudo=()
-        if [[ $(id -u) != 0 ]]; then sudo=(sudo); fi
-        log "installing ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        "${sudo[@]}" apt-get update -qq
-        "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
-fi
-
-# --- 2. virtualenv ------------------------------------------------------------------------------
-if [[ ! -x .venv/bin/python ]]; then
-    log "creating .venv with $("$PYTHON" --version)"
-    "$PYTHON" -m venv .venv
-fi
-stamp=.venv/.dpproxy-installed
-wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
-if [[ ! -f $stamp || "$(cat "$stamp")" != "$wanted" ]] || ! .venv/bin/python -m pip show -q dpproxy >/dev/null 2>&1; then
-    log "installing dpproxy[test] into .venv"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-    echo "$wanted" >"$stamp"
-fi
+ensure_debian_packages "${apt_packages[@]}"
+# The test extras: hypothesis, pytest, ruff, and the clients the wire tests drive.
+ensure_venv '.[test]'
 
 # --- 3. lint and tests --------------------------------------------------------------------------
 log "ruff check"

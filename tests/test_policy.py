@@ -985,3 +985,14 @@ def test_verifier_format_and_repr():
         make_verifier("pw", iterations=1000)
     with pytest.raises(ValueError):
         make_verifier("")
+
+
+def test_row_bounding_is_clamp_by_default_and_can_sample() -> None:
+    base = "version: 1\ntables:\n  t:\n    privacy_unit: pid\n    max_rows_per_unit: 3\n{extra}    columns: {{pid: {{type: integer}}}}\n"
+    assert parse_policy(base.format(extra="")).table("t").row_bounding == "clamp"
+    assert parse_policy(base.format(extra="    row_bounding: sample\n")).table("t").row_bounding == "sample"
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(base.format(extra="    row_bounding: drop\n"), source="p.yaml")
+    assert "p.yaml:6: tables.t.row_bounding: `drop` is not a row bounding; write clamp or sample" in str(
+        caught.value
+    )

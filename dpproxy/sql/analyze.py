@@ -311,9 +311,9 @@ def analyze(
     if not isinstance(source, exp.Table):
         raise NotSupported("subqueries are not supported in FROM", hint="select from a table of the policy")
     query = _PrivateAnalyzer(tree, policy, source, text).run()
-    if query.table.name in unique_units:
-        query = dataclasses.replace(query, unit_unique=True)
-    return query
+    return dataclasses.replace(
+        query, unit_unique=query.table.name in unique_units, sample_rows=query.table.row_bounding == "sample"
+    )
 
 
 def _exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:

@@ -1,0 +1,47 @@
+# Shared by scripts/demo.sh and scripts/test.sh (sourced, not run): install what dpproxy needs on a
+# fresh Debian 12 with Python 3.11, as root or with sudo, reaching only the package registries.
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# ensure_debian_packages PKG… — apt-get install the packages that are missing (and python3-venv
+# when Python cannot make a virtualenv). DPPROXY_SKIP_APT=1 never calls apt-get.
+ensure_debian_packages() {
+    local missing=() package
+    for package in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$package")
+        fi
+    done
+    # Debian splits venv (and its pip) out of python3.
+    if [[ ! -x .venv/bin/python ]] && ! "${PYTHON:-python3}" -c 'import ensurepip, venv' 2>/dev/null; then
+        missing+=("python3-venv")
+    fi
+    ((${#missing[@]})) || return 0
+    if [[ "${DPPROXY_SKIP_APT:-0}" == 1 ]] || ! command -v apt-get >/dev/null; then
+        log "not installing missing packages (${missing[*]}): DPPROXY_SKIP_APT=1 or no apt-get"
+        return 0
+    fi
+    local sudo=()
+    if [[ $(id -u) != 0 ]]; then sudo=(sudo); fi
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# ensure_venv SPEC — create .venv if missing and pip install SPEC (e.g. -e '.[test]') into it,
+# again whenever pyproject.toml or SPEC changes.
+ensure_venv() {
+    local spec=$1
+    if [[ ! -x .venv/bin/python ]]; then
+        log "creating .venv with $("${PYTHON:-python3}" --version)"
+        "${PYTHON:-python3}" -m venv .venv
+    fi
+    local stamp=.venv/.dpproxy-installed wanted
+    wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) $spec"
+    if [[ ! -f $stamp || "$(cat "$stamp")" != "$wanted" ]] || ! .venv/bin/python -m pip show -q dpproxy >/dev/null 2>&1; then
+        log "installing dpproxy ($spec) into .venv"
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$spec"
+        echo "$wanted" >"$stamp"
+    fi
+}
