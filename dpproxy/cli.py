@@ -6,18 +6,23 @@ on stderr with exit status 1. Nothing here computes privacy: it only calls the e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from dpproxy import __version__
 from dpproxy.errors import DPProxyError
+
+if TYPE_CHECKING:
+    from dpproxy.engine import Engine
+    from dpproxy.wire.server import Server, ServerConfig
 
 DEFAULT_LEDGER_ENV = "DPPROXY_LEDGER"
 
@@ -107,8 +112,8 @@ def main() -> None:
     """dpproxy: differentially private SQL over PostgreSQL or DuckDB.
 
     Analysts send ordinary SQL; dpproxy bounds each person's contribution, adds calibrated noise and
-    charges the analyst's privacy budget. Start with `dpproxy demo --init DIR`, then try
-    `dpproxy explain` and `dpproxy query`.
+    charges the analyst's privacy budget. Start with `dpproxy demo` and connect with psql, or serve
+    your own data with `dpproxy serve`; `dpproxy explain` shows what a query is rewritten into.
     """
 
 
@@ -275,9 +280,20 @@ def policy_check(file: Path, backend: str | None) -> None:
 
 @policy.command("passwd")
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
-def policy_passwd(password_stdin: bool) -> None:
-    """Print a SCRAM-SHA-256 verifier to paste as an analyst's password."""
+@click.option(
+    "--md5-user",
+    metavar="NAME",
+    default=None,
+    help="Print the md5_password of analyst NAME instead (only for `server: {auth_methods: [md5]}`).",
+)
+def policy_passwd(password_stdin: bool, md5_user: str | None) -> None:
+    """Print a SCRAM-SHA-256 verifier to paste as an analyst's password.
+
+    With --md5-user, print PostgreSQL's md5 hash of the password for that analyst instead, to paste
+    as `md5_password` (md5 is weaker than SCRAM: prefer SCRAM wherever the clients support it).
+    """
     from dpproxy.scram import make_verifier
+    from dpproxy.wire.auth import md5_password
 
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
@@ -285,7 +301,12 @@ def policy_passwd(password_stdin: bool) -> None:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     if not password:
         raise click.UsageError("the password must not be empty")
-    click.echo(make_verifier(password))
+    if md5_user is not None:
+        if not md5_user:
+            raise click.UsageError("--md5-user needs the analyst's name")
+        click.echo(md5_password(password, md5_user))
+    else:
+        click.echo(make_verifier(password))
 
 
 @policy.command("init")
@@ -303,13 +324,147 @@ def policy_init(backend: str, schema: str | None) -> None:
     _run(action)
 
 
+def _tls_options(tls_cert: Path | None, tls_key: Path | None) -> None:
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("give both --tls-cert and --tls-key, or neither")
+
+
+def _serve(engine: Engine, config: ServerConfig, announce: Callable[[Server], None]) -> None:
+    """Run the wire server until SIGTERM/SIGINT; exit 0 after a clean shutdown."""
+    import logging
+
+    from dpproxy.wire.server import run_server
+
+    logging.basicConfig(level=logging.WARNING, format="dpproxy: %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        status = run_server(engine, config, ready=announce)
+    except OSError as e:  # serve() has closed the engine already
+        click.echo(f"ERROR: cannot listen on {config.host}:{config.port}: {e.strerror or e}", err=True)
+        sys.exit(1)
+    click.echo("dpproxy: stopped", err=True)
+    sys.exit(status)
+
+
+host_option = click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all)."
+)
+
+
+@main.command()
+@policy_option
+@click.option("--backend", required=True, help="postgresql://… DSN, or a DuckDB file path.")
+@host_option
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
+)
+@ledger_option
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM certificate: clients asking for TLS (sslmode=require) get it. Needs --tls-key.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM private key of --tls-cert.",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a connection may stay silent before it is closed (0: never).",
+)
+@click.option(
+    "--shutdown-grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="On SIGTERM, seconds running queries get to finish before they are cancelled.",
+)
+def serve(
+    policy_path: Path,
+    backend: str,
+    host: str,
+    port: int,
+    ledger: str | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    idle_timeout: float,
+    shutdown_grace: float,
+) -> None:
+    """Serve the PostgreSQL wire protocol: analysts connect with psql, drivers and BI tools.
+
+    Stops on SIGTERM or Ctrl-C: running queries get a grace period, then are cancelled.
+    """
+    from dpproxy.engine import Engine
+    from dpproxy.wire.server import ServerConfig
+
+    _tls_options(tls_cert, tls_key)
+    config = ServerConfig(
+        host=host,
+        port=port,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        idle_timeout=idle_timeout,
+        shutdown_grace=shutdown_grace,
+    )
+    try:
+        engine = Engine.open(policy_path, backend, _ledger_spec(ledger))
+    except DPProxyError as e:
+        fail(e)
+    except ValueError as e:  # an unrecognised DSN (never echoed: it may hold a password)
+        raise click.UsageError(str(e)) from None
+
+    def announce(server: Server) -> None:
+        tls = "TLS available" if tls_cert else "no TLS"
+        click.echo(
+            f"dpproxy {__version__} listening on {_address(host, server.port)} "
+            f"(policy {policy_path}, {len(engine.policy.analysts)} analyst(s), {tls}); Ctrl-C stops it"
+        )
+
+    _serve(engine, config, announce)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+DEMO_ANALYSTS = (("alice", "alice-demo"), ("bob", "bob-demo"))
+
+
+def default_demo_dir() -> Path:
+    """$XDG_DATA_HOME/dpproxy/demo, else ~/.local/share/dpproxy/demo."""
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "dpproxy" / "demo"
+
+
+@contextlib.contextmanager
+def demo_policy_path() -> Iterator[Path]:
+    """The demo policy shipped inside the package (policies/demo.yaml links to the same file)."""
+    from importlib.resources import as_file, files
+
+    with as_file(files("dpproxy") / "data" / "demo.yaml") as path:
+        yield path
+
+
 @main.command()
 @click.option(
     "--init",
     "init_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Directory to build the demo database in (demo.duckdb).",
+    default=None,
+    help="Only build the demo database in this directory (demo.duckdb), then exit.",
+)
+@click.option(
+    "--dir",
+    "data_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the demo data and its ledger live [default: $XDG_DATA_HOME/dpproxy/demo or "
+    "~/.local/share/dpproxy/demo]. Built there if missing.",
 )
 @click.option(
     "--persons",
@@ -323,23 +478,84 @@ def policy_init(backend: str, schema: str | None) -> None:
     "--postgres",
     "postgres_dsn",
     default=None,
-    help="Also load the demo tables into this PostgreSQL database.",
+    help="With --init: also load the demo tables into this PostgreSQL database.",
 )
-def demo(init_dir: Path, persons: int, seed: int, postgres_dsn: str | None) -> None:
-    """Build the demo dataset (patients, visits, zip_info) on DuckDB, optionally load it into PostgreSQL."""
-    from dpproxy.demo import build_demo, load_into_postgres
+@host_option
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
+)
+def demo(
+    init_dir: Path | None,
+    data_dir: Path | None,
+    persons: int,
+    seed: int,
+    postgres_dsn: str | None,
+    host: str,
+    port: int,
+) -> None:
+    """Serve generated sample data (patients, visits, zip_info) for psql and other clients.
 
-    path = init_dir / "demo.duckdb"
-    init_dir.mkdir(parents=True, exist_ok=True)
+    Builds the data on first use, then serves it on embedded DuckDB with the demo policy. With
+    --init DIR, only builds the data (and with --postgres, loads it into PostgreSQL too).
+    """
+    from dpproxy.demo import load_into_postgres
+
+    if init_dir is not None:
+        path = _build_demo(init_dir, persons, seed)
+        if postgres_dsn:
+            load_into_postgres(path, postgres_dsn, progress=_delayed_progress("loading into PostgreSQL"))
+            click.echo(f"loaded into {postgres_dsn}")
+        return
+    if postgres_dsn:
+        raise click.UsageError("--postgres is only used with --init")
+
+    from dpproxy.engine import Engine
+    from dpproxy.wire.server import ServerConfig
+
+    directory = data_dir or default_demo_dir()
+    path = directory / "demo.duckdb"
+    if not path.exists():
+        _build_demo(directory, persons, seed)
+    ledger = directory / "ledger.sqlite"
+    try:
+        with demo_policy_path() as policy_path:
+            engine = Engine.open(policy_path, str(path), str(ledger))
+    except DPProxyError as e:
+        fail(e)
+
+    def announce(server: Server) -> None:
+        address = _address(host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", server.port)
+        analysts = ", ".join(
+            f"{name} / {password} (ε budget {engine.analyst(name).epsilon:g})"
+            for name, password in DEMO_ANALYSTS
+        )
+        lines = [
+            f"dpproxy {__version__} demo: serving {path} on {_address(host, server.port)}",
+            f"  analysts (user / password): {analysts}",
+            f"  budgets are kept in {ledger}",
+            "",
+            "Connect with:",
+            f'  psql "postgresql://{DEMO_ANALYSTS[0][0]}@{address}/demo"',
+            "then try: SELECT diagnosis, COUNT(*), AVG(income) FROM patients GROUP BY diagnosis;",
+            "Ctrl-C stops the server.",
+        ]
+        click.echo("\n".join(lines))
+
+    _serve(engine, ServerConfig(host=host, port=port), announce)
+
+
+def _build_demo(directory: Path, persons: int, seed: int) -> Path:
+    from dpproxy.demo import build_demo
+
+    path = directory / "demo.duckdb"
+    directory.mkdir(parents=True, exist_ok=True)
     summary = build_demo(path, persons, seed=seed, progress=_delayed_progress("generating demo data"))
     click.echo(
         f"built {summary.path}: {summary.persons:,} patients, {summary.visits:,} visits, "
         f"{summary.zips:,} zip codes "
         f"in {summary.seconds:.1f} s"
     )
-    if postgres_dsn:
-        load_into_postgres(path, postgres_dsn, progress=_delayed_progress("loading into PostgreSQL"))
-        click.echo(f"loaded into {postgres_dsn}")
+    return path
 
 
 def _delayed_progress(label: str) -> Callable[[int, int], None]:

@@ -1,0 +1,475 @@
+"""The wire server: asyncio accept loop, TLS negotiation, cancel requests, timeouts and shutdown.
+
+This module owns sockets and threads: it reads bytes, frames them with the codec, feeds them to
+one Session per connection and writes the answers back, flushing whenever it would wait for the
+client (which also honours Flush). Engine and catalog calls run in a dedicated thread pool, so the
+event loop never blocks and one slow query does not delay other connections. It never interprets
+SQL and never answers a client itself beyond the pre-startup handshake (SSLRequest → 'S' or 'N',
+GSSENCRequest → 'N') and fatal errors; everything else is the session's.
+
+Robustness promises: unauthenticated clients never reach the engine or the catalog (the session
+guarantees it; the server additionally bounds their messages to a few KiB and their time to
+`startup_timeout`); malformed, truncated or oversized input closes that connection only, after an
+08P01 error when there is still someone to tell; SIGTERM stops accepting, lets running queries
+finish for `shutdown_grace` seconds, then cancels them (a private query that had started is
+charged, one that had not is not: the engine's cancellation decides) and closes the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import logging
+import os
+import signal
+import ssl
+import struct
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpproxy.engine import Engine
+from dpproxy.errors import DPProxyError
+from dpproxy.wire import codec
+from dpproxy.wire.catalog import ShadowCatalog, open_catalog
+from dpproxy.wire.codec import (
+    MAX_AUTH_MESSAGE_LENGTH,
+    ErrorResponse,
+    FrontendDecoder,
+    ProtocolViolation,
+)
+from dpproxy.wire.session import Session, SessionServices
+
+log = logging.getLogger("dpproxy.wire")
+
+_READ_SIZE = 65536
+_WRITE_HIGH_WATER = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 6432  # 0: any free port (see Server.port)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    idle_timeout: float = 3600.0  # seconds a connection may wait between messages; 0 disables
+    startup_timeout: float = 30.0  # seconds from connect to authenticated
+    shutdown_grace: float = 10.0  # seconds running queries get to finish on SIGTERM
+    max_message_length: int = codec.DEFAULT_MAX_MESSAGE_LENGTH  # after authentication
+    workers: int = 64  # threads for engine and catalog calls
+    max_connections: int = 1000
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("give both a TLS certificate and its key, or neither")
+        if self.workers < 1 or self.max_connections < 1:
+            raise ValueError("workers and max_connections must be at least 1")
+
+
+class _Connection:
+    """One client connection: its streams, its session once started, and whether it is idle."""
+
+    __slots__ = ("idle", "reader", "session", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.session: Session | None = None
+        self.idle = False  # waiting for the client's next message
+
+
+class _ConnectionClosed(Exception):
+    pass
+
+
+class Server:
+    """A PostgreSQL protocol server over one Engine. It owns the engine once started: `shutdown`
+    closes the catalog; `close_engine` (called by `serve`, `run_server`, BackgroundServer) the engine."""
+
+    def __init__(self, engine: Engine, config: ServerConfig, *, catalog: ShadowCatalog | None = None) -> None:
+        self.engine = engine
+        self.config = config
+        self._catalog = catalog
+        self._executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="dpproxy-worker")
+        self._ssl: ssl.SSLContext | None = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._ssl.load_cert_chain(config.tls_cert, config.tls_key)
+        self._server: asyncio.Server | None = None
+        self._services: SessionServices | None = None
+        self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sessions: dict[int, Session] = {}
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._catalog is None:
+            self._catalog = await self.run_blocking(open_catalog, self.engine)
+        self._services = SessionServices(self.engine, self._catalog, self.run_blocking)
+        self._server = await asyncio.start_server(
+            self._accept, self.config.host, self.config.port, limit=_READ_SIZE, backlog=512
+        )
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None and self._server.sockets
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        assert self._server is not None
+        return [tuple(s.getsockname()[:2]) for s in self._server.sockets]  # type: ignore[misc]
+
+    async def run_blocking(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(function, *args, **kwargs))
+
+    async def shutdown(self) -> None:
+        """Stop accepting; let running queries finish for the grace period; then cancel them and
+        close every connection. Idle clients are told why (57P01) before their connection closes."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        self._terminate_idle()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=self.config.shutdown_grace)
+            if pending:
+                log.warning("cancelling %d running queries after the shutdown grace period", len(pending))
+                for connection in list(self._connections):
+                    if connection.session is not None:
+                        _cancel_in_background(connection.session)
+                _, pending = await asyncio.wait(pending, timeout=max(5.0, self.config.shutdown_grace))
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.wait(pending, timeout=5.0)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=5.0)
+        # Worker threads finish what they run (a cancelled query returns promptly); one that does
+        # not is left behind after a while: closing the engine then ends it, and the ledger keeps
+        # its reservation spent.
+        waiter = threading.Thread(target=self._executor.shutdown, kwargs={"wait": True}, daemon=True)
+        waiter.start()
+        deadline = asyncio.get_running_loop().time() + max(10.0, self.config.shutdown_grace)
+        while waiter.is_alive() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        if self._catalog is not None:
+            with contextlib.suppress(Exception):
+                self._catalog.close()
+
+    def close_engine(self) -> None:
+        self.engine.close()
+
+    def _terminate_idle(self) -> None:
+        for connection in list(self._connections):
+            if connection.idle or connection.session is None:
+                self._send_fatal(
+                    connection,
+                    ErrorResponse("FATAL", "57P01", "terminating connection due to administrator command"),
+                )
+                connection.writer.close()
+
+    @staticmethod
+    def _send_fatal(connection: _Connection, message: ErrorResponse) -> None:
+        with contextlib.suppress(Exception):
+            if not connection.writer.is_closing():
+                connection.writer.write(message.encode())
+
+    # -- connections ----------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        connection = _Connection(reader, writer)
+        if self._stopping or len(self._connections) >= self.config.max_connections:
+            code, text = (
+                ("57P03", "the database system is shutting down")
+                if self._stopping
+                else ("53300", "sorry, too many clients already")
+            )
+            self._send_fatal(connection, ErrorResponse("FATAL", code, text))
+            writer.close()
+            return
+        self._connections.add(connection)
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            await self._serve_connection(connection)
+        except (_ConnectionClosed, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection handler failed")
+        finally:
+            session = connection.session
+            if session is not None:
+                self._sessions.pop(session.process_id, None)
+                if session.busy:
+                    _cancel_in_background(session)
+            self._connections.discard(connection)
+            self._tasks.discard(task)  # type: ignore[arg-type]
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _read_more(
+        self, connection: _Connection, decoder: FrontendDecoder, timeout: float | None
+    ) -> None:
+        """Wait for more bytes from the client (after flushing what is pending)."""
+        connection.idle = True
+        try:
+            if self._stopping:
+                raise _ConnectionClosed
+            if timeout is not None:
+                data = await asyncio.wait_for(connection.reader.read(_READ_SIZE), timeout)
+            else:
+                data = await connection.reader.read(_READ_SIZE)
+        finally:
+            connection.idle = False
+        if not data:
+            raise _ConnectionClosed
+        decoder.feed(data)
+
+    async def _serve_connection(self, connection: _Connection) -> None:
+        loop = asyncio.get_running_loop()
+        writer = connection.writer
+        decoder = FrontendDecoder()
+        deadline = loop.time() + self.config.startup_timeout
+
+        def startup_left() -> float:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            return left
+
+        # Before the startup packet: SSL and GSSAPI negotiation, or a cancel request.
+        ssl_answered = gss_answered = False
+        try:
+            while True:
+                message = decoder.next_message()
+                if message is None:
+                    await self._read_more(connection, decoder, startup_left())
+                    continue
+                if isinstance(message, codec.SSLRequest):
+                    if ssl_answered:
+                        raise ProtocolViolation("SSL negotiation was already done on this connection")
+                    ssl_answered = True
+                    if self._ssl is None:
+                        writer.write(b"N")
+                        continue
+                    if decoder.pending:
+                        # Bytes sent before the handshake would be read as if they were encrypted.
+                        raise ProtocolViolation("received unencrypted data after SSL request")
+                    writer.write(b"S")
+                    await writer.drain()
+                    await writer.start_tls(self._ssl, ssl_handshake_timeout=startup_left())
+                    gss_answered = True
+                    continue
+                if isinstance(message, codec.GSSENCRequest):
+                    if gss_answered:
+                        raise ProtocolViolation("GSSAPI negotiation was already done on this connection")
+                    gss_answered = True
+                    writer.write(b"N")
+                    continue
+                if isinstance(message, codec.CancelRequest):
+                    self._cancel(message)
+                    return
+                assert isinstance(message, codec.StartupMessage)
+                break
+        except ProtocolViolation as error:
+            # A peer that cannot frame a startup packet gets no more than the error.
+            self._send_fatal(connection, codec.error_from(error, severity="FATAL"))
+            await self._drain_quietly(writer)
+            return
+
+        assert self._services is not None
+        process_id, secret_key = self._new_key()
+        session = Session(self._services, process_id, secret_key)
+        connection.session = session
+        decoder.startup = False
+        decoder.max_length = MAX_AUTH_MESSAGE_LENGTH
+        out = bytearray()
+        for reply in await session.start(message):
+            out += reply.encode()
+        authenticated = False
+        try:
+            while not session.closing:
+                try:
+                    message = decoder.next_message()
+                except ProtocolViolation as error:
+                    out += codec.error_from(error, severity="FATAL").encode()
+                    break
+                if message is None:
+                    if out:
+                        writer.write(bytes(out))
+                        out.clear()
+                        await writer.drain()
+                    if not authenticated:
+                        timeout: float | None = startup_left()
+                    else:
+                        timeout = self.config.idle_timeout or None
+                    try:
+                        await self._read_more(connection, decoder, timeout)
+                    except TimeoutError:
+                        if authenticated:
+                            out += ErrorResponse(
+                                "FATAL", "57P05", "terminating connection due to idle-session timeout"
+                            ).encode()
+                        else:
+                            out += ErrorResponse(
+                                "FATAL", "08006", "canceling authentication due to timeout"
+                            ).encode()
+                        break
+                    except _ConnectionClosed:
+                        if self._stopping:
+                            out += ErrorResponse(
+                                "FATAL", "57P01", "terminating connection due to administrator command"
+                            ).encode()
+                        break
+                    continue
+                for reply in await session.handle(message):
+                    out += reply.encode()
+                if not authenticated and session.authenticated:
+                    authenticated = True
+                    decoder.max_length = self.config.max_message_length
+                    self._sessions[process_id] = session
+                if len(out) > _WRITE_HIGH_WATER:
+                    writer.write(bytes(out))
+                    out.clear()
+                    await writer.drain()
+        finally:
+            if out and not writer.is_closing():
+                writer.write(bytes(out))
+                await self._drain_quietly(writer)
+
+    @staticmethod
+    async def _drain_quietly(writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(writer.drain(), timeout=5.0)
+
+    def _new_key(self) -> tuple[int, int]:
+        while True:
+            process_id = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
+            if process_id and process_id not in self._sessions:
+                break
+        secret_key = int.from_bytes(os.urandom(4), "big", signed=True)
+        return process_id, secret_key
+
+    def _cancel(self, request: codec.CancelRequest) -> None:
+        session = self._sessions.get(request.process_id)
+        if session is None:
+            log.debug("cancel request for unknown process %d", request.process_id)
+            return
+        expected = struct.pack("!i", session.secret_key)
+        if hmac.compare_digest(struct.pack("!i", request.secret_key), expected):
+            _cancel_in_background(session)
+
+
+def _cancel_in_background(session: Session) -> None:
+    # Interrupting a backend query can block (PostgreSQL's cancel opens a connection): never on
+    # the event loop, and never queued behind the busy worker threads it is meant to relieve.
+    threading.Thread(target=session.cancel_running, name="dpproxy-cancel", daemon=True).start()
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+# ---------------------------------------------------------------------------------------------
+
+
+async def serve(
+    engine: Engine,
+    config: ServerConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[Server], None] | None = None,
+) -> None:
+    """Serve until `stop` is set (forever without one), then shut down and close the engine."""
+    server = Server(engine, config)
+    try:
+        await server.start()
+        if ready is not None:
+            ready(server)
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+        await server.shutdown()
+    finally:
+        server.close_engine()
+
+
+def run_server(engine: Engine, config: ServerConfig, *, ready: Callable[[Server], None] | None = None) -> int:
+    """Serve in the calling thread until SIGTERM or SIGINT; returns the exit status (0)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(engine, config, stop=stop, ready=ready)
+
+    asyncio.run(main())
+    return 0
+
+
+class BackgroundServer:
+    """A server on its own event loop thread: for tests, benchmarks and embedding.
+
+    >>> with BackgroundServer(engine, ServerConfig(port=0)) as server:   # doctest: +SKIP
+    ...     psycopg.connect(f"host=127.0.0.1 port={server.port} user=alice password=…")
+    """
+
+    def __init__(self, engine: Engine, config: ServerConfig, *, catalog: ShadowCatalog | None = None) -> None:
+        self.server = Server(engine, config, catalog=catalog)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="dpproxy-server", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start())
+        except BaseException as error:
+            self._error = error
+            self._started.set()
+            return
+        self._started.set()
+        self._loop.run_forever()
+
+    def start(self) -> BackgroundServer:
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            future = asyncio.run_coroutine_threadsafe(self.server.shutdown(), self._loop)
+            try:
+                future.result(timeout=60)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=10)
+        self.server.close_engine()
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["BackgroundServer", "DPProxyError", "Server", "ServerConfig", "run_server", "serve"]
