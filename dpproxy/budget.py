@@ -2,9 +2,10 @@
 
 This module owns the ledger and sequential composition. A query's cost is reserved before it runs
 (refused with BudgetExhausted if it does not fit), committed once it has run, or released if it never
-touched data. An analyst's spending is the exact sum (math.fsum) of every entry that is reserved,
-committed or abandoned: ε and δ add up. Only a released entry, whose query provably never ran, gives
-its cost back.
+touched data. An analyst's spending is the exact sum of every entry that is reserved, committed or
+abandoned: ε and δ add up. Only a released entry, whose query provably never ran, gives its cost
+back. The sum is kept exactly (decimal arithmetic, no rounding) in a per-analyst totals row updated in
+the same transaction as the entries, so a reservation reads one row, however long the history.
 
 Two stores share that contract: a SQLite file (the default, WAL mode, writes under BEGIN IMMEDIATE)
 and a PostgreSQL table (a per-analyst advisory transaction lock). In both, no two reservations, from
@@ -22,6 +23,7 @@ privacy cost: costs come from dpproxy.mechanisms, limits from the policy.
 
 from __future__ import annotations
 
+import decimal
 import math
 import os
 import re
@@ -65,9 +67,21 @@ __all__ = [
 ]
 
 # Version of the ledger's table layout, stored in the store's meta table. Bump it, and add a step to
-# the store's migration, when the layout changes (the nullable `rho` column is already there for
-# zCDP accounting, unused by version 1).
-SCHEMA_VERSION = 1
+# the store's migration, when the layout changes. 2: the per-analyst totals table.
+SCHEMA_VERSION = 2
+
+# Exact sums of doubles: every double is a finite decimal, and 400 digits hold any sum of the ε and δ
+# values a ledger sees (magnitudes within 10^±150 of each other) without rounding.
+_EXACT = decimal.Context(prec=400)
+
+
+def _exact_add(total: decimal.Decimal, amount: float) -> decimal.Decimal:
+    return _EXACT.add(total, decimal.Decimal(amount))
+
+
+def _exact_sub(total: decimal.Decimal, amount: float) -> decimal.Decimal:
+    return _EXACT.subtract(total, decimal.Decimal(amount))
+
 
 EXHAUSTED_HINT = (
     "ask the data owner to raise the budget, or lower the per-query epsilon with SET dpproxy.epsilon"
@@ -88,6 +102,8 @@ class Reservation:
     id: int
     analyst: str
     cost: Cost
+    # The analyst's spending with this reservation included (for the notice after the query).
+    spent: Cost | None = None
 
 
 @dataclass(frozen=True)
@@ -197,16 +213,6 @@ def _check_amount(amount: Cost, what: str, *, allow_infinite: bool) -> None:
             raise ValueError(f"{what}.{name} must be {bound}, not {value!r}")
 
 
-def _exact_total(amounts: Iterable[tuple[float, float]]) -> Cost:
-    """Sum (ε, δ) pairs exactly: the result does not depend on their order or on rounding."""
-    epsilons: list[float] = []
-    deltas: list[float] = []
-    for epsilon, delta in amounts:
-        epsilons.append(float(epsilon))
-        deltas.append(float(delta))
-    return Cost(math.fsum(epsilons), math.fsum(deltas))
-
-
 def _remaining(spent: Cost, limit: Cost) -> Cost:
     return Cost(max(0.0, limit.epsilon - spent.epsilon), max(0.0, limit.delta - spent.delta))
 
@@ -224,12 +230,14 @@ def _fmt_pair(cost: float, remains: float) -> tuple[str, str]:
     return a, b
 
 
-def _check_fits(analyst: str, entries: Sequence[tuple[float, float]], cost: Cost, limit: Cost) -> None:
-    """Raise BudgetExhausted unless the entries plus `cost` fit within `limit`, in ε and in δ."""
-    after = _exact_total([*entries, (cost.epsilon, cost.delta)])
-    if after.fits_within(limit):
-        return
-    remains = _remaining(_exact_total(entries), limit)
+def _check_fits(
+    analyst: str, total: tuple[decimal.Decimal, decimal.Decimal], cost: Cost, limit: Cost
+) -> tuple[decimal.Decimal, decimal.Decimal]:
+    """The totals with `cost` added, if they fit within `limit` in ε and in δ; else BudgetExhausted."""
+    after = (_exact_add(total[0], cost.epsilon), _exact_add(total[1], cost.delta))
+    if Cost(float(after[0]), float(after[1])).fits_within(limit):
+        return after
+    remains = _remaining(Cost(float(total[0]), float(total[1])), limit)
     cost_eps, remains_eps = _fmt_pair(cost.epsilon, remains.epsilon)
     cost_delta, remains_delta = _fmt_pair(cost.delta, remains.delta)
     raise BudgetExhausted(
@@ -238,6 +246,13 @@ def _check_fits(analyst: str, entries: Sequence[tuple[float, float]], cost: Cost
         f"ε={_fmt(limit.epsilon)}, δ={_fmt(limit.delta)}",
         hint=EXHAUSTED_HINT,
     )
+
+
+def _exact_totals(amounts: Iterable[tuple[float, float]]) -> tuple[decimal.Decimal, decimal.Decimal]:
+    epsilon = delta = decimal.Decimal(0)
+    for e, d in amounts:
+        epsilon, delta = _exact_add(epsilon, float(e)), _exact_add(delta, float(d))
+    return epsilon, delta
 
 
 def _finish_problem(
@@ -335,6 +350,7 @@ def _is_token(owner: str) -> bool:
 
 _SQLITE_TABLE = "dpproxy_ledger"
 _SQLITE_META = "dpproxy_ledger_meta"
+_SQLITE_TOTALS = "dpproxy_ledger_totals"
 
 _SQLITE_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {_SQLITE_META} (
@@ -356,6 +372,11 @@ CREATE TABLE IF NOT EXISTS {_SQLITE_TABLE} (
 CREATE INDEX IF NOT EXISTS {_SQLITE_TABLE}_analyst_status ON {_SQLITE_TABLE} (analyst, status);
 CREATE INDEX IF NOT EXISTS {_SQLITE_TABLE}_reserved_owner ON {_SQLITE_TABLE} (owner)
     WHERE status = 'reserved';
+CREATE TABLE IF NOT EXISTS {_SQLITE_TOTALS} (
+    analyst TEXT PRIMARY KEY,
+    epsilon TEXT NOT NULL,  -- exact decimal sums of the analyst's entries that are not released
+    delta TEXT NOT NULL
+);
 """
 
 
@@ -370,7 +391,7 @@ class SQLiteLedger(Ledger):
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = os.fspath(path)
-        in_memory = self.path == ":memory:"
+        in_memory = self._in_memory = self.path == ":memory:"
         self._mutex = threading.RLock()
         self._owner = uuid.uuid4().hex
         self._owner_locks = _OwnerLocks(Path(self.path + "-owners")) if not in_memory else None
@@ -428,12 +449,31 @@ class SQLiteLedger(Ledger):
                 f"SELECT value FROM {_SQLITE_META} WHERE key = 'schema_version'"
             ).fetchone()
             _check_schema_version(int(version), self.path)
+            if int(version) < 2:
+                # Version 1 had no totals: sum every analyst's entries once.
+                conn.execute(f"DELETE FROM {_SQLITE_TOTALS}")
+                for (analyst,) in conn.execute(f"SELECT DISTINCT analyst FROM {_SQLITE_TABLE}").fetchall():
+                    epsilon, delta = _exact_totals(self._spending(conn, analyst))
+                    conn.execute(
+                        f"INSERT INTO {_SQLITE_TOTALS} (analyst, epsilon, delta) VALUES (?, ?, ?)",
+                        (analyst, str(epsilon), str(delta)),
+                    )
+                conn.execute(
+                    f"UPDATE {_SQLITE_META} SET value = ? WHERE key = 'schema_version'",
+                    (str(SCHEMA_VERSION),),
+                )
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds the database's write lock from its first statement."""
+    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds the database's write lock from its first statement.
+
+        durable=False skips the fsync at commit (a crash of the machine may lose the change, not a
+        crash of the process): only for changes whose loss leaves the ledger conservative.
+        """
         with self._mutex:
             conn = self._open_connection()
+            if not self._in_memory:
+                conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -478,9 +518,29 @@ class SQLiteLedger(Ledger):
             (analyst,),
         ).fetchall()
 
+    def _totals(self, conn: sqlite3.Connection, analyst: str) -> tuple[decimal.Decimal, decimal.Decimal]:
+        row = conn.execute(
+            f"SELECT epsilon, delta FROM {_SQLITE_TOTALS} WHERE analyst = ?", (analyst,)
+        ).fetchone()
+        return (
+            (decimal.Decimal(row[0]), decimal.Decimal(row[1]))
+            if row
+            else (decimal.Decimal(0), decimal.Decimal(0))
+        )
+
+    def _store_totals(
+        self, conn: sqlite3.Connection, analyst: str, totals: tuple[decimal.Decimal, decimal.Decimal]
+    ) -> None:
+        conn.execute(
+            f"INSERT INTO {_SQLITE_TOTALS} (analyst, epsilon, delta) VALUES (?, ?, ?) "
+            "ON CONFLICT (analyst) DO UPDATE SET epsilon = excluded.epsilon, delta = excluded.delta",
+            (analyst, str(totals[0]), str(totals[1])),
+        )
+
     def _reserve(self, analyst: str, cost: Cost, limit: Cost, statement: str) -> Reservation:
         with self._write() as conn:
-            _check_fits(analyst, self._spending(conn, analyst), cost, limit)
+            after = _check_fits(analyst, self._totals(conn, analyst), cost, limit)
+            self._store_totals(conn, analyst, after)
             cursor = conn.execute(
                 f"INSERT INTO {_SQLITE_TABLE} (analyst, epsilon, delta, status, statement, owner, "
                 "created_at) VALUES (?, ?, ?, 'reserved', ?, ?, ?)",
@@ -495,10 +555,14 @@ class SQLiteLedger(Ledger):
             )
             entry_id = cursor.lastrowid
         assert entry_id is not None
-        return Reservation(id=entry_id, analyst=analyst, cost=cost)
+        return Reservation(
+            id=entry_id, analyst=analyst, cost=cost, spent=Cost(float(after[0]), float(after[1]))
+        )
 
     def _finish(self, reservation: Reservation, status: EntryStatus) -> None:
-        with self._write() as conn:
+        # Losing a commit to a machine crash is safe (the entry stays reserved, then abandoned: spent);
+        # losing a release only keeps a cost that could have been returned. Neither needs an fsync.
+        with self._write(durable=False) as conn:
             row = conn.execute(
                 f"SELECT analyst, epsilon, delta, status FROM {_SQLITE_TABLE} WHERE id = ?",
                 (reservation.id,),
@@ -510,13 +574,25 @@ class SQLiteLedger(Ledger):
                 f"UPDATE {_SQLITE_TABLE} SET status = ?, finished_at = ? WHERE id = ?",
                 (str(status), _now().isoformat(), reservation.id),
             )
+            if status == EntryStatus.RELEASED:
+                epsilon, delta = self._totals(conn, reservation.analyst)
+                self._store_totals(
+                    conn,
+                    reservation.analyst,
+                    (
+                        _exact_sub(epsilon, reservation.cost.epsilon),
+                        _exact_sub(delta, reservation.cost.delta),
+                    ),
+                )
 
     def spent(self, analyst: str) -> Cost:
         with self._mutex:
-            return _exact_total(self._spending(self._open_connection(), analyst))
+            epsilon, delta = self._totals(self._open_connection(), analyst)
+        return Cost(float(epsilon), float(delta))
 
     def reset(self, analyst: str) -> int:
         with self._write() as conn:
+            conn.execute(f"DELETE FROM {_SQLITE_TOTALS} WHERE analyst = ?", (analyst,))
             return conn.execute(f"DELETE FROM {_SQLITE_TABLE} WHERE analyst = ?", (analyst,)).rowcount
 
     def history(self, analyst: str, limit: int = 50) -> list[LedgerEntry]:
@@ -615,6 +691,7 @@ class PostgresLedger(Ledger):
         self.table = table
         self._table = sql.Identifier(*parts)
         self._meta = sql.Identifier(*parts[:-1], parts[-1] + "_meta")
+        self._totals_table = sql.Identifier(*parts[:-1], parts[-1] + "_totals")
         self._index = sql.Identifier(parts[-1] + "_analyst_status")
         self._analyst_lock_class = _lock_key("dpproxy ledger analyst", table)
         self._owner_lock_class = _lock_key("dpproxy ledger owner", table)
@@ -700,10 +777,32 @@ class PostgresLedger(Ledger):
             conn.execute(
                 sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (analyst, status)").format(self._index, t)
             )
+            # Exact sums (numeric) of each analyst's entries that are not released.
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (analyst text PRIMARY KEY, epsilon numeric NOT NULL, "
+                    "delta numeric NOT NULL)"
+                ).format(self._totals_table)
+            )
             (version,) = conn.execute(
                 sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
             ).fetchone()
             _check_schema_version(int(version), f"table {self.table}")
+            if int(version) < 2:
+                # Version 1 had no totals: sum every analyst's entries once (numeric sums are exact).
+                conn.execute(sql.SQL("DELETE FROM {}").format(self._totals_table))
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (analyst, epsilon, delta) SELECT analyst, "
+                        "COALESCE(SUM(epsilon::numeric) FILTER (WHERE status <> 'released'), 0), "
+                        "COALESCE(SUM(delta::numeric) FILTER (WHERE status <> 'released'), 0) "
+                        "FROM {} GROUP BY analyst"
+                    ).format(self._totals_table, t)
+                )
+                conn.execute(
+                    sql.SQL("UPDATE {} SET value = %s WHERE key = 'schema_version'").format(meta),
+                    (str(SCHEMA_VERSION),),
+                )
 
     def _abandon_orphans(self) -> None:
         with self._transaction() as conn:
@@ -731,13 +830,25 @@ class PostgresLedger(Ledger):
                     (finished, owner),
                 )
 
-    def _spending(self, conn: psycopg.Connection[Any], analyst: str) -> list[tuple[float, float]]:
-        return conn.execute(
-            sql.SQL("SELECT epsilon, delta FROM {} WHERE analyst = %s AND status <> 'released'").format(
-                self._table
-            ),
-            (analyst,),
-        ).fetchall()
+    def _totals(self, conn: psycopg.Connection[Any], analyst: str) -> tuple[decimal.Decimal, decimal.Decimal]:
+        row = conn.execute(
+            sql.SQL("SELECT epsilon, delta FROM {} WHERE analyst = %s").format(self._totals_table), (analyst,)
+        ).fetchone()
+        return (
+            (decimal.Decimal(row[0]), decimal.Decimal(row[1]))
+            if row
+            else (decimal.Decimal(0), decimal.Decimal(0))
+        )
+
+    def _add_to_totals(self, conn: psycopg.Connection[Any], analyst: str, cost: Cost, sign: int) -> None:
+        epsilon, delta = decimal.Decimal(cost.epsilon) * sign, decimal.Decimal(cost.delta) * sign
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} (analyst, epsilon, delta) VALUES (%s, %s, %s) ON CONFLICT (analyst) "
+                "DO UPDATE SET epsilon = {t}.epsilon + excluded.epsilon, delta = {t}.delta + excluded.delta"
+            ).format(t=self._totals_table),
+            (analyst, epsilon, delta),
+        )
 
     def _lock_analyst(self, conn: psycopg.Connection[Any], analyst: str) -> None:
         conn.execute(
@@ -749,7 +860,8 @@ class PostgresLedger(Ledger):
         with self._transaction() as conn:
             # Read committed: every statement after the lock sees all reservations made before it.
             self._lock_analyst(conn, analyst)
-            _check_fits(analyst, self._spending(conn, analyst), cost, limit)
+            after = _check_fits(analyst, self._totals(conn, analyst), cost, limit)
+            self._add_to_totals(conn, analyst, cost, 1)
             (entry_id,) = conn.execute(
                 sql.SQL(
                     "INSERT INTO {} (analyst, epsilon, delta, status, statement, owner, created_at) "
@@ -757,7 +869,9 @@ class PostgresLedger(Ledger):
                 ).format(self._table),
                 (analyst, float(cost.epsilon), float(cost.delta), statement, self._owner, _now()),
             ).fetchone()
-        return Reservation(id=entry_id, analyst=analyst, cost=cost)
+        return Reservation(
+            id=entry_id, analyst=analyst, cost=cost, spent=Cost(float(after[0]), float(after[1]))
+        )
 
     def _finish(self, reservation: Reservation, status: EntryStatus) -> None:
         with self._transaction() as conn:
@@ -774,14 +888,18 @@ class PostgresLedger(Ledger):
                 sql.SQL("UPDATE {} SET status = %s, finished_at = %s WHERE id = %s").format(self._table),
                 (str(status), _now(), reservation.id),
             )
+            if status == EntryStatus.RELEASED:
+                self._add_to_totals(conn, reservation.analyst, reservation.cost, -1)
 
     def spent(self, analyst: str) -> Cost:
         with self._transaction() as conn:
-            return _exact_total(self._spending(conn, analyst))
+            epsilon, delta = self._totals(conn, analyst)
+        return Cost(float(epsilon), float(delta))
 
     def reset(self, analyst: str) -> int:
         with self._transaction() as conn:
             self._lock_analyst(conn, analyst)
+            conn.execute(sql.SQL("DELETE FROM {} WHERE analyst = %s").format(self._totals_table), (analyst,))
             cursor = conn.execute(
                 sql.SQL("DELETE FROM {} WHERE analyst = %s").format(self._table), (analyst,)
             )

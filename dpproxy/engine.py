@@ -528,7 +528,8 @@ class Engine:
         status = None
         if reservation is not None:
             self.ledger.commit(reservation)  # type: ignore[union-attr]
-            status = BudgetStatus(analyst.name, self.ledger.spent(analyst.name), limit)  # type: ignore[union-attr]
+            spent = reservation.spent if reservation.spent is not None else self.ledger.spent(analyst.name)  # type: ignore[union-attr]
+            status = BudgetStatus(analyst.name, spent, limit)
         return Result(result.columns, result.rows, plan.cost, status, private=True)
 
     def _release(self, plan: Plan, rows: Sequence[Sequence[object]]) -> Result:

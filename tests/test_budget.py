@@ -564,3 +564,47 @@ def test_postgres_ledger_never_overspends_whatever_the_default_isolation(pg_dsn:
         cost, limit = Cost(0.25), Cost(1.0, 0.0)
         assert _race(lambda: _try_reserve(ledger, cost, limit), contenders=20) == 4
         assert ledger.spent("alice") == Cost(1.0, 0.0)
+
+
+def test_reserve_reports_the_spending_it_leads_to(ledger: Ledger) -> None:
+    limit = Cost(10.0, 1e-5)
+    first = ledger.reserve("alice", Cost(0.5, 1e-7), limit)
+    second = ledger.reserve("alice", Cost(0.25, 0.0), limit)
+    assert first.spent == Cost(0.5, 1e-7)
+    assert second.spent == Cost(0.75, 1e-7) == ledger.spent("alice")
+    ledger.release(second)
+    assert ledger.spent("alice") == Cost(0.5, 1e-7)
+
+
+def test_spending_stays_exact_over_many_entries(ledger: Ledger) -> None:
+    """Running totals are exact sums: ten thousand tenths make exactly one thousand."""
+    limit = Cost(2000.0, 1.0)
+    for _ in range(200):
+        ledger.commit(ledger.reserve("alice", Cost(0.1, 1e-9), limit))
+    assert ledger.spent("alice") == Cost(math.fsum([0.1] * 200), math.fsum([1e-9] * 200))
+
+
+def test_version_1_ledger_is_migrated_with_exact_totals(tmp_path: Path) -> None:
+    """A ledger written before the totals table (schema 1) gets its totals summed once on open."""
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE dpproxy_ledger_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO dpproxy_ledger_meta VALUES ('schema_version', '1');
+        CREATE TABLE dpproxy_ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, analyst TEXT NOT NULL,
+            epsilon REAL NOT NULL, delta REAL NOT NULL, rho REAL, status TEXT NOT NULL,
+            statement TEXT NOT NULL DEFAULT '', owner TEXT, created_at TEXT NOT NULL, finished_at TEXT);
+        INSERT INTO dpproxy_ledger (analyst, epsilon, delta, status, created_at) VALUES
+            ('alice', 0.1, 0.0, 'committed', '2026-01-01'), ('alice', 0.2, 1e-7, 'abandoned', '2026-01-01'),
+            ('alice', 5.0, 0.0, 'released', '2026-01-01'), ('bob', 1.5, 0.0, 'committed', '2026-01-01');
+        """
+    )
+    conn.close()
+    with SQLiteLedger(path) as ledger:
+        assert ledger.spent("alice") == Cost(math.fsum([0.1, 0.2]), 1e-7)
+        assert ledger.spent("bob") == Cost(1.5, 0.0)
+        with pytest.raises(BudgetExhausted):
+            ledger.reserve("bob", Cost(0.6, 0.0), Cost(2.0, 0.0))
+    with sqlite3.connect(path) as check:
+        assert check.execute("SELECT value FROM dpproxy_ledger_meta").fetchone() == ("2",)
