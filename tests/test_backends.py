@@ -211,6 +211,7 @@ def locked_duckdb(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Du
         "LOAD httpfs",
         "SET enable_external_access = true",
         "SET lock_configuration = false",
+        "SET temp_directory = '{tmp}/spill'",
         "RESET enable_external_access",
         "PRAGMA enable_profiling",
     ],

@@ -30,7 +30,10 @@ from dpproxy.backends import (
 )
 
 # Settings that close every door from SQL to the outside; `lock_configuration` then freezes them.
-LOCKDOWN: dict[str, bool] = {
+LOCKDOWN: dict[str, bool | str] = {
+    # No spill directory: with external access off DuckDB still lets SQL reach its temp directory.
+    # First: it can no longer be changed once external access is off.
+    "temp_directory": "",
     "enable_external_access": False,  # read_csv/parquet/json, COPY, ATTACH of files, httpfs, INSTALL
     "python_enable_replacements": False,  # `FROM name` must not find a Python variable called name
     "python_scan_all_frames": False,  # …nor look for one in the frames of run()'s callers
@@ -87,11 +90,16 @@ class DuckDBBackend(Backend):
             path = Path(database)
             self.description = f"DuckDB file {path}"
             try:
-                self._conn = duckdb.connect(
-                    str(path), read_only=True, config={**LOCKDOWN, "lock_configuration": True}
-                )
+                # DuckDB applies connect-time settings in its own order, and refuses temp_directory
+                # once external access is off: lock down with ordered SETs before any query instead.
+                self._conn = duckdb.connect(str(path), read_only=True, config={"temp_directory": ""})
             except duckdb.Error as exc:
                 raise BackendUnreachable(f"could not open the DuckDB file {path}: {exc}") from exc
+            try:
+                _lock_down(self._conn)
+            except BaseException:
+                self._conn.close()
+                raise
         self._statement_timeout_ms = statement_timeout_ms
         self._lock = threading.Lock()
         self._idle_cursors: list[duckdb.DuckDBPyConnection] = []
@@ -231,12 +239,13 @@ def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:
         # GLOBAL: a plain SET of the python_* settings changes only this connection, and every
         # query runs on a cursor, which is a connection of its own.
         for name, value in LOCKDOWN.items():
-            conn.execute(f"SET GLOBAL {name} = {str(value).lower()}")
+            literal = f"'{value}'" if isinstance(value, str) else str(value).lower()
+            conn.execute(f"SET GLOBAL {name} = {literal}")
         conn.execute("SET GLOBAL lock_configuration = true")
         with conn.cursor() as cursor:
             for name, value in {**LOCKDOWN, "lock_configuration": True}.items():
                 (actual,) = cursor.execute("SELECT current_setting(?)", [name]).fetchone() or (None,)
-                if actual is not value:
+                if actual != value or type(actual) is not type(value):
                     raise BackendError(f"DuckDB setting {name} is {actual!r}, not {value!r}")
     except duckdb.Error as exc:
         raise BackendError(f"could not lock down the DuckDB connection: {exc}") from exc
