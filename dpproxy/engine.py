@@ -201,8 +201,9 @@ class Engine:
     backend: Backend | None
     ledger: Ledger | None = None
     dialect: str = ""
-    # Tables whose privacy unit the database enforces unique; read from the backend at start.
-    unique_units: frozenset[str] = frozenset()
+    # Per table, the columns the database enforces unique and not NULL; read from the backend at
+    # start (a privacy unit among them means one row per person).
+    unique_columns: dict[str, frozenset[str]] = field(default_factory=dict)
     _public_columns: dict[str, list[tuple[str, PgType]]] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     # Plans of recent statements: a repeated statement (dashboards) skips parsing and rewriting,
@@ -258,17 +259,11 @@ class Engine:
         problems = check_against_schema(self.policy, live)
         if problems:
             raise PolicyError(problems, source=f"{self.policy.source} against the backend")
-        unique: set[str] = set()
         for schema in schemas:
             enforced = self.backend.unique_columns(schema)
-            unique.update(
-                t.name
-                for t in self.policy.tables
-                if t.schema == schema
-                and t.privacy_unit is not None
-                and t.privacy_unit in enforced.get(t.name, ())
-            )
-        self.unique_units = frozenset(unique)
+            for table in self.policy.tables:
+                if table.schema == schema and table.name in enforced:
+                    self.unique_columns[table.name] = frozenset(enforced[table.name])
         for table in self.policy.tables:
             if table.public and not table.columns and table.name in live:
                 self._public_columns[table.name] = [
@@ -293,7 +288,7 @@ class Engine:
             bind_parameters(parse_statement(sql), params),
             self.policy,
             self._public_columns,
-            self.unique_units,
+            self.unique_columns,
         )
 
     def describe(self, sql: str, parameter_types: Sequence[PgType | None] = ()) -> Description:
@@ -308,7 +303,7 @@ class Engine:
             bind_parameters(tree, [placeholder_value(t) for t in types]),
             self.policy,
             self._public_columns,
-            self.unique_units,
+            self.unique_columns,
         )
         outputs = query.outputs if isinstance(query, PublicQuery) else query.finish.outputs
         columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
@@ -329,8 +324,7 @@ class Engine:
         return float(epsilon)
 
     def plan_private(self, query: PrivateQuery, epsilon: float, *, salt: str | None = None) -> Plan:
-        table = query.table
-        state = rewrite(query, schema=table.schema, salt=salt, dialect=self.dialect)
+        state = rewrite(query, salt=salt, dialect=self.dialect)
         components = [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
         selection = query.max_groups if query.needs_selection else None
         noise = plan_query_noise(

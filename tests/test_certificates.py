@@ -199,7 +199,7 @@ def test_enforced_unique_unit_sensitivity(
         parse_policy(policy_text(rows=rows, groups=2)),
         None,
         dialect=loader.kind,
-        unique_units=frozenset({"t"}),
+        unique_columns={"t": frozenset({"pid"})},
     )
     loader.load(flatten(people))
     plan = engine.plan("SELECT COUNT(*) FROM t", salt="s")

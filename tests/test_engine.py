@@ -340,7 +340,8 @@ def test_describe_infers_parameter_and_result_types_without_running(tmp_path: Pa
 
 def test_unique_units_come_from_constraints_the_database_enforces(engine: Engine) -> None:
     # patients.patient_id is the primary key; visits has many rows per patient.
-    assert engine.unique_units == frozenset({"patients"})
+    assert "patient_id" in engine.unique_columns["patients"]
+    assert "patient_id" not in engine.unique_columns.get("visits", ())
     patients = engine.plan("SELECT COUNT(*) FROM patients")
     visits = engine.plan("SELECT COUNT(*) FROM visits")
     assert patients.query.row_level and patients.sensitivities == (1,)
@@ -349,10 +350,10 @@ def test_unique_units_come_from_constraints_the_database_enforces(engine: Engine
 
 def test_a_unit_column_without_a_constraint_is_bounded_per_unit(scratch_pg: str, tmp_path: Path) -> None:
     with Engine(parse_policy(MINIMAL_POLICY), open_backend(scratch_pg), None) as engine:
-        assert engine.unique_units == frozenset()
+        assert "id" not in engine.unique_columns.get("people", ())
         assert "per_unit" in engine.plan("SELECT COUNT(*) FROM people").sql
     with psycopg.connect(scratch_pg, autocommit=True) as conn:
         conn.execute("ALTER TABLE people ADD PRIMARY KEY (id)")
     with Engine(parse_policy(MINIMAL_POLICY), open_backend(scratch_pg), None) as engine:
-        assert engine.unique_units == frozenset({"people"})
+        assert engine.unique_columns["people"] == frozenset({"id"})
         assert "per_unit" not in engine.plan("SELECT COUNT(*) FROM people").sql

@@ -27,8 +27,10 @@ from dpproxy.errors import (
     UndefinedColumn,
     UndefinedFunction,
 )
-from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
+from dpproxy.policy import DEFAULT_GRID_SCALE, Policy
 from dpproxy.sql import postprocess
+from dpproxy.sql.inline import inline
+from dpproxy.sql.public import check_public_sql, exposed_table
 from dpproxy.sql.query import (
     Aggregate,
     AggregateKind,
@@ -46,7 +48,8 @@ from dpproxy.sql.query import (
     key_placeholder,
     output_placeholder,
 )
-from dpproxy.sql.rowexpr import RowExpressionChecker, RowScope, Typed, constant_value, row_expression
+from dpproxy.sql.relation import SchemaFacts, build_relation
+from dpproxy.sql.rowexpr import Typed, constant_value, row_expression
 from dpproxy.sql.types import (
     SQLGLOT_SCHEMA_TYPE,
     PgType,
@@ -56,61 +59,7 @@ from dpproxy.sql.types import (
     sum_result,
 )
 
-# The alias every rewritten query gives the protected table, whatever the analyst called it.
-TABLE_ALIAS = "t0"
-# Names under which an analyst may qualify an exposed table, besides its bare name.
-EXPOSED_SCHEMA = "public"
-
 SUPPORTED_AGGREGATES = "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), SUM(expr), AVG(expr)"
-
-# Functions a query over public tables only may call (it runs as written on the backend).
-_PUBLIC_FUNCTIONS: tuple[type[exp.Expression], ...] = (
-    exp.Lower,
-    exp.Upper,
-    exp.Initcap,
-    exp.Length,
-    exp.Substring,
-    exp.Trim,
-    exp.Left,
-    exp.Right,
-    exp.Concat,
-    exp.DPipe,
-    exp.Replace,
-    exp.StrPosition,
-    exp.Abs,
-    exp.Round,
-    exp.Floor,
-    exp.Ceil,
-    exp.Sign,
-    exp.Greatest,
-    exp.Least,
-    exp.Coalesce,
-    exp.Nullif,
-    exp.Cast,
-    exp.TimestampTrunc,
-    exp.DateTrunc,
-    exp.Extract,
-    exp.Count,
-    exp.Sum,
-    exp.Avg,
-    exp.Min,
-    exp.Max,
-    exp.Stddev,
-    exp.StddevPop,
-    exp.StddevSamp,
-    exp.Variance,
-    exp.VariancePop,
-    exp.Case,
-    exp.If,
-    exp.RowNumber,
-    exp.Lag,
-    exp.Lead,
-    exp.First,
-    exp.Last,
-    exp.Mod,
-    exp.Pow,
-    exp.Sqrt,
-)
 
 
 def parse_statement(sql: str) -> exp.Expression:
@@ -254,13 +203,13 @@ def analyze(
     tree: exp.Expression,
     policy: Policy,
     public_columns: Mapping[str, Sequence[tuple[str, PgType]]] | None = None,
-    unique_units: Collection[str] = (),
+    unique_columns: Mapping[str, Collection[str]] | None = None,
 ) -> AnalyzedQuery:
     """Validate a parsed, parameter-bound statement and reduce it to what the engine runs.
 
-    `public_columns` gives the columns of public tables whose policy does not list them (read from
-    the backend's schema); it is used only to type the results of public queries. `unique_units`
-    names the tables whose privacy unit the database enforces unique (one row per unit).
+    `public_columns` gives the columns of public tables whose policy does not list them, and
+    `unique_columns` the columns the database enforces unique and not NULL, per table (both read
+    from the backend's schema at start).
     """
     if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
         raise NotSupported(
@@ -288,47 +237,27 @@ def analyze(
             hint="dpproxy answers SELECT queries with aggregates",
         )
     text = tree.sql("postgres")
-    if tree.args.get("with_") or tree.args.get("with"):
-        raise NotSupported(
-            "WITH (common table expressions) is not supported yet", hint="write a single SELECT"
-        )
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None:
-        if tree.args.get("where") or tree.args.get("group"):
-            raise NotSupported("WHERE and GROUP BY need a FROM clause")
+        if tree.args.get("where") or tree.args.get("group") or tree.args.get("with_"):
+            raise NotSupported("WHERE, GROUP BY and WITH need a FROM clause")
         return ConstantQuery(_constant_finish(tree), text)
-    tables = [t for t in tree.find_all(exp.Table)]
-    for table_node in tables:
-        _exposed_table(table_node, policy)
-    if all(_exposed_table(t, policy).public for t in tables):
+    facts = SchemaFacts(public_columns or {}, unique_columns or {})
+    ctes = {c.alias.lower() for c in tree.find_all(exp.CTE)}
+    read = [
+        exposed_table(t, policy)
+        for t in tree.find_all(exp.Table)
+        if isinstance(t.parent, (exp.From, exp.Join))
+        and not (t.args.get("db") is None and t.name.lower() in ctes)
+    ]
+    if all(table.public for table in read):
+        if ctes:
+            raise NotSupported("WITH over public tables only is not supported", hint="write a plain SELECT")
         return _public_query(tree, policy, public_columns or {}, text)
-    if tree.args.get("joins"):
-        raise NotSupported(
-            "JOINs with protected tables are not supported yet",
-            hint="query one protected table at a time",
-        )
-    source = from_.this
-    if not isinstance(source, exp.Table):
-        raise NotSupported("subqueries are not supported in FROM", hint="select from a table of the policy")
-    query = _PrivateAnalyzer(tree, policy, source, text).run()
+    query = _PrivateAnalyzer(inline(tree), policy, facts, text).run()
     return dataclasses.replace(
-        query, unit_unique=query.table.name in unique_units, sample_rows=query.table.row_bounding == "sample"
+        query, unit_unique=query.relation.unit_unique, sample_rows=query.relation.sample_rows
     )
-
-
-def _exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:
-    name = node.name if node.this.quoted else node.name.lower()
-    schema = node.args.get("db")
-    if node.args.get("catalog") is not None:
-        raise PolicyViolation(f"table {node.sql('postgres')} is not exposed by the policy")
-    table = policy.table(name)
-    if table is None or (schema is not None and schema.name.lower() not in (EXPOSED_SCHEMA, table.schema)):
-        exposed = ", ".join(t.name for t in policy.tables) or "none"
-        raise PolicyViolation(
-            f'table "{node.sql("postgres")}" is not exposed by the policy',
-            hint=f"exposed tables: {exposed}",
-        )
-    return table
 
 
 def _constant_finish(tree: exp.Select) -> Finish:
@@ -405,18 +334,11 @@ def _output_name(item: exp.Expression) -> str:
 def _public_query(
     tree: exp.Select, policy: Policy, public_columns: Mapping[str, Sequence[tuple[str, PgType]]], text: str
 ) -> PublicQuery:
-    for node in tree.walk():
-        if isinstance(node, exp.Func) and not isinstance(node, _PUBLIC_FUNCTIONS):
-            name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
-            raise NotSupported(
-                f"function {name}() is not supported", hint="query public tables with plain SQL"
-            )
-        if isinstance(node, (exp.Into, exp.Lock)):
-            raise PolicyViolation("SELECT INTO and row locks are not allowed")
+    check_public_sql(tree, policy)
     schema: dict[str, dict[str, str]] = {}
     rewritten = tree.copy()
     for table_node in rewritten.find_all(exp.Table):
-        table = _exposed_table(table_node, policy)
+        table = exposed_table(table_node, policy)
         columns: Sequence[tuple[str, PgType]] = [
             (c.name, from_column_type(c.type)) for c in table.columns
         ] or public_columns.get(table.name, ())
@@ -457,16 +379,22 @@ def _known(pg_type: PgType) -> PgType:
     return PgType.TEXT if pg_type is PgType.UNKNOWN else pg_type
 
 
-class _PrivateAnalyzer:
-    """Builds the PrivateQuery of a SELECT over one protected table."""
+def _ancestors(node: exp.Expression, top: exp.Expression):
+    parent = node.parent
+    while parent is not None and parent is not top:
+        yield parent
+        parent = parent.parent
 
-    def __init__(self, tree: exp.Select, policy: Policy, source: exp.Table, text: str) -> None:
+
+class _PrivateAnalyzer:
+    """Builds the PrivateQuery of a SELECT over a relation with protected tables."""
+
+    def __init__(self, tree: exp.Select, policy: Policy, facts: SchemaFacts, text: str) -> None:
         self.tree = tree
         self.policy = policy
-        self.table = _exposed_table(source, policy)
-        alias = source.alias_or_name
-        alias = alias if (source.args.get("alias") and source.args["alias"].this.quoted) else alias.lower()
-        self.scope = RowScope(self.table, frozenset({alias}), TABLE_ALIAS, "WHERE")
+        self._reject_unsupported_clauses()
+        self.relation = build_relation(tree, policy, facts)
+        self.scope = self.relation.scope("WHERE")
         self.text = text
         self.components: list[Component] = []
         self.aggregates: list[Aggregate] = []
@@ -476,7 +404,6 @@ class _PrivateAnalyzer:
 
     def run(self) -> PrivateQuery:
         tree = self.tree
-        self._reject_unsupported_clauses()
         where = tree.args.get("where")
         where_sql = None
         if where is not None:
@@ -491,12 +418,12 @@ class _PrivateAnalyzer:
             for i in items
         ) or any(isinstance(i, exp.Column) and isinstance(i.this, exp.Star) for i in items):
             raise PolicyViolation(
-                f'SELECT * would return raw rows of the protected table "{self.table.name}"',
-                hint=f"ask for aggregates, e.g. SELECT COUNT(*) FROM {self.table.name}",
+                f'SELECT * would return raw rows of the protected table "{self.relation.label}"',
+                hint=f"ask for aggregates, e.g. SELECT COUNT(*) FROM {self.relation.sources[0].label}",
             )
         if not any(i.find(exp.AggFunc) for i in items) and not self.keys:
             raise PolicyViolation(
-                f'this query would return raw rows of the protected table "{self.table.name}"',
+                f'this query would return raw rows of the protected table "{self.relation.label}"',
                 hint=f"dpproxy only answers aggregates: {SUPPORTED_AGGREGATES}, optionally with GROUP BY",
             )
         outputs = []
@@ -522,8 +449,7 @@ class _PrivateAnalyzer:
             typed_outputs, having, tuple(order_by), _limit(tree, "limit"), _limit(tree, "offset") or 0
         )
         return PrivateQuery(
-            table=self.table,
-            alias=TABLE_ALIAS,
+            relation=self.relation,
             where=where_sql,
             keys=tuple(self.keys),
             components=tuple(self.components),
@@ -540,10 +466,19 @@ class _PrivateAnalyzer:
                 hint="use GROUP BY with aggregates instead",
             )
         for node in tree.walk():
-            if node is not tree and isinstance(node, (exp.Select, exp.Subquery, exp.Exists)):
+            if node is tree or not isinstance(node, (exp.Select, exp.Subquery, exp.Exists)):
+                continue
+            allowed = [
+                a
+                for a in [node, *_ancestors(node, tree)]
+                if (isinstance(a, exp.Subquery) and isinstance(a.parent, (exp.From, exp.Join)))
+                or (isinstance(a.parent, exp.In) and a is a.parent.args.get("query"))
+            ]
+            if not allowed:
                 raise NotSupported(
-                    "subqueries are not supported in private queries",
-                    hint="filter with WHERE conditions on the table's own columns",
+                    "subqueries are only supported in FROM (row-level, or grouped by the privacy unit) and "
+                    "as IN (SELECT … FROM a public table)",
+                    hint="filter with WHERE conditions, or join the table",
                 )
         if tree.args.get("distinct"):
             raise NotSupported("SELECT DISTINCT is not supported", hint="use GROUP BY with COUNT(*) instead")
@@ -576,7 +511,7 @@ class _PrivateAnalyzer:
             elif (
                 isinstance(node, exp.Column)
                 and not node.table
-                and self.table.column(node.name.lower()) is None
+                and not any(src.column(node.name.lower()) for src in self.relation.sources)
                 and node.name.lower() in aliases
             ):
                 source = aliases[node.name.lower()]
@@ -586,16 +521,16 @@ class _PrivateAnalyzer:
             bare = source.unnest() if isinstance(source, exp.Paren) else source
             if isinstance(bare, exp.Column) and typed.uses_unit:
                 raise PolicyViolation(
-                    f'GROUP BY the privacy unit "{self.table.privacy_unit}" would release one group '
+                    f'GROUP BY the privacy unit "{self.relation.unit_name}" would release one group '
                     "per person",
-                    hint=f"group by other columns; COUNT(DISTINCT {self.table.privacy_unit}) counts persons",
+                    hint=f"group by other columns; COUNT(DISTINCT {self.relation.unit_name}) counts persons",
                 )
             text = typed.sql.sql("postgres")
             if any(k.text == text for k in self.keys):
                 continue
             public_values = None
             if isinstance(bare, exp.Column):
-                column = RowExpressionChecker(scope).resolve(bare)
+                _, column = scope.resolve(bare)
                 public_values = column.public_values
             self.keys.append(GroupKey(typed.sql, _known(typed.type), text, public_values))
 
@@ -631,8 +566,8 @@ class _PrivateAnalyzer:
             if j is not None:
                 return key_placeholder(j)
             if isinstance(n, exp.Column):
-                column = RowExpressionChecker(self.scope.in_clause(clause)).resolve(n)
-                if column.name == self.table.privacy_unit:
+                _, column = self.scope.in_clause(clause).resolve(n)
+                if column.is_unit:
                     raise PolicyViolation(
                         f'the privacy unit "{column.name}" cannot be returned',
                         hint=f"COUNT(DISTINCT {column.name}) counts persons",
@@ -716,7 +651,7 @@ class _PrivateAnalyzer:
 
     def _count(self, node: exp.Count) -> int:
         arg = node.this
-        unit = self.table.privacy_unit
+        unit = self.relation.unit_name
         if arg is None or isinstance(arg, exp.Star):
             component = self._component(Component(ComponentKind.ROWS, identity="rows"))
             return self._add_aggregate(Aggregate(AggregateKind.COUNT, (component,), PgType.INT8, "count(*)"))
@@ -724,8 +659,8 @@ class _PrivateAnalyzer:
             columns = arg.expressions
             scope = self.scope.in_clause("COUNT(DISTINCT …)")
             if len(columns) == 1 and isinstance(columns[0], exp.Column):
-                column = RowExpressionChecker(scope).resolve(columns[0])
-                if unit is not None and column.name == unit:
+                _, column = scope.resolve(columns[0])
+                if unit is not None and column.is_unit:
                     component = self._component(Component(ComponentKind.UNITS, identity="units"))
                     return self._add_aggregate(
                         Aggregate(
@@ -735,7 +670,7 @@ class _PrivateAnalyzer:
             what = ", ".join(c.sql("postgres") for c in columns)
             if unit is None:
                 raise NotSupported(
-                    f'COUNT(DISTINCT {what}) is not supported: in "{self.table.name}" every row is '
+                    f'COUNT(DISTINCT {what}) is not supported: in "{self.relation.label}" every row is '
                     "one person",
                     hint="COUNT(*) counts persons in this table",
                 )
@@ -764,7 +699,13 @@ class _PrivateAnalyzer:
             )
         if typed.uses_unit:
             raise PolicyViolation(
-                f'the privacy unit "{self.table.privacy_unit}" cannot be aggregated with {name}'
+                f'the privacy unit "{self.relation.unit_name}" cannot be aggregated with {name}'
+            )
+        if typed.interval is not None and not typed.interval.finite:
+            raise PolicyViolation(
+                f"{name}({arg.sql('postgres')}) has no upper or lower bound (a count per person has none "
+                "until it is clamped)",
+                hint=f"clamp it, e.g. {name}(LEAST({arg.sql('postgres')}, 20))",
             )
         if typed.interval is None:
             raise PolicyViolation(
@@ -828,10 +769,10 @@ class _PrivateAnalyzer:
     def _check_summable(self, arg: exp.Expression, name: str) -> None:
         scope = self.scope.in_clause(f"{name} argument")
         for column_node in arg.find_all(exp.Column):
-            column = RowExpressionChecker(scope).resolve(column_node)
+            source, column = scope.resolve(column_node)
             if not getattr(column, "summable", True):
                 raise PolicyViolation(
-                    f'column "{column.name}" of table "{self.table.name}" may not be summed or averaged '
+                    f'column "{column.name}" of table "{source.label}" may not be summed or averaged '
                     "(summable: false in the policy)",
                     hint="it can still be filtered on, grouped by and counted",
                 )
@@ -843,13 +784,13 @@ class _PrivateAnalyzer:
         scope = self.scope.in_clause("aggregate argument")
         scales = [
             column.grid_scale
-            for column in (RowExpressionChecker(scope).resolve(c) for c in arg.find_all(exp.Column))
-            if column.type.is_fractional
+            for _, column in (scope.resolve(c) for c in arg.find_all(exp.Column))
+            if column.fractional
         ]
         scale = max(scales, default=DEFAULT_GRID_SCALE)
         assert typed.interval is not None
         # Every grid value, times the rows one unit may add, must stay far inside a 64-bit integer.
-        magnitude = max(typed.interval.magnitude, Decimal(1)) * self.table.max_rows_per_unit
+        magnitude = max(typed.interval.magnitude, Decimal(1)) * self.relation.max_rows
         while scale > 0 and magnitude.scaleb(scale) >= Decimal(2) ** 52:
             scale -= 1
         if magnitude >= Decimal(2) ** 52:

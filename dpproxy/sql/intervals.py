@@ -14,6 +14,8 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 @dataclass(frozen=True)
 class Interval:
+    """[lo, hi]; a bound may be ±Infinity (a count of rows has no upper bound until clamped)."""
+
     lo: Decimal
     hi: Decimal
 
@@ -25,6 +27,10 @@ class Interval:
     def point(value: Decimal | int) -> Interval:
         v = Decimal(value)
         return Interval(v, v)
+
+    @property
+    def finite(self) -> bool:
+        return self.lo.is_finite() and self.hi.is_finite()
 
     @property
     def magnitude(self) -> Decimal:
@@ -51,7 +57,7 @@ class Interval:
         return Interval(-self.hi, -self.lo)
 
     def __mul__(self, other: Interval) -> Interval:
-        products = [a * b for a in (self.lo, self.hi) for b in (other.lo, other.hi)]
+        products = [_times(a, b) for a in (self.lo, self.hi) for b in (other.lo, other.hi)]
         return Interval(min(products), max(products))
 
     def divide(self, divisor: Interval, *, integer_divisor: bool, truncate: bool) -> Interval | None:
@@ -60,6 +66,8 @@ class Interval:
         A non-zero integer divisor has |divisor| >= 1, so |quotient| <= |dividend|. A fractional
         divisor that can come arbitrarily close to zero gives no bounded quotient: None.
         """
+        if not (self.finite and divisor.finite):
+            return None
         if not divisor.contains_zero:
             quotients = [a / b for a in (self.lo, self.hi) for b in (divisor.lo, divisor.hi)]
             if truncate:
@@ -98,6 +106,13 @@ class Interval:
         lo = (self.lo.scaleb(scale)).to_integral_value(ROUND_FLOOR)
         hi = (self.hi.scaleb(scale)).to_integral_value(ROUND_CEILING)
         return int(lo), int(hi)
+
+
+def _times(a: Decimal, b: Decimal) -> Decimal:
+    # 0 · ∞ is 0 here: a zero bound times an unbounded one contributes nothing to the range.
+    if a == 0 or b == 0:
+        return Decimal(0)
+    return a * b
 
 
 def _truncate(value: Decimal) -> Decimal:

@@ -16,8 +16,8 @@ from enum import StrEnum
 
 from sqlglot import exp
 
-from dpproxy.policy import TablePolicy
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.relation import Relation
 from dpproxy.sql.types import PgType
 
 
@@ -126,16 +126,15 @@ class Finish:
 
 @dataclass(frozen=True)
 class PrivateQuery:
-    table: TablePolicy
-    alias: str
+    relation: Relation
     where: exp.Expression | None
     keys: tuple[GroupKey, ...]
     components: tuple[Component, ...]
     aggregates: tuple[Aggregate, ...]
     finish: Finish
     text: str  # the statement, normalised (parameters bound)
-    # The database enforces one row per unit (PRIMARY KEY, or UNIQUE and NOT NULL): no per-unit
-    # bounding is needed, and each unit touches one row of one group.
+    # The database enforces one row per unit (PRIMARY KEY, or UNIQUE and NOT NULL, through the
+    # joins): no per-unit bounding is needed, and each unit touches one row of one group.
     unit_unique: bool = False
     # Keep at most max_rows_per_unit actual rows per unit and group (sample) instead of clamping
     # each unit's per-group contribution to what that many rows can add (clamp, the default).
@@ -148,17 +147,17 @@ class PrivateQuery:
 
     @property
     def row_level(self) -> bool:
-        """Every row is its own unit: `row` tables, and tables whose unit is enforced unique."""
-        return self.table.unit_is_row or self.unit_unique
+        """Every row is its own unit: `row` tables, and relations whose unit is enforced unique."""
+        return self.relation.unit_is_row or self.unit_unique
 
     @property
     def max_groups(self) -> int:
         """Groups of this query one unit can contribute to (1 without GROUP BY)."""
-        return self.table.max_groups_per_unit if self.keys and not self.row_level else 1
+        return self.relation.max_groups if self.keys and not self.row_level else 1
 
     @property
     def max_rows(self) -> int:
-        return 1 if self.row_level else self.table.max_rows_per_unit
+        return 1 if self.row_level else self.relation.max_rows
 
 
 @dataclass(frozen=True)

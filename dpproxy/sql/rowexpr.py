@@ -29,16 +29,14 @@ from dpproxy.errors import (
     NotSupported,
     PolicyViolation,
     UndefinedFunction,
-    UndefinedTable,
 )
-from dpproxy.policy import ColumnPolicy, TablePolicy
 from dpproxy.sql.intervals import Interval, hull
+from dpproxy.sql.scope import RowScope, Source, SourceColumn
 from dpproxy.sql.types import (
     INTEGER_RANGE,
     SQLGLOT_SCHEMA_TYPE,
     PgType,
     arithmetic_result,
-    from_column_type,
     from_sqlglot,
 )
 
@@ -75,19 +73,6 @@ class Typed:
     interval: Interval | None = None  # numbers only; None when unbounded
     uses_unit: bool = False
     constant: bool = False  # no column reference: its value depends on the query text only
-
-
-@dataclass(frozen=True)
-class RowScope:
-    """The one table a private query reads, as the query names it."""
-
-    table: TablePolicy
-    qualifiers: frozenset[str]  # names a column may be qualified with (alias, or table name)
-    alias: str  # the qualifier emitted in rewritten SQL
-    clause: str  # for messages: "WHERE", "GROUP BY", "SUM argument", ...
-
-    def in_clause(self, clause: str) -> RowScope:
-        return RowScope(self.table, self.qualifiers, self.alias, clause)
 
 
 def typed_node(node: exp.Expression, pg_type: PgType) -> exp.Expression:
@@ -327,40 +312,16 @@ class RowExpressionChecker:
 
     def _column(self, node: exp.Expression) -> Typed:
         assert isinstance(node, exp.Column)
-        column = self.resolve(node)
-        pg_type = from_column_type(column.type)
-        ref = column_ref(self.scope.alias, column.name, pg_type)
-        uses_unit = column.name == self.scope.table.privacy_unit
-        if column.type.is_number:
-            if column.bounded:
-                assert column.lower is not None and column.upper is not None
-                interval = Interval(column.lower, column.upper)
-                return Typed(clip_sql(ref, interval, pg_type), pg_type, interval, uses_unit)
-            if pg_type.is_integer:
-                lo, hi = INTEGER_RANGE[pg_type]
-                return Typed(ref, pg_type, Interval(Decimal(lo), Decimal(hi)), uses_unit)
-            return Typed(ref, pg_type, None, uses_unit)
-        return Typed(ref, pg_type, None, uses_unit)
+        source, column = self.resolve(node)
+        ref = column_ref(source.alias, column.name, column.type)
+        if column.clip and column.interval is not None:
+            return Typed(
+                clip_sql(ref, column.interval, column.type), column.type, column.interval, column.is_unit
+            )
+        return Typed(ref, column.type, column.interval, column.is_unit)
 
-    def resolve(self, node: exp.Column) -> ColumnPolicy:
-        table = self.scope.table
-        qualifier = node.table
-        if qualifier and qualifier.lower() not in self.scope.qualifiers:
-            raise UndefinedTable(
-                f'missing FROM-clause entry for table "{qualifier}" ({self.scope.clause})',
-                hint=f'the query reads "{table.name}" as "{self.scope.alias}"',
-            )
-        if node.args.get("db") or node.args.get("catalog"):
-            raise NotSupported(f"column reference {node.sql('postgres')} has too many qualifiers")
-        name = node.name if node.this.quoted else node.name.lower()
-        column = table.column(name)
-        if column is None:
-            exposed = ", ".join(c.name for c in table.columns)
-            raise PolicyViolation(
-                f'column "{name}" of table "{table.name}" is not exposed by the policy',
-                hint=f"exposed columns: {exposed}",
-            )
-        return column
+    def resolve(self, node: exp.Column) -> tuple[Source, SourceColumn]:
+        return self.scope.resolve(node)
 
     def _literal(self, node: exp.Expression) -> Typed:
         assert isinstance(node, exp.Literal)
@@ -611,8 +572,18 @@ class RowExpressionChecker:
         )
 
     def _in(self, node: exp.Expression) -> Typed:
-        if node.args.get("query") is not None or node.args.get("unnest") is not None:
+        if node.args.get("unnest") is not None:
             raise self._unsupported(exp.Subquery())
+        query = node.args.get("query")
+        if query is not None:
+            if self.scope.public_subquery is None:
+                raise self._unsupported(exp.Subquery())
+            inner = self.check(node.this)
+            subquery = query.this if isinstance(query, exp.Subquery) else query
+            emitted = self.scope.public_subquery(subquery)
+            return Typed(
+                exp.In(this=inner.sql, query=exp.Subquery(this=emitted)), PgType.BOOL, None, inner.uses_unit
+            )
         inner = self.check(node.this)
         items = [self.check(e) for e in node.expressions]
         for item in items:
@@ -723,9 +694,8 @@ class RowExpressionChecker:
         pg_type = self._merge_types(parts, node)
         non_null = [p for p in parts if not isinstance(p.sql, exp.Null)]
         interval = hull([p.interval for p in non_null]) if pg_type.is_number and non_null else None
-        if isinstance(node, (exp.Greatest, exp.Least)) and interval is not None:
-            # GREATEST/LEAST pick one of their arguments: the hull holds, and is tight enough.
-            pass
+        if isinstance(node, (exp.Greatest, exp.Least)) and pg_type.is_number and non_null:
+            interval = _extreme_interval([p.interval for p in non_null], least=isinstance(node, exp.Least))
         sql = type(node)(this=parts[0].sql, expressions=[p.sql for p in parts[1:]])
         return Typed(
             typed_node(sql, pg_type),
@@ -968,6 +938,21 @@ class RowExpressionChecker:
             inner.uses_unit,
             inner.constant,
         )
+
+
+def _extreme_interval(intervals: list[Interval | None], *, least: bool) -> Interval | None:
+    """Range of LEAST/GREATEST over arguments with these ranges (None: unbounded both ways).
+
+    LEAST(x, 20) is at most 20 even when x is unbounded above: that is how a derived count gets
+    bounds. NULL arguments are skipped (as both engines do), so they do not widen the range.
+    """
+    inf = Decimal("Infinity")
+    los = [i.lo if i is not None else -inf for i in intervals]
+    his = [i.hi if i is not None else inf for i in intervals]
+    lo, hi = (min(los), min(his)) if least else (max(los), max(his))
+    if lo == -inf and hi == inf:
+        return None
+    return Interval(lo, hi)
 
 
 def row_expression(node: exp.Expression, scope: RowScope) -> Typed:

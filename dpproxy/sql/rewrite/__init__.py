@@ -25,11 +25,9 @@ Rule = Callable[[RewriteState, RewriteContext], RewriteState]
 RULES: tuple[Rule, ...] = (select_rows, to_grid, bound_rows, per_unit, bound_groups, per_group)
 
 
-def rewrite(
-    query: PrivateQuery, *, schema: str | None = None, salt: str | None = None, dialect: str = "postgres"
-) -> RewriteState:
+def rewrite(query: PrivateQuery, *, salt: str | None = None, dialect: str = "postgres") -> RewriteState:
     """Fold the query through RULES. The salt is fresh per plan unless given (tests fix it)."""
-    ctx = RewriteContext(query, schema, salt if salt is not None else secrets.token_hex(8), dialect)
+    ctx = RewriteContext(query, salt if salt is not None else secrets.token_hex(8), dialect)
     state = RewriteState()
     for rule in RULES:
         state = rule(state, ctx)

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, component_column, key_column
+from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, component_column, key_column
 
 
 def public_value_literal(value: object) -> exp.Expression:
@@ -35,10 +35,11 @@ def public_value_literal(value: object) -> exp.Expression:
 
 def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
+    relation = query.relation
     projections: list[exp.Expression] = []
     if ctx.per_unit:
-        assert query.table.privacy_unit is not None
-        projections.append(exp.alias_(col(query.table.privacy_unit, query.alias), UNIT, quoted=True))
+        assert relation.unit is not None
+        projections.append(exp.alias_(relation.unit.copy(), UNIT, quoted=True))
     for j, key in enumerate(query.keys):
         projections.append(exp.alias_(key.sql.copy(), key_column(j), quoted=True))
     for i in ctx.valued_components:
@@ -47,12 +48,10 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True))
     if not projections:
         projections.append(exp.alias_(exp.Literal.number(1), "__row", quoted=True))
-    table = exp.Table(
-        this=exp.to_identifier(query.table.name, quoted=True),
-        db=exp.to_identifier(ctx.schema, quoted=True) if ctx.schema else None,
-        alias=exp.TableAlias(this=exp.to_identifier(query.alias, quoted=True)),
-    )
-    select = exp.select(*projections, copy=False).from_(table, copy=False)
+    base, joins = relation.from_items()
+    select = exp.select(*projections, copy=False).from_(base, copy=False)
+    for join in joins:
+        select = select.join(join, copy=False)
     conditions: list[exp.Expression] = []
     if query.where is not None:
         conditions.append(exp.Paren(this=query.where.copy()))
@@ -64,6 +63,7 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         select = select.where(exp.and_(*conditions, copy=False), copy=False)
     return state.then(
         "selected_rows",
-        "read the table: WHERE, public keys restricted to their declared values, columns clipped to bounds",
+        "read the tables: joins, WHERE, public keys restricted to their declared values, columns clipped to "
+        "bounds",
         select,
     )

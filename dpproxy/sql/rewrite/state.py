@@ -32,7 +32,6 @@ class RewriteContext:
     """What every pass may read: the analyzed query, the physical table, and the plan's salt."""
 
     query: PrivateQuery
-    schema: str | None  # schema of the table in the backing database
     salt: str  # per-plan value mixed into the per-unit selection order
     dialect: str = "postgres"  # the backend's: selection hashes are native where possible
 

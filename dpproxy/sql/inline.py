@@ -1,0 +1,241 @@
+"""Inline CTEs and row-level FROM-subqueries, so a private query reads base tables through joins.
+
+    WITH v AS (SELECT patient_id, cost * 2 AS c2 FROM visits WHERE cost > 10)
+    SELECT COUNT(*) FROM v a JOIN v b ON a.patient_id = b.patient_id WHERE a.c2 > 3
+    becomes
+    SELECT COUNT(*) FROM visits AS a__1 JOIN visits AS b__1 ON a__1.patient_id = b__1.patient_id
+    WHERE (a__1.cost > 10) AND (b__1.cost > 10) AND a__1.cost * 2 > 3
+
+A subquery is inlined when it is a row-level transformation: one SELECT with no aggregate, GROUP
+BY, DISTINCT, window, ORDER BY or LIMIT, reading tables (and further inlinable subqueries) through
+inner joins. Each use of a CTE is inlined separately, with fresh aliases, so a CTE may be used
+twice (a self-join). Subqueries that group by something (per-unit aggregates) are left in place:
+the analyzer treats them as derived sources. Nothing here consults the policy; the analyzer checks
+what results. Pure function over sqlglot trees.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from sqlglot import exp
+
+from dpproxy.errors import NotSupported
+
+_counter = itertools.count(1)
+
+
+def _fresh(alias: str) -> str:
+    return f"{alias}__{next(_counter)}"
+
+
+def inline(tree: exp.Select) -> exp.Select:
+    """Return a copy of `tree` with its CTEs and row-level FROM-subqueries inlined."""
+    tree = tree.copy()
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    ctes: dict[str, exp.Expression] = {}
+    if with_ is not None:
+        if with_.args.get("recursive"):
+            raise NotSupported("WITH RECURSIVE is not supported", hint="write the CTE without recursion")
+        for cte in with_.expressions:
+            body = cte.this
+            if not isinstance(body, exp.Select):
+                raise NotSupported(
+                    f"CTE {cte.alias} must be a single SELECT",
+                    hint="set operations are not supported in CTEs",
+                )
+            # Earlier CTEs may be used by later ones.
+            ctes[cte.alias.lower()] = _replace_cte_references(body, ctes)
+        tree.set("with_", None)
+        tree.set("with", None)
+    tree = _replace_cte_references(tree, ctes)
+    return _inline_from(tree)
+
+
+def _replace_cte_references(tree: exp.Expression, ctes: dict[str, exp.Expression]) -> exp.Expression:
+    if not ctes:
+        return tree
+    tree = tree.copy()
+    for table in list(tree.find_all(exp.Table)):
+        name = table.name.lower()
+        if table.args.get("db") is None and name in ctes and isinstance(table.parent, (exp.From, exp.Join)):
+            alias = table.alias_or_name
+            table.replace(
+                exp.Subquery(this=ctes[name].copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+            )
+    return tree
+
+
+def is_row_level(select: exp.Expression) -> bool:
+    """One SELECT without aggregation, grouping, distinct, windows, ordering or limits."""
+    if not isinstance(select, exp.Select):
+        return False
+    for key in (
+        "group",
+        "having",
+        "distinct",
+        "order",
+        "limit",
+        "offset",
+        "qualify",
+        "windows",
+        "with_",
+        "with",
+    ):
+        if select.args.get(key):
+            return False
+    if select.find(exp.Window):
+        return False
+    return not any(isinstance(node, exp.AggFunc) for node in _own_nodes(select))
+
+
+def _own_nodes(select: exp.Select):
+    """Nodes of the select list and WHERE of this SELECT, not of nested subqueries."""
+    for part in [*select.expressions, select.args.get("where")]:
+        if part is None:
+            continue
+        for node in part.walk():
+            if isinstance(node, (exp.Subquery, exp.Select)) and node is not part:
+                continue
+            yield node
+
+
+def _inline_from(select: exp.Select) -> exp.Select:
+    """Inline the row-level subqueries of this SELECT's FROM and JOINs (recursively)."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None:
+        return select
+    # Inline inside subqueries first, so that nested ones are flattened bottom-up.
+    for node in [from_.this, *(j.this for j in select.args.get("joins") or [])]:
+        if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+            node.set("this", _inline_from(node.this))
+    # One subquery at a time: each merge rewrites the outer query, so re-read it afterwards.
+    while True:
+        from_ = select.args.get("from_") or select.args.get("from")
+        if isinstance(from_.this, exp.Subquery) and is_row_level(from_.this.this):
+            base, extra_joins, where = _flatten(select, from_.this)
+            joins = list(select.args.get("joins") or [])
+            select.set("from_", exp.From(this=base))
+            select.set("joins", [*extra_joins, *joins] or None)
+            if where is not None:
+                _and_where(select, where)
+            continue
+        joins = list(select.args.get("joins") or [])
+        for i, join in enumerate(joins):
+            node = join.this
+            if not (isinstance(node, exp.Subquery) and is_row_level(node.this)):
+                continue
+            if join.args.get("side") or join.args.get("kind") not in (None, "", "INNER"):
+                raise NotSupported(
+                    "only inner joins to subqueries are supported",
+                    hint="filter inside the subquery, or join the table directly",
+                )
+            if join.args.get("using"):
+                raise NotSupported("JOIN … USING a subquery is not supported", hint="write JOIN … ON")
+            first, extra_joins, where = _flatten(select, node)
+            joins = list(select.args.get("joins") or [])  # the merge rewrote this join's ON
+            parts = [p for p in (joins[i].args.get("on"), where) if p is not None]
+            merged = exp.Join(this=first, on=exp.and_(*parts) if parts else None)
+            select.set("joins", [*joins[:i], merged, *extra_joins, *joins[i + 1 :]])
+            break
+        else:
+            return select
+
+
+def _and_where(select: exp.Select, condition: exp.Expression) -> None:
+    where = select.args.get("where")
+    parts = [condition, where.this] if where is not None else [condition]
+    select.set("where", exp.Where(this=exp.and_(*[exp.Paren(this=p) for p in parts])))
+
+
+def _flatten(
+    outer: exp.Select, subquery: exp.Subquery
+) -> tuple[exp.Expression, list[exp.Join], exp.Expression | None]:
+    """Merge a row-level subquery into `outer`: its FROM item, its joins, its WHERE (renamed), and
+    every outer reference alias.col replaced by the subquery's expression for col."""
+    inner: exp.Select = subquery.this
+    alias = subquery.alias
+    if not alias:
+        raise NotSupported("a subquery in FROM needs an alias", hint="write (SELECT …) AS name")
+    inner_from = inner.args.get("from_") or inner.args.get("from")
+    if inner_from is None:
+        raise NotSupported(f"subquery {alias} reads no table")
+    if any(
+        isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star))
+        for item in inner.expressions
+    ):
+        raise NotSupported(
+            f"SELECT * inside subquery {alias} is not supported",
+            hint="list the columns the outer query needs",
+        )
+    # Fresh aliases for the subquery's own tables, so that two uses never collide.
+    renames: dict[str, str] = {}
+    items = [inner_from.this, *(j.this for j in inner.args.get("joins") or [])]
+    for item in items:
+        if isinstance(item, exp.Subquery):
+            raise NotSupported(
+                f"subquery {alias} reads a subquery that aggregates", hint="aggregate in the outer query"
+            )
+        old = item.alias_or_name
+        new = _fresh(old)
+        renames[old.lower()] = new
+        item.set("alias", exp.TableAlias(this=exp.to_identifier(new)))
+    only_table = next(iter(renames.values())) if len(renames) == 1 else None
+
+    def rename(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            qualifier = node.table.lower() if node.table else ""
+            if qualifier in renames:
+                return exp.column(node.name, table=renames[qualifier], quoted=node.this.quoted)
+            if not qualifier and only_table is not None:
+                return exp.column(node.name, table=only_table, quoted=node.this.quoted)
+            if not qualifier:
+                raise NotSupported(
+                    f"qualify column {node.name} inside subquery {alias}: it reads several tables",
+                    hint="write table.column",
+                )
+        return node
+
+    projections: dict[str, exp.Expression] = {}
+    for item in inner.expressions:
+        name = item.alias_or_name.lower()
+        expression = item.this if isinstance(item, exp.Alias) else item
+        projections[name] = expression.transform(rename)
+    for join in inner.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            join.set("on", join.args["on"].transform(rename))
+    where = inner.args.get("where")
+    where_sql = where.this.transform(rename) if where is not None else None
+
+    # Unqualified outer columns mean the subquery's when it is the only thing the outer query reads.
+    alone = not (outer.args.get("joins") or [])
+
+    def substitute(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            qualifier = node.table.lower() if node.table else None
+            if qualifier == alias.lower() or (qualifier is None and alone):
+                name = node.name.lower()
+                if name not in projections:
+                    raise NotSupported(f'subquery {alias} has no column "{node.name}"')
+                return exp.Paren(this=projections[name].copy())
+        return node
+
+    # A bare column of the select list keeps its name once replaced by an expression.
+    outer.set(
+        "expressions",
+        [
+            exp.alias_(item.transform(substitute), item.name, quoted=item.this.quoted)
+            if isinstance(item, exp.Column) and not isinstance(item.this, exp.Star)
+            else item.transform(substitute)
+            for item in outer.expressions
+        ],
+    )
+    for key in ("where", "group", "having", "order", "joins"):
+        value = outer.args.get(key)
+        if value is None:
+            continue
+        if isinstance(value, list):
+            outer.set(key, [v.transform(substitute) for v in value])
+        else:
+            outer.set(key, value.transform(substitute))
+    return inner_from.this, list(inner.args.get("joins") or []), where_sql

@@ -1,0 +1,70 @@
+"""Exposed tables by name, and SQL over public tables only (run as written, no noise).
+
+Used for queries that read public tables only, and for `… IN (SELECT col FROM public_table …)`
+inside a private query: public data is fixed, so filtering by it adds no sensitivity. Such SQL
+may call the functions listed here and nothing else (it runs on the backend as written).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpproxy.errors import NotSupported, PolicyViolation
+from dpproxy.policy import Policy, TablePolicy
+
+# Names under which an analyst may qualify an exposed table, besides its bare name.
+EXPOSED_SCHEMA = "public"
+
+PUBLIC_FUNCTIONS: tuple[type[exp.Expression], ...] = (
+    exp.Lower, exp.Upper, exp.Initcap, exp.Length, exp.Substring, exp.Trim, exp.Left, exp.Right,
+    exp.Concat, exp.DPipe, exp.Replace, exp.StrPosition, exp.Abs, exp.Round, exp.Floor, exp.Ceil,
+    exp.Sign, exp.Greatest, exp.Least, exp.Coalesce, exp.Nullif, exp.Cast, exp.TimestampTrunc,
+    exp.DateTrunc, exp.Extract, exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Stddev,
+    exp.StddevPop, exp.StddevSamp, exp.Variance, exp.VariancePop, exp.Case, exp.If, exp.RowNumber,
+    exp.Lag, exp.Lead, exp.First, exp.Last, exp.Mod, exp.Pow, exp.Sqrt,
+)  # fmt: skip
+
+
+def exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:
+    """The policy's table a FROM item names, or 42501 (the same answer whether or not it exists)."""
+    name = node.name if node.this.quoted else node.name.lower()
+    schema = node.args.get("db")
+    if node.args.get("catalog") is not None:
+        raise PolicyViolation(f"table {node.sql('postgres')} is not exposed by the policy")
+    table = policy.table(name)
+    if table is None or (schema is not None and schema.name.lower() not in (EXPOSED_SCHEMA, table.schema)):
+        exposed = ", ".join(t.name for t in policy.tables) or "none"
+        raise PolicyViolation(
+            f'table "{node.sql("postgres")}" is not exposed by the policy',
+            hint=f"exposed tables: {exposed}",
+        )
+    return table
+
+
+def check_public_sql(tree: exp.Expression, policy: Policy) -> None:
+    """Refuse anything but reads of public tables with allowed functions."""
+    for node in tree.walk():
+        if isinstance(node, exp.Table) and isinstance(node.parent, (exp.From, exp.Join)):
+            table = exposed_table(node, policy)
+            if not table.public:
+                raise NotSupported(
+                    f'a subquery may only read public tables; "{table.name}" is protected',
+                    hint="join protected tables on their privacy unit instead",
+                )
+        elif isinstance(node, exp.Func) and not isinstance(node, PUBLIC_FUNCTIONS):
+            name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
+            raise NotSupported(
+                f"function {name}() is not supported", hint="query public tables with plain SQL"
+            )
+        elif isinstance(node, (exp.Into, exp.Lock)):
+            raise PolicyViolation("SELECT INTO and row locks are not allowed")
+
+
+def physical_tables(tree: exp.Expression, policy: Policy) -> exp.Expression:
+    """A copy whose table references name the backing database's schema where the policy gives one."""
+    tree = tree.copy()
+    for node in tree.find_all(exp.Table):
+        if isinstance(node.parent, (exp.From, exp.Join)):
+            table = exposed_table(node, policy)
+            node.set("db", exp.to_identifier(table.schema, quoted=True) if table.schema else None)
+    return tree

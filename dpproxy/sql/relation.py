@@ -1,0 +1,461 @@
+"""The relation a private query reads: its sources, how they are joined, and who its person is.
+
+Joins are accepted only when one person's influence stays bounded after them:
+  - protected ⨝ public, on equality keys (inner, or LEFT with the public table on the right): the
+    public table is fixed data; a key that is not unique there can repeat a person's rows, which the
+    per-unit bounding of the rewrite then caps;
+  - protected ⨝ protected, when the tables share the privacy unit (same unit column name) and are
+    joined on it: a person's joined rows come only from that person's rows.
+Anything else — protected tables joined on another key, cross joins, RIGHT/FULL joins — could let
+one person change other persons' rows, and is refused with what to write instead. Contribution
+limits of the relation are the largest of its protected tables'; bounding applies to the joined
+rows. The relation has one row per person (no bounding needed) only when the database enforces it:
+every protected table's unit is unique (PRIMARY KEY, or UNIQUE NOT NULL) and every public table is
+joined on one of its own enforced-unique columns.
+
+A FROM-subquery that groups by the privacy unit is a derived source: one row per person, whose
+aggregates (COUNT, SUM, AVG, MIN, MAX) the outer query may use like columns, with ranges derived
+from the inner columns' bounds (a count has no upper bound until the query clamps it, e.g.
+LEAST(n, 20)). Nothing here reads data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from sqlglot import exp
+
+from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
+from dpproxy.policy import DEFAULT_GRID_SCALE, Policy
+from dpproxy.sql.intervals import Interval
+from dpproxy.sql.public import check_public_sql, exposed_table, physical_tables
+from dpproxy.sql.rowexpr import Typed, row_expression
+from dpproxy.sql.scope import RowScope, Source, SourceColumn
+from dpproxy.sql.types import PgType, avg_result, from_column_type, sum_result
+
+INFINITY = Decimal("Infinity")
+
+
+@dataclass(frozen=True)
+class SchemaFacts:
+    """What the live schema adds to the policy: public tables' columns, enforced-unique columns."""
+
+    public_columns: Mapping[str, Sequence[tuple[str, PgType]]] = field(default_factory=dict)
+    unique_columns: Mapping[str, Collection[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Relation:
+    sources: tuple[Source, ...]
+    joins: tuple[exp.Join, ...]  # as emitted: checked ON conditions, items under their aliases
+    unit: exp.Column | None  # the person of each row, as emitted; None: every row is a person
+    unit_name: str | None
+    unit_unique: bool  # the database guarantees one row per person
+    max_rows: int
+    max_groups: int
+    sample_rows: bool
+    label: str
+    public_subquery: Callable[[exp.Expression], exp.Expression] | None = None
+
+    @property
+    def unit_is_row(self) -> bool:
+        return self.unit is None
+
+    @property
+    def row_level(self) -> bool:
+        return self.unit is None or self.unit_unique
+
+    def scope(self, clause: str) -> RowScope:
+        return RowScope(self.sources, clause, self.public_subquery)
+
+    def from_items(self) -> tuple[exp.Expression, list[exp.Join]]:
+        """Fresh copies of the FROM item and the joins, for building SQL."""
+        return self.sources[0].item.copy(), [j.copy() for j in self.joins]
+
+
+def public_subquery(node: exp.Expression, policy: Policy) -> exp.Expression:
+    """`(SELECT col FROM public_table …)` for an IN list: public data, checked and made physical."""
+    if not isinstance(node, exp.Select) or len(node.expressions) != 1:
+        raise NotSupported("IN (SELECT …) must select exactly one column of public tables")
+    check_public_sql(node, policy)
+    return physical_tables(node, policy)
+
+
+def source_alias(index: int) -> str:
+    return f"t{index}"
+
+
+def build_relation(select: exp.Select, policy: Policy, facts: SchemaFacts) -> Relation:
+    from_ = select.args.get("from_") or select.args.get("from")
+    assert from_ is not None
+    joins: list[exp.Join] = list(select.args.get("joins") or [])
+    sources: list[Source] = []
+    emitted_joins: list[exp.Join] = []
+    links: list[tuple[tuple[int, str], tuple[int, str]]] = []
+    for index, node in enumerate([from_.this, *(j.this for j in joins)]):
+        sources.append(_source(node, index, policy, facts))
+        if index == 0:
+            continue
+        join = joins[index - 1]
+        _check_join_kind(join, sources)
+        on, join_links = _join_condition(join, sources)
+        links.extend(join_links)
+        emitted_joins.append(exp.Join(this=sources[-1].item, on=on, side=join.args.get("side")))
+    relation = _assemble(sources, emitted_joins, links, facts)
+    return dataclasses.replace(relation, public_subquery=lambda node: public_subquery(node, policy))
+
+
+def _source(node: exp.Expression, index: int, policy: Policy, facts: SchemaFacts) -> Source:
+    alias = source_alias(index)
+    if isinstance(node, exp.Table):
+        table = exposed_table(node, policy)
+        given = node.alias_or_name
+        quoted = bool(node.args.get("alias") and node.args["alias"].this.quoted) or (
+            not node.args.get("alias") and node.this.quoted
+        )
+        names = frozenset({given if quoted else given.lower()})
+        if table.public:
+            columns = tuple(
+                SourceColumn(c.name, from_column_type(c.type), summable=False) for c in table.columns
+            ) or tuple(
+                SourceColumn(name, t, summable=False) for name, t in facts.public_columns.get(table.name, ())
+            )
+            if not columns:
+                raise NotSupported(
+                    f'the columns of public table "{table.name}" are not known',
+                    hint="list them in the policy, or give a backend so dpproxy can read them",
+                )
+        else:
+            columns = tuple(SourceColumn.of_policy(c, table) for c in table.columns)
+        item = exp.Table(
+            this=exp.to_identifier(table.name, quoted=True),
+            db=exp.to_identifier(table.schema, quoted=True) if table.schema else None,
+            alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+        )
+        return Source(alias, names, table.name, table.public, columns, item, table)
+    if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+        return _derived_source(node, alias, policy, facts)
+    if isinstance(node, exp.Subquery):
+        raise NotSupported(
+            "set operations are not supported in FROM", hint="select from tables of the policy"
+        )
+    raise NotSupported(
+        f"{node.sql('postgres')} is not supported in FROM",
+        hint="read tables of the policy, joined with JOIN … ON",
+    )
+
+
+def _check_join_kind(join: exp.Join, sources: list[Source]) -> None:
+    right = sources[-1]
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    if join.args.get("method") or join.args.get("natural"):
+        raise NotSupported("NATURAL joins are not supported", hint="write JOIN … ON the columns")
+    if kind in ("CROSS",) or (not join.args.get("on") and not join.args.get("using")):
+        raise NotSupported(
+            f'a join without a condition (cross join with "{right.label}") is not supported: '
+            "it could repeat one person's rows without bound",
+            hint="write JOIN … ON with equality on the joined columns",
+        )
+    if kind not in ("", "INNER", "OUTER"):
+        raise NotSupported(f"{kind} JOIN is not supported", hint="use JOIN or LEFT JOIN")
+    if side in ("RIGHT", "FULL"):
+        raise NotSupported(
+            f"{side} JOIN is not supported", hint="put the protected table first and use LEFT JOIN"
+        )
+    if side == "LEFT" and not right.public and right.unit is None:
+        raise NotSupported(
+            f'LEFT JOIN to the protected table "{right.label}" needs its privacy unit',
+            hint="join protected tables with JOIN … ON their privacy unit",
+        )
+
+
+def _split_and(node: exp.Expression) -> list[exp.Expression]:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return _split_and(node.left) + _split_and(node.right)
+    return [node]
+
+
+def _bare(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _join_condition(
+    join: exp.Join, sources: list[Source]
+) -> tuple[exp.Expression, list[tuple[tuple[int, str], tuple[int, str]]]]:
+    """The checked ON condition as emitted, and the column equalities it links sources by."""
+    scope = RowScope(tuple(sources), f'JOIN "{sources[-1].label}"')
+    right = len(sources) - 1
+    terms: list[exp.Expression] = []
+    using = join.args.get("using")
+    if using:
+        for identifier in using:
+            name = identifier.name.lower()
+            left = next((i for i, s in enumerate(sources[:-1]) if s.column(name) is not None), None)
+            if left is None or sources[right].column(name) is None:
+                raise PolicyViolation(f'column "{name}" of USING is not exposed in both joined tables')
+            terms.append(
+                exp.EQ(
+                    this=exp.column(name, table=sorted(sources[left].names)[0]),
+                    expression=exp.column(name, table=sorted(sources[right].names)[0]),
+                )
+            )
+    else:
+        terms = _split_and(join.args["on"])
+    links = []
+    for term in terms:
+        bare = _bare(term)
+        if (
+            isinstance(bare, exp.EQ)
+            and isinstance(_bare(bare.left), exp.Column)
+            and isinstance(_bare(bare.right), exp.Column)
+        ):
+            (a_source, a_column) = scope.resolve(_bare(bare.left))
+            (b_source, b_column) = scope.resolve(_bare(bare.right))
+            if a_source is not b_source:
+                links.append(
+                    ((sources.index(a_source), a_column.name), (sources.index(b_source), b_column.name))
+                )
+    checked = [_boolean(row_expression(t, scope), t) for t in terms]
+    return exp.and_(*[c.sql for c in checked]) if len(checked) > 1 else checked[0].sql, links
+
+
+def _boolean(typed: Typed, node: exp.Expression) -> Typed:
+    if typed.type not in (PgType.BOOL, PgType.UNKNOWN):
+        raise DPProxyError(f"JOIN condition must be boolean: {node.sql('postgres')}")
+    return typed
+
+
+class _Classes:
+    """Union-find over (source index, column): which columns a join makes equal."""
+
+    def __init__(self) -> None:
+        self.parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def find(self, key: tuple[int, str]) -> tuple[int, str]:
+        self.parent.setdefault(key, key)
+        while self.parent[key] != key:
+            self.parent[key] = self.parent[self.parent[key]]
+            key = self.parent[key]
+        return key
+
+    def union(self, a: tuple[int, str], b: tuple[int, str]) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def _assemble(
+    sources: list[Source],
+    joins: list[exp.Join],
+    links: list[tuple[tuple[int, str], tuple[int, str]]],
+    facts: SchemaFacts,
+) -> Relation:
+    classes = _Classes()
+    linked_to: dict[int, set[int]] = {i: set() for i in range(len(sources))}
+    for a, b in links:
+        classes.union(a, b)
+        linked_to[a[0]].add(b[0])
+        linked_to[b[0]].add(a[0])
+    for i in range(1, len(sources)):
+        if not linked_to[i] & set(range(i)):
+            raise NotSupported(
+                f'the join of "{sources[i].label}" has no equality with the tables before it: a cross '
+                "join could repeat one person's rows without bound",
+                hint="join on equal columns, e.g. JOIN t ON t.key = other.key",
+            )
+    protected = [i for i, s in enumerate(sources) if not s.public]
+    if not protected:
+        raise NotSupported("internal: a private query reads no protected table")
+    row_tables = [i for i in protected if sources[i].policy is not None and sources[i].policy.unit_is_row]
+    if row_tables and len(protected) > 1:
+        raise NotSupported(
+            f'"{sources[row_tables[0]].label}" has one row per person and no privacy-unit column: it '
+            "cannot be joined to another protected table",
+            hint="query it alone, or join it to public tables",
+        )
+    unit_names = {sources[i].unit.name for i in protected if sources[i].unit is not None}
+    if len(unit_names) > 1:
+        raise NotSupported(
+            "protected tables with different privacy units cannot be joined: "
+            + ", ".join(
+                f'"{sources[i].label}" ({sources[i].unit.name})' for i in protected if sources[i].unit
+            ),
+            hint="join tables that share the privacy unit, on that unit",
+        )
+    first = protected[0]
+    for i in protected[1:]:
+        a, b = (first, sources[first].unit.name), (i, sources[i].unit.name)  # type: ignore[union-attr]
+        if classes.find(a) != classes.find(b):
+            unit = sources[i].unit.name  # type: ignore[union-attr]
+            raise NotSupported(
+                f'the protected tables "{sources[first].label}" and "{sources[i].label}" must be joined on '
+                f'their privacy unit "{unit}": another key would let one person change other persons\' rows',
+                hint=f"add ON {min(sources[first].names)}.{unit} = {min(sources[i].names)}.{unit}",
+            )
+
+    def unique(i: int) -> bool:
+        source = sources[i]
+        if source.policy is None:  # a derived source: one row per person by construction
+            return True
+        enforced = facts.unique_columns.get(source.policy.name, ())
+        if source.public:
+            # Each row of the other side finds at most one row here when joined on a unique key.
+            keys = {column for (j, column), _ in links if j == i} | {
+                column for _, (j, column) in links if j == i
+            }
+            return bool(keys & set(enforced))
+        return source.unit is not None and source.unit.name in enforced
+
+    publics_unique = all(unique(i) for i, s in enumerate(sources) if s.public)
+    if row_tables and not publics_unique:
+        raise NotSupported(
+            f'"{sources[row_tables[0]].label}" has one row per person: a public table joined to it must be '
+            "joined on a key the database keeps unique, or a person's row could be repeated",
+            hint="join on the public table's primary key",
+        )
+    unit_source = sources[first]
+    unit = (
+        exp.column(unit_source.unit.name, table=unit_source.alias, quoted=True)
+        if unit_source.unit is not None
+        else None
+    )
+    policies = [sources[i].policy for i in protected if sources[i].policy is not None]
+    max_rows = max((p.max_rows_per_unit for p in policies), default=1)
+    max_groups = max((p.max_groups_per_unit for p in policies), default=1)
+    label = " ⋈ ".join(s.label for s in sources)
+    return Relation(
+        sources=tuple(sources),
+        joins=tuple(joins),
+        unit=unit,
+        unit_name=unit_source.unit.name if unit_source.unit is not None else None,
+        unit_unique=unit is not None and publics_unique and all(unique(i) for i in protected),
+        max_rows=max_rows,
+        max_groups=max_groups,
+        sample_rows=any(p.row_bounding == "sample" for p in policies),
+        label=label,
+    )
+
+
+# -- derived per-unit sources ----------------------------------------------------------------------
+
+_DERIVED_AGGREGATES = "COUNT, SUM, AVG, MIN, MAX"
+
+
+def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: SchemaFacts) -> Source:
+    """A subquery grouped by the privacy unit: one row per person, aggregates as columns."""
+    from dpproxy.sql.inline import inline  # inline's own imports do not reach here
+
+    name = node.alias
+    if not name:
+        raise NotSupported("a subquery in FROM needs an alias", hint="write (SELECT …) AS name")
+    inner = inline(node.this)
+    for key in ("having", "distinct", "order", "limit", "offset", "qualify", "windows"):
+        if inner.args.get(key):
+            raise NotSupported(f"{key.upper()} is not supported in subquery {name}")
+    if inner.find(exp.Window):
+        raise NotSupported(f"window functions are not supported in subquery {name}")
+    relation = build_relation(inner, policy, facts)
+    if relation.unit is None:
+        raise NotSupported(
+            f"subquery {name} aggregates a table with one row per person: aggregate it directly",
+        )
+    scope = relation.scope(f"subquery {name}")
+    group = inner.args.get("group")
+    keys = group.expressions if group is not None else []
+    unit_keys = [k for k in keys if isinstance(_bare(k), exp.Column) and scope.resolve(_bare(k))[1].is_unit]
+    if len(keys) != 1 or len(unit_keys) != 1:
+        raise NotSupported(
+            f'subquery {name} aggregates rows: it must GROUP BY the privacy unit "{relation.unit_name}" '
+            "alone (one row per person)",
+            hint=f"write GROUP BY {relation.unit_name}, and aggregate per person in the outer query",
+        )
+    where = inner.args.get("where")
+    projections: list[exp.Expression] = []
+    columns: list[SourceColumn] = []
+    for item in inner.expressions:
+        expression = item.this if isinstance(item, exp.Alias) else item
+        bare = _bare(expression)
+        if isinstance(bare, exp.Column) and scope.resolve(bare)[1].is_unit:
+            unit_typed = row_expression(bare, scope)
+            column_name = item.alias if isinstance(item, exp.Alias) else bare.name.lower()
+            projections.append(exp.alias_(unit_typed.sql, column_name, quoted=True))
+            columns.append(SourceColumn(column_name, unit_typed.type, is_unit=True, summable=False))
+            continue
+        if not isinstance(item, exp.Alias):
+            raise NotSupported(
+                f"name each aggregate of subquery {name} with AS", hint="e.g. COUNT(*) AS visits"
+            )
+        column, sql = _derived_aggregate(bare, item.alias, scope)
+        projections.append(exp.alias_(sql, item.alias, quoted=True))
+        columns.append(column)
+    if not any(c.is_unit for c in columns):
+        raise NotSupported(
+            f'subquery {name} must return its privacy unit "{relation.unit_name}"',
+            hint=f"SELECT {relation.unit_name}, … GROUP BY {relation.unit_name}",
+        )
+    base, joins = relation.from_items()
+    body = exp.select(*projections, copy=False).from_(base, copy=False)
+    for join in joins:
+        body = body.join(join, copy=False)
+    if where is not None:
+        checked = row_expression(where.this, relation.scope(f"WHERE of subquery {name}"))
+        body = body.where(checked.sql, copy=False)
+    body = body.group_by(relation.unit.copy(), copy=False)  # type: ignore[union-attr]
+    item = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    return Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None)
+
+
+def _derived_aggregate(
+    node: exp.Expression, column_name: str, scope: RowScope
+) -> tuple[SourceColumn, exp.Expression]:
+    if not isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
+        raise NotSupported(
+            f"{node.sql('postgres')} in a per-person subquery is not supported",
+            hint=f"use {_DERIVED_AGGREGATES} over the person's rows",
+        )
+    arg = node.this
+    if isinstance(node, exp.Count):
+        if arg is None or isinstance(arg, exp.Star):
+            sql: exp.Expression = exp.Count(this=exp.Star())
+        elif isinstance(arg, exp.Distinct):
+            checked = [row_expression(e, scope) for e in arg.expressions]
+            sql = exp.Count(this=exp.Distinct(expressions=[c.sql for c in checked]))
+        else:
+            sql = exp.Count(this=row_expression(arg, scope).sql)
+        return SourceColumn(column_name, PgType.INT8, Interval(Decimal(0), INFINITY)), sql
+    if isinstance(arg, exp.Distinct):
+        raise NotSupported(f"{node.key.upper()}(DISTINCT …) in a per-person subquery is not supported")
+    typed = row_expression(arg, scope)
+    if not typed.type.is_number and not isinstance(node, (exp.Min, exp.Max)):
+        raise GroupingError(f"{node.key.upper()} needs a number: {arg.sql('postgres')}")
+    if typed.uses_unit:
+        raise PolicyViolation("the privacy unit cannot be aggregated")
+    scale = DEFAULT_GRID_SCALE if typed.type.is_float or typed.type is PgType.NUMERIC else 0
+    fractional = scale > 0
+    interval = typed.interval if typed.interval is not None and typed.interval.finite else None
+    if isinstance(node, exp.Sum):
+        result = sum_result(typed.type)
+        if interval is not None and interval.lo >= 0:
+            interval = Interval(Decimal(0), INFINITY)
+        elif interval is not None and interval.hi <= 0:
+            interval = Interval(-INFINITY, Decimal(0))
+        else:
+            interval = None
+        return SourceColumn(column_name, result, interval, grid_scale=scale, fractional=fractional), exp.Sum(
+            this=typed.sql
+        )
+    if isinstance(node, exp.Avg):
+        return (
+            SourceColumn(
+                column_name, avg_result(typed.type), interval, grid_scale=scale, fractional=fractional
+            ),
+            exp.Avg(this=typed.sql),
+        )
+    aggregate = exp.Min(this=typed.sql) if isinstance(node, exp.Min) else exp.Max(this=typed.sql)
+    return SourceColumn(column_name, typed.type, interval, grid_scale=scale, fractional=fractional), aggregate

@@ -1,0 +1,135 @@
+"""What a private query's row-level expressions can name: its sources and their columns.
+
+A source is a table of the policy (protected or public) or a derived per-unit relation (a subquery
+grouped by the privacy unit), read under an alias the rewritten SQL chooses. Each of its columns
+carries what the checks need: its type, the interval its values lie in (after clipping), whether it
+is clipped when read, whether it may be summed, its public values, whether it is the privacy unit.
+Nothing here reads data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from dpproxy.errors import DPProxyError, PolicyViolation, UndefinedTable
+from dpproxy.policy import ColumnPolicy, TablePolicy
+from dpproxy.sql.intervals import Interval
+from dpproxy.sql.types import INTEGER_RANGE, PgType, from_column_type
+
+
+class AmbiguousColumn(DPProxyError):
+    sqlstate = "42702"
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    name: str
+    type: PgType
+    interval: Interval | None = None  # values' range (bounded numbers; integer type ranges)
+    clip: bool = False  # clip to `interval` when read: the policy's bounds, not a guarantee
+    summable: bool = True
+    public_values: tuple[object, ...] | None = None
+    grid_scale: int = 0
+    is_unit: bool = False
+    fractional: bool = False  # a numeric/real/double column (decides the grid of sums)
+
+    @staticmethod
+    def of_policy(column: ColumnPolicy, table: TablePolicy) -> SourceColumn:
+        pg_type = from_column_type(column.type)
+        interval = None
+        clip = False
+        if column.type.is_number and column.bounded:
+            assert column.lower is not None and column.upper is not None
+            interval, clip = Interval(column.lower, column.upper), True
+        elif pg_type.is_integer:
+            lo, hi = INTEGER_RANGE[pg_type]
+            interval = Interval.point(lo).union(Interval.point(hi))
+        return SourceColumn(
+            name=column.name,
+            type=pg_type,
+            interval=interval,
+            clip=clip,
+            summable=column.summable,
+            public_values=column.public_values,
+            grid_scale=column.grid_scale,
+            is_unit=column.name == table.privacy_unit,
+            fractional=column.type.is_fractional,
+        )
+
+
+@dataclass(frozen=True)
+class Source:
+    alias: str  # the alias rewritten SQL reads it under (t0, t1, …)
+    names: frozenset[str]  # what the query may qualify its columns with
+    label: str  # for messages: the table's name, or the subquery's alias
+    public: bool
+    columns: tuple[SourceColumn, ...]
+    item: exp.Expression  # the FROM item as emitted: a table or a subquery, under `alias`
+    policy: TablePolicy | None = None  # for tables of the policy
+    _by_name: dict[str, SourceColumn] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {c.name: c for c in self.columns})
+
+    def column(self, name: str) -> SourceColumn | None:
+        return self._by_name.get(name)
+
+    @property
+    def unit(self) -> SourceColumn | None:
+        return next((c for c in self.columns if c.is_unit), None)
+
+
+@dataclass(frozen=True)
+class RowScope:
+    """The sources a clause of a private query may read, and the clause's name for messages."""
+
+    sources: tuple[Source, ...]
+    clause: str
+    # Checks and emits `IN (SELECT … FROM public_table)`; None where no policy is at hand.
+    public_subquery: Callable[[exp.Expression], exp.Expression] | None = None
+
+    def in_clause(self, clause: str) -> RowScope:
+        return RowScope(self.sources, clause, self.public_subquery)
+
+    def resolve(self, node: exp.Column) -> tuple[Source, SourceColumn]:
+        qualifier = node.table.lower() if node.table else None
+        if node.args.get("db") or node.args.get("catalog"):
+            raise PolicyViolation(f"column reference {node.sql('postgres')} has too many qualifiers")
+        name = node.name if node.this.quoted else node.name.lower()
+        if qualifier is not None:
+            source = next((s for s in self.sources if qualifier in s.names), None)
+            if source is None:
+                read = ", ".join(sorted(n for s in self.sources for n in s.names))
+                raise UndefinedTable(
+                    f'missing FROM-clause entry for table "{node.table}" ({self.clause})',
+                    hint=f"the query reads: {read}",
+                )
+            column = source.column(name)
+            if column is None:
+                raise self._not_exposed(name, [source])
+            return source, column
+        found = [(s, c) for s in self.sources if (c := s.column(name)) is not None]
+        if not found:
+            raise self._not_exposed(name, list(self.sources))
+        if len(found) > 1:
+            raise AmbiguousColumn(
+                f'column reference "{name}" is ambiguous ({self.clause})',
+                hint="qualify it with its table's name or alias",
+            )
+        return found[0]
+
+    def _not_exposed(self, name: str, sources: list[Source]) -> PolicyViolation:
+        if len(sources) == 1:
+            exposed = ", ".join(c.name for c in sources[0].columns)
+            return PolicyViolation(
+                f'column "{name}" of table "{sources[0].label}" is not exposed by the policy',
+                hint=f"exposed columns: {exposed}",
+            )
+        labels = ", ".join(f'"{s.label}"' for s in sources)
+        return PolicyViolation(
+            f'column "{name}" is not exposed by the policy in any of {labels}',
+            hint="check the column's name and which table it belongs to",
+        )

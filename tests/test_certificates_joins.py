@@ -1,0 +1,177 @@
+"""Sensitivity certificates for joins, CTEs and subqueries (see test_certificates.py for the method).
+
+Persons are spread over two protected tables sharing the privacy unit (`people`, `events`), joined
+to each other, to themselves, and to a public table whose key may repeat (so a join can duplicate a
+person's rows). Removing a person removes their rows from both protected tables; every released
+value must move by at most its declared sensitivity, and no person may touch more groups than
+allowed — after the joins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpproxy.engine import Engine
+from dpproxy.policy import parse_policy
+from tests.test_certificates import by_key
+
+POLICY = """
+version: 1
+defaults: {epsilon: 1.0, delta: 1.0e-6}
+tables:
+  people:
+    privacy_unit: pid
+    max_rows_per_unit: 2
+    max_groups_per_unit: 2
+    columns:
+      pid: {type: integer}
+      grp: {type: text}
+      x: {type: integer, lower: -5, upper: 10}
+  events:
+    privacy_unit: pid
+    max_rows_per_unit: 3
+    max_groups_per_unit: 2
+    columns:
+      pid: {type: integer}
+      kind: {type: text, public_values: [a, b]}
+      y: {type: numeric, lower: 0, upper: 100, scale: 2}
+  dims:
+    public: true
+    columns: {grp: {type: text}, region: {type: text}}
+"""
+
+QUERIES = [
+    "SELECT COUNT(*), SUM(e.y) FROM people p JOIN events e ON p.pid = e.pid",
+    "SELECT p.grp, SUM(e.y), COUNT(*), COUNT(DISTINCT p.pid) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.grp",
+    "SELECT e.kind, AVG(p.x) FROM events e JOIN people p USING (pid) GROUP BY e.kind",
+    "SELECT d.region, COUNT(*), AVG(p.x) FROM people p JOIN dims d ON p.grp = d.grp GROUP BY d.region",
+    "SELECT COUNT(*) FROM people p LEFT JOIN dims d ON p.grp = d.grp WHERE d.region IS NULL OR d.region = 'n'",
+    "SELECT COUNT(*), SUM(a.x) FROM people a JOIN people b ON a.pid = b.pid",
+    "WITH v AS (SELECT pid, x * 2 AS x2 FROM people WHERE x > 0) SELECT COUNT(*), SUM(a.x2) FROM v a JOIN v b ON a.pid = b.pid",
+    "SELECT COUNT(*), AVG(s.y2) FROM (SELECT e.pid, e.y / 2 AS y2 FROM events e JOIN people p ON e.pid = p.pid) s",
+    "SELECT AVG(LEAST(n, 4)), SUM(LEAST(n, 4)), COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid) t",
+    "SELECT p.grp, AVG(t.m), COUNT(*) FROM (SELECT pid, AVG(y) AS m FROM events GROUP BY pid) t JOIN people p ON p.pid = t.pid GROUP BY p.grp",
+    "SELECT COUNT(*) FROM people WHERE grp IN (SELECT grp FROM dims WHERE region = 'n')",
+]
+
+person = st.tuples(
+    st.lists(st.tuples(st.sampled_from("ghk"), st.one_of(st.none(), st.integers(-100, 100))), max_size=4),
+    st.lists(
+        st.tuples(
+            st.sampled_from("ab"),
+            st.one_of(st.none(), st.decimals(min_value=-50, max_value=500, places=2, allow_nan=False)),
+        ),
+        max_size=6,
+    ),
+)
+database = st.tuples(
+    st.lists(person, max_size=5),
+    # The public table: region per group, with repeated keys allowed (joins may then duplicate rows).
+    st.lists(st.tuples(st.sampled_from("ghk"), st.sampled_from("ns")), max_size=4),
+)
+
+
+class Tables:
+    """people/events/dims in a raw connection; runs SQL on D or on D minus one person."""
+
+    def __init__(self, kind: str, conn) -> None:
+        self.kind, self.conn = kind, conn
+
+    def load(self, persons: list, dims: list) -> None:
+        run = self.conn.execute
+        for table in ("people", "events", "dims"):
+            run(f"DROP TABLE IF EXISTS {table}")
+        run("CREATE TABLE people (pid INTEGER, grp VARCHAR, x INTEGER)")
+        run("CREATE TABLE events (pid INTEGER, kind VARCHAR, y NUMERIC(12, 2))")
+        run("CREATE TABLE dims (grp VARCHAR, region VARCHAR)")
+        people = [(pid, g, x) for pid, (rows, _) in enumerate(persons) for g, x in rows]
+        events = [(pid, k, y) for pid, (_, rows) in enumerate(persons) for k, y in rows]
+        mark = "%s" if self.kind == "postgres" else "?"
+        for table, rows, width in (("people", people, 3), ("events", events, 3), ("dims", dims, 2)):
+            if rows:
+                sql = f"INSERT INTO {table} VALUES ({', '.join([mark] * width)})"
+                if self.kind == "postgres":
+                    with self.conn.cursor() as cur:
+                        cur.executemany(sql, rows)
+                else:
+                    self.conn.executemany(sql, rows)
+
+    def run(self, sql: str, without: int | None = None) -> list[tuple]:
+        if without is None:
+            return self.conn.execute(sql).fetchall()
+        mark = "%s" if self.kind == "postgres" else "?"
+        if self.kind == "postgres":
+            with self.conn.transaction(force_rollback=True):
+                self.conn.execute(f"DELETE FROM people WHERE pid = {mark}", (without,))
+                self.conn.execute(f"DELETE FROM events WHERE pid = {mark}", (without,))
+                return self.conn.execute(sql).fetchall()
+        self.conn.execute("BEGIN")
+        try:
+            self.conn.execute(f"DELETE FROM people WHERE pid = {mark}", [without])
+            self.conn.execute(f"DELETE FROM events WHERE pid = {mark}", [without])
+            return self.conn.execute(sql).fetchall()
+        finally:
+            self.conn.execute("ROLLBACK")
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
+    if request.param == "postgres":
+        yield Tables("postgres", request.getfixturevalue("pg_conn"))
+    else:
+        with duckdb.connect() as conn:
+            yield Tables("duckdb", conn)
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=database)
+def test_join_sensitivity(tables: Tables, sql: str, data: tuple[list, list]) -> None:
+    persons, dims = data
+    engine = Engine(parse_policy(POLICY), None, dialect=tables.kind)
+    tables.load(persons, dims)
+    plan = engine.plan(sql, salt="certificate")
+    rewritten = plan.rewrite.query().sql(tables.kind)
+    full = by_key(plan.measure(tables.run(rewritten)))
+    g = plan.query.max_groups
+    for unit in range(len(persons)):
+        neighbour = by_key(plan.measure(tables.run(rewritten, without=unit)))
+        l1 = [0] * len(plan.sensitivities)
+        changed = 0
+        for key in set(full) | set(neighbour):
+            zeros = ([0] * len(plan.sensitivities), 0)
+            (a, units_a), (b, units_b) = full.get(key, zeros), neighbour.get(key, zeros)
+            assert abs(units_a - units_b) <= 1, (sql, key)
+            changed += a != b or units_a != units_b
+            for i, sensitivity in enumerate(plan.sensitivities):
+                assert abs(a[i] - b[i]) <= sensitivity, (sql, key, i, a[i], b[i], sensitivity)
+                l1[i] += abs(a[i] - b[i])
+        assert changed <= g, (sql, unit, changed, g)
+        assert all(l1[i] <= g * s for i, s in enumerate(plan.sensitivities)), (sql, l1)
+
+
+def test_join_limits_are_the_largest_of_the_joined_tables() -> None:
+    engine = Engine(parse_policy(POLICY), None)
+    plan = engine.plan("SELECT p.grp, COUNT(*) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.grp")
+    assert (plan.query.max_rows, plan.query.max_groups) == (3, 2)
+    assert plan.sensitivities == (3,)
+
+
+def test_unique_keys_keep_a_join_at_one_row_per_person() -> None:
+    """people with a unique unit, joined to dims on dims' unique key: no per-person bounding."""
+    engine = Engine(
+        parse_policy(POLICY),
+        None,
+        unique_columns={"people": frozenset({"pid"}), "dims": frozenset({"grp"})},
+    )
+    unique = engine.plan("SELECT d.region, COUNT(*) FROM people p JOIN dims d ON p.grp = d.grp GROUP BY 1")
+    assert unique.query.row_level and unique.sensitivities == (1,)
+    repeated = Engine(parse_policy(POLICY), None, unique_columns={"people": frozenset({"pid"})}).plan(
+        "SELECT d.region, COUNT(*) FROM people p JOIN dims d ON p.grp = d.grp GROUP BY 1"
+    )
+    assert not repeated.query.row_level and repeated.sensitivities == (2,)
