@@ -38,7 +38,7 @@ from dpproxy.errors import (
 )
 from dpproxy.mechanisms import Cost, QueryNoise, plan_query_noise
 from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
-from dpproxy.release import Measurement, choose_groups, finish_rows, measure, release_aggregates
+from dpproxy.release import Measurement, choose_groups, finish_rows, measure, release_aggregates, selectors
 from dpproxy.sql.analyze import (
     analyze,
     bind_parameters,
@@ -56,6 +56,7 @@ class ResultColumn:
     name: str
     type: PgType
     error95: float | None = None  # ± at 95% of a released aggregate column; None when not one
+    error_note: str | None = None  # the 95% bound of a quantile or mode, which is not a ± in value units
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,11 @@ class Result:
                 f"ε remaining {_fmt(left.epsilon)} of {_fmt(self.budget.limit.epsilon)}"
                 + (f" (δ remaining {_fmt(left.delta)})" if self.budget.limit.delta else "")
             )
-        errors = [f"{c.name} ±{_fmt(c.error95)}" for c in self.columns if c.error95 is not None]
+        errors = [
+            f"{c.name} ±{_fmt(c.error95)}" if c.error95 is not None else f"{c.name}: {c.error_note}"
+            for c in self.columns
+            if c.error95 is not None or c.error_note is not None
+        ]
         if errors:
             parts.append("95% error: " + ", ".join(errors))
         return "; ".join(parts)
@@ -140,9 +145,13 @@ class Plan:
     delta: float
 
     @functools.cached_property
+    def statements(self) -> tuple[str, ...]:
+        """The rewritten SQL in the backend's dialect, main statement first (built once per plan)."""
+        return tuple(self.rewrite.statements(self.dialect))
+
+    @property
     def sql(self) -> str:
-        """The rewritten SQL in the backend's dialect (built once per plan)."""
-        return self.rewrite.query().sql(self.dialect)
+        return self.statements[0]
 
     @property
     def cost(self) -> Cost:
@@ -152,9 +161,11 @@ class Plan:
     def sensitivities(self) -> tuple[int, ...]:
         return tuple(c.sensitivity(self.query.max_rows) for c in self.query.components)
 
-    def measure(self, rows: Sequence[Sequence[object]]) -> Measurement:
-        """True components per group (the certificates' seam; see release.py)."""
-        return measure(self.query, rows)
+    def measure(
+        self, rows: Sequence[Sequence[object]], *auxiliary: Sequence[Sequence[object]]
+    ) -> Measurement:
+        """True values per group from each statement's rows (the certificates' seam; see release.py)."""
+        return measure(self.query, rows, *auxiliary)
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,8 @@ class Explanation:
     selection: str | None = None
     cost: Cost = Cost.ZERO
     outputs: tuple[tuple[str, str], ...] = ()  # (name, type)
+    auxiliary: tuple[tuple[str, str, str], ...] = ()  # the row pipeline's statements
+    choices: tuple[str, ...] = ()  # releases by the exponential mechanism
 
     def render(self) -> str:
         lines = [f"query: {self.text}", f"kind: {self.kind}"]
@@ -174,6 +187,8 @@ class Explanation:
             lines += ["", f"-- pass {i}: {name} — {summary}", sql]
         if self.final_sql:
             lines += ["", "-- final SQL sent to the backend", self.final_sql]
+        for name, summary, sql in self.auxiliary:
+            lines += ["", f"-- row pipeline, {name}: {summary}", sql]
         if self.released:
             lines += ["", "released values (per group; sensitivity and noise in grid units):"]
             for name, sensitivity, groups, scale, error in self.released:
@@ -181,6 +196,8 @@ class Explanation:
                     f"  {name}: sensitivity {sensitivity} per group, ≤ {groups} group(s) per unit, "
                     f"noise scale {scale:.6g}, ±{error:.6g} at 95%"
                 )
+        if self.choices:
+            lines += ["", "chosen by the exponential mechanism:", *(f"  {c}" for c in self.choices)]
         if self.selection:
             lines += ["", f"partition selection: {self.selection}"]
         lines += ["", f"cost: ε={_fmt(self.cost.epsilon)}, δ={_fmt(self.cost.delta)}"]
@@ -328,7 +345,12 @@ class Engine:
         components = [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
         selection = query.max_groups if query.needs_selection else None
         noise = plan_query_noise(
-            self.policy.defaults.mechanism, epsilon, self.policy.defaults.delta, components, selection
+            self.policy.defaults.mechanism,
+            epsilon,
+            self.policy.defaults.delta,
+            components,
+            selection,
+            selectors=selectors(query).requests,
         )
         return Plan(query, state, self.dialect, noise, epsilon, self.policy.defaults.delta)
 
@@ -389,6 +411,25 @@ class Engine:
             selection = (
                 "all keys are public: every combination of their declared values is released (zero-filled)"
             )
+        chosen = selectors(query)
+        choices = []
+        for a, index in chosen.by_aggregate.items():
+            spec = plan.noise.selectors[index]
+            choices.append(
+                f"{query.aggregates[a].text}: exponential mechanism over {spec.candidates} candidates per "
+                f"group (score sensitivity {spec.sensitivity}, noise scale {spec.scale:.6g})"
+            )
+        if chosen.top_k is not None and query.top_k is not None:
+            spec = plan.noise.selectors[chosen.top_k]
+            choices.append(
+                f"top {query.top_k[1]} groups by report-noisy-top-k on "
+                f"{query.components[query.top_k[0]].kind.value} (score sensitivity {spec.sensitivity}, "
+                f"noise scale {spec.scale:.6g})"
+            )
+        auxiliary = tuple(
+            (step.name, step.summary, step.select.sql(self.dialect, pretty=True))
+            for step in plan.rewrite.auxiliary
+        )
         return Explanation(
             query.text,
             "private",
@@ -398,6 +439,8 @@ class Engine:
             selection,
             plan.cost,
             tuple((o.name, o.type.value) for o in query.finish.outputs),
+            auxiliary,
+            tuple(choices),
         )
 
     # -- execution ---------------------------------------------------------------------------------
@@ -498,7 +541,7 @@ class Engine:
         if self.ledger is not None:
             reservation = self.ledger.reserve(analyst.name, plan.cost, limit, statement=plan.query.text)
         try:
-            rows = backend.run(plan.sql, cancel=cancel)
+            row_sets = [backend.run(sql, cancel=cancel) for sql in plan.statements]
         except BackendUnreachable:
             if reservation is not None:
                 self.ledger.release(reservation)  # type: ignore[union-attr]
@@ -514,7 +557,7 @@ class Engine:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
             raise PrivateQueryFailed() from None
         try:
-            result = self._release(plan, rows)
+            result = self._release(plan, row_sets)
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
@@ -526,9 +569,9 @@ class Engine:
             status = BudgetStatus(analyst.name, spent, limit)
         return Result(result.columns, result.rows, plan.cost, status, private=True)
 
-    def _release(self, plan: Plan, rows: Sequence[Sequence[object]]) -> Result:
+    def _release(self, plan: Plan, row_sets: Sequence[Sequence[Sequence[object]]]) -> Result:
         query = plan.query
-        groups = choose_groups(query, measure(query, rows), plan.noise)
+        groups = choose_groups(query, measure(query, *row_sets), plan.noise)
         released = release_aggregates(query, groups, plan.noise)
         finish = query.finish
         out_rows = finish_rows(
@@ -540,11 +583,14 @@ class Engine:
         )
         columns = []
         for output in finish.outputs:
-            error = None
+            error: float | str | None = None
             node = output.expression
             if node.name.startswith("__agg_") and node.key == "column":
                 error = released.errors[int(node.name.removeprefix("__agg_"))]
-            columns.append(ResultColumn(output.name, output.type, error))
+            if isinstance(error, str):
+                columns.append(ResultColumn(output.name, output.type, None, error))
+            else:
+                columns.append(ResultColumn(output.name, output.type, error))
         return Result(tuple(columns), out_rows)
 
 

@@ -18,29 +18,75 @@ import functools
 import itertools
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
-from dpproxy.mechanisms import QueryNoise
+from dpproxy.mechanisms import ModeRequest, QuantileRequest, QueryNoise, SelectorRequest, TopKRequest
 from dpproxy.sql import postprocess
-from dpproxy.sql.query import AggregateKind, Finish, PrivateQuery, SortKey
+from dpproxy.sql.query import Aggregate, AggregateKind, Finish, PrivateQuery, SortKey
 from dpproxy.sql.types import PgType
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """True per-group components, as the backend computed them. Never shown to an analyst."""
+    """True per-group values, as the backend computed them. Never shown to an analyst."""
 
     keys: list[tuple[object, ...]]
     components: list[list[int]]  # [group][component]
     units: list[int]  # [group] distinct units present
+    histograms: list[list[list[int]]] = field(default_factory=list)  # [group][histogram][candidate]
+
+    def subset(self, indexes: Sequence[int]) -> Measurement:
+        return Measurement(
+            [self.keys[i] for i in indexes],
+            [self.components[i] for i in indexes],
+            [self.units[i] for i in indexes],
+            [self.histograms[i] for i in indexes] if self.histograms else [],
+        )
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """Which exponential-mechanism release (QueryNoise.selectors, in request order) serves what."""
+
+    requests: tuple[SelectorRequest, ...]
+    by_aggregate: dict[int, int]  # aggregate index -> selector index
+    top_k: int | None  # selector index of the top-k selection
+
+
+def selectors(query: PrivateQuery) -> Selectors:
+    """The selector requests of a query, in a fixed order the plan and the release share."""
+    requests: list[SelectorRequest] = []
+    by_aggregate: dict[int, int] = {}
+    r, g = query.max_rows, query.max_groups
+    for a, aggregate in enumerate(query.aggregates):
+        if aggregate.kind is AggregateKind.QUANTILE:
+            assert aggregate.alpha is not None
+            histogram = query.histograms[aggregate.histogram]
+            by_aggregate[a] = len(requests)
+            requests.append(QuantileRequest(aggregate.alpha, histogram.candidates, r, g))
+        elif aggregate.kind is AggregateKind.MODE:
+            histogram = query.histograms[aggregate.histogram]
+            by_aggregate[a] = len(requests)
+            requests.append(ModeRequest(histogram.candidates, r, g))
+    top_k = None
+    if query.top_k is not None:
+        component_index, k = query.top_k
+        component = query.components[component_index]
+        lo, _hi = component.contribution_range(r)
+        top_k = len(requests)
+        # Counts, and sums of non-negative values, only grow when a person is added.
+        requests.append(TopKRequest(k, component.sensitivity(r), monotonic=lo >= 0))
+    return Selectors(tuple(requests), by_aggregate, top_k)
 
 
 @dataclass(frozen=True)
 class ReleasedGroups:
     keys: list[tuple[object, ...]]
     aggregates: list[list[object]]  # [group][aggregate], noisy and post-processed
-    errors: list[float | None]  # [aggregate] ± at 95%, in the aggregate's unit (median over groups)
+    # [aggregate] ± at 95% in the aggregate's unit (median over groups), or a sentence for the
+    # exponential mechanism's releases (their error is in ranks or counts, not in value units).
+    errors: list[float | str | None]
 
 
 def _as_int(value: object) -> int:
@@ -56,7 +102,11 @@ def _as_int(value: object) -> int:
     raise ValueError("backend returned a non-integral component")
 
 
-def measure(query: PrivateQuery, rows: Sequence[Sequence[object]]) -> Measurement:
+def measure(
+    query: PrivateQuery, rows: Sequence[Sequence[object]], *auxiliary: Sequence[Sequence[object]]
+) -> Measurement:
+    """The true per-group values from the main statement's rows and the row pipeline's (distinct
+    values first, if the query has any, then one statement per histogram)."""
     n_keys, n_components = len(query.keys), len(query.components)
     keys, components, units = [], [], []
     for row in rows:
@@ -65,31 +115,50 @@ def measure(query: PrivateQuery, rows: Sequence[Sequence[object]]) -> Measuremen
         units.append(_as_int(row[n_keys + n_components]))
     if not query.keys and not rows:  # an aggregate without GROUP BY has one row; keep the promise
         keys, components, units = [()], [[0] * n_components], [0]
-    return Measurement(keys, components, units)
+    index = {key: i for i, key in enumerate(keys)}
+    statements = list(auxiliary)
+    distinct = [i for i, c in enumerate(query.components) if c.kind.row_pipeline]
+    if distinct:
+        for row in statements.pop(0):
+            g = index.get(tuple(row[:n_keys]))
+            if g is not None:  # a group the bounded rows reach is one the main statement has
+                for offset, i in enumerate(distinct):
+                    components[g][i] = _as_int(row[n_keys + offset])
+    histograms = [[[0] * h.candidates for h in query.histograms] for _ in keys]
+    for h, statement in enumerate(statements):
+        for row in statement:
+            g = index.get(tuple(row[:n_keys]))
+            if g is not None:
+                histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1])
+    return Measurement(keys, components, units, histograms if query.histograms else [])
 
 
 def choose_groups(query: PrivateQuery, measured: Measurement, noise: QueryNoise) -> Measurement:
-    """The released groups, in output order, with their true components (zeros for absent ones)."""
+    """The released groups, in output order, with their true values (zeros for absent ones)."""
     if not query.keys:
         return measured
     if not query.needs_selection:
         domains = [k.public_values or () for k in query.keys]
         found = {key: i for i, key in enumerate(measured.keys)}
         zeros = [0] * len(query.components)
-        keys, components, units = [], [], []
+        empty = [[0] * h.candidates for h in query.histograms]
+        keys, components, units, histograms = [], [], [], []
         for key in itertools.product(*domains):
             i = found.get(key)
             keys.append(key)
             components.append(measured.components[i] if i is not None else zeros)
             units.append(measured.units[i] if i is not None else 0)
-        return Measurement(keys, components, units)
-    assert noise.selection is not None
-    kept = noise.selection.select(measured.units)
-    return Measurement(
-        [measured.keys[i] for i in kept],
-        [measured.components[i] for i in kept],
-        [measured.units[i] for i in kept],
-    )
+            histograms.append(measured.histograms[i] if i is not None and measured.histograms else empty)
+        groups = Measurement(keys, components, units, histograms if query.histograms else [])
+    else:
+        assert noise.selection is not None
+        groups = measured.subset(noise.selection.select(measured.units))
+    plan = selectors(query)
+    if plan.top_k is not None and query.top_k is not None:
+        component_index, _k = query.top_k
+        spec = noise.selectors[plan.top_k]
+        groups = groups.subset(spec.select([row[component_index] for row in groups.components]))
+    return groups
 
 
 def add_noise(groups: Measurement, noise: QueryNoise) -> list[list[int]]:
@@ -101,6 +170,15 @@ def add_noise(groups: Measurement, noise: QueryNoise) -> list[list[int]]:
         for g in range(n):
             noisy[g][c] += draws[g]
     return noisy
+
+
+def _candidate(value: object, result_type: PgType) -> object:
+    if isinstance(value, Decimal):
+        if result_type.is_integer:
+            return int(value)
+        if result_type.is_float:
+            return float(value)
+    return value
 
 
 def _from_grid(value: Decimal | int, scale: int) -> Decimal:
@@ -118,12 +196,23 @@ def _typed(value: Decimal, result_type: PgType, scale: int) -> object:
 def release_aggregates(query: PrivateQuery, groups: Measurement, noise: QueryNoise) -> ReleasedGroups:
     noisy = add_noise(groups, noise)
     errors95 = [spec.error95() for spec in noise.columns]
+    chosen_by = selectors(query).by_aggregate
     released: list[list[object]] = []
     avg_errors: dict[int, list[float]] = {}
     for g in range(len(groups.keys)):
         row: list[object] = []
         for a, aggregate in enumerate(query.aggregates):
-            if aggregate.kind in (AggregateKind.COUNT, AggregateKind.COUNT_VALUES, AggregateKind.COUNT_UNITS):
+            if aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
+                # The exponential mechanism picks a candidate from the group's true histogram.
+                histogram = query.histograms[aggregate.histogram]
+                choice = noise.selectors[chosen_by[a]].select(groups.histograms[g][aggregate.histogram])
+                row.append(_candidate(histogram.candidate(choice), aggregate.result_type))
+            elif aggregate.kind in (
+                AggregateKind.COUNT,
+                AggregateKind.COUNT_VALUES,
+                AggregateKind.COUNT_UNITS,
+                AggregateKind.COUNT_DISTINCT,
+            ):
                 # Noise is integer: counts need no rounding, only clamping at zero.
                 row.append(max(0, noisy[g][aggregate.components[0]]))
             elif aggregate.kind is AggregateKind.SUM:
@@ -134,6 +223,10 @@ def release_aggregates(query: PrivateQuery, groups: Measurement, noise: QueryNoi
                 elif aggregate.interval.hi <= 0:
                     value = min(value, Decimal(0))
                 row.append(_typed(value, aggregate.result_type, aggregate.scale))
+            elif aggregate.kind.is_spread:
+                value, error = _spread(aggregate, noisy[g], errors95)
+                row.append(value)
+                avg_errors.setdefault(a, []).append(error)
             else:
                 assert aggregate.interval is not None
                 centred_index, count_index = aggregate.components
@@ -153,9 +246,22 @@ def release_aggregates(query: PrivateQuery, groups: Measurement, noise: QueryNoi
                     / 10**aggregate.scale
                 )
         released.append(row)
-    errors: list[float | None] = []
+    errors: list[float | str | None] = []
     for a, aggregate in enumerate(query.aggregates):
-        if aggregate.kind is AggregateKind.AVG:
+        if aggregate.kind is AggregateKind.QUANTILE:
+            spec = noise.selectors[chosen_by[a]]
+            bound = spec.rank_error95()
+            if aggregate.alpha in (0, 1):
+                side = "below" if aggregate.alpha == 0 else "above"
+                errors.append(f"at most {bound:.0f} values {side} it")
+            else:
+                errors.append(f"rank ±{bound:.0f}")
+        elif aggregate.kind is AggregateKind.MODE:
+            errors.append(f"count within {noise.selectors[chosen_by[a]].count_error95():.0f} of the top")
+        elif aggregate.kind.is_spread:
+            sample = [e for e in avg_errors.get(a, []) if e is not None]
+            errors.append(statistics.median(sample) if sample else None)
+        elif aggregate.kind is AggregateKind.AVG:
             width = float(aggregate.interval.hi - aggregate.interval.lo) if aggregate.interval else None
             sample = avg_errors.get(a)
             value = statistics.median(sample) if sample else width
@@ -163,6 +269,47 @@ def release_aggregates(query: PrivateQuery, groups: Measurement, noise: QueryNoi
         else:
             errors.append(errors95[aggregate.components[0]] / 10**aggregate.scale)
     return ReleasedGroups(groups.keys, released, errors)
+
+
+def _spread(
+    aggregate: Aggregate, noisy: Sequence[int], errors95: Sequence[float]
+) -> tuple[object, float | None]:
+    """VAR/STDDEV of one group from its noisy centred squares Q, centred sum S and count N (grid
+    units): Var = Q/N − (S/N)², clamped into [0, half-width²]; sample versions scale by N/(N−1) and
+    are NULL when the noisy count is below 2, as PostgreSQL's are for fewer than 2 values."""
+    assert aggregate.interval is not None
+    squares_index, centred_index, count_index = aggregate.components
+    lo, hi = aggregate.interval.on_grid(aggregate.scale)
+    half_width = max(hi - aggregate.centre, aggregate.centre - lo)
+    count = noisy[count_index]
+    sample = aggregate.kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP)
+    if count < (2 if sample else 1):
+        return None, None
+    with localcontext() as ctx:
+        ctx.prec = 50
+        n = Decimal(count)
+        mean = Decimal(noisy[centred_index]) / n
+        variance = Decimal(noisy[squares_index]) / n - mean * mean
+        variance = min(max(variance, Decimal(0)), Decimal(half_width * half_width))
+        if sample:
+            variance = variance * n / (n - 1)
+        unit = Decimal(10) ** (2 * aggregate.scale)
+        value = variance / unit
+        # First-order error of Q/N − (S/N)² from the ± of Q, S and N (each at 95%).
+        e_q, e_s, e_n = errors95[squares_index], errors95[centred_index], errors95[count_index]
+        q_over_n = float(noisy[squares_index]) / count
+        error = (e_q + 2 * abs(float(mean)) * e_s + abs(q_over_n - 2 * float(mean) ** 2) * e_n) / max(
+            count - e_n, 1
+        )
+        error /= float(unit)
+        if aggregate.kind in (AggregateKind.STDDEV_POP, AggregateKind.STDDEV_SAMP):
+            root = value.sqrt()
+            error = error / (2 * float(root)) if root > 0 else error**0.5
+            value = root
+    digits = aggregate.scale + 6
+    if aggregate.result_type.is_float:
+        return float(value), error
+    return value.quantize(Decimal(1).scaleb(-digits)), error
 
 
 def _avg_error(sum_error: float, count_error: float, centred_mean: float, count: int) -> float:

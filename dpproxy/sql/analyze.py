@@ -11,6 +11,8 @@ import dataclasses
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
+from fractions import Fraction
+from typing import ClassVar
 
 import sqlglot
 from sqlglot import exp
@@ -30,6 +32,7 @@ from dpproxy.errors import (
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy
 from dpproxy.sql import postprocess
 from dpproxy.sql.inline import inline
+from dpproxy.sql.intervals import Interval
 from dpproxy.sql.public import check_public_sql, exposed_table
 from dpproxy.sql.query import (
     Aggregate,
@@ -40,6 +43,7 @@ from dpproxy.sql.query import (
     ConstantQuery,
     Finish,
     GroupKey,
+    Histogram,
     OutputColumn,
     PrivateQuery,
     PublicQuery,
@@ -59,7 +63,10 @@ from dpproxy.sql.types import (
     sum_result,
 )
 
-SUPPORTED_AGGREGATES = "COUNT(*), COUNT(expr), COUNT(DISTINCT <privacy unit>), SUM(expr), AVG(expr)"
+SUPPORTED_AGGREGATES = (
+    "COUNT(*), COUNT(expr), COUNT(DISTINCT expr), SUM, AVG, VAR_POP, VAR_SAMP, STDDEV_POP, STDDEV_SAMP, "
+    "MIN, MAX, MEDIAN, PERCENTILE_CONT/PERCENTILE_DISC(f) WITHIN GROUP (ORDER BY x), MODE() WITHIN GROUP"
+)
 
 
 def parse_statement(sql: str) -> exp.Expression:
@@ -314,6 +321,12 @@ def _output_name(item: exp.Expression) -> str:
         return node.name
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
+    if isinstance(node, exp.WithinGroup):
+        return {
+            exp.PercentileCont: "percentile_cont",
+            exp.PercentileDisc: "percentile_disc",
+            exp.Mode: "mode",
+        }.get(type(node.this), "?column?")
     if isinstance(node, exp.Func):
         names = {
             exp.Count: "count",
@@ -324,6 +337,11 @@ def _output_name(item: exp.Expression) -> str:
             exp.Substring: "substring",
             exp.TimestampTrunc: "date_trunc",
             exp.Extract: "extract",
+            exp.VariancePop: "var_pop",
+            exp.Variance: "var_samp",
+            exp.StddevPop: "stddev_pop",
+            exp.StddevSamp: "stddev_samp",
+            exp.Stddev: "stddev",
         }
         return names.get(type(node), node.sql_name().lower())
     if isinstance(node, exp.Boolean):
@@ -399,6 +417,7 @@ class _PrivateAnalyzer:
         self.components: list[Component] = []
         self.aggregates: list[Aggregate] = []
         self.keys: list[GroupKey] = []
+        self.histograms: list[Histogram] = []
 
     # -- driver ------------------------------------------------------------------------------------
 
@@ -448,6 +467,7 @@ class _PrivateAnalyzer:
         finish = Finish(
             typed_outputs, having, tuple(order_by), _limit(tree, "limit"), _limit(tree, "offset") or 0
         )
+        top_k = self._top_k(finish)
         return PrivateQuery(
             relation=self.relation,
             where=where_sql,
@@ -456,7 +476,32 @@ class _PrivateAnalyzer:
             aggregates=tuple(self.aggregates),
             finish=finish,
             text=self.text,
+            histograms=tuple(self.histograms),
+            top_k=top_k,
         )
+
+    def _top_k(self, finish: Finish) -> tuple[int, int] | None:
+        """`GROUP BY … ORDER BY <count or sum> DESC LIMIT k`: the k groups by report-noisy-top-k."""
+        if not self.keys or finish.limit is None or finish.offset or not finish.order_by:
+            return None
+        first = finish.order_by[0]
+        if not first.descending or not isinstance(first.expression, exp.Column):
+            return None
+        name = first.expression.name
+        if name.startswith("__out_"):
+            output = finish.outputs[int(name.removeprefix("__out_"))].expression
+            name = output.name if isinstance(output, exp.Column) else ""
+        if not name.startswith("__agg_"):
+            return None
+        aggregate = self.aggregates[int(name.removeprefix("__agg_"))]
+        if aggregate.kind not in (
+            AggregateKind.COUNT,
+            AggregateKind.COUNT_UNITS,
+            AggregateKind.COUNT_VALUES,
+            AggregateKind.SUM,
+        ):
+            return None
+        return aggregate.components[0], finish.limit
 
     def _reject_unsupported_clauses(self) -> None:
         tree = self.tree
@@ -636,14 +681,20 @@ class _PrivateAnalyzer:
                 hint="write SUM(CASE WHEN … THEN 1 ELSE 0 END) or move the condition to WHERE",
             )
         if isinstance(node, exp.WithinGroup):
-            raise NotSupported(
-                "ordered-set aggregates (… WITHIN GROUP) are not supported yet",
-                hint=f"supported aggregates: {SUPPORTED_AGGREGATES}",
-            )
+            return self._within_group(node)
+        if isinstance(node, (exp.Min, exp.Max)):
+            if node.expressions:
+                raise NotSupported(f"{node.sql_name()} takes one argument here")
+            alpha = Fraction(0) if isinstance(node, exp.Min) else Fraction(1)
+            return self._quantile(node.this, alpha, node.sql_name().lower(), continuous=False)
+        if isinstance(node, exp.Median):
+            return self._quantile(node.this, Fraction(1, 2), "median", continuous=True)
         if isinstance(node, exp.Count):
             return self._count(node)
         if isinstance(node, (exp.Sum, exp.Avg)):
             return self._sum_or_avg(node)
+        if type(node) in self._SPREADS:
+            return self._spread(node)
         name = node.sql_name().upper() if not isinstance(node, exp.Anonymous) else node.name.upper()
         raise NotSupported(
             f"aggregate {name} is not supported yet", hint=f"supported aggregates: {SUPPORTED_AGGREGATES}"
@@ -667,16 +718,22 @@ class _PrivateAnalyzer:
                             AggregateKind.COUNT_UNITS, (component,), PgType.INT8, f"count(distinct {unit})"
                         )
                     )
-            what = ", ".join(c.sql("postgres") for c in columns)
-            if unit is None:
-                raise NotSupported(
-                    f'COUNT(DISTINCT {what}) is not supported: in "{self.relation.label}" every row is '
-                    "one person",
-                    hint="COUNT(*) counts persons in this table",
+            if len(columns) != 1:
+                raise NotSupported("COUNT(DISTINCT …) of several expressions is not supported")
+            # Another column: each person adds at most max_rows_per_unit rows to a group, hence at
+            # most that many distinct values; computed over the bounded rows (row pipeline).
+            typed = row_expression(columns[0], scope)
+            text = typed.sql.sql("postgres")
+            component = self._component(
+                Component(ComponentKind.DISTINCT_VALUES, typed.sql, identity=f"distinct:{text}")
+            )
+            return self._add_aggregate(
+                Aggregate(
+                    AggregateKind.COUNT_DISTINCT,
+                    (component,),
+                    PgType.INT8,
+                    f"count(distinct {columns[0].sql('postgres')})",
                 )
-            raise NotSupported(
-                f"COUNT(DISTINCT {what}) is not supported yet; only COUNT(DISTINCT {unit}), the privacy unit",
-                hint=f"COUNT(DISTINCT {unit}) counts persons",
             )
         typed = row_expression(arg, self.scope.in_clause("COUNT argument"))
         text = typed.sql.sql("postgres")
@@ -685,9 +742,110 @@ class _PrivateAnalyzer:
             Aggregate(AggregateKind.COUNT_VALUES, (component,), PgType.INT8, f"count({arg.sql('postgres')})")
         )
 
-    def _sum_or_avg(self, node: exp.Expression) -> int:
-        name = "SUM" if isinstance(node, exp.Sum) else "AVG"
-        arg = node.this
+    # -- exponential-mechanism aggregates -----------------------------------------------------------
+
+    def _histogram(self, histogram: Histogram) -> int:
+        for i, existing in enumerate(self.histograms):
+            if existing.identity == histogram.identity:
+                return i
+        self.histograms.append(histogram)
+        return len(self.histograms) - 1
+
+    def _within_group(self, node: exp.WithinGroup) -> int:
+        function = node.this
+        order = node.expression
+        keys = order.expressions if isinstance(order, exp.Order) else []
+        if len(keys) != 1:
+            raise NotSupported("WITHIN GROUP takes exactly one ORDER BY expression")
+        ordered = keys[0]
+        descending = bool(ordered.args.get("desc"))
+        argument = ordered.this
+        if isinstance(function, exp.Mode):
+            return self._mode(argument)
+        if isinstance(function, (exp.PercentileCont, exp.PercentileDisc)):
+            fraction = constant_value(function.this)
+            if not isinstance(fraction, Decimal) or not 0 <= fraction <= 1:
+                raise InvalidParameter(
+                    "the fraction of percentile_cont/percentile_disc must be a constant between 0 and 1"
+                )
+            alpha = Fraction(str(fraction))
+            if descending:
+                alpha = 1 - alpha
+            continuous = isinstance(function, exp.PercentileCont)
+            name = "percentile_cont" if continuous else "percentile_disc"
+            return self._quantile(argument, alpha, name, continuous=continuous)
+        raise NotSupported(
+            f"{function.sql_name()}() WITHIN GROUP is not supported",
+            hint="supported: percentile_cont, percentile_disc, mode",
+        )
+
+    # Quantile candidates: at most this many points over a column's range (the exponential
+    # mechanism's error grows only with the log of their number).
+    MAX_CANDIDATES: ClassVar[int] = 1000
+
+    def _quantile(self, arg: exp.Expression, alpha: Fraction, name: str, *, continuous: bool) -> int:
+        """MIN (α = 0), MAX (α = 1), MEDIAN and percentiles per group, by the exponential mechanism
+        over the argument's bounded range (mechanisms.QuantileSpec)."""
+        typed, interval, scale, _within = self._bounded_argument(arg, name.upper())
+        lo, hi = interval.on_grid(scale)
+        candidates = max(1, min(self.MAX_CANDIDATES, hi - lo + 1))
+        text = typed.sql.sql("postgres")
+        histogram = self._histogram(
+            Histogram(typed.sql, candidates, interval, scale, identity=f"range:{scale}:{candidates}:{text}")
+        )
+        result = PgType.FLOAT8 if continuous else typed.type
+        return self._add_aggregate(
+            Aggregate(
+                AggregateKind.QUANTILE,
+                (),
+                result,
+                f"{name}({alpha}:{arg.sql('postgres')})",
+                interval,
+                scale,
+                histogram=histogram,
+                alpha=alpha,
+            )
+        )
+
+    def _mode(self, arg: exp.Expression) -> int:
+        """MODE() WITHIN GROUP (ORDER BY x) by report-noisy-max over x's public values, or over a
+        bounded integer column's values when there are at most MAX_CANDIDATES of them."""
+        scope = self.scope.in_clause("MODE argument")
+        typed = row_expression(arg, scope)
+        if typed.uses_unit:
+            raise PolicyViolation(f'the privacy unit "{self.relation.unit_name}" cannot be a MODE argument')
+        bare = arg.unnest() if isinstance(arg, exp.Paren) else arg
+        column = scope.resolve(bare)[1] if isinstance(bare, exp.Column) else None
+        text = typed.sql.sql("postgres")
+        if column is not None and column.public_values is not None:
+            histogram = Histogram(
+                typed.sql, len(column.public_values), values=column.public_values, identity=f"values:{text}"
+            )
+        elif typed.type.is_integer and typed.interval is not None and typed.interval.finite:
+            lo, hi = typed.interval.on_grid(0)
+            if hi - lo + 1 > self.MAX_CANDIDATES:
+                raise NotSupported(
+                    f"MODE over {arg.sql('postgres')} has {hi - lo + 1} possible values; at most "
+                    f"{self.MAX_CANDIDATES} are supported",
+                    hint="declare public_values for the column, or narrow its bounds",
+                )
+            histogram = Histogram(
+                typed.sql, hi - lo + 1, typed.interval, 0, identity=f"range:0:{hi - lo + 1}:{text}"
+            )
+        else:
+            raise NotSupported(
+                f"MODE() over {arg.sql('postgres')} needs the column's public_values, or a bounded "
+                "integer column",
+                hint="candidates must not come from the data: declare public_values in the policy",
+            )
+        index = self._histogram(histogram)
+        return self._add_aggregate(
+            Aggregate(AggregateKind.MODE, (), _known(typed.type), f"mode({text})", histogram=index)
+        )
+
+    def _bounded_argument(self, arg: exp.Expression, name: str) -> tuple[Typed, Interval, int, bool]:
+        """The checked argument of an aggregate that needs bounds: its range, grid scale, and whether
+        it arrives already clipped to that range (a bounded column)."""
         if isinstance(arg, exp.Distinct):
             raise NotSupported(f"{name}(DISTINCT …) is not supported", hint=f"use {name}(expr)")
         self._check_summable(arg, name)
@@ -716,8 +874,12 @@ class _PrivateAnalyzer:
         scale = self._grid_scale(arg, typed)
         bare = arg.unnest() if isinstance(arg, exp.Paren) else arg
         # A bounded column arrives clipped to exactly its bounds: no second clip is needed.
-        within = isinstance(bare, exp.Column)
-        interval = typed.interval
+        return typed, typed.interval, scale, isinstance(bare, exp.Column)
+
+    def _sum_or_avg(self, node: exp.Expression) -> int:
+        name = "SUM" if isinstance(node, exp.Sum) else "AVG"
+        arg = node.this
+        typed, interval, scale, within = self._bounded_argument(arg, name)
         text = typed.sql.sql("postgres")
         if isinstance(node, exp.Sum):
             component = self._component(
@@ -760,6 +922,69 @@ class _PrivateAnalyzer:
                 (centred, values),
                 avg_result(typed.type),
                 f"avg({arg.sql('postgres')})",
+                interval,
+                scale,
+                centre,
+            )
+        )
+
+    _SPREADS: ClassVar[dict[type[exp.Expression], tuple[AggregateKind, str]]] = {
+        exp.VariancePop: (AggregateKind.VAR_POP, "var_pop"),
+        exp.Variance: (AggregateKind.VAR_SAMP, "var_samp"),
+        exp.StddevPop: (AggregateKind.STDDEV_POP, "stddev_pop"),
+        exp.StddevSamp: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
+        exp.Stddev: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
+    }
+
+    def _spread(self, node: exp.Expression) -> int:
+        """VAR/STDDEV from a count, a centred sum and a centred sum of squares, on one grid whose
+        squares stay exact in bigint: Var = Σ(x−c)²/n − (Σ(x−c)/n)²."""
+        kind, name = self._SPREADS[type(node)]
+        arg = node.this
+        typed, interval, scale, within = self._bounded_argument(arg, name.upper())
+        # Squares of grid values, times the rows one person may add, must stay far inside bigint.
+        while True:
+            lo, hi = interval.on_grid(scale)
+            centre = (lo + hi) // 2
+            half_width = max(hi - centre, centre - lo)
+            if scale == 0 or self.relation.max_rows * half_width * half_width < 2**52:
+                break
+            scale -= 1
+        if self.relation.max_rows * half_width * half_width >= 2**52:
+            raise NotSupported(
+                f"the bounds of {arg.sql('postgres')} are too wide for {name.upper()}",
+                hint="declare tighter lower/upper bounds in the policy",
+            )
+        text = typed.sql.sql("postgres")
+        values = self._component(Component(ComponentKind.VALUES, typed.sql, identity=f"values:{text}"))
+        centred = self._component(
+            Component(
+                ComponentKind.CENTRED_SUM,
+                typed.sql,
+                interval,
+                scale,
+                centre,
+                identity=f"centred:{scale}:{centre}:{text}",
+                within_interval=within,
+            )
+        )
+        squares = self._component(
+            Component(
+                ComponentKind.CENTRED_SQUARES,
+                typed.sql,
+                interval,
+                scale,
+                centre,
+                identity=f"squares:{scale}:{centre}:{text}",
+                within_interval=within,
+            )
+        )
+        return self._add_aggregate(
+            Aggregate(
+                kind,
+                (squares, centred, values),
+                PgType.FLOAT8 if typed.type.is_float else PgType.NUMERIC,
+                f"{name}({arg.sql('postgres')})",
                 interval,
                 scale,
                 centre,

@@ -12,7 +12,9 @@ named `__agg_<i>` and `__key_<j>`; nothing else reaches post-processing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
+from fractions import Fraction
 
 from sqlglot import exp
 
@@ -27,6 +29,14 @@ class ComponentKind(StrEnum):
     UNITS = "units"  # COUNT(DISTINCT unit): 1 per unit present in a group
     SUM = "sum"  # sum of clipped values on the grid
     CENTRED_SUM = "centred_sum"  # sum of (clipped grid value − centre), for AVG
+    CENTRED_SQUARES = "centred_squares"  # sum of (clipped grid value − centre)², for VAR and STDDEV
+    # COUNT(DISTINCT x): distinct values among a person's bounded rows, computed by the row pipeline
+    # (a person adds at most max_rows_per_unit rows to a group, so at most that many new values).
+    DISTINCT_VALUES = "distinct_values"
+
+    @property
+    def row_pipeline(self) -> bool:
+        return self is ComponentKind.DISTINCT_VALUES
 
 
 @dataclass(frozen=True)
@@ -55,21 +65,53 @@ class Component:
         """
         if self.kind is ComponentKind.UNITS:
             return 0, 1
-        if self.kind in (ComponentKind.ROWS, ComponentKind.VALUES):
+        if self.kind in (ComponentKind.ROWS, ComponentKind.VALUES, ComponentKind.DISTINCT_VALUES):
             return 0, max_rows
         lo, hi = self.grid_range
         if self.kind is ComponentKind.SUM:
             return max_rows * min(lo, 0), max_rows * max(hi, 0)
+        if self.kind is ComponentKind.CENTRED_SQUARES:
+            half_width = max(hi - self.centre, self.centre - lo)
+            return 0, max_rows * half_width * half_width
         return max_rows * (lo - self.centre), max_rows * (hi - self.centre)
 
     def sensitivity(self, max_rows: int) -> int:
         """Per-group L∞ sensitivity in grid units under add/remove of one unit (REFERENCES.md): the
         largest absolute contribution of one unit. COUNT: r. COUNT(DISTINCT unit): 1. SUM over
         [L, U]: r·max(|L|, |U|) — not U − L, which is the replace-one sensitivity. Centred sum:
-        r·max(U − c, c − L), i.e. r·(U − L)/2 at the midpoint.
+        r·max(U − c, c − L), i.e. r·(U − L)/2 at the midpoint. Centred sum of squares:
+        r·max(U − c, c − L)².
         """
         lo, hi = self.contribution_range(max_rows)
         return max(1, abs(lo), abs(hi))
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Per-group counts of a value over candidates, for the exponential mechanism (quantiles, MODE).
+
+    Numeric candidates: K points c_j = lo + j·(hi − lo)/(K − 1) over the argument's bounded range on its
+    grid; bin j holds the values in [c_j, c_{j+1}). Value candidates (MODE): the listed values, bin j
+    holds the rows equal to values[j].
+    """
+
+    argument: exp.Expression  # row-level SQL (clipped columns)
+    candidates: int  # K
+    interval: Interval | None = None  # numeric candidates: the argument's range
+    scale: int = 0  # numeric candidates: its grid
+    values: tuple[object, ...] | None = None  # value candidates
+    identity: str = ""
+
+    def candidate(self, index: int) -> object:
+        if self.values is not None:
+            return self.values[index]
+        assert self.interval is not None
+        if self.candidates == 1:
+            return self.interval.lo
+        lo, hi = self.interval.on_grid(self.scale)
+        step = Fraction(hi - lo, self.candidates - 1)
+        grid = lo + round(step * index)
+        return Decimal(grid).scaleb(-self.scale)
 
 
 class AggregateKind(StrEnum):
@@ -78,17 +120,37 @@ class AggregateKind(StrEnum):
     COUNT_UNITS = "count_units"  # COUNT(DISTINCT unit)
     SUM = "sum"
     AVG = "avg"
+    VAR_POP = "var_pop"
+    VAR_SAMP = "var_samp"
+    STDDEV_POP = "stddev_pop"
+    STDDEV_SAMP = "stddev_samp"
+    COUNT_DISTINCT = "count_distinct"  # COUNT(DISTINCT x) of a column other than the privacy unit
+    QUANTILE = "quantile"  # MIN, MAX, MEDIAN, PERCENTILE_CONT, PERCENTILE_DISC
+    MODE = "mode"
+
+    @property
+    def is_spread(self) -> bool:
+        return self in (
+            AggregateKind.VAR_POP,
+            AggregateKind.VAR_SAMP,
+            AggregateKind.STDDEV_POP,
+            AggregateKind.STDDEV_SAMP,
+        )
 
 
 @dataclass(frozen=True)
 class Aggregate:
     kind: AggregateKind
-    components: tuple[int, ...]  # indexes into PrivateQuery.components (AVG: centred sum, then count)
+    # Indexes into PrivateQuery.components: AVG (centred sum, count); VAR and STDDEV (centred squares,
+    # centred sum, count); the others one component.
+    components: tuple[int, ...]
     result_type: PgType
     text: str  # as written, normalised: "sum(income)"
     interval: Interval | None = None  # argument range (SUM, AVG): released values are clamped into it
     scale: int = 0
     centre: int = 0
+    histogram: int = -1  # QUANTILE, MODE: index into PrivateQuery.histograms
+    alpha: Fraction | None = None  # QUANTILE: the fraction (0: MIN, 1: MAX)
 
 
 @dataclass(frozen=True)
@@ -133,12 +195,21 @@ class PrivateQuery:
     aggregates: tuple[Aggregate, ...]
     finish: Finish
     text: str  # the statement, normalised (parameters bound)
+    histograms: tuple[Histogram, ...] = ()
+    # ORDER BY <aggregate> DESC LIMIT k over groups: the k groups are chosen by report-noisy-top-k on
+    # that aggregate's component (its index), then released as usual.
+    top_k: tuple[int, int] | None = None  # (component index, k)
     # The database enforces one row per unit (PRIMARY KEY, or UNIQUE and NOT NULL, through the
     # joins): no per-unit bounding is needed, and each unit touches one row of one group.
     unit_unique: bool = False
     # Keep at most max_rows_per_unit actual rows per unit and group (sample) instead of clamping
     # each unit's per-group contribution to what that many rows can add (clamp, the default).
     sample_rows: bool = False
+
+    @property
+    def needs_row_pipeline(self) -> bool:
+        """Aggregates computed from bounded rows rather than per-person sums (a second statement)."""
+        return bool(self.histograms) or any(c.kind.row_pipeline for c in self.components)
 
     @property
     def needs_selection(self) -> bool:

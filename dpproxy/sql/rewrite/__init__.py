@@ -16,13 +16,14 @@ from dpproxy.sql.rewrite.bound_groups import bound_groups
 from dpproxy.sql.rewrite.bound_rows import bound_rows
 from dpproxy.sql.rewrite.per_group import per_group
 from dpproxy.sql.rewrite.per_unit import per_unit
+from dpproxy.sql.rewrite.row_pipeline import row_pipeline
 from dpproxy.sql.rewrite.select_rows import select_rows
 from dpproxy.sql.rewrite.state import RewriteContext, RewriteState
 from dpproxy.sql.rewrite.to_grid import to_grid
 
 Rule = Callable[[RewriteState, RewriteContext], RewriteState]
 
-RULES: tuple[Rule, ...] = (select_rows, to_grid, bound_rows, per_unit, bound_groups, per_group)
+RULES: tuple[Rule, ...] = (select_rows, to_grid, bound_rows, per_unit, bound_groups, per_group, row_pipeline)
 
 
 def rewrite(query: PrivateQuery, *, salt: str | None = None, dialect: str = "postgres") -> RewriteState:

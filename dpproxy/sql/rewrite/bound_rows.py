@@ -48,6 +48,8 @@ def keep_first(
     limit: int,
     keep: list[str],
     rank: str,
+    *,
+    dense: bool = False,
 ) -> exp.Select:
     """SELECT keep FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY … ORDER BY hash, …) AS rank)
     WHERE rank <= limit."""
@@ -56,7 +58,9 @@ def keep_first(
     ordering = [exp.Ordered(this=salted_hash(salt, [*partition, *order], ctx.dialect), nulls_first=False)]
     ordering.extend(exp.Ordered(this=col(c), nulls_first=False) for c in order)
     window = exp.Window(
-        this=exp.RowNumber(),
+        # DENSE_RANK ranks equal (hash, keys) alike: rows of one group share a rank, which keeps
+        # whole groups when the relation holds rows rather than one row per person and group.
+        this=exp.DenseRank() if dense else exp.RowNumber(),
         partition_by=[col(c) for c in partition],
         order=exp.Order(expressions=ordering),
     )

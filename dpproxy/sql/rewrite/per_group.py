@@ -24,8 +24,10 @@ def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     row_table = not ctx.per_unit
     projections: list[exp.Expression] = [col(k) for k in ctx.keys]
     for i, component in enumerate(query.components):
-        if component.kind is ComponentKind.UNITS or (component.kind is ComponentKind.ROWS and row_table):
-            value: exp.Expression = exp.Count(this=exp.Star())
+        if component.kind.row_pipeline:
+            value: exp.Expression = exp.Literal.number(0)  # filled in from the row pipeline's statement
+        elif component.kind is ComponentKind.UNITS or (component.kind is ComponentKind.ROWS and row_table):
+            value = exp.Count(this=exp.Star())
         elif component.kind is ComponentKind.ROWS:
             value = _zero_if_empty(exp.Sum(this=col(ROWS)))
         else:

@@ -33,6 +33,26 @@ def public_value_literal(value: object) -> exp.Expression:
     return exp.Literal.string(str(value))
 
 
+def read_relation(ctx: RewriteContext, projections: list[exp.Expression]) -> exp.Select:
+    """SELECT projections FROM the relation (joins) WHERE the query's condition AND every public key
+    is one of its declared values."""
+    query = ctx.query
+    base, joins = query.relation.from_items()
+    select = exp.select(*projections, copy=False).from_(base, copy=False)
+    for join in joins:
+        select = select.join(join, copy=False)
+    conditions: list[exp.Expression] = []
+    if query.where is not None:
+        conditions.append(exp.Paren(this=query.where.copy()))
+    for key in query.keys:
+        if key.public_values is not None:
+            values = [public_value_literal(v) for v in key.public_values]
+            conditions.append(exp.In(this=key.sql.copy(), expressions=values))
+    if conditions:
+        select = select.where(exp.and_(*conditions, copy=False), copy=False)
+    return select
+
+
 def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     relation = query.relation
@@ -48,19 +68,7 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True))
     if not projections:
         projections.append(exp.alias_(exp.Literal.number(1), "__row", quoted=True))
-    base, joins = relation.from_items()
-    select = exp.select(*projections, copy=False).from_(base, copy=False)
-    for join in joins:
-        select = select.join(join, copy=False)
-    conditions: list[exp.Expression] = []
-    if query.where is not None:
-        conditions.append(exp.Paren(this=query.where.copy()))
-    for key in query.keys:
-        if key.public_values is not None:
-            values = [public_value_literal(v) for v in key.public_values]
-            conditions.append(exp.In(this=key.sql.copy(), expressions=values))
-    if conditions:
-        select = select.where(exp.and_(*conditions, copy=False), copy=False)
+    select = read_relation(ctx, projections)
     return state.then(
         "selected_rows",
         "read the tables: joins, WHERE, public keys restricted to their declared values, columns clipped to "

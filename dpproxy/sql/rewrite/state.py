@@ -41,8 +41,18 @@ class RewriteContext:
 
     @property
     def valued_components(self) -> list[int]:
-        """Components computed from a per-row value (not row or unit counts)."""
-        return [i for i, c in enumerate(self.query.components) if c.argument is not None]
+        """Components the main statement computes from a per-row value (not counts of rows or units,
+        not the row pipeline's)."""
+        return [
+            i
+            for i, c in enumerate(self.query.components)
+            if c.argument is not None and not c.kind.row_pipeline
+        ]
+
+    @property
+    def row_components(self) -> list[int]:
+        """Components the row pipeline computes (COUNT(DISTINCT x))."""
+        return [i for i, c in enumerate(self.query.components) if c.kind.row_pipeline]
 
     @property
     def only_counts_rows(self) -> bool:
@@ -67,6 +77,12 @@ class RewriteState:
 
     steps: tuple[Step, ...] = ()
     final: exp.Select | None = None
+    # Further complete statements the plan runs (the row pipeline), each a SELECT with its own CTEs.
+    auxiliary: tuple[Step, ...] = ()
+
+    def statements(self, dialect: str) -> list[str]:
+        """Every statement the plan runs, main first, in the backend's dialect."""
+        return [self.query().sql(dialect), *(step.select.sql(dialect) for step in self.auxiliary)]
 
     def then(self, name: str, summary: str, select: exp.Select) -> RewriteState:
         return replace(self, steps=(*self.steps, Step(name, summary, select)))

@@ -26,8 +26,11 @@ def grid_value(value: exp.Expression, component: Component) -> exp.Expression:
     scaled = clipped if scale == 0 else exp.Mul(this=clipped, expression=exp.Literal.number(10**scale))
     rounded = scaled if scale == 0 else exp.Round(this=scaled)
     on_grid: exp.Expression = exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
-    if component.kind is ComponentKind.CENTRED_SUM and centre:
+    if component.kind in (ComponentKind.CENTRED_SUM, ComponentKind.CENTRED_SQUARES) and centre:
         on_grid = exp.Paren(this=exp.Sub(this=on_grid, expression=number_literal(centre)))
+    if component.kind is ComponentKind.CENTRED_SQUARES:
+        # Exact in bigint: the analyzer keeps r·(half-width on the grid)² below 2^52.
+        on_grid = exp.Mul(this=on_grid, expression=on_grid.copy())
     return on_grid
 
 

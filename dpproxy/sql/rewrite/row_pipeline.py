@@ -1,0 +1,142 @@
+"""Pass 7 — the row pipeline: aggregates that need a person's rows, not their sums.
+
+COUNT(DISTINCT x) and the histograms of quantiles and MODE cannot be summed per person, so they get
+a statement of their own over contribution-bounded *rows*:
+
+    WITH rows_selected AS (SELECT __unit, __k0, x AS __c3, <bin of y> AS __h0 FROM … WHERE …),
+         rows_sampled  AS (at most max_rows_per_unit rows per person and group: salted hash),
+         rows_grouped  AS (rows of at most max_groups_per_unit groups per person: the same salted
+                           hash of (person, keys) as bounded_groups, so the same groups)
+    SELECT __k0, COUNT(DISTINCT __c3) … GROUP BY __k0            -- one statement for the distincts
+    SELECT __k0, __h0, COUNT(*) … GROUP BY __k0, __h0            -- one per histogram
+
+A person then adds at most r rows to a group (so at most r distinct values and r histogram counts)
+in at most g groups. When every row is its own person, there is nothing to bound. A histogram bin is
+an integer from the argument clipped to its range on its grid: ((v − lo)·(K − 1)) div (hi − lo).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpproxy.sql.query import Histogram
+from dpproxy.sql.rewrite.bound_rows import keep_first
+from dpproxy.sql.rewrite.select_rows import public_value_literal, read_relation
+from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, Step, col, component_column
+from dpproxy.sql.rowexpr import clip_sql, number_literal
+from dpproxy.sql.types import PgType
+
+
+def histogram_column(h: int) -> str:
+    return f"__h{h}"
+
+
+def bin_sql(histogram: Histogram) -> exp.Expression:
+    """The candidate bin of a row's value (NULL when the value is NULL or not a candidate)."""
+    value = histogram.argument.copy()
+    if histogram.values is not None:
+        case = exp.Case(this=value)
+        for j, candidate in enumerate(histogram.values):
+            case = case.when(public_value_literal(candidate), exp.Literal.number(j))
+        return case
+    assert histogram.interval is not None
+    lo, hi = histogram.interval.on_grid(histogram.scale)
+    clipped = clip_sql(value, histogram.interval, PgType.NUMERIC)
+    scaled = (
+        clipped
+        if histogram.scale == 0
+        else exp.Round(this=exp.Mul(this=clipped, expression=exp.Literal.number(10**histogram.scale)))
+    )
+    grid = exp.Cast(this=scaled, to=exp.DataType.build("BIGINT"))
+    if hi == lo or histogram.candidates == 1:
+        return (
+            exp.Case().when(exp.Is(this=grid, expression=exp.Null()), exp.Null()).else_(exp.Literal.number(0))
+        )
+    offset = exp.Paren(this=exp.Sub(this=grid, expression=number_literal(lo)))
+    numerator = exp.Cast(
+        this=exp.Mul(this=offset, expression=exp.Literal.number(histogram.candidates - 1)),
+        to=exp.DataType.build("BIGINT"),
+    )
+    # Exact integer division of non-negative integers: PostgreSQL's DIV(), DuckDB's //.
+    return exp.IntDiv(this=numerator, expression=exp.Literal.number(hi - lo))
+
+
+def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
+    query = ctx.query
+    if not query.needs_row_pipeline:
+        return state
+    distinct = ctx.row_components
+    projections: list[exp.Expression] = []
+    if ctx.per_unit:
+        assert query.relation.unit is not None
+        projections.append(exp.alias_(query.relation.unit.copy(), UNIT, quoted=True))
+    for j, key in enumerate(query.keys):
+        projections.append(exp.alias_(key.sql.copy(), ctx.keys[j], quoted=True))
+    values = [component_column(i) for i in distinct] + [
+        histogram_column(h) for h in range(len(query.histograms))
+    ]
+    for i in distinct:
+        argument = query.components[i].argument
+        assert argument is not None
+        projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True))
+    for h, histogram in enumerate(query.histograms):
+        projections.append(exp.alias_(bin_sql(histogram), histogram_column(h), quoted=True))
+    chain: list[tuple[str, exp.Select]] = [("rows_selected", read_relation(ctx, projections))]
+    current = RewriteState(steps=(Step("rows_selected", "", chain[0][1]),))
+    keep = [UNIT, *ctx.keys, *values] if ctx.per_unit else [*ctx.keys, *values]
+    if ctx.per_unit:
+        sampled = keep_first(
+            current, ctx, [UNIT, *ctx.keys], values, ctx.salt + ":rows", query.max_rows, keep, "__rn"
+        )
+        chain.append(("rows_sampled", sampled))
+        current = current.then("rows_sampled", "", sampled)
+        if query.keys:
+            grouped = keep_first(
+                current,
+                ctx,
+                [UNIT],
+                ctx.keys,
+                ctx.salt + ":groups",
+                query.max_groups,
+                keep,
+                "__gn",
+                dense=True,
+            )
+            chain.append(("rows_grouped", grouped))
+    source = chain[-1][0]
+    statements: list[Step] = []
+    keys = [col(k) for k in ctx.keys]
+    if distinct:
+        final = exp.select(
+            *keys,
+            *[
+                exp.alias_(
+                    exp.Count(this=exp.Distinct(expressions=[col(component_column(i))])),
+                    component_column(i),
+                    quoted=True,
+                )
+                for i in distinct
+            ],
+            copy=False,
+        ).from_(source, copy=False)
+        if keys:
+            final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
+        statements.append(Step("distinct_values", "distinct values among the bounded rows, per group", final))
+    for h in range(len(query.histograms)):
+        name = histogram_column(h)
+        final = (
+            exp.select(
+                *keys, col(name), exp.alias_(exp.Count(this=exp.Star()), "__count", quoted=True), copy=False
+            )
+            .from_(source, copy=False)
+            .where(exp.Not(this=exp.Is(this=col(name), expression=exp.Null())), copy=False)
+            .group_by(*[col(k) for k in ctx.keys], col(name), copy=False)
+        )
+        statements.append(Step(f"histogram_{h}", f"counts per candidate of histogram {h}, per group", final))
+    auxiliary = []
+    for step in statements:
+        body = step.select
+        for name, select in chain:
+            body = body.with_(name, as_=select.copy(), copy=False)
+        auxiliary.append(Step(step.name, step.summary, body))
+    return RewriteState(state.steps, state.final, tuple(auxiliary))
