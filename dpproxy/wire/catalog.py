@@ -137,6 +137,8 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
     "client_encoding": "UTF8",
     "client_min_messages": "notice",
     "DateStyle": "ISO, MDY",
+    "default_table_access_method": "heap",  # SQLAlchemy's table reflection reads it
+    "default_tablespace": "",
     "default_text_search_config": "pg_catalog.simple",
     "default_transaction_deferrable": "off",
     "default_transaction_isolation": "read committed",
@@ -159,6 +161,7 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
     "max_function_args": "100",
     "max_identifier_length": "63",
     "max_index_keys": "32",
+    "password_encryption": "scram-sha-256",
     "row_security": "on",
     "search_path": '"$user", public',
     "server_encoding": "UTF8",
@@ -167,11 +170,13 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
     "ssl": "off",
     "standard_conforming_strings": "on",
     "statement_timeout": "0",
+    "temp_tablespaces": "",
     "TimeZone": "UTC",
     "timezone_abbreviations": "Default",
     "transaction_deferrable": "off",
     "transaction_isolation": "read committed",
     "transaction_read_only": "off",
+    "work_mem": "4MB",
     "xmloption": "content",
 }
 
@@ -822,6 +827,18 @@ class _Scope:
             scope = scope.parent
         return None
 
+    def relation_oid(self, table: str | None) -> int:
+        """The pg_class OID of the relation `table` names (or of the only one, when None); 0 when
+        it is not one relation of the catalog or of the policy."""
+        if table is None:
+            if len(self.sources) != 1:
+                return 0
+            columns: list[_Col] | None = self.sources[0][1]
+        else:
+            columns = self.source(table)
+        oids = {c.table_oid for c in columns or ()}
+        return oids.pop() if len(oids) == 1 else 0
+
     def source(self, table: str) -> list[_Col] | None:
         scope: _Scope | None = self
         while scope is not None:
@@ -1085,6 +1102,13 @@ class _Typer:
                 return self.data.base_type(column.oid) if column.oid is not None else None
             if table is None and name in ("user", "current_role", "current_user", "session_user"):
                 return 19
+            if name == "tableoid":
+                # The system column (psql's \dd, \dL join pg_description on it): the OID of
+                # the relation the row is in, which the rewrite puts in as a constant.
+                relation_oid = scope.relation_oid(table)
+                if relation_oid:
+                    node.meta["tableoid"] = relation_oid
+                    return 26
             return None
         if isinstance(node, (exp.Cast, exp.TryCast)):
             self.type(node.this, scope)
@@ -1537,6 +1561,11 @@ class _Translator:
                 if literal and oid and self.data.element(oid) is not None:
                     other.replace(self.array_literal(other.this, oid))
             return node
+        if isinstance(node, exp.Column) and "tableoid" in node.meta:
+            return exp.Cast(
+                this=exp.Literal.number(node.meta["tableoid"]),
+                to=exp.DataType.build("UINTEGER", dialect="duckdb"),
+            )
         bare = isinstance(node, exp.Column) and not node.args.get("table")
         if bare and node.meta.get("pg_type") == 19 and _ident(node.this) in ("user", "current_role"):
             return exp.Anonymous(this="current_user", expressions=[])
@@ -1615,6 +1644,10 @@ class _Translator:
             return exp.Anonymous(this=f"__to_{REG_TYPES[target]}", expressions=[inner])
         if target in TEXT_TYPES and inner_type in REG_TYPES:
             return exp.Anonymous(this=f"__{REG_TYPES[inner_type]}_out", expressions=[inner])
+        if target in TEXT_TYPES and inner_type in (22, 30):
+            return exp.Anonymous(this="__vector_out", expressions=[inner])
+        if target in TEXT_TYPES and inner_type is not None and data.element(inner_type) is not None:
+            return exp.Anonymous(this="__array_out", expressions=[inner])
         if target == 18:  # "char": the first character
             text = exp.Cast(this=inner, to=exp.DataType.build("VARCHAR"))
             return exp.Anonymous(this="left", expressions=[text, exp.Literal.number(1)])

@@ -36,6 +36,7 @@ from dpproxy.errors import DPProxyError, InvalidParameter, NotSupported, PolicyV
 from dpproxy.policy import AnalystPolicy
 from dpproxy.wire import codec
 from dpproxy.wire.auth import Authenticator, AuthExchange
+from dpproxy.wire.catalog import DEFAULT_SETTINGS as CATALOG_SETTINGS
 from dpproxy.wire.catalog import SessionInfo, ShadowCatalog
 from dpproxy.wire.codec import (
     BackendMessage,
@@ -141,6 +142,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "client_encoding": "UTF8",
     "client_min_messages": "notice",
     "datestyle": "ISO, MDY",
+    "default_transaction_deferrable": "off",
     "default_transaction_isolation": "read committed",
     "default_transaction_read_only": "off",
     "escape_string_warning": "on",
@@ -165,9 +167,16 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "standard_conforming_strings": "on",
     "statement_timeout": "0",
     "timezone": "UTC",
+    "transaction_deferrable": "off",
     "transaction_isolation": "read committed",
     "transaction_read_only": "off",
 }
+
+# A transaction's modes: what SET TRANSACTION chose in this block, else the session's defaults
+# (SET SESSION CHARACTERISTICS), as PostgreSQL starts each transaction. Every transaction through
+# dpproxy is read-only and each query is answered on its own, so the modes only need to read back
+# as they were set (pgjdbc's getTransactionIsolation, DBeaver's connection settings).
+TRANSACTION_MODES = ("transaction_deferrable", "transaction_isolation", "transaction_read_only")
 
 # PostgreSQL's spelling of settings whose names are not all lowercase (SHOW headers, ParameterStatus).
 CANONICAL_NAMES = {"datestyle": "DateStyle", "intervalstyle": "IntervalStyle", "timezone": "TimeZone"}
@@ -204,9 +213,14 @@ READ_ONLY = frozenset(
     }
 )
 
+# The catalog's fixed values (pg_settings, current_setting()) of settings a session cannot change.
+_CATALOG_SETTINGS = {name.lower(): value for name, value in CATALOG_SETTINGS.items()}
+
 EPSILON_SETTING = "dpproxy.epsilon"
 BUDGET_SETTING = "dpproxy.budget"
-_UTF8_NAMES = {"utf8", "utf-8", "unicode", "sql_ascii"}
+# As PostgreSQL's clean_encoding_name: case and anything but letters and digits do not count, so
+# 'utf-8', "UTF8", Unicode and asyncpg's quoted "'utf-8'" all name UTF8.
+_UTF8_NAMES = {"utf8", "unicode", "sqlascii"}
 _DATE_ORDERS = ("MDY", "DMY", "YMD")
 
 
@@ -220,7 +234,7 @@ def _invalid_value(name: str, value: str, hint: str | None = None) -> InvalidPar
 
 def _check_client_encoding(value: str) -> str:
     # SQL_ASCII means "no conversion": bytes pass through, which is what UTF8 text needs.
-    if value.strip().lower() not in _UTF8_NAMES:
+    if "".join(c for c in value.lower() if c.isascii() and c.isalnum()) not in _UTF8_NAMES:
         raise InvalidParameter(
             f'dpproxy speaks UTF8 only: client_encoding "{value}" is not supported',
             hint="set client_encoding to UTF8 (PGCLIENTENCODING=UTF8)",
@@ -305,6 +319,19 @@ def _check_standard_conforming_strings(value: str) -> str:
     return "on"
 
 
+_ISOLATION_LEVELS = ("serializable", "repeatable read", "read committed", "read uncommitted")
+
+
+def _check_isolation(name: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        level = " ".join(value.lower().split())
+        if level not in _ISOLATION_LEVELS:
+            raise _invalid_value(name, value, hint="write " + ", ".join(_ISOLATION_LEVELS))
+        return level
+
+    return check
+
+
 def _check_boolean(name: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         word = value.strip().lower()
@@ -326,6 +353,10 @@ _CHECKS: dict[str, Callable[[str], str]] = {
     "standard_conforming_strings": _check_standard_conforming_strings,
     "transaction_read_only": _check_boolean("transaction_read_only"),
     "default_transaction_read_only": _check_boolean("default_transaction_read_only"),
+    "transaction_deferrable": _check_boolean("transaction_deferrable"),
+    "default_transaction_deferrable": _check_boolean("default_transaction_deferrable"),
+    "transaction_isolation": _check_isolation("transaction_isolation"),
+    "default_transaction_isolation": _check_isolation("default_transaction_isolation"),
 }
 
 
@@ -385,10 +416,15 @@ class _Settings:
 
     def get(self, name: str) -> str | None:
         value = self.local.get(name)
+        if value is None and name in TRANSACTION_MODES:
+            value = self.session.get(f"default_{name}")
         return value if value is not None else self.session.get(name)
 
     def all(self) -> dict[str, str]:
-        return {**self.session, **self.local}
+        merged = {**self.session, **self.local}
+        for name in TRANSACTION_MODES:
+            merged[name] = self.get(name) or merged.get(name, "")
+        return merged
 
     def set(self, name: str, value: str, *, local: bool) -> None:
         if local:
@@ -1023,6 +1059,8 @@ class Session:
             self._settings.baseline[name] = value
             self._settings.session[name] = value
         else:
+            # A transaction's own modes last for that transaction only, however they are SET.
+            local = local or name in TRANSACTION_MODES
             if local and self.status is TransactionStatus.IDLE:
                 # As PostgreSQL: SET LOCAL outside a block lasts for its own statement only.
                 return
@@ -1073,6 +1111,9 @@ class Session:
             value = self._effective_epsilon()
         else:
             found = self._settings.get(name)
+            if found is None:
+                # What current_setting() reads in the catalog, SHOW reads too.
+                found = _CATALOG_SETTINGS.get(name)
             if found is None:
                 raise UndefinedObject(f'unrecognized configuration parameter "{name}"')
             value = found

@@ -49,6 +49,7 @@ WIRE_TYPES: tuple[WireType, ...] = (
     WireType("oid", 26, 4, 1028),
     WireType("xid", 28, 4, 1011),
     WireType("oidvector", 30, -1, 1013),
+    WireType("aclitem", 1033, 12, 1034),
     WireType("pg_node_tree", 194, -1, 0),
     WireType("float4", 700, 4, 1021),
     WireType("float8", 701, 8, 1022),
@@ -61,8 +62,16 @@ WIRE_TYPES: tuple[WireType, ...] = (
     WireType("timestamptz", 1184, 8, 1185),
     WireType("interval", 1186, 16, 1187),
     WireType("numeric", 1700, -1, 1231),
+    WireType("regprocedure", 2202, 4, 2207),
+    WireType("regoper", 2203, 4, 2208),
+    WireType("regoperator", 2204, 4, 2209),
     WireType("regclass", 2205, 4, 2210),
     WireType("regtype", 2206, 4, 2211),
+    WireType("regconfig", 3734, 4, 3735),
+    WireType("regdictionary", 3769, 4, 3770),
+    WireType("regnamespace", 4089, 4, 4090),
+    WireType("regrole", 4096, 4, 4097),
+    WireType("regcollation", 4191, 4, 4192),
     WireType("void", 2278, 4, 0),
     WireType("uuid", 2950, 16, 2951),
     WireType("jsonb", 3802, -1, 3807),
@@ -158,6 +167,12 @@ class ValueOutOfRange(DPProxyError):
 
 class InvalidDatetime(DPProxyError):
     sqlstate = "22007"  # invalid_datetime_format
+
+
+class NoBinaryOutput(DPProxyError):
+    """A result column asked for in binary has no binary format (aclitem), as in PostgreSQL."""
+
+    sqlstate = "42883"  # undefined_function
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,7 +324,25 @@ def _numeric_text(value: object, _: TextFormat) -> str:
 
 
 def _str_text(value: object, _: TextFormat) -> str:
-    return value if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        # An array of a type this table does not know (aclitem[] …): PostgreSQL's array text with
+        # each element's own text, never Python's list repr.
+        return _untyped_array_text(value)
+    return str(value)
+
+
+def _untyped_array_text(value: list[object] | tuple[object, ...]) -> str:
+    items = (
+        _untyped_array_text(v)
+        if isinstance(v, (list, tuple))
+        else "NULL"
+        if v is None
+        else _array_item_text(v if isinstance(v, str) else str(v))
+        for v in value
+    )
+    return "{" + ",".join(items) + "}"
 
 
 def _date_text(value: object, _: TextFormat) -> str:
@@ -476,7 +509,14 @@ def _numeric_binary(value: object) -> bytes:
 
 
 def _str_binary(value: object) -> bytes:
-    return (value if isinstance(value, str) else str(value)).encode()
+    return _str_text(value, TextFormat()).encode()
+
+
+def _no_binary_output(type_name: str) -> Encoder:
+    def encode(value: object) -> bytes:
+        raise NoBinaryOutput(f"no binary output function available for type {type_name}")
+
+    return encode
 
 
 def _date_binary(value: object) -> bytes:
@@ -628,18 +668,44 @@ def _date_from_text(text: str) -> object:
         return dt.date.fromisoformat(stripped)
     except ValueError:
         pass
-    try:
-        return dt.datetime.fromisoformat(stripped).date()
-    except ValueError:
-        raise InvalidDatetime(f'invalid input syntax for type date: "{text}"') from None
+    # As date_in: a time and a time zone may follow, and are ignored (pgjdbc's setDate sends
+    # "2015-01-01 +00").
+    return _parse_timestamp(text, "date").date()
+
+
+# ISO dates and times as PostgreSQL reads them but Python's fromisoformat does not: a space before
+# the zone, an hour-only or "Z"/"UTC" zone, more than 6 fractional digits (pgjdbc, node-postgres).
+_TIMESTAMP_TEXT = re.compile(
+    r"\s*(\d{4,})-(\d{1,2})-(\d{1,2})"
+    r"(?:(?:T|\s+)(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?"
+    r"\s*(?:(Z|UTC|GMT)|([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?)?\s*",
+    re.IGNORECASE,
+)
 
 
 def _parse_timestamp(text: str, type_name: str) -> dt.datetime:
     stripped = text.strip()
     if stripped.lower() in ("infinity", "-infinity", "+infinity"):
-        raise NotSupported("infinite timestamps are not supported as parameters")
+        raise NotSupported(f"infinite values of type {type_name} are not supported as parameters")
     try:
         return dt.datetime.fromisoformat(stripped)
+    except ValueError:
+        pass
+    match = _TIMESTAMP_TEXT.fullmatch(text)
+    try:
+        if match is None:
+            raise ValueError(text)
+        year, month, day, hour, minute, second, fraction, utc, sign, zh, zm, zs = match.groups()
+        micros = int((fraction or "0")[:6].ljust(6, "0"))
+        tz: dt.tzinfo | None = None
+        if utc:
+            tz = UTC
+        elif sign:
+            offset = dt.timedelta(hours=int(zh), minutes=int(zm or 0), seconds=int(zs or 0))
+            tz = dt.timezone(-offset if sign == "-" else offset)
+        return dt.datetime(
+            int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0), micros, tz
+        )
     except ValueError:
         raise InvalidDatetime(f'invalid input syntax for type {type_name}: "{text}"') from None
 
@@ -827,6 +893,11 @@ class TypeIO:
 
 _TEXT_IO = TypeIO(_str_text, _str_binary, _str_from_text, _str_from_binary)
 _OID_IO = TypeIO(_int_text, _uint4_binary, _uint4_from_text, _unpacker(_S_UINT4, "oid"))
+# reg* types (regclass, regtype, regproc …): an OID whose text form is a name. The catalog gives
+# values as RegValue, a str of the name whose int() is the OID: text output sends the name, binary
+# the OID, as PostgreSQL's regclassout/regclasssend do. A text parameter stays text: the catalog
+# resolves '"public"."patients"' (or '16386') to the OID, as regclassin does; a binary one is the OID.
+_REG_IO = TypeIO(_str_text, _uint4_binary, _str_from_text, _unpacker(_S_UINT4, "oid"))
 
 # typname → its encoders and decoders. Names not listed are sent as text (str(value)).
 _TYPE_IO: dict[str, TypeIO] = {
@@ -869,9 +940,19 @@ _TYPE_IO: dict[str, TypeIO] = {
     "uuid": TypeIO(_str_text, _uuid_binary, _str_from_text, _uuid_from_binary),
     "oid": _OID_IO,
     "xid": _OID_IO,
-    "regproc": _OID_IO,
-    "regclass": _OID_IO,
-    "regtype": _OID_IO,
+    "regproc": _REG_IO,
+    "regprocedure": _REG_IO,
+    "regoper": _REG_IO,
+    "regoperator": _REG_IO,
+    "regclass": _REG_IO,
+    "regtype": _REG_IO,
+    "regconfig": _REG_IO,
+    "regdictionary": _REG_IO,
+    "regnamespace": _REG_IO,
+    "regrole": _REG_IO,
+    "regcollation": _REG_IO,
+    # PostgreSQL's aclitem has no send/recv functions: text only.
+    "aclitem": TypeIO(_str_text, _no_binary_output("aclitem"), _str_from_text, _str_from_binary),
     "void": TypeIO(_void_text, _void_binary, _str_from_text, lambda data: None),
 }
 

@@ -163,6 +163,18 @@ CREATE MACRO __regproc_out(o) AS
                        CAST(o AS VARCHAR)) END;
 CREATE MACRO __regprocedure_out(o) AS CAST(o AS VARCHAR);
 
+-- Arrays as text (::text, ::varchar), as array_out writes them: {a,"b c",NULL}, each element quoted
+-- when it is empty, NULL-like or holds a delimiter, brace, quote, backslash or space; int2vector
+-- and oidvector space-separated; booleans t and f. DuckDB's own cast would write [a, b c].
+CREATE MACRO __array_out(a) AS list_transform([a], lambda __a:
+    '{' || array_to_string(list_transform(__a, lambda __e: list_transform(
+        [CASE WHEN typeof(__e) = 'BOOLEAN' THEN left(CAST(__e AS VARCHAR), 1) ELSE CAST(__e AS VARCHAR) END], lambda __t:
+        CASE WHEN __t IS NULL THEN 'NULL'
+             WHEN __t = '' OR upper(__t) = 'NULL' OR regexp_matches(__t, '[{}",\\\s]')
+                  THEN '"' || replace(replace(__t, '\', '\\'), '"', '\"') || '"'
+             ELSE __t END)[1]), ',') || '}')[1];
+CREATE MACRO __vector_out(a) AS array_to_string(a, ' ');
+
 CREATE MACRO to_regclass(x) AS __relation_oid(CAST(x AS VARCHAR));
 CREATE MACRO to_regtype(x) AS __type_oid(CAST(x AS VARCHAR));
 CREATE MACRO to_regnamespace(x) AS __namespace_oid(CAST(x AS VARCHAR));
