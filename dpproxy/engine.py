@@ -316,8 +316,12 @@ class Engine:
         """
         tree = parse_statement(sql)
         types = infer_parameter_types(tree, self.policy, parameter_types)
+        contexts = infer_parameter_types(tree, self.policy)
+        placeholders = [
+            placeholder_value(t, contexts[i] if i < len(contexts) else None) for i, t in enumerate(types)
+        ]
         query = analyze(
-            bind_parameters(tree, [placeholder_value(t) for t in types]),
+            bind_parameters(tree, placeholders),
             self.policy,
             self._public_columns,
             self.unique_columns,

@@ -357,3 +357,28 @@ def test_a_unit_column_without_a_constraint_is_bounded_per_unit(scratch_pg: str,
     with Engine(parse_policy(MINIMAL_POLICY), open_backend(scratch_pg), None) as engine:
         assert engine.unique_columns["people"] == frozenset({"id"})
         assert "per_unit" not in engine.plan("SELECT COUNT(*) FROM people").sql
+
+
+@pytest.mark.parametrize(
+    ("sql", "types", "expected"),
+    [
+        # pgjdbc's setString on a date column sends a varchar parameter.
+        ("SELECT COUNT(*) FROM visits WHERE visit_date >= $1", [PgType.VARCHAR], (PgType.VARCHAR,)),
+        # SQLAlchemy Core writes LIMIT $1::INTEGER.
+        ("SELECT sex, COUNT(*) FROM patients GROUP BY sex LIMIT $1::INTEGER", [], (PgType.INT4,)),
+        # …and COUNT(DISTINCT (col)).
+        ("SELECT COUNT(DISTINCT (patient_id)) FROM visits", [], ()),
+    ],
+)
+def test_describe_accepts_what_drivers_send(sql: str, types: list, expected: tuple) -> None:
+    engine = Engine(load_policy(POLICY), None)
+    assert engine.describe(sql, types).parameter_types == expected
+
+
+def test_limit_cast_and_parenthesised_distinct_execute(engine: Engine) -> None:
+    result = engine.execute(
+        "SELECT sex, COUNT(*) FROM patients GROUP BY sex LIMIT $1::INTEGER", ["2"], analyst="alice"
+    )
+    assert len(result.rows) == 2
+    counted = engine.execute("SELECT COUNT(DISTINCT (patient_id)) FROM visits", analyst="alice")
+    assert counted.columns[0].type is PgType.INT8

@@ -189,8 +189,15 @@ def infer_parameter_types(
     return tuple(t or PgType.TEXT for t in types)
 
 
-def placeholder_value(pg_type: PgType) -> object:
-    """A harmless value of a type, to analyze a statement before its parameters are known."""
+def placeholder_value(pg_type: PgType, context: PgType | None = None) -> object:
+    """A harmless value of a type, to analyze a statement before its parameters are known.
+
+    A text parameter used where its context expects a date or a number (a driver's setString on a
+    date column) gets text that parses as one, as the actual value must for the query to run.
+    """
+    if pg_type.is_text and context is not None and not context.is_text:
+        value = placeholder_value(context)
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
     if pg_type.is_integer:
         return 1
     if pg_type is PgType.NUMERIC:
@@ -707,7 +714,8 @@ class _PrivateAnalyzer:
             component = self._component(Component(ComponentKind.ROWS, identity="rows"))
             return self._add_aggregate(Aggregate(AggregateKind.COUNT, (component,), PgType.INT8, "count(*)"))
         if isinstance(arg, exp.Distinct):
-            columns = arg.expressions
+            # COUNT(DISTINCT (x)) is COUNT(DISTINCT x) (SQLAlchemy writes it so).
+            columns = [c.unnest() if isinstance(c, exp.Paren) else c for c in arg.expressions]
             scope = self.scope.in_clause("COUNT(DISTINCT …)")
             if len(columns) == 1 and isinstance(columns[0], exp.Column):
                 _, column = scope.resolve(columns[0])

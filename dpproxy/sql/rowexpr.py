@@ -142,6 +142,15 @@ def constant_value(node: exp.Expression) -> object:
         inner = constant_value(node.this)
         if isinstance(inner, Decimal):
             return -inner
+    if isinstance(node, exp.Cast) and from_sqlglot(node.args["to"]).is_number:
+        # LIMIT $1::integer, as SQLAlchemy writes it: a number cast to a number is that number.
+        inner = constant_value(node.this)
+        try:
+            number = Decimal(inner.strip()) if isinstance(inner, str) else inner
+        except InvalidOperation:
+            number = None
+        if isinstance(number, Decimal):
+            return number
     raise NotSupported(f"expected a constant, found {node.sql('postgres')}")
 
 
