@@ -19,11 +19,21 @@ from hypothesis import strategies as st
 
 from dpproxy.errors import InvalidParameter
 from dpproxy.mechanisms import (
+    Accounting,
     Cost,
+    ModeRequest,
+    ModeSpec,
     NoiseSpec,
+    QuantileRequest,
+    QuantileSpec,
     QueryNoise,
     SelectionSpec,
+    SelectorRequest,
+    TopKRequest,
+    TopKSpec,
+    converted_epsilon,
     gaussian_noise,
+    gaussian_partition_selection,
     laplace_noise,
     partition_selection,
     plan_query_noise,
@@ -43,6 +53,15 @@ def threshold_measurement(scale: float, threshold: int) -> dp.Measurement:
     return dp.m.make_laplace_threshold(
         dp.map_domain(dp.atom_domain(T="i64"), dp.atom_domain(T="i64")),
         dp.l01inf_distance(dp.absolute_distance(T="i64")),
+        scale=scale,
+        threshold=threshold,
+    )
+
+
+def gaussian_threshold_measurement(scale: float, threshold: int) -> dp.Measurement:
+    return dp.m.make_gaussian_threshold(
+        dp.map_domain(dp.atom_domain(T="i64"), dp.atom_domain(T="i64")),
+        dp.l02inf_distance(dp.absolute_distance(T="i64")),
         scale=scale,
         threshold=threshold,
     )
@@ -111,11 +130,13 @@ def test_costs_add_up_and_zero_is_neutral() -> None:
 def test_summed_costs_never_understate_what_was_spent(parts: list[tuple[float, float]]) -> None:
     total = Cost.ZERO
     for epsilon, delta in parts:
-        total = total + Cost(epsilon, delta)
+        total = total + Cost(epsilon, delta, rho=epsilon / 3)  # ρ adds up like ε
     exact_epsilon = sum((Fraction(e) for e, _ in parts), Fraction(0))
     exact_delta = sum((Fraction(d) for _, d in parts), Fraction(0))
+    exact_rho = sum((Fraction(e / 3) for e, _ in parts), Fraction(0))
     assert Fraction(total.epsilon) >= exact_epsilon
     assert Fraction(total.delta) >= exact_delta
+    assert Fraction(total.rho) >= exact_rho
     # ...and overstate it by rounding only: at most one ulp per addition.
     assert total.epsilon <= float(exact_epsilon) * (1 + 2**-51) ** (len(parts) + 1)
 
@@ -131,10 +152,43 @@ def test_fits_within_forgives_float_rounding_only() -> None:
     assert Cost(5.0, 1e-3).fits_within(Cost(math.inf, math.inf))
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [(-0.1, 0.0), (math.nan, 0.0), (0.1, -1e-9), (0.1, math.nan)])
-def test_malformed_costs_are_refused(epsilon: float, delta: float) -> None:
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "rho"),
+    [(-0.1, 0.0, 0.0), (math.nan, 0.0, 0.0), (0.1, -1e-9, 0.0), (0.1, math.nan, 0.0), (0.1, 0.0, -1e-3)],
+)
+def test_malformed_costs_are_refused(epsilon: float, delta: float, rho: float) -> None:
     with pytest.raises(ValueError):
-        Cost(epsilon, delta)
+        Cost(epsilon, delta, rho)
+    with pytest.raises(TypeError):
+        Cost(0.1, 0.0, "0.5")  # type: ignore[arg-type]
+
+
+def test_rho_is_a_third_field_that_leaves_epsilon_delta_costs_as_they_were() -> None:
+    assert Cost(0.5, 1e-6) == Cost(0.5, 1e-6, 0.0) and Cost(0.5).rho == 0.0
+    total = Cost(0.1, 0.0, 0.02) + Cost(0.2, 1e-7, 0.03)
+    assert (total.epsilon, total.delta, total.rho) == (pytest.approx(0.3), 1e-7, pytest.approx(0.05))
+    # fits_within compares (ε, δ) only: under zCDP the ledger converts ρ with converted_epsilon.
+    assert Cost(0.5, 0.0, 100.0).fits_within(Cost(1.0, 0.0))
+
+
+def test_converted_epsilon_is_opendps_conversion_of_approximate_zcdp() -> None:
+    measurement = gaussian_threshold_measurement(3.0, 20)
+    rho, delta_native = measurement.map((2, 2, 1))
+    assert rho > 0 and delta_native > 0
+    expected, _ = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(measurement), 1e-5).map((2, 2, 1))
+    assert converted_epsilon(Cost(0.0, delta_native, rho), 1e-5) == pytest.approx(expected, rel=1e-9)
+    assert converted_epsilon(Cost(0.0, 0.0, rho), 1e-5) == zcdp_to_approx_dp(rho, 1e-5)
+    assert converted_epsilon(Cost.ZERO, 1e-6) == 0.0
+    with pytest.raises(InvalidParameter, match="must exceed the cost's own delta"):
+        converted_epsilon(Cost(0.0, 1e-5, 0.1), 1e-5)
+
+
+def test_zcdp_composes_queries_far_more_cheaply_than_adding_their_epsilons() -> None:
+    # What the ledger gains by keeping ρ: 20 queries of ε = 0.5 each at δ = 1e-6.
+    noise = plan_query_noise(GAUSSIAN, 0.5, 1e-6, [(1, 1)], None, accounting="zcdp")
+    assert noise.cost.epsilon <= 0.5 and noise.cost.rho > 0 and noise.cost.delta == 0
+    total = sum([noise.cost] * 20, Cost.ZERO)
+    assert converted_epsilon(total, 1e-6) < 0.35 * (20 * 0.5)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -523,3 +577,255 @@ def test_selection_rejects_negative_counts_without_showing_them() -> None:
     with pytest.raises(ValueError) as raised:
         selection.select([5, -31337])
     assert "31337" not in str(raised.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Partition selection with discrete Gaussian noise (zCDP accounting)
+
+
+def gaussian_tail(sigma: float, m: int) -> float:
+    """P[Z >= m] for the discrete Gaussian, exactly (normalised sum over its support)."""
+    support, probabilities = gaussian_probabilities(sigma)
+    return float(probabilities[support >= m].sum())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    groups=st.integers(min_value=1, max_value=30),
+    rho=st.floats(min_value=1e-3, max_value=2.0),
+    delta=st.floats(min_value=1e-10, max_value=1e-3),
+)
+def test_gaussian_selection_charges_at_least_the_exact_release_chance_with_the_smallest_threshold(
+    groups: int, rho: float, delta: float
+) -> None:
+    selection = gaussian_partition_selection(groups, rho, delta)
+    assert selection.mechanism == GAUSSIAN and selection.epsilon == 0.0
+    measurement = gaussian_threshold_measurement(selection.scale, selection.threshold)
+    assert measurement.map((groups, groups, 1))[0] == selection.rho <= rho
+    assert selection.rho >= rho * (1 - 1e-9)
+    assert selection.scale == pytest.approx(math.sqrt(groups / (2 * rho)), rel=1e-12)  # ρ = g/(2σ²)
+    # δ is never below the exact chance that some group only the unit is in gets released...
+    exact = -math.expm1(groups * math.log1p(-gaussian_tail(selection.scale, selection.threshold - 1)))
+    assert exact <= selection.delta * (1 + 1e-9) and selection.delta <= delta
+    # ...and one threshold lower OpenDP's (shifted) map would not certify δ.
+    if selection.threshold > 2:
+        lower = gaussian_threshold_measurement(selection.scale, selection.threshold - 2)
+        assert lower.map((groups, groups, 1))[1] > delta
+
+
+def test_opendp_gaussian_threshold_map_understates_delta_and_ours_does_not() -> None:
+    # make_gaussian_threshold charges the continuous tail P[Y >= τ - 1]; a group of one unit is
+    # released with the discrete P[Z >= τ - 1], ~2.6 times more here. If this starts failing, OpenDP
+    # fixed it: revisit _THRESHOLD_MAP_SHIFT.
+    sigma, threshold = 2.0, 10
+    exact = gaussian_tail(sigma, threshold - 1)
+    assert gaussian_threshold_measurement(sigma, threshold).map((1, 1, 1))[1] < exact * 0.5
+    selection = gaussian_partition_selection(1, 1 / 8, 2e-5)
+    assert selection.scale == pytest.approx(sigma)
+    assert selection.delta >= gaussian_tail(sigma, selection.threshold - 1)
+
+
+def test_gaussian_selection_releases_a_group_when_its_noisy_count_reaches_the_threshold() -> None:
+    selection = gaussian_partition_selection(1, 1 / 8, 1e-4)
+    tau, sigma = selection.threshold, selection.scale
+    trials = 10_000
+    for count in (tau - 4, tau - 1, tau, tau + 2):
+        released = len(selection.select([count] * trials)) / trials
+        exact = gaussian_tail(sigma, tau - count)
+        assert abs(released - exact) <= SIGMAS * math.sqrt(exact * (1 - exact) / trials)
+    assert selection.select([]) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans with selectors, and zCDP accounting
+
+selector_requests = st.lists(
+    st.one_of(
+        st.builds(
+            QuantileRequest,
+            st.sampled_from([0, 1, Fraction(1, 2), Fraction(1, 10), Fraction(3, 4)]),
+            st.integers(min_value=1, max_value=500),
+            st.integers(min_value=1, max_value=5),
+            st.integers(min_value=1, max_value=4),
+        ),
+        st.builds(
+            ModeRequest,
+            st.integers(min_value=1, max_value=50),
+            st.integers(min_value=1, max_value=5),
+            st.integers(min_value=1, max_value=4),
+        ),
+        st.builds(
+            TopKRequest,
+            st.integers(min_value=1, max_value=10),
+            st.integers(min_value=1, max_value=10),
+            st.booleans(),
+        ),
+    ),
+    max_size=3,
+)
+
+
+def selector_map(spec: QuantileSpec | ModeSpec | TopKSpec) -> float:
+    """The selector's cost from an OpenDP measurement built here, independently of the module."""
+    measure = dp.max_divergence() if spec.accounting == Accounting.PURE else dp.zero_concentrated_divergence()
+    if isinstance(spec, TopKSpec):
+        metric = dp.linf_distance(T="i64", monotonic=spec.monotonic)
+        return dp.m.make_noisy_top_k(I64_VECTORS, metric, measure, k=spec.k, scale=spec.scale).map(
+            spec.sensitivity
+        )
+    metric = dp.linf_distance(T="i64", monotonic=isinstance(spec, ModeSpec))
+    per_group = dp.m.make_noisy_max(I64_VECTORS, metric, measure, scale=spec.scale).map(spec.sensitivity)
+    return spec.max_groups * per_group  # a unit changes at most g groups' draws
+
+
+def request_matches(request: SelectorRequest, spec: QuantileSpec | ModeSpec | TopKSpec) -> bool:
+    if isinstance(request, QuantileRequest):
+        return isinstance(spec, QuantileSpec) and (
+            spec.alpha,
+            spec.candidates,
+            spec.max_contributions,
+            spec.max_groups,
+        ) == (request.alpha, request.candidates, request.max_contributions, request.max_groups)
+    if isinstance(request, ModeRequest):
+        return isinstance(spec, ModeSpec) and (spec.candidates, spec.max_contributions, spec.max_groups) == (
+            request.candidates,
+            request.max_contributions,
+            request.max_groups,
+        )
+    return isinstance(spec, TopKSpec) and (spec.k, spec.sensitivity, spec.monotonic) == (
+        request.k,
+        request.sensitivity,
+        request.monotonic,
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    mechanism=st.sampled_from([LAPLACE, GAUSSIAN]),
+    epsilon=st.floats(min_value=0.01, max_value=10.0),
+    delta=st.floats(min_value=1e-12, max_value=1e-3),
+    components=components_strategy,
+    selection_groups=st.none() | st.integers(min_value=1, max_value=20),
+    selectors=selector_requests,
+)
+def test_pure_plans_with_selectors_charge_their_maps_and_never_overspend(
+    mechanism: Mechanism,
+    epsilon: float,
+    delta: float,
+    components: list[tuple[int, int]],
+    selection_groups: int | None,
+    selectors: list[SelectorRequest],
+) -> None:
+    noise = plan_query_noise(mechanism, epsilon, delta, components, selection_groups, selectors=selectors)
+    assert noise.accounting == Accounting.PURE and noise.cost.rho == 0.0
+    assert noise.cost.epsilon <= epsilon and noise.cost.delta <= delta
+    assert noise.approx_dp == Cost(noise.cost.epsilon, noise.cost.delta)
+    assert len(noise.selectors) == len(selectors)
+    assert all(request_matches(r, s) for r, s in zip(selectors, noise.selectors, strict=True))
+    share = epsilon / max(1, len(components) + len(selectors) + (selection_groups is not None))
+    for spec in noise.selectors:
+        assert spec.accounting == Accounting.PURE and spec.rho == 0.0
+        assert spec.epsilon == pytest.approx(selector_map(spec), rel=1e-12)
+        assert spec.epsilon <= share * (1 + 1e-12)
+    if components or selectors or selection_groups is not None:
+        assert noise.cost.epsilon >= epsilon * (1 - 1e-6)
+    if mechanism == LAPLACE:
+        maps = [c.epsilon for c in noise.columns] + [s.epsilon for s in noise.selectors]
+        if noise.selection is not None:
+            maps.append(noise.selection.epsilon)
+        assert noise.cost.epsilon == pytest.approx(math.fsum(maps), rel=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    epsilon=st.floats(min_value=0.01, max_value=10.0),
+    delta=st.floats(min_value=1e-12, max_value=1e-3),
+    components=components_strategy,
+    selection_groups=st.none() | st.integers(min_value=1, max_value=20),
+    selectors=selector_requests,
+    mechanism=st.sampled_from([LAPLACE, GAUSSIAN]),
+)
+def test_zcdp_plans_never_exceed_the_request_once_converted(
+    epsilon: float,
+    delta: float,
+    components: list[tuple[int, int]],
+    selection_groups: int | None,
+    selectors: list[SelectorRequest],
+    mechanism: Mechanism,
+) -> None:
+    noise = plan_query_noise(
+        mechanism, epsilon, delta, components, selection_groups, accounting="zcdp", selectors=selectors
+    )
+    assert noise.accounting == Accounting.ZCDP
+    if not (components or selectors or selection_groups is not None):
+        assert noise.cost == Cost.ZERO
+        return
+    cost = noise.cost
+    # What the ledger composes: ρ and the selection's δ, each the sum of OpenDP maps.
+    maps = []
+    for column in noise.columns:
+        assert column.mechanism == GAUSSIAN  # zCDP accounting noises every component with the Gaussian
+        measurement = dp.m.make_gaussian(I64_VECTORS, dp.l2_distance(T="f64"), scale=column.scale)
+        maps.append(measurement.map(column.d_in))
+    for spec in noise.selectors:
+        assert spec.accounting == Accounting.ZCDP and spec.epsilon == 0.0
+        assert spec.rho == pytest.approx(selector_map(spec), rel=1e-12)
+        maps.append(spec.rho)
+    native_delta = 0.0
+    if selection_groups is not None:
+        selection = noise.selection
+        assert selection is not None and selection.mechanism == GAUSSIAN
+        rho, native_delta = selection.rho, selection.delta
+        threshold = gaussian_threshold_measurement(selection.scale, selection.threshold)
+        assert threshold.map((selection_groups, selection_groups, 1))[0] == rho
+        assert native_delta <= delta / 2
+        maps.append(rho)
+    else:
+        assert noise.selection is None
+    assert cost.rho == pytest.approx(math.fsum(maps), rel=1e-12) and cost.rho >= math.fsum(maps) * (1 - 1e-15)
+    # ρ is split evenly; selection's integer threshold leaves δ over, which the others share.
+    others = maps[:-1] if selection_groups is not None else maps
+    if others:
+        assert max(others) == pytest.approx(min(others), rel=1e-9)
+        assert maps[-1] <= min(others) * (1 + 1e-9)
+    assert cost.delta == native_delta < delta
+    # Converted at the request's δ, the query alone never exceeds the request, and uses it (but for
+    # selection alone, which cannot use the δ its threshold leaves over: a few % of ε at most).
+    assert cost.epsilon == converted_epsilon(cost, delta) <= epsilon
+    assert cost.epsilon >= epsilon * (1 - 1e-6 if others else 0.9)
+    assert noise.approx_dp == Cost(cost.epsilon, delta)
+
+
+def test_zcdp_selectors_are_charged_the_bounded_range_rho_not_the_pure_conversion() -> None:
+    noise = plan_query_noise(GAUSSIAN, 1.0, 1e-6, [], None, accounting="zcdp", selectors=[TopKRequest(1, 1)])
+    spec = noise.selectors[0]
+    pure_epsilon = 2 * spec.sensitivity / spec.scale  # the same noise, as a pure ε-DP mechanism
+    assert spec.rho == pytest.approx(pure_epsilon**2 / 8, rel=1e-9)  # Cesar & Rogers 2021
+    converted = dp.c.make_pureDP_to_zCDP(
+        dp.m.make_noisy_max(I64_VECTORS, dp.linf_distance(T="i64"), dp.max_divergence(), scale=spec.scale)
+    ).map(1)
+    assert converted == pytest.approx(4 * spec.rho, rel=1e-9)  # what the generic conversion would charge
+
+
+@pytest.mark.parametrize(
+    ("accounting", "delta", "components", "selectors", "message"),
+    [
+        ("zcdp", 0.0, [(1, 1)], [], "zCDP accounting needs delta > 0"),
+        ("zcdp", 0.0, [], [QuantileRequest(Fraction(1, 2), 10, 1, 1)], "zCDP accounting needs delta > 0"),
+        ("renyi", 1e-6, [(1, 1)], [], "unknown privacy accounting 'renyi'"),
+        ("pure", 1e-6, [], ["median"], "unknown selection request"),
+    ],
+)
+def test_impossible_accounting_requests_are_rejected(
+    accounting: str, delta: float, components: list, selectors: list, message: str
+) -> None:
+    with pytest.raises(InvalidParameter, match=message) as raised:
+        plan_query_noise(LAPLACE, 1.0, delta, components, None, accounting=accounting, selectors=selectors)
+    assert raised.value.sqlstate == "22023"
+
+
+def test_pure_laplace_plans_without_selectors_are_unchanged_by_the_new_keywords() -> None:
+    before = plan_query_noise(LAPLACE, 0.8, 1e-7, [(2, 3), (1, 3)], 3)
+    after = plan_query_noise(LAPLACE, 0.8, 1e-7, [(2, 3), (1, 3)], 3, accounting="pure", selectors=())
+    assert after is before and before.selectors == () and before.cost.rho == 0.0
+    assert [c.epsilon for c in before.columns] == pytest.approx([0.8 / 3] * 2)
