@@ -163,13 +163,23 @@ class ServerPolicy:
     auth_methods: tuple[AuthMethod, ...] = (AuthMethod.SCRAM_SHA_256,)
 
 
+# How a deployment composes its queries' costs (`defaults.accounting`). "pure": every query is
+# charged (ε, δ) and both add up. "zcdp": Gaussian noise is charged in ρ (zero-concentrated DP), ρ
+# adds up, and the ledger converts the total to (ε, δ) against each analyst's budget.
+ACCOUNTING = ("pure", "zcdp")
+
+
 @dataclass(frozen=True)
 class Defaults:
     epsilon: float = 0.5  # per query, unless the call or session asks for another value
     delta: float = 1e-7  # per query
-    mechanism: Mechanism = Mechanism.LAPLACE
+    mechanism: Mechanism = Mechanism.LAPLACE  # gaussian when accounting is zcdp and it is not given
     min_epsilon: float = 0.001  # limits on what a call or session may ask for
     max_epsilon: float = 1.0
+    accounting: str = "pure"  # one of ACCOUNTING
+    # A repeated query (same normalised statement, parameters, ε and data version) gets its stored
+    # answer back, free of charge.
+    replay: bool = True
 
 
 @dataclass(frozen=True)
@@ -573,7 +583,7 @@ def _check_names(node: _Node, path: str, p: _Problems, *, kind: str) -> None:
 
 _TOP_KEYS = ("version", "defaults", "analysts", "tables", "server")
 _SERVER_KEYS = ("auth_methods",)
-_DEFAULTS_KEYS = ("epsilon", "delta", "mechanism", "min_epsilon", "max_epsilon")
+_DEFAULTS_KEYS = ("epsilon", "delta", "mechanism", "min_epsilon", "max_epsilon", "accounting", "replay")
 _ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query", "md5_password")
 _MD5_HASH = re.compile(r"md5[0-9a-f]{32}")
 _PROTECTED_TABLE_KEYS = (
@@ -742,7 +752,29 @@ def _parse_defaults(node: _Node | None, p: _Problems) -> Defaults:
                     f"unknown mechanism `{name}`",
                     "write laplace or gaussian",
                 )
+    if "accounting" in entries:
+        child = entries["accounting"]
+        name = _string(child, "defaults.accounting", p, fix="write pure or zcdp")
+        if name is not None and name.lower() in ACCOUNTING:
+            values["accounting"] = name.lower()
+        elif name is not None:
+            p.add(child.line, "defaults.accounting", f"unknown accounting `{name}`", "write pure or zcdp")
+    if "replay" in entries:
+        values["replay"] = _boolean(entries["replay"], "defaults.replay", p)
     ok = {key: value for key, value in values.items() if value is not None}
+    if ok.get("accounting") == "zcdp":
+        # zCDP composes Gaussian noise: it is the mechanism unless the policy says otherwise.
+        if "mechanism" not in entries:
+            ok["mechanism"] = Mechanism.GAUSSIAN
+        elif ok.get("mechanism") is Mechanism.LAPLACE:
+            p.add(
+                entries["mechanism"].line,
+                "defaults.mechanism",
+                "laplace noise cannot be charged in ρ under `accounting: zcdp`",
+                "write `mechanism: gaussian` (or leave mechanism out: zcdp implies gaussian), "
+                "or use `accounting: pure` to keep laplace",
+            )
+            del ok["mechanism"]
     for key in ("epsilon", "min_epsilon", "max_epsilon"):
         if key in ok and ok[key] <= 0:
             p.add(
@@ -761,7 +793,16 @@ def _parse_defaults(node: _Node | None, p: _Problems) -> Defaults:
         )
         del ok["delta"]
     merged = dataclasses.replace(base, **ok)
-    if merged.mechanism is Mechanism.GAUSSIAN and merged.delta <= 0:
+    if merged.accounting == "zcdp" and merged.delta <= 0:
+        key = "delta" if "delta" in ok else "accounting"
+        p.add(
+            entries[key].line,
+            f"defaults.{key}",
+            "`accounting: zcdp` needs a delta greater than 0 (Gaussian noise and the conversion of ρ to ε "
+            "need one)",
+            "set defaults.delta to a small positive number such as 1.0e-7, or use `accounting: pure`",
+        )
+    elif merged.mechanism is Mechanism.GAUSSIAN and merged.delta <= 0:
         key = "delta" if "delta" in ok else "mechanism"
         p.add(
             entries[key].line,
@@ -876,6 +917,15 @@ def _parse_analyst(name: str, node: _Node, defaults: Defaults, p: _Problems) -> 
                 f"{path}.delta",
                 "must be at least 0 and below 1",
                 "write a small number such as 1.0e-5",
+            )
+            delta = None
+        elif delta == 0 and defaults.accounting == "zcdp":
+            p.add(
+                entries["delta"].line,
+                f"{path}.delta",
+                "must be greater than 0 under `accounting: zcdp`: the ledger converts the analyst's ρ "
+                "to ε at the δ budget, and no ε is reached at δ = 0",
+                "give the analyst a small δ budget such as 1.0e-5",
             )
             delta = None
     if "max_epsilon_per_query" in entries:

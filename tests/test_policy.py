@@ -20,6 +20,7 @@ from scramp import ScramClient, ScramException, ScramMechanism
 from dpproxy.errors import PolicyError
 from dpproxy.policy import (
     ColumnType,
+    Defaults,
     Mechanism,
     Policy,
     check_against_schema,
@@ -640,6 +641,97 @@ def test_defaults_are_loaded():
     defaults = load(text).defaults
     assert (defaults.epsilon, defaults.delta, defaults.mechanism) == (0.2, 1e-6, Mechanism.GAUSSIAN)
     assert (defaults.min_epsilon, defaults.max_epsilon) == (0.001, 0.5)
+
+
+# --- accounting and replay ----------------------------------------------------------------------
+
+
+def test_accounting_is_pure_and_replay_on_by_default():
+    defaults = load("version: 1\ndefaults: {epsilon: 0.2}\ntables: {t: {public: true}}\n").defaults
+    assert (defaults.accounting, defaults.replay, defaults.mechanism) == ("pure", True, Mechanism.LAPLACE)
+    assert load(TABLE).defaults == Defaults()
+    assert (Defaults().accounting, Defaults().replay) == ("pure", True)
+
+
+def test_zcdp_accounting_implies_gaussian_noise():
+    text = """
+        version: 1
+        defaults:
+          accounting: zcdp
+          replay: false
+        analysts:
+          ann: {epsilon: 10, delta: 1.0e-5}
+        tables: {t: {public: true}}
+    """
+    defaults = load(text).defaults
+    assert (defaults.accounting, defaults.mechanism, defaults.delta) == ("zcdp", Mechanism.GAUSSIAN, 1e-7)
+    assert defaults.replay is False
+    explicit = load(
+        "version: 1\ndefaults: {accounting: ZCDP, mechanism: gaussian}\ntables: {t: {public: true}}\n"
+    )
+    assert (explicit.defaults.accounting, explicit.defaults.mechanism) == ("zcdp", Mechanism.GAUSSIAN)
+    pure = load(
+        "version: 1\ndefaults: {accounting: pure, mechanism: gaussian}\ntables: {t: {public: true}}\n"
+    )
+    assert (pure.defaults.accounting, pure.defaults.mechanism) == ("pure", Mechanism.GAUSSIAN)
+
+
+@pytest.mark.parametrize(
+    ("defaults", "path", "fragments"),
+    [
+        ("accounting: rdp", "defaults.accounting", ("unknown accounting `rdp`", "write pure or zcdp")),
+        ("accounting: [zcdp]", "defaults.accounting", ("expected text", "write pure or zcdp")),
+        ("acounting: zcdp", "defaults.acounting", ("unknown key", "did you mean `accounting`?")),
+        (
+            "accounting: zcdp, mechanism: laplace",
+            "defaults.mechanism",
+            ("laplace noise cannot be charged in ρ", "write `mechanism: gaussian`", "`accounting: pure`"),
+        ),
+        (
+            "accounting: zcdp, delta: 0",
+            "defaults.delta",
+            ("`accounting: zcdp` needs a delta greater than 0", "set defaults.delta"),
+        ),
+        (
+            "accounting: zcdp, mechanism: gaussian, delta: 0",
+            "defaults.delta",
+            ("`accounting: zcdp` needs a delta greater than 0", "or use `accounting: pure`"),
+        ),
+        ("replay: 'yes'", "defaults.replay", ("expected true or false", "without quotes")),
+        ("replay: 1", "defaults.replay", ("expected true or false",)),
+    ],
+)
+def test_bad_accounting_and_replay_are_rejected(defaults, path, fragments):
+    only_problem(
+        f"version: 1\ndefaults: {{{defaults}}}\ntables: {{t: {{public: true}}}}\n", 2, path, *fragments
+    )
+
+
+def test_zcdp_problems_name_their_own_lines_and_every_analyst_needs_delta():
+    text = """
+        version: 1
+        defaults:
+          accounting: zcdp
+          mechanism: laplace
+        analysts:
+          ann: {epsilon: 10, delta: 1.0e-5}
+          bob:
+            epsilon: 1
+            delta: 0
+        tables: {t: {public: true}}
+    """
+    found = problems(text)
+    assert len(found) == 2, "\n".join(found)
+    assert_problem(found, 4, "defaults.mechanism", "laplace noise cannot be charged in ρ")
+    assert_problem(
+        found,
+        9,
+        "analysts.bob.delta",
+        "must be greater than 0 under `accounting: zcdp`",
+        "give the analyst a small δ budget such as 1.0e-5",
+    )
+    # Under pure accounting the same analyst is fine: δ = 0 allows only queries spending no δ.
+    assert load(text.replace("accounting: zcdp", "accounting: pure")).analyst("bob").delta == 0.0
 
 
 # --- analysts ---------------------------------------------------------------------------------
