@@ -11,12 +11,18 @@ the database failed can depend on the data). A query that never reached the data
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
+
+from sqlglot import exp
 
 from dpproxy.backends import (
     Backend,
@@ -27,7 +33,7 @@ from dpproxy.backends import (
     QueryCancelled,
     open_backend,
 )
-from dpproxy.budget import Ledger, open_ledger
+from dpproxy.budget import Ledger, epsilon_equivalent, open_ledger
 from dpproxy.errors import (
     BackendUnavailable,
     InvalidParameter,
@@ -62,13 +68,18 @@ class ResultColumn:
 @dataclass(frozen=True)
 class BudgetStatus:
     analyst: str
-    spent: Cost
+    spent: Cost  # ε of pure-DP queries, δ, and ρ of zCDP queries, as the ledger composes them
     limit: Cost
+
+    @property
+    def epsilon_spent(self) -> float:
+        """Everything spent, in ε against the analyst's δ (ρ converted; equals spent.epsilon without ρ)."""
+        return epsilon_equivalent(self.spent, self.limit)
 
     @property
     def remaining(self) -> Cost:
         return Cost(
-            max(0.0, self.limit.epsilon - self.spent.epsilon), max(0.0, self.limit.delta - self.spent.delta)
+            max(0.0, self.limit.epsilon - self.epsilon_spent), max(0.0, self.limit.delta - self.spent.delta)
         )
 
 
@@ -79,15 +90,23 @@ class Result:
     cost: Cost = Cost.ZERO
     budget: BudgetStatus | None = None
     private: bool = False
+    replayed: bool = False  # a stored answer to the same question, returned for free
 
     @property
     def notice(self) -> str | None:
         """What the analyst is told after a private query: cost, budget left, ± error per column."""
         if not self.private:
             return None
-        parts = [f"dpproxy: this query spent ε={_fmt(self.cost.epsilon)}"]
-        if self.cost.delta:
-            parts[0] += f", δ={_fmt(self.cost.delta)}"
+        if self.replayed:
+            parts = ["dpproxy: the same question was answered before; its stored answer costs nothing"]
+        else:
+            parts = [f"dpproxy: this query spent ε={_fmt(self.cost.epsilon)}"]
+            if self.cost.rho:
+                parts[0] = (
+                    f"dpproxy: this query spent ρ={_fmt(self.cost.rho)} (ε={_fmt(self.cost.epsilon)} alone)"
+                )
+            if self.cost.delta:
+                parts[0] += f", δ={_fmt(self.cost.delta)}"
         if self.budget is not None:
             left = self.budget.remaining
             parts.append(
@@ -354,6 +373,7 @@ class Engine:
             self.policy.defaults.delta,
             components,
             selection,
+            accounting=self.policy.defaults.accounting,
             selectors=selectors(query).requests,
         )
         return Plan(query, state, self.dialect, noise, epsilon, self.policy.defaults.delta)
@@ -489,7 +509,41 @@ class Engine:
                 return self._run_public(query, cancel)
             plan = self.plan_private(query, chosen)
             self._remember(key, plan)
-        return self.run(plan, analyst=who, cancel=cancel)
+        replay = self._replay_key(plan) if self.policy.defaults.replay and self.ledger is not None else None
+        if replay is not None:
+            stored = self.ledger.replay_get(who.name, replay)  # type: ignore[union-attr]
+            if stored is not None:
+                return self._replayed(stored, who)
+        result = self.run(plan, analyst=who, cancel=cancel)
+        if replay is not None:
+            self.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
+        return result
+
+    def _replay_key(self, plan: Plan) -> str | None:
+        """Same normalised statement (parameters bound), same ε and δ, same policy, same data version."""
+        assert self.backend is not None
+        tables = sorted(_tables_read(plan.query), key=lambda t: (t[0] or "", t[1]))
+        try:
+            version = self.backend.data_version(tables)
+        except BackendUnreachable:
+            raise BackendUnavailable("cannot reach the backing database; nothing was charged") from None
+        except BackendError:
+            return None  # no version, no replay: the query is simply answered and charged
+        material = json.dumps(
+            [self._policy_digest, plan.query.text, repr(plan.epsilon), repr(plan.delta), version]
+        )
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    @functools.cached_property
+    def _policy_digest(self) -> str:
+        # Bounds, limits, mechanism and accounting change what an answer means: a new policy, new answers.
+        return hashlib.sha256(repr((self.policy.defaults, self.policy.tables)).encode()).hexdigest()
+
+    def _replayed(self, payload: bytes, analyst: AnalystPolicy) -> Result:
+        columns, rows = decode_result(payload)
+        spent = self.ledger.spent(analyst.name) if self.ledger is not None else Cost.ZERO
+        status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
+        return Result(columns, rows, Cost.ZERO, status, private=True, replayed=True)
 
     PLAN_CACHE_SIZE = 512
 
@@ -543,7 +597,13 @@ class Engine:
         limit = Cost(analyst.epsilon, analyst.delta)
         reservation = None
         if self.ledger is not None:
-            reservation = self.ledger.reserve(analyst.name, plan.cost, limit, statement=plan.query.text)
+            reservation = self.ledger.reserve(
+                analyst.name,
+                plan.cost,
+                limit,
+                statement=plan.query.text,
+                accounting=self.policy.defaults.accounting,
+            )
         try:
             row_sets = [backend.run(sql, cancel=cancel) for sql in plan.statements]
         except BackendUnreachable:
@@ -596,6 +656,67 @@ class Engine:
             else:
                 columns.append(ResultColumn(output.name, output.type, error))
         return Result(tuple(columns), out_rows)
+
+
+def _tables_read(query: PrivateQuery) -> set[tuple[str | None, str]]:
+    """Every physical table a private query reads (its sources, derived sources' inner tables,
+    public tables of IN-subqueries)."""
+    nodes = [s.item for s in query.relation.sources]
+    if query.where is not None:
+        nodes.append(query.where)
+    tables: set[tuple[str | None, str]] = set()
+    for node in nodes:
+        candidates = [node] if isinstance(node, exp.Table) else list(node.find_all(exp.Table))
+        for table in candidates:
+            tables.add((table.args["db"].name if table.args.get("db") else None, table.name))
+    return tables
+
+
+_TAGS: dict[type, str] = {Decimal: "numeric", float: "float", dt.date: "date", dt.datetime: "timestamp"}
+
+
+def _encode_value(value: object) -> object:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, dt.datetime):
+        return {"timestamp": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"numeric": str(value)}
+    if isinstance(value, float):
+        return {"float": repr(value)}
+    raise TypeError(f"cannot store a {type(value).__name__} for replay")
+
+
+def _decode_value(value: object) -> object:
+    if not isinstance(value, dict):
+        return value
+    ((tag, text),) = value.items()
+    if tag == "timestamp":
+        return dt.datetime.fromisoformat(text)
+    if tag == "date":
+        return dt.date.fromisoformat(text)
+    if tag == "numeric":
+        return Decimal(text)
+    return float(text)
+
+
+def encode_result(result: Result) -> bytes:
+    """A released answer as bytes for the replay store (noisy values only; never true ones)."""
+    return json.dumps(
+        {
+            "columns": [[c.name, c.type.value, c.error95, c.error_note] for c in result.columns],
+            "rows": [[_encode_value(v) for v in row] for row in result.rows],
+        }
+    ).encode()
+
+
+def decode_result(payload: bytes) -> tuple[tuple[ResultColumn, ...], list[tuple[object, ...]]]:
+    data = json.loads(payload)
+    columns = tuple(ResultColumn(name, PgType(t), error, note) for name, t, error, note in data["columns"])
+    rows = [tuple(_decode_value(v) for v in row) for row in data["rows"]]
+    return columns, rows
 
 
 def connect(

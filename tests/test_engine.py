@@ -183,10 +183,10 @@ def test_unknown_analyst(engine: Engine) -> None:
 def test_budget_refusal_persists_across_restarts(backend_dsn: str, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.sqlite"
     with Engine.open(POLICY, backend_dsn, ledger) as engine:
-        for _ in range(4):  # bob has ε = 2: four queries at 0.5
-            engine.execute("SELECT COUNT(*) FROM visits", analyst="bob")
+        for minutes in range(4):  # bob has ε = 2: four different queries at 0.5
+            engine.execute(f"SELECT COUNT(*) FROM visits WHERE duration_minutes > {minutes}", analyst="bob")
         with pytest.raises(BudgetExhausted) as caught:
-            engine.execute("SELECT COUNT(*) FROM visits", analyst="bob")
+            engine.execute("SELECT COUNT(*) FROM visits WHERE duration_minutes > 10", analyst="bob")
         assert caught.value.sqlstate == "53400" and '"bob"' in caught.value.message
     with Engine.open(POLICY, backend_dsn, ledger) as engine:
         assert engine.budget("bob").spent.epsilon == pytest.approx(2.0, rel=1e-9)
@@ -205,15 +205,18 @@ def test_concurrent_queries_never_overspend(backend_dsn: str, tmp_path: Path) ->
     outcomes: list[str] = []
     barrier = threading.Barrier(24)
 
-    def ask() -> None:
+    def ask(i: int) -> None:
         barrier.wait()
         try:
-            engine.execute("SELECT department, COUNT(*) FROM visits GROUP BY department", analyst="bob")
+            engine.execute(
+                f"SELECT department, COUNT(*) FROM visits WHERE duration_minutes > {i} GROUP BY department",
+                analyst="bob",
+            )
             outcomes.append("ok")
         except BudgetExhausted:
             outcomes.append("refused")
 
-    threads = [threading.Thread(target=ask) for _ in range(24)]
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(24)]
     for t in threads:
         t.start()
     for t in threads:
@@ -382,3 +385,46 @@ def test_limit_cast_and_parenthesised_distinct_execute(engine: Engine) -> None:
     assert len(result.rows) == 2
     counted = engine.execute("SELECT COUNT(DISTINCT (patient_id)) FROM visits", analyst="alice")
     assert counted.columns[0].type is PgType.INT8
+
+
+def test_a_repeated_question_is_answered_again_for_free(engine: Engine) -> None:
+    """Free replay: same statement, parameters, ε and data: the stored answer, at no cost."""
+    sql = "SELECT diagnosis, COUNT(*), AVG(income) FROM patients WHERE age > $1 GROUP BY diagnosis"
+    first = engine.execute(sql, [30], analyst="alice")
+    spent = engine.budget("alice").spent.epsilon
+    again = engine.execute(sql, [30], analyst="alice")
+    assert again.replayed and again.cost.epsilon == 0
+    assert again.rows == first.rows and again.columns == first.columns
+    assert "costs nothing" in (again.notice or "")
+    assert engine.budget("alice").spent.epsilon == spent
+    # Another parameter, another ε, another analyst: new questions, paid for.
+    assert not engine.execute(sql, [31], analyst="alice").replayed
+    assert not engine.execute(sql, [30], analyst="alice", epsilon=0.25).replayed
+    assert not engine.execute(sql, [30], analyst="bob").replayed
+
+
+def test_replay_can_be_switched_off(backend_dsn: str, tmp_path: Path) -> None:
+    text = POLICY.read_text().replace("  mechanism: laplace", "  mechanism: laplace\n  replay: false")
+    engine = Engine(
+        parse_policy(text, source=str(POLICY)), open_backend(backend_dsn), SQLiteLedger(tmp_path / "l.sqlite")
+    )
+    with engine:
+        for _ in range(2):
+            assert not engine.execute("SELECT COUNT(*) FROM patients", analyst="alice").replayed
+        assert engine.budget("alice").spent.epsilon == pytest.approx(1.0)
+
+
+def test_replay_ends_when_the_data_changes(scratch_pg: str, tmp_path: Path) -> None:
+    with Engine(
+        parse_policy(MINIMAL_POLICY), open_backend(scratch_pg), SQLiteLedger(tmp_path / "l.sqlite")
+    ) as engine:
+        sql = "SELECT COUNT(*) FROM people WHERE age > 10"
+        engine.execute(sql, analyst="alice")
+        assert engine.execute(sql, analyst="alice").replayed
+        with psycopg.connect(scratch_pg, autocommit=True) as conn:
+            conn.execute("INSERT INTO people VALUES (9999, 50)")
+            conn.execute("SELECT pg_stat_force_next_flush()")
+        deadline = time.monotonic() + 10
+        while engine.execute(sql, analyst="alice").replayed:  # statistics trail commits slightly
+            assert time.monotonic() < deadline, "the data version never changed"
+            time.sleep(0.2)

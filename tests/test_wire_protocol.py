@@ -50,6 +50,8 @@ def write_policy(path: Path, *, server: dict | None = None, alice: dict | None =
     policy = yaml.safe_load(DEMO_POLICY.read_text())
     policy["analysts"]["alice"].update({"epsilon": 1000.0, "delta": 0.01}, **(alice or {}))
     policy["analysts"]["bob"].update({"epsilon": 1000.0, "delta": 0.01})
+    # These tests count what each query is charged; free replay of repeats has tests of its own.
+    policy["defaults"]["replay"] = False
     if server is not None:
         policy["server"] = server
     path.write_text(yaml.safe_dump(policy, sort_keys=False))

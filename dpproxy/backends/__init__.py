@@ -20,7 +20,7 @@ import os
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -98,6 +98,15 @@ class Backend(ABC):
 
         `cancel` interrupts it from another thread: QueryCancelled is raised (started=False when
         the cancellation came before the query was sent)."""
+
+    @abstractmethod
+    def data_version(self, tables: Sequence[tuple[str | None, str]]) -> str:
+        """A token that changes when the data of these (schema, table)s may have changed.
+
+        For free replay: a stored answer is returned only while the token is the same. A token that
+        changes too often only costs a re-charge, one that lags only returns an answer computed on
+        slightly older data; neither reveals anything.
+        """
 
     @abstractmethod
     def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import duckdb
@@ -82,12 +82,14 @@ class DuckDBBackend(Backend):
         *,
         statement_timeout_ms: int | None = DEFAULT_STATEMENT_TIMEOUT_MS,
     ) -> None:
+        self._path: Path | None = None
         if isinstance(database, duckdb.DuckDBPyConnection):
             self._conn = database
             _lock_down(self._conn)
             self.description = "DuckDB connection"
         else:
             path = Path(database)
+            self._path = path
             self.description = f"DuckDB file {path}"
             try:
                 # DuckDB applies connect-time settings in its own order, and refuses temp_directory
@@ -165,6 +167,17 @@ class DuckDBBackend(Backend):
         if integral:
             rows = [_decimals_to_int(row, integral) for row in rows]
         return rows
+
+    def data_version(self, tables: Sequence[tuple[str | None, str]]) -> str:
+        """The database file's size and modification time: it is opened read-only, so its data
+        changes only when the file is replaced or rewritten (an in-memory database never changes)."""
+        if self._path is None:
+            return "memory"
+        try:
+            stat = self._path.stat()
+        except OSError:
+            return "unknown"
+        return f"{stat.st_size}:{stat.st_mtime_ns}"
 
     def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
         cursor = self._checkout()
