@@ -42,7 +42,13 @@ from dpproxy.errors import (
     QueryCanceled,
     UnknownAnalyst,
 )
-from dpproxy.mechanisms import Cost, QueryNoise, plan_query_noise
+from dpproxy.mechanisms import (
+    Cost,
+    QueryNoise,
+    RandomizedResponseCount,
+    plan_query_noise,
+    randomized_response_count_plan,
+)
 from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
 from dpproxy.release import Measurement, choose_groups, finish_rows, measure, release_aggregates, selectors
 from dpproxy.sql.analyze import (
@@ -162,6 +168,7 @@ class Plan:
     noise: QueryNoise
     epsilon: float
     delta: float
+    responses: RandomizedResponseCount | None = None  # COUNT by randomized response
 
     @functools.cached_property
     def statements(self) -> tuple[str, ...]:
@@ -365,6 +372,17 @@ class Engine:
 
     def plan_private(self, query: PrivateQuery, epsilon: float, *, salt: str | None = None) -> Plan:
         state = rewrite(query, salt=salt, dialect=self.dialect)
+        if query.randomized_response:
+            responses = randomized_response_count_plan(
+                epsilon,
+                self.policy.defaults.delta,
+                max_groups=query.max_groups,
+                mechanism=self.policy.defaults.mechanism,
+                accounting=self.policy.defaults.accounting,
+            )
+            return Plan(
+                query, state, self.dialect, responses.noise, epsilon, self.policy.defaults.delta, responses
+            )
         components = [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
         selection = query.max_groups if query.needs_selection else None
         noise = plan_query_noise(
@@ -412,18 +430,31 @@ class Engine:
             (step.name, step.summary, plan.rewrite.query(i).sql(self.dialect, pretty=True))
             for i, step in enumerate(plan.rewrite.steps)
         )
-        released = tuple(
-            (
-                f"{c.kind.value}{'(' + c.argument.sql('postgres') + ')' if c.argument is not None else ''}",
-                sensitivity,
-                query.max_groups,
-                spec.scale,
-                spec.error95(),
+        if plan.responses is not None:
+            tally = plan.responses.tally_noise
+            released: tuple[tuple[str, int, int, float, float], ...] = (
+                (
+                    "tallies of reported ones and of reported zeros (randomized response: each person "
+                    "reports the WHERE condition truthfully with probability 3/4)",
+                    1,
+                    query.max_groups,
+                    tally.scale,
+                    tally.error95(),
+                ),
             )
-            for c, sensitivity, spec in zip(
-                query.components, plan.sensitivities, plan.noise.columns, strict=True
+        else:
+            released = tuple(
+                (
+                    c.kind.value + (f"({c.argument.sql('postgres')})" if c.argument is not None else ""),
+                    sensitivity,
+                    query.max_groups,
+                    spec.scale,
+                    spec.error95(),
+                )
+                for c, sensitivity, spec in zip(
+                    query.components, plan.sensitivities, plan.noise.columns, strict=True
+                )
             )
-        )
         selection = None
         if plan.noise.selection is not None:
             s = plan.noise.selection
@@ -636,7 +667,7 @@ class Engine:
     def _release(self, plan: Plan, row_sets: Sequence[Sequence[Sequence[object]]]) -> Result:
         query = plan.query
         groups = choose_groups(query, measure(query, *row_sets), plan.noise)
-        released = release_aggregates(query, groups, plan.noise)
+        released = release_aggregates(query, groups, plan.noise, plan.responses)
         finish = query.finish
         out_rows = finish_rows(
             finish,

@@ -128,6 +128,9 @@ class TablePolicy:
     # How max_rows_per_unit is enforced: "clamp" caps each unit's contribution to a group at what
     # that many rows can add; "sample" keeps that many of the unit's rows. Same sensitivity.
     row_bounding: str = "clamp"
+    # COUNT(DISTINCT unit) … WHERE predicate is answered by randomized response (the survey
+    # protocol: each person reports whether the predicate holds for them, truthfully with p = 3/4).
+    randomized_response: bool = False
     _by_name: dict[str, ColumnPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -592,6 +595,7 @@ _PROTECTED_TABLE_KEYS = (
     "max_groups_per_unit",
     "max_rows_per_unit",
     "row_bounding",
+    "randomized_response",
     "schema",
     "columns",
 )
@@ -1004,7 +1008,13 @@ def _parse_table(name: str, node: _Node, p: _Problems) -> TablePolicy | None:
     if public:
         privacy_keys = {
             key: "a public table has no privacy unit or contribution limits (set public: false to protect it)"
-            for key in ("privacy_unit", "max_groups_per_unit", "max_rows_per_unit", "row_bounding")
+            for key in (
+                "privacy_unit",
+                "max_groups_per_unit",
+                "max_rows_per_unit",
+                "row_bounding",
+                "randomized_response",
+            )
         }
         _check_keys(node, path, p, _PUBLIC_TABLE_KEYS, refused=privacy_keys)
         columns: tuple[ColumnPolicy, ...] = ()
@@ -1060,6 +1070,9 @@ def _parse_table(name: str, node: _Node, p: _Problems) -> TablePolicy | None:
         else:
             limits[key] = value
 
+    randomized = False
+    if "randomized_response" in entries:
+        randomized = bool(_boolean(entries["randomized_response"], f"{path}.randomized_response", p))
     row_bounding = "clamp"
     if "row_bounding" in entries:
         child = entries["row_bounding"]
@@ -1123,6 +1136,7 @@ def _parse_table(name: str, node: _Node, p: _Problems) -> TablePolicy | None:
         max_rows_per_unit=limits["max_rows_per_unit"],
         schema=schema,
         row_bounding=row_bounding,
+        randomized_response=randomized,
     )
 
 

@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
-from dpproxy.mechanisms import ModeRequest, QuantileRequest, QueryNoise, SelectorRequest, TopKRequest
+from dpproxy.mechanisms import (
+    ModeRequest,
+    QuantileRequest,
+    QueryNoise,
+    RandomizedResponseCount,
+    SelectorRequest,
+    TopKRequest,
+)
 from dpproxy.sql import postprocess
 from dpproxy.sql.query import Aggregate, AggregateKind, Finish, PrivateQuery, SortKey
 from dpproxy.sql.types import PgType
@@ -172,6 +179,16 @@ def add_noise(groups: Measurement, noise: QueryNoise) -> list[list[int]]:
     return noisy
 
 
+def _release_responses(groups: Measurement, responses: RandomizedResponseCount) -> ReleasedGroups:
+    """COUNT by randomized response: the debiased estimate from the groups' noisy tallies of reports."""
+    ones = [row[0] for row in groups.components]  # persons for whom the predicate holds
+    zeros = [row[1] - row[0] for row in groups.components]  # the other persons of the group
+    released = responses.release(ones, zeros)
+    rows: list[list[object]] = [[max(0, round(r.estimate))] for r in released]
+    error = statistics.median(r.error95 for r in released) if released else None
+    return ReleasedGroups(groups.keys, rows, [error])
+
+
 def _candidate(value: object, result_type: PgType) -> object:
     if isinstance(value, Decimal):
         if result_type.is_integer:
@@ -193,7 +210,15 @@ def _typed(value: Decimal, result_type: PgType, scale: int) -> object:
     return value.quantize(Decimal(1).scaleb(-scale)) if scale >= 0 else value
 
 
-def release_aggregates(query: PrivateQuery, groups: Measurement, noise: QueryNoise) -> ReleasedGroups:
+def release_aggregates(
+    query: PrivateQuery,
+    groups: Measurement,
+    noise: QueryNoise,
+    responses: RandomizedResponseCount | None = None,
+) -> ReleasedGroups:
+    if query.randomized_response:
+        assert responses is not None
+        return _release_responses(groups, responses)
     noisy = add_noise(groups, noise)
     errors95 = [spec.error95() for spec in noise.columns]
     chosen_by = selectors(query).by_aggregate

@@ -246,3 +246,27 @@ def test_empty_table_gives_zeros_not_nulls(loader: Loader) -> None:
     measured = plan.measure(loader.run(plan.rewrite.query().sql(loader.kind)))
     assert measured.keys == [()]
     assert measured.components == [[0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(DISTINCT pid) FROM t WHERE x > 2",
+        "SELECT pub, COUNT(DISTINCT pid) FROM t WHERE y > 10 OR x IS NULL GROUP BY pub",
+    ],
+)
+@CERT_SETTINGS
+@given(people=database, rows=st.integers(1, 3), groups=st.integers(1, 2))
+def test_randomized_response_sensitivity(
+    loader: Loader, sql: str, people: list[list[tuple]], rows: int, groups: int
+) -> None:
+    """The tallies randomized response reports: each person adds 1 to the persons of at most g groups,
+    and at most 1 to those for whom the condition holds."""
+    text = policy_text(rows=rows, groups=groups).replace(
+        "    privacy_unit: pid", "    privacy_unit: pid\n    randomized_response: true"
+    )
+    engine = Engine(parse_policy(text), None, dialect=loader.kind)
+    loader.load(flatten(people))
+    plan = engine.plan(sql, salt="certificate")
+    assert plan.query.randomized_response and plan.sensitivities == (1, 1)
+    check(plan, loader.run, len(people))

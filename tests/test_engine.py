@@ -428,3 +428,40 @@ def test_replay_ends_when_the_data_changes(scratch_pg: str, tmp_path: Path) -> N
         while engine.execute(sql, analyst="alice").replayed:  # statistics trail commits slightly
             assert time.monotonic() < deadline, "the data version never changed"
             time.sleep(0.2)
+
+
+RR_POLICY = POLICY.read_text().replace(
+    "    max_rows_per_unit: 5\n", "    max_rows_per_unit: 5\n    randomized_response: true\n"
+)
+
+
+def test_randomized_response_count_is_unbiased_within_its_bound(
+    backend_dsn: str, truth_db: Path, tmp_path: Path
+) -> None:
+    """A table that opts in counts persons by the survey protocol: within the stated 95% bound."""
+    engine = Engine(
+        parse_policy(RR_POLICY, source=str(POLICY)),
+        open_backend(backend_dsn),
+        SQLiteLedger(tmp_path / "l.sqlite"),
+    )
+    with engine:
+        sql = "SELECT COUNT(DISTINCT patient_id) FROM visits WHERE department = 'oncology'"
+        [(true_count,)] = truth(truth_db, sql)
+        plan = engine.plan(sql)
+        assert plan.query.randomized_response and plan.responses is not None
+        outside = 0
+        for _ in range(20):
+            released = engine._release(plan, [engine.backend.run(s) for s in plan.statements])
+            [(estimate,)] = released.rows
+            outside += abs(estimate - true_count) > released.columns[0].error95
+        assert outside <= 4  # a 95% bound: 1 miss in 20 expected, 5 or more has probability < 2%
+        result = engine.execute(sql, analyst="alice")
+        assert result.cost.epsilon == pytest.approx(0.5) and result.cost.delta == 0
+        assert "randomized response" in engine.explain(sql).render()
+        # Other queries on the table use the usual mechanisms.
+        assert not engine.plan("SELECT COUNT(*) FROM visits").query.randomized_response
+        with pytest.raises(DPProxyError) as caught:
+            engine.plan(
+                "SELECT visit_date, COUNT(DISTINCT patient_id) FROM visits WHERE cost > 10 GROUP BY visit_date"
+            )
+        assert caught.value.sqlstate == "0A000" and "public GROUP BY keys" in caught.value.message

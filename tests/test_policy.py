@@ -1088,3 +1088,12 @@ def test_row_bounding_is_clamp_by_default_and_can_sample() -> None:
     assert "p.yaml:6: tables.t.row_bounding: `drop` is not a row bounding; write clamp or sample" in str(
         caught.value
     )
+
+
+def test_randomized_response_is_a_table_switch() -> None:
+    base = "version: 1\ntables:\n  t:\n    privacy_unit: pid\n{extra}    columns: {{pid: {{type: integer}}}}\n"
+    assert parse_policy(base.format(extra="")).table("t").randomized_response is False
+    assert parse_policy(base.format(extra="    randomized_response: true\n")).table("t").randomized_response
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(base.format(extra="    randomized_response: yes please\n"), source="p.yaml")
+    assert "p.yaml:5: tables.t.randomized_response: expected true or false" in str(caught.value)

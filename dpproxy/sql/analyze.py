@@ -475,6 +475,8 @@ class _PrivateAnalyzer:
             typed_outputs, having, tuple(order_by), _limit(tree, "limit"), _limit(tree, "offset") or 0
         )
         top_k = self._top_k(finish)
+        if self._answered_by_randomized_response(where_sql):
+            return self._randomized_response(where_sql, finish)
         return PrivateQuery(
             relation=self.relation,
             where=where_sql,
@@ -485,6 +487,52 @@ class _PrivateAnalyzer:
             text=self.text,
             histograms=tuple(self.histograms),
             top_k=top_k,
+        )
+
+    def _answered_by_randomized_response(self, where: exp.Expression | None) -> bool:
+        """A table that opts in answers `COUNT(DISTINCT unit) … WHERE p [GROUP BY public keys]` (or
+        COUNT(*) where every row is a person) by randomized response."""
+        sources = self.relation.sources
+        if len(sources) != 1 or sources[0].policy is None or not sources[0].policy.randomized_response:
+            return False
+        if where is None or len(self.aggregates) != 1 or self.histograms:
+            return False
+        kind = self.aggregates[0].kind
+        counts_persons = kind is AggregateKind.COUNT_UNITS or (
+            kind is AggregateKind.COUNT and self.relation.row_level
+        )
+        if not counts_persons:
+            return False
+        if any(k.public_values is None for k in self.keys):
+            raise NotSupported(
+                f'randomized-response counts of "{self.relation.label}" need public GROUP BY keys',
+                hint="group by columns with public_values, or count without GROUP BY",
+            )
+        return True
+
+    def _randomized_response(self, where: exp.Expression, finish: Finish) -> PrivateQuery:
+        """Every person of the table reports whether WHERE holds on one of their rows; the count is
+        estimated from noisy tallies of the reports (mechanisms.RandomizedResponseCount)."""
+        indicator = exp.Case().when(exp.Paren(this=where), exp.Literal.number(1)).else_(exp.Literal.number(0))
+        any_units = Component(
+            ComponentKind.ANY_UNITS,
+            indicator,
+            Interval(Decimal(0), Decimal(1)),
+            0,
+            identity="any_units",
+            within_interval=True,
+        )
+        units = Component(ComponentKind.UNITS, identity="units")
+        aggregate = Aggregate(AggregateKind.COUNT_RESPONSES, (0, 1), PgType.INT8, self.aggregates[0].text)
+        return PrivateQuery(
+            relation=self.relation,
+            where=None,
+            keys=tuple(self.keys),
+            components=(any_units, units),
+            aggregates=(aggregate,),
+            finish=finish,
+            text=self.text,
+            randomized_response=True,
         )
 
     def _top_k(self, finish: Finish) -> tuple[int, int] | None:

@@ -33,6 +33,8 @@ class ComponentKind(StrEnum):
     # COUNT(DISTINCT x): distinct values among a person's bounded rows, computed by the row pipeline
     # (a person adds at most max_rows_per_unit rows to a group, so at most that many new values).
     DISTINCT_VALUES = "distinct_values"
+    # Randomized response: 1 per person for whom the indicator argument is 1 on any of their rows.
+    ANY_UNITS = "any_units"
 
     @property
     def row_pipeline(self) -> bool:
@@ -63,7 +65,7 @@ class Component:
         r·[min(L, 0), max(U, 0)] for a sum of values clipped to [L, U], and r·[L − c, U − c] for a
         sum centred at c. COUNT(DISTINCT unit) adds 1.
         """
-        if self.kind is ComponentKind.UNITS:
+        if self.kind in (ComponentKind.UNITS, ComponentKind.ANY_UNITS):
             return 0, 1
         if self.kind in (ComponentKind.ROWS, ComponentKind.VALUES, ComponentKind.DISTINCT_VALUES):
             return 0, max_rows
@@ -125,6 +127,9 @@ class AggregateKind(StrEnum):
     STDDEV_POP = "stddev_pop"
     STDDEV_SAMP = "stddev_samp"
     COUNT_DISTINCT = "count_distinct"  # COUNT(DISTINCT x) of a column other than the privacy unit
+    # COUNT(DISTINCT unit) … WHERE p by randomized response: components (units for which p holds on
+    # some row, all units); released as the debiased estimate from noisy tallies.
+    COUNT_RESPONSES = "count_responses"
     QUANTILE = "quantile"  # MIN, MAX, MEDIAN, PERCENTILE_CONT, PERCENTILE_DISC
     MODE = "mode"
 
@@ -199,6 +204,7 @@ class PrivateQuery:
     # ORDER BY <aggregate> DESC LIMIT k over groups: the k groups are chosen by report-noisy-top-k on
     # that aggregate's component (its index), then released as usual.
     top_k: tuple[int, int] | None = None  # (component index, k)
+    randomized_response: bool = False  # the one aggregate is COUNT_RESPONSES (see AggregateKind)
     # The database enforces one row per unit (PRIMARY KEY, or UNIQUE and NOT NULL, through the
     # joins): no per-unit bounding is needed, and each unit touches one row of one group.
     unit_unique: bool = False
