@@ -201,20 +201,24 @@ def budget_show(policy_path: Path, ledger: str | None, analysts: tuple[str, ...]
         with Engine.open(policy_path, None, _ledger_spec(ledger)) as engine:
             names = list(analysts) or [a.name for a in engine.policy.analysts]
             rows = []
+            zcdp = engine.policy.defaults.accounting == "zcdp"
             for name in names:
                 status = engine.budget(name)
                 left = status.remaining
-                rows.append(
-                    (
-                        name,
-                        status.spent.epsilon,
-                        left.epsilon,
-                        status.limit.epsilon,
-                        status.spent.delta,
-                        status.limit.delta,
-                    )
-                )
-        click.echo(format_table(["analyst", "ε spent", "ε left", "ε budget", "δ spent", "δ budget"], rows))
+                row = [
+                    name,
+                    status.epsilon_spent,
+                    left.epsilon,
+                    status.limit.epsilon,
+                    status.spent.delta,
+                    status.limit.delta,
+                ]
+                if zcdp:
+                    row.append(status.spent.rho)
+                rows.append(tuple(row))
+        headers = ["analyst", "ε spent", "ε left", "ε budget", "δ spent", "δ budget"]
+        # Under zCDP the ledger composes ρ; ε spent is its conversion at the analyst's δ.
+        click.echo(format_table(headers + (["ρ spent"] if zcdp else []), rows))
 
     _run(action)
 

@@ -1,0 +1,184 @@
+"""The `dpproxy` command line: what an operator, a data owner and an analyst type, and what they see."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dpproxy.cli import main
+from dpproxy.policy import load_policy
+from dpproxy.scram import parse_verifier
+
+POLICY = Path(__file__).parent.parent / "policies" / "demo.yaml"
+
+
+@pytest.fixture
+def demo_copy(demo_duckdb: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "demo.duckdb"
+    shutil.copy(demo_duckdb, copy)
+    return copy
+
+
+def run(*args: str, input: str | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_query_prints_the_noisy_table_its_cost_and_the_budget_left(demo_copy: Path, tmp_path: Path) -> None:
+    ledger = str(tmp_path / "ledger.sqlite")
+    code, out, _ = run(
+        "query",
+        "--policy",
+        str(POLICY),
+        "--backend",
+        str(demo_copy),
+        "--analyst",
+        "alice",
+        "--ledger",
+        ledger,
+        "--param",
+        "40",
+        "SELECT sex, COUNT(*) AS n FROM patients WHERE age > $1 GROUP BY sex ORDER BY sex",
+    )
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].split() == ["sex", "|", "n"]
+    assert [line.split("|")[0].strip() for line in lines[2:5]] == ["F", "M", "X"]
+    assert "(3 rows)" in out
+    assert "this query spent ε=0.5" in out and "ε remaining 9.5 of 10" in out and "n ±" in out
+    code, out, _ = run("budget", "show", "--policy", str(POLICY), "--ledger", ledger, "alice")
+    assert code == 0 and out.splitlines()[2].split()[:3] == ["alice", "|", "0.5"]
+
+
+def test_query_refusals_show_the_sqlstate_and_the_hint(demo_copy: Path, tmp_path: Path) -> None:
+    code, _, err = run(
+        "query",
+        "--policy",
+        str(POLICY),
+        "--backend",
+        str(demo_copy),
+        "--analyst",
+        "alice",
+        "--ledger",
+        str(tmp_path / "l.sqlite"),
+        "SELECT * FROM patients",
+    )
+    assert code == 1
+    assert err.startswith("ERROR 42501: SELECT * would return raw rows")
+    assert "HINT: ask for aggregates" in err
+
+
+def test_explain_shows_passes_sensitivities_and_cost_without_data(tmp_path: Path) -> None:
+    code, out, _ = run(
+        "explain",
+        "--policy",
+        str(POLICY),
+        "--dialect",
+        "duckdb",
+        "SELECT department, SUM(cost), MEDIAN(duration_minutes) FROM visits GROUP BY department",
+    )
+    assert code == 0, out
+    for fragment in (
+        "-- pass 1: selected_rows",
+        "-- pass 3: per_unit",
+        "bounded_groups",
+        "HASH(",
+        "-- row pipeline, histogram_0",
+        "sensitivity 10000000 per group, ≤ 3 group(s) per unit",
+        "exponential mechanism over 601 candidates",
+        "cost: ε=0.5",
+    ):
+        assert fragment in out, fragment
+
+
+def test_budget_reset_forgets_an_analyst(demo_copy: Path, tmp_path: Path) -> None:
+    ledger = str(tmp_path / "ledger.sqlite")
+    base = ["--policy", str(POLICY), "--ledger", ledger]
+    run("query", *base, "--backend", str(demo_copy), "--analyst", "bob", "SELECT COUNT(*) FROM visits")
+    code, out, _ = run("budget", "reset", *base, "bob", "--yes")
+    assert code == 0 and "reset bob: 1 ledger entry removed" in out
+    code, out, _ = run("budget", "show", *base, "bob")
+    assert out.splitlines()[2].split()[:3] == ["bob", "|", "0"]
+    code, _, err = run("budget", "reset", *base, "mallory", "--yes")
+    assert code == 1 and "ERROR 28000" in err
+
+
+def test_budget_show_gives_rho_and_its_epsilon_under_zcdp(demo_copy: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "zcdp.yaml"
+    policy.write_text(POLICY.read_text().replace("  mechanism: laplace\n", "  accounting: zcdp\n"))
+    ledger = str(tmp_path / "ledger.sqlite")
+    code, out, _ = run(
+        "query",
+        "--policy",
+        str(policy),
+        "--backend",
+        str(demo_copy),
+        "--analyst",
+        "alice",
+        "--ledger",
+        ledger,
+        "SELECT COUNT(*) FROM visits",
+    )
+    assert code == 0 and "this query spent ρ=" in out
+    code, out, _ = run("budget", "show", "--policy", str(policy), "--ledger", ledger, "alice")
+    header, _, row = out.splitlines()[:3]
+    assert "ρ spent" in header
+    epsilon, rho = float(row.split("|")[1]), float(row.split("|")[6])
+    assert 0 < rho < epsilon < 0.5 + 1e-9  # ρ converts to an ε no larger than the query asked for
+
+
+def test_policy_check_reports_every_problem_and_checks_the_live_schema(
+    demo_copy: Path, tmp_path: Path
+) -> None:
+    code, out, _ = run("policy", "check", str(POLICY), "--backend", str(demo_copy))
+    assert code == 0 and "OK (3 table(s), 2 analyst(s))" in out and "matches the schema" in out
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        POLICY.read_text()
+        .replace(
+            "age:        {type: integer, lower: 0, upper: 120}",
+            "age:        {type: integer, lower: 130, upper: 120}",
+        )
+        .replace("    max_rows_per_unit: 5\n", "    max_rows_per_unit: 5\n    max_rows: 3\n")
+    )
+    code, _, err = run("policy", "check", str(broken))
+    assert code == 1
+    assert "2 problem(s)" in err and "tables.patients.columns.age" in err and "tables.visits.max_rows" in err
+    mismatched = tmp_path / "mismatched.yaml"
+    mismatched.write_text(
+        POLICY.read_text().replace(
+            "enrolled:   {type: date}", "enrolled:   {type: date}\n      nickname: {type: text}"
+        )
+    )
+    code, _, err = run("policy", "check", str(mismatched), "--backend", str(demo_copy))
+    assert code == 1 and "nickname" in err
+
+
+def test_policy_passwd_prints_a_verifier_and_init_drafts_a_loadable_policy(
+    demo_copy: Path, tmp_path: Path
+) -> None:
+    code, out, _ = run("policy", "passwd", "--password-stdin", input="s3cret\n")
+    assert code == 0
+    verifier = parse_verifier(out.strip())
+    assert verifier.iterations >= 4096 and verifier.matches("s3cret") and not verifier.matches("other")
+    code, out, _ = run("policy", "init", "--backend", str(demo_copy))
+    assert code == 0 and "patients:" in out and "TODO" in out
+    draft = tmp_path / "draft.yaml"
+    draft.write_text(out)
+    assert {t.name for t in load_policy(draft).tables} >= {"patients", "visits", "zip_info"}
+
+
+def test_demo_init_builds_the_database(tmp_path: Path) -> None:
+    code, out, _ = run("demo", "--init", str(tmp_path / "d"), "--persons", "300")
+    assert code == 0 and "300 patients" in out
+    assert (tmp_path / "d" / "demo.duckdb").stat().st_size > 0
+
+
+def test_help_lists_every_command() -> None:
+    code, out, _ = run("--help")
+    assert code == 0
+    for command in ("budget", "demo", "explain", "policy", "query", "serve"):
+        assert command in out
