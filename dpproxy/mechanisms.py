@@ -553,6 +553,26 @@ def _smallest_fitting(fits: Callable[[int], bool], not_fit: int, fit: int) -> in
     return fit
 
 
+def _search_threshold(
+    fits: Callable[[int], bool], start: int, scale: float, delta: float, max_groups: int
+) -> int:
+    """The smallest threshold above start that fits, for δ falling at least geometrically in it:
+    gallop up from start, then bisect (not_fit < answer <= fit). Refuses a δ no threshold within
+    _SELECTION_SEARCH_SCALES noise scales of start can reach."""
+    ceiling = start + math.ceil(_SELECTION_SEARCH_SCALES * scale)
+    if not fits(ceiling):
+        raise _too_small_delta(delta, max_groups)
+    not_fit, fit = start, ceiling
+    step = 1
+    while start + step < ceiling:
+        if fits(start + step):
+            fit = start + step
+            break
+        not_fit = start + step
+        step *= 2
+    return _smallest_fitting(fits, not_fit, fit)
+
+
 @lru_cache(maxsize=1024)
 def partition_selection(max_groups: int, epsilon: float, delta: float) -> SelectionSpec:
     """Selection whose OpenDP map is within (epsilon, delta) for units in at most max_groups groups.
@@ -578,19 +598,7 @@ def partition_selection(max_groups: int, epsilon: float, delta: float) -> Select
     if not fits(start):
         # OpenDP computes 1 - (1 - δ₁)^g rounding outwards, which cannot go below a few ulps of 1.0
         # per group however high the threshold: a δ under that floor is refused, not searched for.
-        ceiling = start + math.ceil(_SELECTION_SEARCH_SCALES * scale)
-        if not fits(ceiling):
-            raise _too_small_delta(delta, max_groups)
-        # δ falls geometrically in the threshold: gallop up, then bisect (not_fit < answer <= fit).
-        not_fit, fit = start, ceiling
-        step = 1
-        while start + step < ceiling:
-            if fits(start + step):
-                fit = start + step
-                break
-            not_fit = start + step
-            step *= 2
-        threshold = _smallest_fitting(fits, not_fit, fit)
+        threshold = _search_threshold(fits, start, scale, delta, max_groups)
     eps, dlt = _selection_map(max_groups, scale, threshold)
     return SelectionSpec(max_groups, scale, threshold, eps, dlt)
 
@@ -622,19 +630,7 @@ def gaussian_partition_selection(max_groups: int, rho: float, delta: float) -> S
     elif fits(start):
         threshold = _smallest_fitting(fits, 2, start)
     else:
-        ceiling = start + math.ceil(_SELECTION_SEARCH_SCALES * scale)
-        if not fits(ceiling):
-            raise _too_small_delta(delta, max_groups)
-        # δ falls faster than geometrically in the threshold: gallop up, then bisect.
-        not_fit, fit = start, ceiling
-        step = 1
-        while start + step < ceiling:
-            if fits(start + step):
-                fit = start + step
-                break
-            not_fit = start + step
-            step *= 2
-        threshold = _smallest_fitting(fits, not_fit, fit)
+        threshold = _search_threshold(fits, start, scale, delta, max_groups)
     rho_map, delta_map = _gaussian_selection_map(max_groups, scale, threshold)
     return SelectionSpec(max_groups, scale, threshold, 0.0, delta_map, Mechanism.GAUSSIAN, rho_map)
 

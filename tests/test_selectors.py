@@ -103,7 +103,8 @@ def assert_privacy_loss_within(
     without_unit: Counter, with_unit: Counter, epsilon: float, *, minimum: int = 300
 ) -> float:
     """Per outcome seen often enough on both sides: |ln(a/b)| <= ε + 5 standard errors. Returns the
-    largest loss seen, less its slack (a lower bound on the true loss, to show the check was sharp)."""
+    largest loss seen less 2 standard errors, to show the check was sharp (less the full 5-error
+    slack, a true loss of 0.83·ε over 10,000 draws fell under 0.5·ε about one run in four)."""
     sharpest = 0.0
     checked = 0
     for outcome in set(without_unit) | set(with_unit):
@@ -113,7 +114,7 @@ def assert_privacy_loss_within(
         slack = 5 * math.sqrt(1 / a + 1 / b)
         loss = abs(math.log(a / b))
         assert loss <= epsilon + slack, f"outcome {outcome}: privacy loss {loss:.3f} > ε = {epsilon:.3f}"
-        sharpest = max(sharpest, loss - slack)
+        sharpest = max(sharpest, loss - 0.4 * slack)
         checked += 1
     assert checked >= 2
     return sharpest

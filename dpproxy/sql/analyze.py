@@ -958,20 +958,9 @@ class _PrivateAnalyzer:
                     scale,
                 )
             )
-        values = self._component(Component(ComponentKind.VALUES, typed.sql, identity=f"values:{text}"))
         lo, hi = interval.on_grid(scale)
         centre = (lo + hi) // 2
-        centred = self._component(
-            Component(
-                ComponentKind.CENTRED_SUM,
-                typed.sql,
-                interval,
-                scale,
-                centre,
-                identity=f"centred:{scale}:{centre}:{text}",
-                within_interval=within,
-            )
-        )
+        values, centred = self._values_and_centred_sum(typed.sql, interval, scale, centre, within)
         return self._add_aggregate(
             Aggregate(
                 AggregateKind.AVG,
@@ -983,6 +972,25 @@ class _PrivateAnalyzer:
                 centre,
             )
         )
+
+    def _values_and_centred_sum(
+        self, sql: exp.Expression, interval: Interval, scale: int, centre: int, within: bool
+    ) -> tuple[int, int]:
+        """The count of non-null values and their sum centred on `centre` (on the grid of `scale`)."""
+        text = sql.sql("postgres")
+        values = self._component(Component(ComponentKind.VALUES, sql, identity=f"values:{text}"))
+        centred = self._component(
+            Component(
+                ComponentKind.CENTRED_SUM,
+                sql,
+                interval,
+                scale,
+                centre,
+                identity=f"centred:{scale}:{centre}:{text}",
+                within_interval=within,
+            )
+        )
+        return values, centred
 
     _SPREADS: ClassVar[dict[type[exp.Expression], tuple[AggregateKind, str]]] = {
         exp.VariancePop: (AggregateKind.VAR_POP, "var_pop"),
@@ -1012,18 +1020,7 @@ class _PrivateAnalyzer:
                 hint="declare tighter lower/upper bounds in the policy",
             )
         text = typed.sql.sql("postgres")
-        values = self._component(Component(ComponentKind.VALUES, typed.sql, identity=f"values:{text}"))
-        centred = self._component(
-            Component(
-                ComponentKind.CENTRED_SUM,
-                typed.sql,
-                interval,
-                scale,
-                centre,
-                identity=f"centred:{scale}:{centre}:{text}",
-                within_interval=within,
-            )
-        )
+        values, centred = self._values_and_centred_sum(typed.sql, interval, scale, centre, within)
         squares = self._component(
             Component(
                 ComponentKind.CENTRED_SQUARES,
