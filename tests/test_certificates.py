@@ -147,13 +147,38 @@ CERT_SETTINGS = settings(
 
 @pytest.mark.parametrize("sql", QUERIES)
 @CERT_SETTINGS
-@given(people=database, rows=st.integers(1, 3), groups=st.integers(1, 2))
+@given(people=database, rows=st.integers(1, 3), groups=st.integers(1, 3))
 def test_unit_level_sensitivity(
     loader: Loader, sql: str, people: list[list[tuple]], rows: int, groups: int
 ) -> None:
+    # groups = 3 lets `pub` (3 public values) skip group bounding: no more groups can be released.
     engine = Engine(parse_policy(policy_text(rows=rows, groups=groups)), None, dialect=loader.kind)
     loader.load(flatten(people))
     certify(engine, sql, loader, people)
+
+
+@pytest.mark.parametrize(
+    ("groups", "sql", "max_groups", "bounded", "shown"),
+    [
+        (4, "SELECT pub, COUNT(*) FROM t GROUP BY pub", 3, False, "≤ 3 group(s) per unit"),
+        (3, "SELECT pub, COUNT(*) FROM t GROUP BY pub", 3, False, "≤ 3 group(s) per unit"),
+        (2, "SELECT pub, COUNT(*) FROM t GROUP BY pub", 2, True, "≤ 2 group(s) per unit"),
+        (4, "SELECT grp, COUNT(*) FROM t GROUP BY grp", 4, True, "≤ 4 group(s) per unit"),
+        # Score sensitivity 2 (r = 2) over 3 groups at ε = 1: scale 2·2·3/1.
+        (4, "SELECT pub, MEDIAN(x) FROM t GROUP BY pub", 3, False, "score sensitivity 2, noise scale 12"),
+    ],
+)
+def test_public_keys_with_few_values_need_no_group_bound(
+    groups: int, sql: str, max_groups: int, bounded: bool, shown: str
+) -> None:
+    """Rows outside the public values are never released: a unit reaches at most as many released
+    groups as there are values, so the noise is calibrated to that and no ranking is emitted."""
+    engine = Engine(parse_policy(policy_text(rows=2, groups=groups)), None)
+    plan = engine.plan(sql, salt="s")
+    assert plan.query.max_groups == max_groups
+    text = engine.explain(sql).render()
+    assert shown in text
+    assert ("bounded_groups" in text or "rows_grouped" in text) == bounded
 
 
 @pytest.mark.parametrize("sql", QUERIES)

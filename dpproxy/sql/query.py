@@ -11,6 +11,7 @@ named `__agg_<i>` and `__key_<j>`; nothing else reaches post-processing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
@@ -228,9 +229,29 @@ class PrivateQuery:
         return self.relation.unit_is_row or self.unit_unique
 
     @property
+    def key_domain_size(self) -> int | None:
+        """How many groups can be released when every key is public (their product), else None."""
+        if self.needs_selection:
+            return None
+        return math.prod(len(k.public_values or ()) for k in self.keys)
+
+    @property
     def max_groups(self) -> int:
-        """Groups of this query one unit can contribute to (1 without GROUP BY)."""
-        return self.relation.max_groups if self.keys and not self.row_level else 1
+        """Released groups of this query one unit can contribute to (1 without GROUP BY): the
+        policy's max_groups_per_unit, or fewer when the public keys allow fewer groups in all."""
+        if not self.keys or self.row_level:
+            return 1
+        domain = self.key_domain_size
+        return self.relation.max_groups if domain is None else max(1, min(self.relation.max_groups, domain))
+
+    @property
+    def bounds_groups(self) -> bool:
+        """Each unit's groups must be cut to max_groups: not when no more groups can be released
+        (rows in groups outside the public values are never released, so need no bound)."""
+        if not self.keys or self.row_level:
+            return False
+        domain = self.key_domain_size
+        return domain is None or domain > self.relation.max_groups
 
     @property
     def max_rows(self) -> int:

@@ -5,7 +5,8 @@
                    FROM per_unit) WHERE __gn <= 3
 
 As for rows, the choice depends only on the unit's own groups and the plan's salt. Skipped without
-GROUP BY (a single group) and for `row` tables.
+GROUP BY (a single group), for `row` tables, and when the keys are public and their values allow
+no more than max_groups_per_unit groups in all.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, 
 
 def bound_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
-    if not ctx.per_unit or not query.keys:
+    if not ctx.per_unit or not query.bounds_groups:
         return state
     values = [component_column(i) for i in ctx.valued_components]
     select = keep_first(

@@ -90,7 +90,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         )
         chain.append(("rows_sampled", sampled))
         current = current.then("rows_sampled", "", sampled)
-        if query.keys:
+        if query.bounds_groups:
             grouped = keep_first(
                 current,
                 ctx,
