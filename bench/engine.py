@@ -1,6 +1,6 @@
 """Engine benchmark: DP query time ÷ the same raw aggregate on the same backend, and engine CPU.
 
-    python bench/engine.py [--persons 1000000] [--repeat 7] [--postgres DSN | --no-postgres]
+    python bench/engine.py [--persons 1000000] [--repeat 7] [--postgres DSN | --no-postgres] [--only TEXT]
 
 Builds (once, cached under bench/.data/) the demo data at the requested scale — 1M persons is
 ~5M rows — and, unless told otherwise, loads it into a throwaway PostgreSQL 15 cluster started by
@@ -115,11 +115,13 @@ def bench_policy() -> str:
     return text.replace("  mechanism: laplace\n", "  mechanism: laplace\n  replay: false\n")
 
 
-def measure(label: str, dsn: str, repeat: int, ledger_dir: Path) -> list[Row]:
+def measure(label: str, dsn: str, repeat: int, ledger_dir: Path, only: str = "") -> list[Row]:
     backend = TimedBackend(open_backend(dsn))
     engine = Engine(parse_policy(bench_policy()), backend, SQLiteLedger(ledger_dir / f"{label}.sqlite"))
     rows = []
     for name, sql in QUERIES:
+        if only not in name:
+            continue
         # The raw query is the analyst's SQL in the backend's dialect (PostgreSQL has no MEDIAN).
         raw = sqlglot.transpile(sql, read="postgres", write=backend.dialect)[0]
         row = Row(label, name, [], [], [])
@@ -174,6 +176,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--postgres", help="DSN of a PostgreSQL database to load the data into and use")
     parser.add_argument("--no-postgres", action="store_true", help="DuckDB only")
+    parser.add_argument("--only", default="", help="run only the queries whose label contains this")
     args = parser.parse_args()
 
     data = REPO / "bench" / ".data"
@@ -185,7 +188,7 @@ def main() -> None:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as ledgers:
         print(f"DuckDB ({duckdb_path.name}), median of {args.repeat}:", flush=True)
-        rows += measure("duckdb", str(duckdb_path), args.repeat, Path(ledgers))
+        rows += measure("duckdb", str(duckdb_path), args.repeat, Path(ledgers), args.only)
         if not args.no_postgres:
             with contextlib.ExitStack() as stack:
                 dsn = args.postgres
@@ -194,7 +197,7 @@ def main() -> None:
                 else:
                     dsn = stack.enter_context(throwaway_postgres(duckdb_path))
                 print(f"PostgreSQL, median of {args.repeat}:", flush=True)
-                rows += measure("postgres", dsn, args.repeat, Path(ledgers))
+                rows += measure("postgres", dsn, args.repeat, Path(ledgers), args.only)
     print()
     print("summary (medians):")
     for backend in sorted({r.backend for r in rows}):

@@ -187,11 +187,9 @@ class Plan:
     def sensitivities(self) -> tuple[int, ...]:
         return tuple(c.sensitivity(self.query.max_rows) for c in self.query.components)
 
-    def measure(
-        self, rows: Sequence[Sequence[object]], *auxiliary: Sequence[Sequence[object]]
-    ) -> Measurement:
+    def measure(self, *row_sets: Sequence[Sequence[object]]) -> Measurement:
         """True values per group from each statement's rows (the certificates' seam; see release.py)."""
-        return measure(self.query, rows, *auxiliary)
+        return measure(self.query, *row_sets)
 
 
 @dataclass(frozen=True)
@@ -213,6 +211,8 @@ class Explanation:
             lines += ["", f"-- pass {i}: {name} — {summary}", sql]
         if self.final_sql:
             lines += ["", "-- final SQL sent to the backend", self.final_sql]
+        elif self.auxiliary:
+            lines += ["", "-- no per-person sums statement: every value comes from the row pipeline"]
         for name, summary, sql in self.auxiliary:
             lines += ["", f"-- row pipeline, {name}: {summary}", sql]
         if self.released:
@@ -489,7 +489,7 @@ class Engine:
             query.text,
             "private",
             steps,
-            plan.sql if not steps else plan.rewrite.query().sql(self.dialect, pretty=True),
+            plan.rewrite.query().sql(self.dialect, pretty=True) if steps else "",
             released,
             selection,
             plan.cost,

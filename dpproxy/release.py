@@ -109,34 +109,49 @@ def _as_int(value: object) -> int:
     raise ValueError("backend returned a non-integral component")
 
 
-def measure(
-    query: PrivateQuery, rows: Sequence[Sequence[object]], *auxiliary: Sequence[Sequence[object]]
-) -> Measurement:
-    """The true per-group values from the main statement's rows and the row pipeline's (distinct
-    values first, if the query has any, then one statement per histogram)."""
+def measure(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> Measurement:
+    """The true per-group values from the rows of each statement of the plan: the main statement's
+    (when the query has one), then the row pipeline's (distinct values first, if the query has any,
+    then one statement per histogram)."""
     n_keys, n_components = len(query.keys), len(query.components)
+    statements = list(row_sets)
+    rows = statements.pop(0) if query.needs_main_statement else []
     keys, components, units = [], [], []
     for row in rows:
         keys.append(tuple(row[:n_keys]))
         components.append([_as_int(v) for v in row[n_keys : n_keys + n_components]])
         units.append(_as_int(row[n_keys + n_components]))
-    if not query.keys and not rows:  # an aggregate without GROUP BY has one row; keep the promise
+    if not query.keys and not keys:  # an aggregate without GROUP BY has one row; keep the promise
         keys, components, units = [()], [[0] * n_components], [0]
     index = {key: i for i, key in enumerate(keys)}
-    statements = list(auxiliary)
+
+    def group(row: Sequence[object]) -> int | None:
+        """The group of a row pipeline's row. With a main statement, every group the bounded rows
+        reach is one it has; without, the groups are those the row pipeline reaches (no group is
+        selected by its count of units then: the keys are public or there are none)."""
+        key = tuple(row[:n_keys])
+        if key not in index and not query.needs_main_statement:
+            index[key] = len(keys)
+            keys.append(key)
+            components.append([0] * n_components)
+            units.append(0)
+        return index.get(key)
+
     distinct = [i for i, c in enumerate(query.components) if c.kind.row_pipeline]
-    if distinct:
-        for row in statements.pop(0):
-            g = index.get(tuple(row[:n_keys]))
-            if g is not None:  # a group the bounded rows reach is one the main statement has
-                for offset, i in enumerate(distinct):
-                    components[g][i] = _as_int(row[n_keys + offset])
+    distinct_rows = statements.pop(0) if distinct else []
+    histogram_rows = [(h, row) for h, statement in enumerate(statements) for row in statement]
+    for row in distinct_rows:
+        g = group(row)
+        if g is not None:
+            for offset, i in enumerate(distinct):
+                components[g][i] = _as_int(row[n_keys + offset])
+    for _h, row in histogram_rows:
+        group(row)
     histograms = [[[0] * h.candidates for h in query.histograms] for _ in keys]
-    for h, statement in enumerate(statements):
-        for row in statement:
-            g = index.get(tuple(row[:n_keys]))
-            if g is not None:
-                histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1])
+    for h, row in histogram_rows:
+        g = index.get(tuple(row[:n_keys]))
+        if g is not None:
+            histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1])
     return Measurement(keys, components, units, histograms if query.histograms else [])
 
 

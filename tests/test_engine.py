@@ -265,6 +265,25 @@ def test_same_released_structure_on_both_backends(
     assert [type(v) for v in duck.rows[0]] == [type(v) for v in pg.rows[0]]
 
 
+def test_a_median_over_public_keys_runs_the_row_pipeline_alone(engine: Engine) -> None:
+    # No value needs per-person sums and no group is selected by its units: one statement, and the
+    # groups and histograms it measures are those of the same plan with a per-person COUNT beside.
+    sql = (
+        "SELECT department, MEDIAN(duration_minutes) FROM visits "
+        "WHERE visit_date > DATE '2021-06-01' GROUP BY 1"
+    )
+    alone = engine.plan(sql, salt="s")
+    beside = engine.plan(sql.replace(") FROM", "), COUNT(*) FROM"), salt="s")
+    assert len(alone.statements) == 1 and len(beside.statements) == 2
+    assert "no per-person sums statement" in engine.explain(sql).render()
+    measured = [plan.measure(*[engine.backend.run(s) for s in plan.statements]) for plan in (alone, beside)]
+    by_key = [dict(zip(m.keys, m.histograms, strict=True)) for m in measured]
+    assert len(by_key[0]) == 8 and by_key[0] == by_key[1]
+    result = engine.execute(sql, analyst="alice")
+    assert sorted(r[0] for r in result.rows) == sorted(k for (k,) in by_key[0])
+    assert all(0 <= r[1] <= 600 for r in result.rows)
+
+
 def test_explain_touches_neither_data_nor_budget(tmp_path: Path) -> None:
     engine = Engine(load_policy(POLICY), None)
     explanation = engine.explain(

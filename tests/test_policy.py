@@ -1091,7 +1091,9 @@ def test_row_bounding_is_clamp_by_default_and_can_sample() -> None:
 
 
 def test_randomized_response_is_a_table_switch() -> None:
-    base = "version: 1\ntables:\n  t:\n    privacy_unit: pid\n{extra}    columns: {{pid: {{type: integer}}}}\n"
+    base = (
+        "version: 1\ntables:\n  t:\n    privacy_unit: pid\n{extra}    columns: {{pid: {{type: integer}}}}\n"
+    )
     assert parse_policy(base.format(extra="")).table("t").randomized_response is False
     assert parse_policy(base.format(extra="    randomized_response: true\n")).table("t").randomized_response
     with pytest.raises(PolicyError) as caught:

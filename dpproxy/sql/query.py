@@ -219,6 +219,16 @@ class PrivateQuery:
         return bool(self.histograms) or any(c.kind.row_pipeline for c in self.components)
 
     @property
+    def needs_main_statement(self) -> bool:
+        """The per-person sums statement: not when every value comes from the row pipeline and no
+        group needs selecting (its count of units) — a MEDIAN over public keys, say."""
+        return (
+            not self.needs_row_pipeline
+            or self.needs_selection
+            or any(not c.kind.row_pipeline for c in self.components)
+        )
+
+    @property
     def needs_selection(self) -> bool:
         """Keys not all public: groups are released through DP partition selection."""
         return any(k.public_values is None for k in self.keys)

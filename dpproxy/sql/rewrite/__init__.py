@@ -30,6 +30,7 @@ def rewrite(query: PrivateQuery, *, salt: str | None = None, dialect: str = "pos
     """Fold the query through RULES. The salt is fresh per plan unless given (tests fix it)."""
     ctx = RewriteContext(query, salt if salt is not None else secrets.token_hex(8), dialect)
     state = RewriteState()
-    for rule in RULES:
+    # Without a main statement only the row pipeline is built (it reads the tables itself).
+    for rule in RULES if query.needs_main_statement else (row_pipeline,):
         state = rule(state, ctx)
     return state

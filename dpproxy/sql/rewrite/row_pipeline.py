@@ -4,9 +4,10 @@ COUNT(DISTINCT x) and the histograms of quantiles and MODE cannot be summed per 
 a statement of their own over contribution-bounded *rows*:
 
     WITH rows_selected AS (SELECT __unit, __k0, x AS __c3, <bin of y> AS __h0 FROM … WHERE …),
-         rows_sampled  AS (at most max_rows_per_unit rows per person and group: salted hash),
-         rows_grouped  AS (rows of at most max_groups_per_unit groups per person: the same salted
-                           hash of (person, keys) as bounded_groups, so the same groups)
+         rows_bounded  AS (at most max_rows_per_unit rows per person and group, salted hash of the
+                           row, in at most max_groups_per_unit groups per person, the same salted
+                           hash of (person, keys) as bounded_groups, so the same groups: one window
+                           sort; rows_sampled, rows only, when the groups need no bound)
     SELECT __k0, COUNT(DISTINCT __c3) … GROUP BY __k0            -- one statement for the distincts
     SELECT __k0, __h0, COUNT(*) … GROUP BY __k0, __h0            -- one per histogram
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpproxy.sql.query import Histogram
-from dpproxy.sql.rewrite.bound_rows import keep_first
+from dpproxy.sql.rewrite.bound_rows import keep_first, keep_rows_of_first_groups
 from dpproxy.sql.rewrite.select_rows import public_value_literal, read_relation
 from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, Step, col, component_column
 from dpproxy.sql.rowexpr import clip_sql, number_literal
@@ -84,25 +85,14 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     chain: list[tuple[str, exp.Select]] = [("rows_selected", read_relation(ctx, projections))]
     current = RewriteState(steps=(Step("rows_selected", "", chain[0][1]),))
     keep = [UNIT, *ctx.keys, *values] if ctx.per_unit else [*ctx.keys, *values]
-    if ctx.per_unit:
+    if ctx.per_unit and query.bounds_groups:
+        bounded = keep_rows_of_first_groups(current, ctx, values, query.max_rows, query.max_groups, keep)
+        chain.append(("rows_bounded", bounded))
+    elif ctx.per_unit:
         sampled = keep_first(
             current, ctx, [UNIT, *ctx.keys], values, ctx.salt + ":rows", query.max_rows, keep, "__rn"
         )
         chain.append(("rows_sampled", sampled))
-        current = current.then("rows_sampled", "", sampled)
-        if query.bounds_groups:
-            grouped = keep_first(
-                current,
-                ctx,
-                [UNIT],
-                ctx.keys,
-                ctx.salt + ":groups",
-                query.max_groups,
-                keep,
-                "__gn",
-                dense=True,
-            )
-            chain.append(("rows_grouped", grouped))
     source = chain[-1][0]
     statements: list[Step] = []
     keys = [col(k) for k in ctx.keys]

@@ -81,8 +81,9 @@ class RewriteState:
     auxiliary: tuple[Step, ...] = ()
 
     def statements(self, dialect: str) -> list[str]:
-        """Every statement the plan runs, main first, in the backend's dialect."""
-        return [self.query().sql(dialect), *(step.select.sql(dialect) for step in self.auxiliary)]
+        """Every statement the plan runs, main first (when there is one), in the backend's dialect."""
+        main = [self.query().sql(dialect)] if self.steps else []
+        return [*main, *(step.select.sql(dialect) for step in self.auxiliary)]
 
     def then(self, name: str, summary: str, select: exp.Select) -> RewriteState:
         return replace(self, steps=(*self.steps, Step(name, summary, select)))
