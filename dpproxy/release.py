@@ -124,6 +124,7 @@ def measure(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> Measu
     if not query.keys and not keys:  # an aggregate without GROUP BY has one row; keep the promise
         keys, components, units = [()], [[0] * n_components], [0]
     index = {key: i for i, key in enumerate(keys)}
+    histograms = [[[0] * h.candidates for h in query.histograms] for _ in keys]
 
     def group(row: Sequence[object]) -> int | None:
         """The group of a row pipeline's row. With a main statement, every group the bounded rows
@@ -135,23 +136,21 @@ def measure(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> Measu
             keys.append(key)
             components.append([0] * n_components)
             units.append(0)
+            histograms.append([[0] * h.candidates for h in query.histograms])
         return index.get(key)
 
     distinct = [i for i, c in enumerate(query.components) if c.kind.row_pipeline]
-    distinct_rows = statements.pop(0) if distinct else []
-    histogram_rows = [(h, row) for h, statement in enumerate(statements) for row in statement]
-    for row in distinct_rows:
-        g = group(row)
-        if g is not None:
-            for offset, i in enumerate(distinct):
-                components[g][i] = _as_int(row[n_keys + offset])
-    for _h, row in histogram_rows:
-        group(row)
-    histograms = [[[0] * h.candidates for h in query.histograms] for _ in keys]
-    for h, row in histogram_rows:
-        g = index.get(tuple(row[:n_keys]))
-        if g is not None:
-            histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1])
+    if distinct:
+        for row in statements.pop(0):
+            g = group(row)
+            if g is not None:
+                for offset, i in enumerate(distinct):
+                    components[g][i] = _as_int(row[n_keys + offset])
+    for h, statement in enumerate(statements):
+        for row in statement:
+            g = group(row)
+            if g is not None:
+                histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1])
     return Measurement(keys, components, units, histograms if query.histograms else [])
 
 

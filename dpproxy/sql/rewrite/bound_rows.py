@@ -114,7 +114,7 @@ def keep_rows_of_first_groups(
     rows = groups + _hash_order(ctx, ctx.salt + ":rows", [UNIT, *keys, *values], values)
     ranks = [
         (_window(exp.RowNumber(), [UNIT], rows), "__rn"),
-        (_window(exp.Anonymous(this="RANK"), [UNIT], groups), "__gstart"),
+        (_window(exp.Rank(), [UNIT], groups), "__gstart"),
         (_window(exp.DenseRank(), [UNIT], groups), "__gn"),
     ]
     within_rows = exp.LT(
