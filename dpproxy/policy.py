@@ -539,6 +539,19 @@ def _mapping(node: _Node, path: str, p: _Problems, *, example: str) -> dict[str,
     return None
 
 
+def _section(
+    node: _Node | None, path: str, p: _Problems, allowed: Sequence[str], *, example: str
+) -> dict[str, _Node] | None:
+    """The entries of an optional top-level section with known keys; None when it is absent, null
+    (a bare `defaults:`) or not a mapping (reported)."""
+    if node is None or (node.kind == "scalar" and node.value is None):
+        return None
+    entries = _mapping(node, path, p, example=example)
+    if entries is not None:
+        _check_keys(node, path, p, allowed)
+    return entries
+
+
 def _check_keys(
     node: _Node, path: str, p: _Problems, allowed: Sequence[str], *, refused: Mapping[str, str] | None = None
 ) -> None:
@@ -695,13 +708,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 
 def _parse_server(node: _Node | None, p: _Problems) -> ServerPolicy:
     base = ServerPolicy()
-    if node is None or (node.kind == "scalar" and node.value is None):
-        return base
-    entries = _mapping(node, "server", p, example="{auth_methods: [scram-sha-256]}")
-    if entries is None:
-        return base
-    _check_keys(node, "server", p, _SERVER_KEYS)
-    if "auth_methods" not in entries:
+    entries = _section(node, "server", p, _SERVER_KEYS, example="{auth_methods: [scram-sha-256]}")
+    if entries is None or "auth_methods" not in entries:
         return base
     child = entries["auth_methods"]
     known = ", ".join(m.value for m in AuthMethod)
@@ -733,12 +741,10 @@ def _parse_server(node: _Node | None, p: _Problems) -> ServerPolicy:
 
 def _parse_defaults(node: _Node | None, p: _Problems) -> Defaults:
     base = Defaults()
-    if node is None or (node.kind == "scalar" and node.value is None):
-        return base
-    entries = _mapping(node, "defaults", p, example="{epsilon: 0.5, delta: 1.0e-7, mechanism: laplace}")
+    example = "{epsilon: 0.5, delta: 1.0e-7, mechanism: laplace}"
+    entries = _section(node, "defaults", p, _DEFAULTS_KEYS, example=example)
     if entries is None:
         return base
-    _check_keys(node, "defaults", p, _DEFAULTS_KEYS)
     values: dict[str, Any] = {}
     for key in ("epsilon", "delta", "min_epsilon", "max_epsilon"):
         if key in entries:

@@ -179,14 +179,18 @@ class DuckDBBackend(Backend):
             return "unknown"
         return f"{stat.st_size}:{stat.st_mtime_ns}"
 
-    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+    def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
+        """Rows of a catalog query over one schema (the default one unless given)."""
         cursor = self._checkout()
         try:
-            found = cursor.execute(_CONSTRAINTS_SQL, [schema or self.default_schema]).fetchall()
+            return cursor.execute(sql, [schema or self.default_schema]).fetchall()
         except duckdb.Error as exc:
-            raise BackendError(f"DuckDB failed to list constraints: {exc}") from exc
+            raise BackendError(f"DuckDB failed to list {what}: {exc}") from exc
         finally:
             self._checkin(cursor)
+
+    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+        found = self._catalog_rows(_CONSTRAINTS_SQL, schema, "constraints")
         unique: dict[str, set[str]] = {}
         not_null: dict[str, set[str]] = {}
         for table_name, kind, columns in found:
@@ -199,18 +203,11 @@ class DuckDBBackend(Backend):
                 unique.setdefault(table_name, set()).add(columns[0])
             elif kind == "NOT NULL":
                 not_null.setdefault(table_name, set()).add(columns[0])
-        return {
-            t: cols & not_null.get(t, set()) for t, cols in unique.items() if cols & not_null.get(t, set())
-        }
+        enforced = {t: cols & not_null.get(t, set()) for t, cols in unique.items()}
+        return {t: cols for t, cols in enforced.items() if cols}
 
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
-        cursor = self._checkout()
-        try:
-            found = cursor.execute(_TABLES_SQL, [schema or self.default_schema]).fetchall()
-        except duckdb.Error as exc:
-            raise BackendError(f"DuckDB failed to list tables: {exc}") from exc
-        finally:
-            self._checkin(cursor)
+        found = self._catalog_rows(_TABLES_SQL, schema, "tables")
         tables: dict[str, list[LiveColumn]] = {}
         for table_name, column_name, data_type in found:
             tables.setdefault(table_name, []).append(

@@ -188,27 +188,25 @@ class PostgresBackend(Backend):
                 raise BackendError(f"PostgreSQL failed to read table statistics: {exc}") from exc
         raise AssertionError("unreachable")
 
-    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+    def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
+        """Rows of a catalog query over one schema (the default one unless given)."""
         try:
             with self._pool.connection() as conn:
-                found = conn.execute(_UNIQUE_SQL, [schema or self.default_schema]).fetchall()
+                return conn.execute(sql, [schema or self.default_schema]).fetchall()
         except PoolTimeout as exc:
             raise BackendUnreachable(f"no connection to {self.description} became free") from exc
         except psycopg.Error as exc:
-            raise BackendError(f"PostgreSQL failed to list constraints: {exc}") from exc
+            raise BackendError(f"PostgreSQL failed to list {what}: {exc}") from exc
+
+    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+        found = self._catalog_rows(_UNIQUE_SQL, schema, "constraints")
         unique: dict[str, set[str]] = {}
         for table_name, column_name in found:
             unique.setdefault(table_name, set()).add(column_name)
         return unique
 
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
-        try:
-            with self._pool.connection() as conn:
-                found = conn.execute(_TABLES_SQL, [schema or self.default_schema]).fetchall()
-        except PoolTimeout as exc:
-            raise BackendUnreachable(f"no connection to {self.description} became free") from exc
-        except psycopg.Error as exc:
-            raise BackendError(f"PostgreSQL failed to list tables: {exc}") from exc
+        found = self._catalog_rows(_TABLES_SQL, schema, "tables")
         tables: dict[str, list[LiveColumn]] = {}
         for table_name, column_name, sql_type in found:
             tables.setdefault(table_name, []).append(

@@ -812,22 +812,22 @@ def _date_from_binary(data: bytes) -> object:
         raise ValueOutOfRange("date out of range") from None
 
 
-def _timestamp_from_binary(data: bytes) -> object:
-    if len(data) != 8:
-        raise InvalidBinary("incorrect binary data format for type timestamp")
-    try:
-        return _PG_EPOCH + dt.timedelta(microseconds=_S_INT8.unpack(data)[0])
-    except OverflowError:
-        raise ValueOutOfRange("timestamp out of range") from None
+def _micros_since(epoch: dt.datetime, type_name: str) -> Callable[[bytes], object]:
+    """Decoder of timestamp[tz]: microseconds since 2000-01-01 (naive or UTC)."""
+
+    def decode(data: bytes) -> object:
+        if len(data) != 8:
+            raise InvalidBinary(f"incorrect binary data format for type {type_name}")
+        try:
+            return epoch + dt.timedelta(microseconds=_S_INT8.unpack(data)[0])
+        except OverflowError:
+            raise ValueOutOfRange("timestamp out of range") from None
+
+    return decode
 
 
-def _timestamptz_from_binary(data: bytes) -> object:
-    if len(data) != 8:
-        raise InvalidBinary("incorrect binary data format for type timestamptz")
-    try:
-        return _PG_EPOCH_TZ + dt.timedelta(microseconds=_S_INT8.unpack(data)[0])
-    except OverflowError:
-        raise ValueOutOfRange("timestamp out of range") from None
+_timestamp_from_binary = _micros_since(_PG_EPOCH, "timestamp")
+_timestamptz_from_binary = _micros_since(_PG_EPOCH_TZ, "timestamptz")
 
 
 def _time_from_binary(data: bytes) -> object:
