@@ -284,6 +284,21 @@ def test_a_median_over_public_keys_runs_the_row_pipeline_alone(engine: Engine) -
     assert all(0 <= r[1] <= 600 for r in result.rows)
 
 
+def test_without_a_main_statement_only_public_keys_are_released() -> None:
+    # Groups then come from the row pipeline's rows: a key there that is not a declared value (it
+    # cannot be, the rows are filtered, but were it) must never reach the answer.
+    from dpproxy.release import choose_groups
+
+    engine = Engine(load_policy(POLICY), None, dialect="duckdb")
+    plan = engine.plan("SELECT department, MEDIAN(duration_minutes) FROM visits GROUP BY 1", salt="s")
+    assert not plan.query.needs_main_statement
+    measured = plan.measure([("cardiology", 3, 7), ("a patient's secret", 4, 1)])
+    released = choose_groups(plan.query, measured, plan.noise)
+    declared = plan.query.keys[0].public_values
+    assert [k for (k,) in released.keys] == list(declared)
+    assert released.histograms[0][0][3] == 7 and all(sum(h[0]) == 0 for h in released.histograms[1:])
+
+
 def test_explain_touches_neither_data_nor_budget(tmp_path: Path) -> None:
     engine = Engine(load_policy(POLICY), None)
     explanation = engine.explain(
