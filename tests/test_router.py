@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dpproxy.errors import DPProxyError
-from dpproxy.wire.router import Kind, Statement, quote_identifier, route, split_statements
+from dpproxy.wire.router import Kind, SettingCall, Statement, quote_identifier, route, split_statements
 
 EXPOSED = ("patients", "visits", "zip_info")
 CAPTURED = Path(__file__).parent / "catalog_queries" / "captured.json"
@@ -365,3 +365,82 @@ def test_every_captured_client_statement_routes() -> None:
                 assert statement.kind is Kind.CATALOG, sql
     assert kinds[Kind.CATALOG] > 100
     assert {Kind.ENGINE, Kind.SESSION, Kind.TRANSACTION} <= set(kinds)
+
+
+# --- crashes and silent drops: SELECT set_config(…) is SET as a function ---------------------------
+
+SETTING_CALLS = [
+    (
+        "SELECT pg_catalog.set_config('search_path', '', false);",  # pg_dump
+        [SettingCall("set_config", ("search_path", "", "false"), "set_config")],
+    ),
+    (
+        "SELECT\n current_setting('jit') AS cur,\n set_config('jit', 'off', false) AS new",  # asyncpg
+        [
+            SettingCall("current_setting", ("jit",), "cur"),
+            SettingCall("set_config", ("jit", "off", "false"), "new"),
+        ],
+    ),
+    (
+        "select set_config('app.tenant', $1, false)",
+        [SettingCall("set_config", ("app.tenant", 1, "false"), "set_config")],
+    ),
+    (
+        "SELECT set_config('dpproxy.epsilon', '0.1'::text, 'true'::bool) eps, set_config($1, $2, $3) \"Both\"",
+        [
+            SettingCall("set_config", ("dpproxy.epsilon", "0.1", "true"), "eps"),
+            SettingCall("set_config", (1, 2, 3), "Both"),
+        ],
+    ),
+    ("SELECT set_config('x', NULL, NULL)", [SettingCall("set_config", ("x", None, None), "set_config")]),
+]
+
+
+@pytest.mark.parametrize(("sql", "calls"), SETTING_CALLS)
+def test_crashes_and_silent_drops_set_config_is_run_by_the_session(
+    sql: str, calls: list[SettingCall]
+) -> None:
+    # The shadow catalog cannot change a session: answering set_config there changed nothing.
+    statement = routed(sql)
+    assert (statement.kind, statement.action, statement.tag) == (Kind.SESSION, "set_config", "SELECT")
+    assert list(statement.calls) == calls
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        # Anything but constants and parameters, or anything else in the query: where the query goes,
+        # which refuses set_config (the catalog by name, the engine by its allow-list).
+        ("SELECT set_config('x', 'y', false) FROM pg_class", Kind.CATALOG),
+        ("SELECT set_config('x', upper('y'), false)", Kind.CATALOG),
+        ("SELECT set_config('x', 1, false)", Kind.CATALOG),  # no set_config(unknown, integer, …) either
+        ("SELECT set_config('x', 'y', false), 1", Kind.CATALOG),
+        ("SELECT set_config('x', 'y')", Kind.CATALOG),
+        ("SELECT set_config('x', 'y', false) from", Kind.CATALOG),
+        ("SELECT set_config('dpproxy.epsilon', '9', false) FROM patients", Kind.ENGINE),
+        ("SELECT current_setting('jit')", Kind.CATALOG),  # reading: the catalog knows the settings
+    ],
+)
+def test_crashes_and_silent_drops_other_uses_of_set_config_are_not_session_commands(
+    sql: str, kind: Kind
+) -> None:
+    assert routed(sql).kind is kind
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM patients WHERE age > $100000000",  # the engine would size its types by it
+        "SELECT $65536",
+        "SELECT set_config('x', $99999999999999, false)",
+    ],
+)
+def test_crashes_and_silent_drops_a_parameter_no_bind_could_give_is_refused(sql: str) -> None:
+    # Describe sized parameter lists by the highest $n: one Parse could make the proxy build a list
+    # of 10⁸ types. No Bind carries more than 65535 values (a 16-bit count).
+    with pytest.raises(DPProxyError) as caught:
+        routed(sql)
+    assert caught.value.sqlstate == "42P02"
+    assert "there is no parameter $" in caught.value.message
+    assert routed("SELECT $65535").kind is Kind.CATALOG
+    assert routed("SELECT '$100000000' AS price").kind is Kind.CATALOG  # text, not a parameter

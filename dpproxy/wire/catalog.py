@@ -19,7 +19,9 @@ cannot tell name from text. SQL sqlglot cannot parse still runs, typed by DuckDB
 
 It must never touch the data backend or the real database, never hold a row of an exposed table,
 and never show DuckDB's internals: its functions are refused and its errors become PostgreSQL's
-(42883, 42P01, 42703, 42704, 0A000).
+(42883, 42P01, 42703, 42704, 0A000). Nor may it answer as if it had done what it cannot do: a
+function that would act (change a setting, sleep, draw a random number, signal a backend, take a
+lock, write) is refused by name with what to do instead, never answered with a made-up value.
 
 The static half of the catalog (built-in types and functions, catalog relations and their
 columns, collations, access methods, settings' descriptions) is PostgreSQL 15's own, dumped once
@@ -52,6 +54,7 @@ from dpproxy.errors import (
     InvalidParameter,
     InvalidText,
     NotSupported,
+    PolicyViolation,
     QueryCanceled,
     SyntaxProblem,
     UndefinedColumn,
@@ -59,10 +62,12 @@ from dpproxy.errors import (
     UndefinedTable,
 )
 from dpproxy.wire.router import (
+    MAX_PARAMETERS,
     QUOTED_KEYWORDS,
     LexError,
     Token,
     TokenKind,
+    UndefinedParameter,
     quote_identifier,
     split_statements,
     tokenize,
@@ -363,7 +368,6 @@ def _macro_statements() -> tuple[str, ...]:
 
 UNKNOWN = 705  # an untyped literal; text once it reaches the output
 RECORD = 2249
-VOID = 2278
 # reg* values are OIDs inside the shadow (they compare with oid columns, as in PostgreSQL) and
 # names on the way out. __to_<name>(x) and __<name>_out(oid) are the macros that convert them.
 REG_TYPES = {
@@ -572,7 +576,7 @@ _RETURNS: dict[str, int] = {
             pg_get_triggerdef pg_get_functiondef pg_get_function_arguments pg_get_function_result
             pg_get_function_identity_arguments pg_get_statisticsobjdef_columns pg_get_partkeydef
             pg_get_ruledef pg_get_serial_sequence obj_description col_description shobj_description
-            set_config current_setting pg_size_pretty array_to_string quote_ident quote_literal
+            current_setting pg_size_pretty array_to_string quote_ident quote_literal
             quote_nullable string_agg listagg upper lower btrim ltrim rtrim trim substr substring replace
             concat concat_ws left right lpad rpad initcap repeat reverse split_part regexp_replace
             translate md5 to_char format pg_tablespace_location textcat chr encode host text"""
@@ -596,7 +600,7 @@ _RETURNS: dict[str, int] = {
             has_type_privilege has_language_privilege has_tablespace_privilege
             has_foreign_data_wrapper_privilege has_server_privilege pg_has_role pg_is_in_recovery
             pg_relation_is_publishable pg_is_other_temp_schema pg_jit_available row_security_active
-            bool_and bool_or every pg_cancel_backend pg_terminate_backend regexp_like starts_with"""
+            bool_and bool_or every regexp_like starts_with"""
         ),
         16,
     ),
@@ -611,7 +615,7 @@ _RETURNS: dict[str, int] = {
     **dict.fromkeys(
         _names(
             """pg_table_size pg_relation_size pg_total_relation_size pg_indexes_size pg_database_size
-            txid_current count row_number rank dense_rank ntile pg_stat_get_numscans
+            count row_number rank dense_rank ntile pg_stat_get_numscans
             pg_stat_get_tuples_returned pg_stat_get_tuples_fetched pg_stat_get_tuples_inserted
             pg_stat_get_tuples_updated pg_stat_get_tuples_deleted pg_stat_get_tuples_hot_updated
             pg_stat_get_live_tuples pg_stat_get_dead_tuples pg_stat_get_blocks_fetched pg_stat_get_blocks_hit
@@ -641,7 +645,6 @@ _RETURNS: dict[str, int] = {
     "to_regnamespace": 4089,
     "to_regrole": 4096,
     "pg_my_temp_schema": 26,
-    "pg_sleep": VOID,
     **{f"__to_{name}": oid for oid, name in REG_TYPES.items()},
 }
 
@@ -654,7 +657,6 @@ _ARGUMENTS: dict[str, tuple[int, ...]] = {
     **dict.fromkeys(_names("pg_table_size pg_relation_size pg_total_relation_size"), (2205,)),
     **dict.fromkeys(_names("array_upper array_lower array_length"), (2277, 23)),
     **dict.fromkeys(_names("pg_table_is_visible pg_type_is_visible pg_get_userbyid"), (26,)),
-    "set_config": (25, 25, 16),
     "current_setting": (25, 16),
     "format_type": (26, 23),
     "pg_get_expr": (194, 26, 16),
@@ -1316,9 +1318,117 @@ _RESERVED_LABELS = frozenset(
 _INTERNAL_FUNCTIONS = re.compile(
     r"\b(duckdb_\w+|pragma_\w+|read_\w+|glob|query|query_table|sniff_csv|parquet_\w+|iceberg_\w+|"
     r"delta_scan|json_execute_serialized_sql|which_secret|getvariable|enable_\w+|load_\w+|install_\w+|"
-    r"summarize|checkpoint|test_\w+|repeat_row|range|getenv|icu_\w+|arrow_scan\w*|seq_scan|python_\w+)\s*\(",
+    r"summarize|checkpoint|test_\w+|repeat_row|range|getenv|icu_\w+|arrow_scan\w*|seq_scan|python_\w+|"
+    # …and those that act (sleep, log, raise) or draw random numbers, under names PostgreSQL lacks.
+    r"sleep_ms|write_log|error|rand|uuid|uuidv4|uuidv7|current_connection_id|current_query_id|"
+    r"current_transaction_id|stats|vector_type)\s*\(",
     re.IGNORECASE,
 )
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Why the shadow refuses a PostgreSQL function that would act, and what to do instead."""
+
+    error: type[DPProxyError]
+    reason: str
+    hint: str
+
+    def exception(self, name: str) -> DPProxyError:
+        if self.error is PolicyViolation:  # PostgreSQL's words for a function the role may not call
+            return self.error(f"permission denied for function {name}: {self.reason}", hint=self.hint)
+        return self.error(f"{name}() is not supported: {self.reason}", hint=self.hint)
+
+
+def _refusals(names: str, error: type[DPProxyError], reason: str, hint: str) -> dict[str, _Refusal]:
+    return dict.fromkeys(_names(names), _Refusal(error, reason, hint))
+
+
+_ONLY_QUERIES = "dpproxy answers SELECT queries on the exposed tables and catalog queries"
+
+# PostgreSQL functions that do something rather than describe the catalog. A shadow that answered
+# them would answer as if it had done it (a setting changed, a sleep slept, a random number drawn,
+# a lock taken) while it did nothing. dpproxy does none of these for analysts' SQL, so each is
+# refused by name, with what works instead, even where PostgreSQL 15 would merely not know it.
+_REFUSED_FUNCTIONS: Mapping[str, _Refusal] = {
+    **_refusals(
+        "set_config",
+        NotSupported,
+        "dpproxy runs set_config only in a SELECT of set_config and current_setting calls alone, "
+        "with constants or parameters as arguments",
+        "send it on its own, e.g. SELECT set_config('dpproxy.epsilon', '0.1', false), "
+        "or use SET dpproxy.epsilon = 0.1 (SET LOCAL for is_local = true)",
+    ),
+    **_refusals(
+        "pg_sleep pg_sleep_for pg_sleep_until",
+        NotSupported,
+        "dpproxy does not offer timing functions",
+        "wait in the client instead",
+    ),
+    **_refusals(
+        "random setseed gen_random_uuid",
+        NotSupported,
+        "dpproxy draws no randomness for analysts' SQL",
+        "dpproxy adds the privacy noise to answers itself; draw other random numbers in the client",
+    ),
+    **_refusals(
+        "pg_cancel_backend",
+        NotSupported,
+        "a dpproxy session cannot signal other sessions",
+        "cancel your own running query with your client's cancel request (Ctrl-C in psql)",
+    ),
+    **_refusals(
+        "pg_terminate_backend",
+        NotSupported,
+        "a dpproxy session cannot signal other sessions",
+        "close the connection you want to end",
+    ),
+    **_refusals(
+        """txid_current txid_current_if_assigned txid_current_snapshot pg_current_xact_id
+        pg_current_xact_id_if_assigned pg_current_snapshot pg_export_snapshot""",
+        NotSupported,
+        "dpproxy is read-only and assigns no transaction IDs",
+        "BEGIN, COMMIT and ROLLBACK work as usual; dpproxy answers each query on its own",
+    ),
+    **_refusals(
+        "nextval currval setval lastval",
+        NotSupported,
+        "dpproxy is read-only and has no sequences",
+        _ONLY_QUERIES,
+    ),
+    **_refusals(
+        """pg_advisory_lock pg_advisory_lock_shared pg_advisory_unlock pg_advisory_unlock_shared
+        pg_advisory_unlock_all pg_advisory_xact_lock pg_advisory_xact_lock_shared pg_try_advisory_lock
+        pg_try_advisory_lock_shared pg_try_advisory_xact_lock pg_try_advisory_xact_lock_shared""",
+        NotSupported,
+        "dpproxy is read-only and takes no locks",
+        _ONLY_QUERIES,
+    ),
+    **_refusals("pg_notify", NotSupported, "dpproxy has no LISTEN/NOTIFY", _ONLY_QUERIES),
+    **_refusals(
+        """lo_create lo_creat lo_import lo_export lo_unlink lo_open lo_close lo_get lo_put lo_from_bytea
+        loread lowrite lo_lseek lo_lseek64 lo_tell lo_tell64 lo_truncate lo_truncate64""",
+        NotSupported,
+        "dpproxy has no large objects",
+        _ONLY_QUERIES,
+    ),
+    **_refusals(
+        "current_query",
+        NotSupported,
+        "the catalog runs a translation of the query, so the text it has is not the one you sent",
+        "your client has the text of the query it sent",
+    ),
+    **_refusals(
+        """pg_reload_conf pg_rotate_logfile pg_read_file pg_read_binary_file pg_ls_dir pg_stat_file
+        pg_ls_logdir pg_ls_waldir pg_ls_tmpdir pg_ls_archive_statusdir pg_switch_wal pg_promote
+        pg_create_restore_point pg_backup_start pg_backup_stop pg_stat_reset pg_stat_reset_shared
+        pg_stat_reset_single_table_counters pg_stat_reset_single_function_counters pg_stat_reset_slru
+        pg_log_backend_memory_contexts""",
+        PolicyViolation,
+        "a dpproxy analyst cannot reach the server's files, configuration, logs or statistics",
+        _ONLY_QUERIES + "; the operator runs the server",
+    ),
+}
 
 
 def _normalise_tokens(sql: str) -> str:
@@ -1404,14 +1514,42 @@ def _is_name(token: Token, name: str) -> bool:
 
 
 def _refuse_internals(sql: str) -> None:
-    """DuckDB's own table functions are not PostgreSQL's: asking for one gets 42883."""
-    scrubbed = " ".join("''" if t.kind is TokenKind.STRING else t.text for t in tokenize(sql))
+    """DuckDB's own table functions are not PostgreSQL's: asking for one gets 42883. A PostgreSQL
+    function that would act gets its refusal (_REFUSED_FUNCTIONS) before DuckDB sees the query,
+    whether or not DuckDB has a function of that name."""
+    tokens = tokenize(sql)
+    # DuckDB finds a function whatever the case of its name, quoted or not: so must this.
+    scrubbed = " ".join(
+        "''" if t.kind is TokenKind.STRING else t.value if t.kind is TokenKind.QUOTED else t.text
+        for t in tokens
+    )
     match = _INTERNAL_FUNCTIONS.search(scrubbed)
     if match:
         raise UndefinedFunction(
             f"function {match.group(1).lower()} does not exist",
             hint="the catalog answers PostgreSQL's catalog queries (pg_catalog, information_schema)",
         )
+    for i, token in enumerate(tokens[:-1]):
+        if token.kind not in (TokenKind.IDENT, TokenKind.QUOTED) or tokens[i + 1].text != "(":
+            continue
+        refusal = _REFUSED_FUNCTIONS.get(token.value.lower())
+        if refusal is not None and not (i and tokens[i - 1].is_word("as")):  # not FROM f() AS random(x)
+            raise refusal.exception(token.value.lower())
+
+
+def _parameter_count(sql: str) -> int:
+    """The highest $n of a query ($n inside a string is text, not a parameter).
+
+    Describe sizes the parameter list by it: `SELECT $100000000` would have the shadow build a list
+    of 10⁸ types and values for one Parse. No Bind can carry more than MAX_PARAMETERS values, so a
+    higher number is refused, as the router refuses it before a statement reaches the catalog.
+    """
+    count = max((int(t.text[1:]) for t in tokenize(sql) if t.kind is TokenKind.PARAM), default=0)
+    if count > MAX_PARAMETERS:
+        raise UndefinedParameter(
+            f"there is no parameter ${count}", hint=f"a statement takes at most {MAX_PARAMETERS} parameters"
+        )
+    return count
 
 
 def parse_pg_array(text: str) -> list[str | None]:
@@ -1495,6 +1633,7 @@ class _Translator:
         except LexError as exc:
             raise SyntaxProblem(str(exc)) from None
         _refuse_internals(normalised)
+        _parameter_count(normalised)  # refuses a $n no client could bind before anything is sized by it
         try:
             trees = sqlglot.parse(normalised, read="postgres")
         except Exception:  # sqlglot raises several error types on what it cannot parse
@@ -1528,7 +1667,7 @@ class _Translator:
         )
         text = re.sub(r"::\s*__pg_oid\s*\[\s*\]", "::UINTEGER[]", text)
         text = re.sub(r"::\s*oid\b", "::UINTEGER", text, flags=re.IGNORECASE)
-        count = max((int(m) for m in re.findall(r"\$(\d+)", text)), default=0)
+        count = _parameter_count(text)
         return Translation(text, None, (0,) * count, count)
 
     # -- rewrites ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """What a statement is: the one place that decides where SQL from a client goes (DESIGN §2).
 
     SET, SHOW, RESET, DISCARD, DEALLOCATE                → SESSION, answered by the session
+    SELECT set_config(…) [, current_setting(…) …]        → SESSION (set_config: SET as a function)
     BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE          → TRANSACTION
     DECLARE … CURSOR, FETCH, MOVE, CLOSE                 → CURSOR
     EXPLAIN <query on exposed tables>                    → EXPLAIN (engine.explain, never the database)
@@ -28,6 +29,13 @@ from sqlglot import exp
 
 from dpproxy.errors import DPProxyError, NotSupported, PolicyViolation, SyntaxProblem
 
+# A Bind message counts its values in 16 bits: no $n above this can ever be given a value.
+MAX_PARAMETERS = 65535
+
+
+class UndefinedParameter(DPProxyError):
+    sqlstate = "42P02"  # undefined_parameter
+
 
 class Kind(StrEnum):
     EMPTY = "empty"
@@ -39,19 +47,35 @@ class Kind(StrEnum):
     ENGINE = "engine"
 
 
+# A constant argument as text (None for NULL), or the number of the $n parameter that gives it.
+Argument = str | int | None
+
+
+@dataclass(frozen=True)
+class SettingCall:
+    """set_config(name, value, is_local) or current_setting(name [, missing_ok]) of a SELECT that calls
+    nothing else. The session runs these: set_config changes its settings, which the shadow catalog
+    can read but never change, and current_setting must see a change made earlier in the same row."""
+
+    function: str  # "set_config" | "current_setting"
+    arguments: tuple[Argument, ...]
+    label: str  # the result column's name: the function's, or the AS label
+
+
 @dataclass(frozen=True)
 class Statement:
     kind: Kind
     sql: str  # this one statement, without the trailing ';'
     tag: str  # CommandComplete verb (the session appends row counts where PostgreSQL does)
-    action: str | None = None  # SESSION: set|reset|show|discard|deallocate; TRANSACTION: begin|commit|
-    # rollback|savepoint|release|rollback_to; CURSOR: declare|fetch|move|close
+    action: str | None = None  # SESSION: set|reset|show|discard|deallocate|set_config; TRANSACTION:
+    # begin|commit|rollback|savepoint|release|rollback_to; CURSOR: declare|fetch|move|close
     name: str | None = None  # setting (lowercased), cursor, savepoint or prepared statement name; 'all'
     value: str | None = None  # SET value as PostgreSQL reports it; None for DEFAULT
     local: bool = False  # SET LOCAL, SET TRANSACTION …
     hold: bool = False  # DECLARE … WITH HOLD
     count: int | None = None  # FETCH/MOVE count; None means ALL
     inner: Statement | None = None  # DECLARE … FOR <inner>, EXPLAIN <inner>
+    calls: tuple[SettingCall, ...] = ()  # SESSION set_config: the SELECT list, in order
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,6 +454,13 @@ def route(sql: str, exposed: Collection[str]) -> Statement:
         raise SyntaxProblem(
             "cannot insert multiple commands into a prepared statement",
             hint="send one statement at a time, or use the simple query protocol",
+        )
+    # Describe sizes a statement's parameter list by its highest $n, in the engine and the catalog:
+    # `SELECT $100000000` must not have them build lists of 10⁸ types for one Parse message.
+    highest = max((int(t.text[1:]) for t in tokens if t.kind is TokenKind.PARAM), default=0)
+    if highest > MAX_PARAMETERS:
+        raise UndefinedParameter(
+            f"there is no parameter ${highest}", hint=f"a statement takes at most {MAX_PARAMETERS} parameters"
         )
     if not tokens:
         return Statement(Kind.EMPTY, text, "")
@@ -923,6 +954,9 @@ class _Router:
     # -- queries -------------------------------------------------------------------------------
 
     def query(self) -> Statement:
+        calls = self.setting_calls()
+        if calls is not None:
+            return Statement(Kind.SESSION, self.sql, "SELECT", "set_config", calls=calls)
         relations = _relations(self.sql, self.tokens)
         exposed, catalog, other = [], [], []
         for schema, name in relations:
@@ -940,6 +974,140 @@ class _Router:
             )
         kind = Kind.ENGINE if exposed or other else Kind.CATALOG
         return Statement(kind, self.sql, "SELECT")
+
+    # -- SELECT set_config(…) ---------------------------------------------------------------------
+
+    def setting_calls(self) -> tuple[SettingCall, ...] | None:
+        """The calls of `SELECT set_config(…) [AS label] [, current_setting(…) …]`, or None.
+
+        What clients send to change a setting through a query: pg_dump's
+        `SELECT pg_catalog.set_config('search_path', '', false)`, asyncpg's
+        `SELECT current_setting('jit') AS cur, set_config('jit', 'off', false) AS new`, applications'
+        `SELECT set_config('app.tenant', $1, false)`. Arguments must be constants or parameters, so
+        that the session can run the calls itself with SET's rules; any other use of set_config goes
+        where the rest of the query goes, and is refused there.
+        """
+        if not self.tokens[0].is_word("select"):
+            return None
+        self.pos = 1
+        calls: list[SettingCall] = []
+        while True:
+            call = self._setting_call()
+            if call is None:
+                return None
+            calls.append(call)
+            if self.at_end():
+                break
+            if not self._accept_op(","):
+                return None
+        if not any(call.function == "set_config" for call in calls):
+            return None  # current_setting alone reads, and the catalog answers it
+        return tuple(calls)
+
+    def _accept_op(self, text: str) -> bool:
+        token = self.peek()
+        if token is not None and token.kind is TokenKind.OP and token.text == text:
+            self.pos += 1
+            return True
+        return False
+
+    def _function_name(self) -> str | None:
+        """set_config or current_setting, optionally qualified by pg_catalog."""
+        token, dot = self.peek(), self.peek(1)
+        if (
+            token is not None
+            and token.kind in (TokenKind.IDENT, TokenKind.QUOTED)
+            and token.value == "pg_catalog"
+            and dot is not None
+            and dot.text == "."
+        ):
+            self.pos += 2
+            token = self.peek()
+        if token is None or token.kind not in (TokenKind.IDENT, TokenKind.QUOTED):
+            return None
+        if token.value not in _SETTING_FUNCTIONS:
+            return None
+        self.pos += 1
+        return token.value
+
+    def _setting_call(self) -> SettingCall | None:
+        function = self._function_name()
+        if function is None or not self._accept_op("("):
+            return None
+        kinds = _SETTING_FUNCTIONS[function]
+        arguments: list[Argument] = []
+        while True:
+            if len(arguments) == len(kinds):
+                return None
+            argument = self._constant_argument(kinds[len(arguments)])
+            if argument is False:
+                return None
+            arguments.append(argument)
+            if self._accept_op(")"):
+                break
+            if not self._accept_op(","):
+                return None
+        if len(arguments) < (3 if function == "set_config" else 1):
+            return None
+        label = function
+        token = self.peek()
+        if self.accept("as"):
+            token = self.peek()
+            if token is None or token.kind not in (TokenKind.IDENT, TokenKind.QUOTED):
+                return None
+            label = token.value
+            self.pos += 1
+        elif token is not None and token.kind in (TokenKind.IDENT, TokenKind.QUOTED):
+            if token.kind is TokenKind.IDENT and token.value in QUOTED_KEYWORDS:
+                return None  # FROM, WHERE …: not a label, so not a query this method reads
+            label = token.value
+            self.pos += 1
+        return SettingCall(function, tuple(arguments), label)
+
+    def _constant_argument(self, kind: str) -> Argument | bool:
+        """A string, NULL, $n or (for a boolean) TRUE/FALSE, with an optional cast to the argument's
+        own type; False for anything else. A number is not text to PostgreSQL either: there
+        set_config('x', 1, false) is a call of a function that does not exist."""
+        token = self.peek()
+        if token is None:
+            return False
+        value: Argument
+        if token.kind is TokenKind.STRING and token.text[0] not in "bBxX":  # not a bit string
+            value = token.value
+        elif token.kind is TokenKind.PARAM and int(token.text[1:]) >= 1:
+            value = int(token.text[1:])
+        elif token.is_word("null"):
+            value = None
+        elif kind == "boolean" and token.is_word("true", "false"):
+            value = token.value
+        else:
+            return False
+        self.pos += 1
+        if not self._accept_op("::"):
+            return value
+        if self.at_word("pg_catalog") and (dot := self.peek(1)) is not None and dot.text == ".":
+            self.pos += 2
+        if self.accept("character"):
+            type_name = "varchar" if self.accept("varying") else "character"
+        else:
+            type_token = self.peek()
+            if type_token is None or type_token.kind is not TokenKind.IDENT:
+                return False
+            type_name = type_token.value
+            self.pos += 1
+        return value if type_name in _CASTS[kind] else False
+
+
+# The functions `SELECT set_config(…)` may call, with the kind of each argument.
+_SETTING_FUNCTIONS = {
+    "set_config": ("text", "text", "boolean"),
+    "current_setting": ("text", "boolean"),
+}
+# Casts an argument may carry: to its own type, which changes nothing.
+_CASTS = {
+    "text": frozenset({"text", "varchar", "name"}),
+    "boolean": frozenset({"bool", "boolean"}),
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1147,11 +1315,14 @@ def is_catalog_relation(schema: str | None, name: str) -> bool:
 
 
 __all__ = [
+    "MAX_PARAMETERS",
     "DPProxyError",
     "Kind",
+    "SettingCall",
     "Statement",
     "Token",
     "TokenKind",
+    "UndefinedParameter",
     "quote_identifier",
     "route",
     "split_statements",

@@ -32,7 +32,14 @@ from typing import Any
 from dpproxy import __version__
 from dpproxy.backends import Cancellation
 from dpproxy.engine import Engine
-from dpproxy.errors import DPProxyError, InvalidParameter, NotSupported, PolicyViolation, SyntaxProblem
+from dpproxy.errors import (
+    DPProxyError,
+    InvalidParameter,
+    InvalidText,
+    NotSupported,
+    PolicyViolation,
+    SyntaxProblem,
+)
 from dpproxy.policy import AnalystPolicy
 from dpproxy.wire import codec
 from dpproxy.wire.auth import Authenticator, AuthExchange
@@ -48,7 +55,15 @@ from dpproxy.wire.codec import (
     ReadyForQuery,
     RowDescription,
 )
-from dpproxy.wire.router import Kind, Statement, route, split_statements
+from dpproxy.wire.router import (
+    Argument,
+    Kind,
+    SettingCall,
+    Statement,
+    UndefinedParameter,
+    route,
+    split_statements,
+)
 from dpproxy.wire.types import (
     TEXT_OID,
     InvalidBinary,
@@ -128,6 +143,14 @@ class InvalidAuthorization(DPProxyError):
 
 class InternalError(DPProxyError):
     sqlstate = "XX000"
+
+
+class NullValueNotAllowed(DPProxyError):
+    sqlstate = "22004"
+
+
+class InvalidName(DPProxyError):
+    sqlstate = "42602"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,6 +467,12 @@ class _Settings:
         self.session = dict(self.baseline)
         self.local.clear()
 
+    def snapshot(self) -> tuple[dict[str, str], dict[str, str]]:
+        return dict(self.session), dict(self.local)
+
+    def restore(self, snapshot: tuple[dict[str, str], dict[str, str]]) -> None:
+        self.session, self.local = dict(snapshot[0]), dict(snapshot[1])
+
     def begin(self) -> None:
         self._transaction = (dict(self.session), dict(self.local))
         self._savepoints.clear()
@@ -477,6 +506,61 @@ class _Settings:
         _, session, local = self._savepoints[i]
         self.session, self.local = dict(session), dict(local)
         del self._savepoints[i + 1 :]
+
+
+# set_config(text, text, boolean) and current_setting(text, boolean): a $n argument's type.
+_BOOL_OID = 16
+_SETTING_ARGUMENT_TYPES = {
+    "set_config": (TEXT_OID, TEXT_OID, _BOOL_OID),
+    "current_setting": (TEXT_OID, _BOOL_OID),
+}
+
+
+# A setting name as SET's grammar reads one: identifiers separated by dots.
+_SETTING_NAME = re.compile(
+    r"[a-z_\u0080-\uffff][a-z0-9_$\u0080-\uffff]*(?:\.[a-z_\u0080-\uffff][a-z0-9_$\u0080-\uffff]*)*"
+)
+
+
+def _setting_parameter_types(calls: Sequence[SettingCall], given: tuple[int, ...]) -> tuple[int, ...]:
+    """The types of a set_config statement's parameters: the client's, else the argument's."""
+    inferred: dict[int, int] = {}
+    for call in calls:
+        for argument, oid in zip(call.arguments, _SETTING_ARGUMENT_TYPES[call.function], strict=False):
+            if isinstance(argument, int):
+                inferred.setdefault(argument, oid)
+    count = max([*inferred, len(given)], default=0)
+    return tuple(
+        given[i] if i < len(given) and given[i] else inferred.get(i + 1, TEXT_OID) for i in range(count)
+    )
+
+
+def _bound(argument: Argument, parameters: Sequence[object]) -> object:
+    """A set_config argument's value: the constant, or the parameter's."""
+    if not isinstance(argument, int):
+        return argument
+    if not 1 <= argument <= len(parameters):
+        raise UndefinedParameter(f"there is no parameter ${argument}")
+    return parameters[argument - 1]
+
+
+def _as_text(value: object) -> str:
+    """A value as text, as PostgreSQL casts it (a boolean is true or false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _as_boolean(value: object) -> bool:
+    """A boolean argument: a decoded parameter, or text as PostgreSQL's boolean input reads it."""
+    if isinstance(value, bool):
+        return value
+    word = _as_text(value).strip().lower()
+    if word in ("t", "true", "y", "yes", "on", "1"):
+        return True
+    if word in ("f", "false", "n", "no", "off", "0"):
+        return False
+    raise InvalidText(f'invalid input syntax for type boolean: "{value}"')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -934,7 +1018,7 @@ class Session:
         if kind is Kind.CATALOG:
             return await self._run_catalog(statement.sql, parameters)
         if kind is Kind.SESSION:
-            return await self._session_command(statement)
+            return await self._session_command(statement, parameters)
         if kind is Kind.TRANSACTION:
             return self._transaction_command(statement)
         if kind is Kind.CURSOR:
@@ -969,12 +1053,15 @@ class Session:
         return Outcome("SELECT", columns, list(result.rows), notices, counted=True)
 
     def session_info(self) -> SessionInfo:
+        settings = self._settings.all()
+        # current_setting('dpproxy.epsilon') reads what SHOW shows: the ε the next query will use.
+        settings[EPSILON_SETTING] = self._effective_epsilon()
         return SessionInfo(
             user=self.user,
             database=self.database,
             application_name=self._settings.get("application_name") or "",
             backend_pid=self.process_id,
-            settings=MappingProxyType(self._settings.all()),
+            settings=MappingProxyType(settings),
         )
 
     async def _run_catalog(self, sql: str, parameters: Sequence[object]) -> Outcome:
@@ -998,8 +1085,10 @@ class Session:
 
     # -- session commands ------------------------------------------------------------------------
 
-    async def _session_command(self, statement: Statement) -> Outcome:
+    async def _session_command(self, statement: Statement, parameters: Sequence[object] = ()) -> Outcome:
         action = statement.action
+        if action == "set_config":
+            return self._setting_functions(statement.calls, parameters)
         # Setting names are case-insensitive; prepared statement names are not.
         name = (statement.name or "").lower() if action != "deallocate" else statement.name or ""
         if action == "set":
@@ -1029,7 +1118,8 @@ class Session:
             return Outcome(statement.tag or "DEALLOCATE")
         raise NotSupported(f"{statement.tag or 'this session command'} is not supported")
 
-    def _apply_setting(self, name: str, value: str, *, local: bool, baseline: bool = False) -> None:
+    def _apply_setting(self, name: str, value: str, *, local: bool, baseline: bool = False) -> str:
+        """SET: check the value as PostgreSQL would, store it, and return it as SHOW will show it."""
         name = name.lower()
         if name in ("role", "session_authorization"):
             raise PolicyViolation(
@@ -1049,7 +1139,7 @@ class Session:
             )
         elif name in READ_ONLY:
             if baseline and value == DEFAULT_SETTINGS.get(name):
-                return
+                return value
             raise CantChangeParameter(f'parameter "{_canonical(name)}" cannot be changed')
         else:
             check = _CHECKS.get(name)
@@ -1063,8 +1153,9 @@ class Session:
             local = local or name in TRANSACTION_MODES
             if local and self.status is TransactionStatus.IDLE:
                 # As PostgreSQL: SET LOCAL outside a block lasts for its own statement only.
-                return
+                return value
             self._settings.set(name, value, local=local)
+        return value
 
     def _reset_setting(self, name: str, *, local: bool) -> None:
         if name in READ_ONLY or name in ("role", "session_authorization", BUDGET_SETTING):
@@ -1107,17 +1198,65 @@ class Session:
             )
             names = ("epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining")
             return Outcome(tag, tuple(WireColumn(n, TEXT_OID) for n in names), [row])
-        if name == EPSILON_SETTING:
-            value = self._effective_epsilon()
-        else:
-            found = self._settings.get(name)
-            if found is None:
-                # What current_setting() reads in the catalog, SHOW reads too.
-                found = _CATALOG_SETTINGS.get(name)
-            if found is None:
-                raise UndefinedObject(f'unrecognized configuration parameter "{name}"')
-            value = found
+        value = self._setting_value(name)
         return Outcome(tag, (WireColumn(_canonical(name), TEXT_OID),), [(value,)])
+
+    def _setting_value(self, name: str, *, missing_ok: bool = False) -> str | None:
+        """One setting as SHOW and current_setting() read it; None when unknown and `missing_ok`."""
+        if name == EPSILON_SETTING:
+            return self._effective_epsilon()
+        found = self._settings.get(name)
+        if found is None:
+            # What current_setting() reads in the catalog, SHOW reads too.
+            found = _CATALOG_SETTINGS.get(name)
+        if found is None and not missing_ok:
+            hint = "SHOW dpproxy.budget reports the budget" if name == BUDGET_SETTING else None
+            raise UndefinedObject(f'unrecognized configuration parameter "{name}"', hint=hint)
+        return found
+
+    # -- SELECT set_config(…) -------------------------------------------------------------------
+
+    def _setting_functions(self, calls: Sequence[SettingCall], parameters: Sequence[object]) -> Outcome:
+        """`SELECT set_config(…), current_setting(…) …`, run here, left to right, as PostgreSQL does.
+
+        set_config(name, value, is_local) is SET as a function: the same names, checks and errors
+        (dpproxy.epsilon within the policy's limits, dpproxy.budget and read-only settings refused),
+        and it returns the new value as SHOW shows it. Done anywhere else (the shadow catalog, which
+        cannot change a session), it would change nothing while answering as if it had. A failing
+        call undoes the statement's earlier ones: a statement's effects are all or nothing.
+        """
+        saved = self._settings.snapshot()
+        row: list[object] = []
+        try:
+            for call in calls:
+                arguments = [_bound(argument, parameters) for argument in call.arguments]
+                if call.function == "set_config":
+                    row.append(self._set_config(*arguments))
+                else:
+                    row.append(self._current_setting(*arguments))
+        except DPProxyError:
+            self._settings.restore(saved)
+            raise
+        columns = tuple(WireColumn(call.label, TEXT_OID) for call in calls)
+        return Outcome("SELECT", columns, [tuple(row)], counted=True)
+
+    def _set_config(self, name: object, value: object, is_local: object) -> str | None:
+        if name is None:
+            raise NullValueNotAllowed("SET requires parameter name")
+        setting = _as_text(name).lower()
+        if not _SETTING_NAME.fullmatch(setting):
+            # SET could not name it either; it would only store a key nothing reads.
+            raise InvalidName(f'invalid configuration parameter name "{name}"')
+        local = _as_boolean(is_local) if is_local is not None else False
+        if value is None:  # as PostgreSQL: a NULL value resets the setting
+            self._reset_setting(setting, local=local)
+            return self._setting_value(setting, missing_ok=True)
+        return self._apply_setting(setting, _as_text(value), local=local)
+
+    def _current_setting(self, name: object, missing_ok: object = False) -> str | None:
+        if name is None or missing_ok is None:  # strict, as in PostgreSQL
+            return None
+        return self._setting_value(_as_text(name).lower(), missing_ok=_as_boolean(missing_ok))
 
     def _effective_epsilon(self) -> str:
         epsilon = self._epsilon
@@ -1289,6 +1428,9 @@ class Session:
     ) -> tuple[tuple[int, ...], tuple[WireColumn, ...] | str | None]:
         """Parameter types and result columns of a statement, without running it."""
         kind = statement.kind
+        if kind is Kind.SESSION and statement.action == "set_config":
+            columns = tuple(WireColumn(call.label, TEXT_OID) for call in statement.calls)
+            return _setting_parameter_types(statement.calls, given), columns
         if kind is Kind.ENGINE:
             return await self._describe_engine(statement.sql, given, with_columns=True)
         if kind is Kind.CATALOG:

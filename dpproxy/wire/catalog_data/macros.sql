@@ -11,6 +11,11 @@
 --
 -- Per-session values come from DuckDB variables set before each query: dp_user, dp_database,
 -- dp_pid, dp_settings (a map of lower-cased setting names), dp_started.
+--
+-- Only functions that describe are defined here. One that would act (set_config, pg_sleep, random,
+-- setseed, pg_cancel_backend, txid_current, nextval, pg_advisory_lock …) must not be: a macro could
+-- only pretend, answering a value while nothing happened. catalog.py refuses those by name before
+-- DuckDB sees the query, and the session runs SELECT set_config(…) itself.
 
 -- Identity ---------------------------------------------------------------------------------------
 
@@ -32,8 +37,6 @@ CREATE MACRO pg_get_userbyid(r) AS
 CREATE MACRO pg_postmaster_start_time() AS getvariable('dp_started');
 CREATE MACRO pg_conf_load_time() AS getvariable('dp_started');
 CREATE MACRO pg_is_in_recovery() AS false;
-CREATE MACRO txid_current() AS CAST(750 AS BIGINT);
-CREATE MACRO pg_current_xact_id() AS CAST(750 AS UBIGINT);
 CREATE MACRO inet_server_addr() AS CAST(NULL AS VARCHAR);
 CREATE MACRO inet_client_addr() AS CAST(NULL AS VARCHAR);
 CREATE MACRO inet_server_port() AS CAST(NULL AS INTEGER);
@@ -42,9 +45,6 @@ CREATE MACRO pg_my_temp_schema() AS CAST(0 AS UINTEGER);
 CREATE MACRO pg_is_other_temp_schema(o) AS false;
 CREATE MACRO pg_jit_available() AS false;
 CREATE MACRO row_security_active(t) AS false;
-CREATE MACRO pg_cancel_backend(p) AS false;
-CREATE MACRO pg_terminate_backend(p) AS false, (p, t) AS false;
-CREATE MACRO pg_sleep(s) AS CAST(NULL AS VARCHAR);
 
 -- Text -------------------------------------------------------------------------------------------
 
@@ -60,9 +60,8 @@ CREATE MACRO pg_char_to_encoding(n) AS
 CREATE MACRO pg_client_encoding() AS 'UTF8';
 CREATE MACRO getdatabaseencoding() AS 'UTF8';
 
--- Settings: the session's values, over PostgreSQL's defaults ------------------------------------
+-- Settings, read only: the session's values, over PostgreSQL's defaults ---------------------------
 
-CREATE MACRO set_config(n, v, l) AS v;
 CREATE MACRO current_setting(n) AS
     coalesce(getvariable('dp_settings')[lower(n)],
              error('dpproxy:42704:unrecognized configuration parameter "' || n || '"')),
