@@ -13,10 +13,10 @@ Two rules keep it honest:
   (exact, no floating-point noise, so no Mironov-style attacks), exact exponential / Gumbel noise for
   report-noisy-max, and exact Bernoulli coins for randomized response, all drawing from the OS CSPRNG.
 * Every privacy cost is read from an OpenDP measurement's privacy map (`meas.map(d_in)`). Textbook
-  formulas (REFERENCES.md) only give a starting parameter; the map then has the last word, and the
-  parameter is nudged until the map says the cost fits. OpenDP rounds maps up (`map(3)` at Laplace
-  scale 10 is 0.30000000000000004), so the nudging is not cosmetic. Two known OpenDP bugs are worked
-  around, still with OpenDP's own maps: see _THRESHOLD_MAP_SHIFT.
+  formulas (Laplace b = Δ/ε, Gaussian σ = Δ/√(2ρ)) only give a starting parameter; the map then has
+  the last word, and the parameter is nudged until the map says the cost fits. OpenDP rounds maps up
+  (`map(3)` at Laplace scale 10 is 0.30000000000000004), so the nudging is not cosmetic. Two known
+  OpenDP bugs are worked around, still with OpenDP's own maps: see _THRESHOLD_MAP_SHIFT.
 
 Released values live on an integer grid (counts, integer sums, fixed-point sums scaled by 10^s), so
 noise is an integer vector that callers add with Python ints: no saturation, no rounding. Selectors
@@ -323,6 +323,16 @@ def _gaussian_error(scale: float, alpha: float = ERROR_ALPHA) -> float:
     return float(math.ceil(dp.gaussian_scale_to_accuracy(scale, alpha)))
 
 
+def component_alpha(components: int) -> float:
+    """The significance each of `components` noisy values gets when one released figure is derived
+    from all of them (AVG from a sum and a count; VAR and STDDEV from three): by the union bound,
+    all of them lie within their error_at(component_alpha(k)) together with probability
+    >= 1 − ERROR_ALPHA, so the figure's ± derived from those bounds is a true 95% bound. Bounding
+    each at 95% instead would only guarantee 1 − k·5% jointly (90% for AVG, 85% for VAR)."""
+    _check_count("the number of noisy components", components)
+    return ERROR_ALPHA / components
+
+
 def _check_unit_limits(sensitivity: int, max_groups: int) -> None:
     for name, value in (("sensitivity", sensitivity), ("max_groups", max_groups)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -349,7 +359,7 @@ def _check_count(name: str, value: int, minimum: int = 1) -> None:
 def laplace_noise(sensitivity: int, max_groups: int, epsilon: float) -> NoiseSpec:
     """Discrete Laplace noise whose OpenDP map, at L1 = g·sensitivity, is at most epsilon.
 
-    Starts at b = L1/ε (REFERENCES.md) and nudges b up until the map agrees.
+    Starts at the textbook b = L1/ε (Dwork & Roth 2014) and nudges b up until the map agrees.
     """
     _check_unit_limits(sensitivity, max_groups)
     _check_positive("epsilon", epsilon)
@@ -526,7 +536,7 @@ def _gaussian_selection_map(max_groups: int, scale: float, threshold: int) -> tu
 
 
 def _wilson_threshold(max_groups: int, scale: float, delta: float) -> int:
-    """τ = 1 + b·ln(g/(2δ)) rounded up (REFERENCES.md, Wilson et al. 2020); at least 2.
+    """τ = 1 + b·ln(g/(2δ)) rounded up (Wilson et al. 2020); at least 2.
 
     At least 2 because a group of one unit must not be released for sure, and because the shifted
     map (see _THRESHOLD_MAP_SHIFT) needs a threshold of at least the l-infinity distance, 1.

@@ -31,6 +31,7 @@ from dpproxy.mechanisms import (
     SelectorRequest,
     TopKRequest,
     TopKSpec,
+    component_alpha,
     converted_epsilon,
     gaussian_noise,
     gaussian_partition_selection,
@@ -246,7 +247,7 @@ def test_laplace_cost_is_the_sum_of_opendp_maps(
         # A measurement built here, independently, agrees on the cost of the planned scale.
         measurement = dp.m.make_laplace(I64_VECTORS, dp.l1_distance(T="i64"), scale=column.scale)
         assert measurement.map(d_in) == column.epsilon <= share
-        # b = Δ₁/ε (REFERENCES.md), up to the tiny nudge that makes OpenDP's rounded-up map fit.
+        # b = Δ₁/ε (Dwork & Roth 2014), up to the tiny nudge that makes OpenDP's rounded-up map fit.
         assert column.scale >= d_in / share * (1 - 1e-15)
         assert column.scale == pytest.approx(d_in / share, rel=1e-12)
         maps.append(column.epsilon)
@@ -318,7 +319,7 @@ def test_gaussian_columns_are_calibrated_by_opendp_maps_and_converted_by_opendp(
         assert column.d_in == pytest.approx(math.sqrt(max_groups) * sensitivity, rel=1e-15)
         measurement = dp.m.make_gaussian(I64_VECTORS, dp.l2_distance(T="f64"), scale=column.scale)
         assert measurement.map(column.d_in) == column.rho
-        # σ² = Δ₂²/(2ρ) (REFERENCES.md), up to the nudge.
+        # σ² = Δ₂²/(2ρ) (Bun & Steinke 2016), up to the nudge.
         assert column.scale == pytest.approx(column.d_in / math.sqrt(2 * column.rho), rel=1e-12)
         assert column.epsilon == 0.0
         rhos.append(column.rho)
@@ -344,7 +345,7 @@ def test_zcdp_conversion_is_opendps_and_beats_the_bun_steinke_bound(rho: float, 
     d_in = sigma * math.sqrt(2 * rho)
     expected, _ = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(gaussian), delta).map(d_in)
     assert epsilon == pytest.approx(expected, rel=1e-9)
-    assert epsilon <= rho + 2 * math.sqrt(rho * math.log(1 / delta))  # REFERENCES.md, Prop. 1.3
+    assert epsilon <= rho + 2 * math.sqrt(rho * math.log(1 / delta))  # Bun & Steinke 2016, Prop. 1.3
     assert zcdp_to_approx_dp(rho * 1.01, delta) > epsilon
 
 
@@ -483,6 +484,28 @@ def test_gaussian_error95_keeps_its_promise_at_every_scale(sigma: float) -> None
     support, probabilities = gaussian_probabilities(sigma)
     assert float(probabilities[np.abs(support) <= e].sum()) >= 0.95
     assert e <= 1.96 * sigma + 2  # not needlessly wide, on either side of the helper switch
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+@pytest.mark.parametrize("scale", [0.7, 3.0, 123.4, 25_000.0])
+def test_error_at_a_split_level_keeps_its_promise_so_k_bounds_hold_together(parts: int, scale: float) -> None:
+    """A figure derived from k noisy components bounds each at 1 − 5%/k: each bound keeps that
+    promise exactly as error95 keeps 95%, so all k hold together with probability >= 95%."""
+    alpha = component_alpha(parts)
+    assert alpha == pytest.approx(0.05 / parts)
+    laplace = NoiseSpec(LAPLACE, 1, 1, scale, 1.0, 1.0 / scale, 0.0)
+    e = laplace.error_at(alpha)
+    assert laplace_coverage(scale, e) >= 1 - alpha and e >= laplace.error95()
+    assert laplace_coverage(scale, e - 1) < 1 - alpha or e == 0
+    if scale <= 200:
+        gaussian = NoiseSpec(GAUSSIAN, 1, 1, scale, 1.0, 0.0, 1 / (2 * scale**2))
+        support, probabilities = gaussian_probabilities(scale)
+        assert float(probabilities[np.abs(support) <= gaussian.error_at(alpha)].sum()) >= 1 - alpha
+
+
+def test_component_alpha_needs_at_least_one_component() -> None:
+    with pytest.raises(InvalidParameter):
+        component_alpha(0)
 
 
 def test_gaussian_error95_is_fast_at_huge_scales() -> None:
