@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from sqlglot import exp
-
 from dpproxy.backends import (
     Backend,
     BackendError,
@@ -550,18 +548,27 @@ class Engine:
             self.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
         return result
 
-    def _replay_key(self, plan: Plan) -> str | None:
-        """Same normalised statement (parameters bound), same ε and δ, same policy, same data version."""
-        assert self.backend is not None
-        tables = sorted(_tables_read(plan.query), key=lambda t: (t[0] or "", t[1]))
-        try:
-            version = self.backend.data_version(tables)
-        except BackendUnreachable:
-            raise BackendUnavailable("cannot reach the backing database; nothing was charged") from None
-        except BackendError:
-            return None  # no version, no replay: the query is simply answered and charged
+    def _replay_key(self, plan: Plan) -> str:
+        """The policy, the normalised statement (parameters bound), ε, δ and the operator's data epoch.
+
+        Nothing else, and nothing read from the database: no table statistics, no file times, and no
+        call to the backend at all. Whether a repeat is free (a stored answer) or charged (a fresh one)
+        is a bit the analyst sees; keyed this way it says only whether this analyst asked this very
+        question in this epoch before (and whether its answer was since evicted among their own oldest,
+        or forgotten by an operator's reset), which they already know. A key that followed the data
+        would say, for free and with certainty, whether a table was written in between (rolled-back
+        writes included): in a rarely written table, when one person arrived. The price is that within
+        an epoch a repeat gets the answer from before any write; `defaults.data_epoch` says when the
+        operator wants new answers.
+        """
         material = json.dumps(
-            [self._policy_digest, plan.query.text, repr(plan.epsilon), repr(plan.delta), version]
+            [
+                self._policy_digest,
+                plan.query.text,
+                repr(plan.epsilon),
+                repr(plan.delta),
+                self.policy.defaults.data_epoch,
+            ]
         )
         return hashlib.sha256(material.encode()).hexdigest()
 
@@ -623,7 +630,14 @@ class Engine:
         return Result(columns, rows)
 
     def run(self, plan: Plan, *, analyst: AnalystPolicy, cancel: Cancellation | None = None) -> Result:
-        """Reserve the plan's cost, run it, noise it, commit the cost."""
+        """Reserve the plan's cost, run it, noise it, commit the cost.
+
+        The charge stands as soon as any statement of the plan has been sent to the backend, whatever
+        happens next: a cancel, a lost connection or a failure after that point can depend on the data
+        the statements already read (a cancel timed between two statements would otherwise tell, for
+        free, whether the first one failed). Only a failure before the first statement was sent
+        (BackendUnreachable, or QueryCancelled with started=False, on the first) releases the cost.
+        """
         backend = self._backend()
         limit = Cost(analyst.epsilon, analyst.delta)
         reservation = None
@@ -635,18 +649,20 @@ class Engine:
                 statement=plan.query.text,
                 accounting=self.policy.defaults.accounting,
             )
+        row_sets: list[list[tuple]] = []
         try:
-            row_sets = [backend.run(sql, cancel=cancel) for sql in plan.statements]
-        except BackendUnreachable:
+            for sql in plan.statements:
+                row_sets.append(backend.run(sql, cancel=cancel))
+        except (BackendUnreachable, QueryCancelled) as failure:
+            # Unreachable and not-started cancels are raised before their statement is sent.
+            sent = bool(row_sets) or (isinstance(failure, QueryCancelled) and failure.started)
             if reservation is not None:
-                self.ledger.release(reservation)  # type: ignore[union-attr]
-            raise BackendUnavailable("cannot reach the backing database; nothing was charged") from None
-        except QueryCancelled as cancelled:
-            if reservation is not None:
-                finish = self.ledger.commit if cancelled.started else self.ledger.release  # type: ignore[union-attr]
+                finish = self.ledger.commit if sent else self.ledger.release  # type: ignore[union-attr]
                 finish(reservation)
-            charged = "its privacy cost has been charged" if cancelled.started else "nothing was charged"
-            raise QueryCanceled(f"canceling statement due to user request; {charged}") from None
+            charged = "its privacy cost has been charged" if sent else "nothing was charged"
+            if isinstance(failure, QueryCancelled):
+                raise QueryCanceled(f"canceling statement due to user request; {charged}") from None
+            raise BackendUnavailable(f"cannot reach the backing database; {charged}") from None
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
@@ -687,20 +703,6 @@ class Engine:
             else:
                 columns.append(ResultColumn(output.name, output.type, error))
         return Result(tuple(columns), out_rows)
-
-
-def _tables_read(query: PrivateQuery) -> set[tuple[str | None, str]]:
-    """Every physical table a private query reads (its sources, derived sources' inner tables,
-    public tables of IN-subqueries)."""
-    nodes = [s.item for s in query.relation.sources]
-    if query.where is not None:
-        nodes.append(query.where)
-    tables: set[tuple[str | None, str]] = set()
-    for node in nodes:
-        candidates = [node] if isinstance(node, exp.Table) else list(node.find_all(exp.Table))
-        for table in candidates:
-            tables.add((table.args["db"].name if table.args.get("db") else None, table.name))
-    return tables
 
 
 _TAGS: dict[type, str] = {Decimal: "numeric", float: "float", dt.date: "date", dt.datetime: "timestamp"}

@@ -180,9 +180,14 @@ class Defaults:
     min_epsilon: float = 0.001  # limits on what a call or session may ask for
     max_epsilon: float = 1.0
     accounting: str = "pure"  # one of ACCOUNTING
-    # A repeated query (same normalised statement, parameters, ε and data version) gets its stored
-    # answer back, free of charge.
+    # A repeated query (same normalised statement, parameters, ε, policy and data epoch) gets its
+    # stored answer back, free of charge.
     replay: bool = True
+    # The operator's name for the current state of the data (a whole number or text such as a date).
+    # Stored answers are replayed only within one epoch: bumping it after the data changed makes
+    # repeats be answered afresh. Nothing read from the database takes its place, since whether a
+    # repeat is free would then tell analysts when a table was written.
+    data_epoch: int | str = 0
 
 
 @dataclass(frozen=True)
@@ -599,7 +604,16 @@ def _check_names(node: _Node, path: str, p: _Problems, *, kind: str) -> None:
 
 _TOP_KEYS = ("version", "defaults", "analysts", "tables", "server")
 _SERVER_KEYS = ("auth_methods",)
-_DEFAULTS_KEYS = ("epsilon", "delta", "mechanism", "min_epsilon", "max_epsilon", "accounting", "replay")
+_DEFAULTS_KEYS = (
+    "epsilon",
+    "delta",
+    "mechanism",
+    "min_epsilon",
+    "max_epsilon",
+    "accounting",
+    "replay",
+    "data_epoch",
+)
 _ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query", "md5_password")
 _MD5_HASH = re.compile(r"md5[0-9a-f]{32}")
 _PROTECTED_TABLE_KEYS = (
@@ -771,6 +785,8 @@ def _parse_defaults(node: _Node | None, p: _Problems) -> Defaults:
             p.add(child.line, "defaults.accounting", f"unknown accounting `{name}`", "write pure or zcdp")
     if "replay" in entries:
         values["replay"] = _boolean(entries["replay"], "defaults.replay", p)
+    if "data_epoch" in entries:
+        values["data_epoch"] = _data_epoch(entries["data_epoch"], "defaults.data_epoch", p)
     ok = {key: value for key, value in values.items() if value is not None}
     if ok.get("accounting") == "zcdp":
         # zCDP composes Gaussian noise: it is the mechanism unless the policy says otherwise.
@@ -832,6 +848,25 @@ def _parse_defaults(node: _Node | None, p: _Problems) -> Defaults:
             "change the values so that min_epsilon <= epsilon <= max_epsilon",
         )
     return merged
+
+
+MAX_DATA_EPOCH_LENGTH = 100
+
+
+def _data_epoch(node: _Node, path: str, p: _Problems) -> int | str | None:
+    """A whole number, or text (an unquoted date is taken as written). Booleans and fractions are
+    refused: `true` or `1.5` read as one thing and may be meant as another (`yes`, `1.50`)."""
+    fix = 'write a whole number such as 1, or text such as "2024-06-01"'
+    if node.kind == "scalar" and node.plain and _INTEGER_TEXT.fullmatch(node.text):
+        return int(node.text)
+    numeric = node.plain and _DECIMAL_TEXT.fullmatch(node.text) is not None
+    if node.kind != "scalar" or node.value is None or isinstance(node.value, bool | float) or numeric:
+        p.add(node.line, path, f"expected a whole number or text, found {node.describe()}", fix)
+        return None
+    if not node.text.strip() or len(node.text) > MAX_DATA_EPOCH_LENGTH:
+        p.add(node.line, path, f"must be text of 1 to {MAX_DATA_EPOCH_LENGTH} characters", fix)
+        return None
+    return node.text
 
 
 def _parse_analysts(node: _Node | None, defaults: Defaults, p: _Problems) -> tuple[AnalystPolicy, ...]:

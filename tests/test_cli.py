@@ -53,6 +53,27 @@ def test_query_prints_the_noisy_table_its_cost_and_the_budget_left(demo_copy: Pa
     assert code == 0 and out.splitlines()[2].split()[:3] == ["alice", "|", "0.5"]
 
 
+def test_query_replay_epoch_repeats_are_free_until_the_operator_bumps_it(
+    demo_copy: Path, tmp_path: Path
+) -> None:
+    ledger = str(tmp_path / "ledger.sqlite")
+    bumped = tmp_path / "bumped.yaml"
+    bumped.write_text(POLICY.read_text().replace("  data_epoch: 0\n", "  data_epoch: 1\n"))
+
+    def query(policy: Path) -> str:
+        args = ("--backend", str(demo_copy), "--analyst", "alice", "--ledger", ledger)
+        code, out, _ = run("query", "--policy", str(policy), *args, "SELECT COUNT(*) FROM patients")
+        assert code == 0, out
+        return out
+
+    assert "this query spent ε=0.5" in query(POLICY)
+    assert "its stored answer costs nothing" in query(POLICY)
+    assert "this query spent ε=0.5" in query(bumped)
+    assert "its stored answer costs nothing" in query(bumped)
+    code, out, _ = run("budget", "show", "--policy", str(POLICY), "--ledger", ledger, "alice")
+    assert code == 0 and out.splitlines()[2].split()[:3] == ["alice", "|", "1"]
+
+
 def test_query_refusals_show_the_sqlstate_and_the_hint(demo_copy: Path, tmp_path: Path) -> None:
     code, _, err = run(
         "query",

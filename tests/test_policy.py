@@ -707,6 +707,37 @@ def test_bad_accounting_and_replay_are_rejected(defaults, path, fragments):
     )
 
 
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ("3", 3),
+        ("-1", -1),
+        ("0", 0),
+        ('"3"', "3"),  # text: another epoch than the number 3
+        ("2024-06-01", "2024-06-01"),  # an unquoted date is taken as written
+        ("june-refresh", "june-refresh"),
+        ("'yes'", "yes"),
+    ],
+)
+def test_replay_epoch_is_a_whole_number_or_text(written, expected):
+    assert Defaults().data_epoch == 0 and load(TABLE).defaults.data_epoch == 0
+    defaults = load(
+        f"version: 1\ndefaults: {{data_epoch: {written}}}\ntables: {{t: {{public: true}}}}\n"
+    ).defaults
+    assert defaults.data_epoch == expected and type(defaults.data_epoch) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["1.5", "1e3", "true", "yes", "null", ".inf", "[1]", "{a: 1}", '""', '"   "', '"' + "x" * 101 + '"'],
+)
+def test_replay_epoch_bad_values_are_rejected(written):
+    text = (
+        f"version: 1\ndefaults:\n  epsilon: 0.5\n  data_epoch: {written}\ntables: {{t: {{public: true}}}}\n"
+    )
+    only_problem(text, 4, "defaults.data_epoch", "whole number", 'text such as "2024-06-01"')
+
+
 def test_zcdp_problems_name_their_own_lines_and_every_analyst_needs_delta():
     text = """
         version: 1

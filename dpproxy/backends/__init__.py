@@ -20,7 +20,7 @@ import os
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -100,18 +100,13 @@ class Backend(ABC):
         the cancellation came before the query was sent)."""
 
     @abstractmethod
-    def data_version(self, tables: Sequence[tuple[str | None, str]]) -> str:
-        """A token that changes when the data of these (schema, table)s may have changed.
-
-        For free replay: a stored answer is returned only while the token is the same. A token that
-        changes too often only costs a re-charge, one that lags only returns an answer computed on
-        slightly older data; neither reveals anything.
-        """
-
-    @abstractmethod
     def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
         """Per table, the columns the database guarantees unique and not NULL on their own
-        (a one-column PRIMARY KEY, or a one-column UNIQUE constraint on a NOT NULL column)."""
+        (a one-column PRIMARY KEY, or a one-column UNIQUE constraint on a NOT NULL column).
+
+        The engine then takes each row read by a plain `FROM table` to be a different person and skips
+        per-person bounding, so a column reported here must be unique over every such row, under the
+        equality SQL groups and joins it by: when in doubt, leave it out (that costs only speed and noise)."""
 
     @abstractmethod
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
@@ -59,11 +59,24 @@ ORDER BY c.table_name, c.ordinal_position
 """
 
 
-_CONSTRAINTS_SQL = """
-SELECT table_name, constraint_type, constraint_column_names
-FROM duckdb_constraints()
-WHERE database_name = current_database() AND schema_name = ?
-  AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'NOT NULL')
+# One-column PRIMARY KEY, UNIQUE and NOT NULL constraints, each with whether its column may compare
+# under a collation. DuckDB's unique indexes compare the bytes while GROUP BY and joins compare under
+# the column's collation (COLLATE NOCASE, or the `default_collation` setting): a primary key admits
+# 'A' and 'a', which SQL then takes for one person. Only VARCHAR columns take a collation, and a
+# table's `sql` is rebuilt from the catalog, so a COLLATE anywhere in it marks its text columns.
+_CONSTRAINTS_SQL = r"""
+SELECT k.table_name, k.constraint_type, k.constraint_column_names,
+       coalesce(
+           c.data_type = 'VARCHAR'
+           AND (regexp_matches(t.sql, '\bCOLLATE\b', 'i') OR current_setting('default_collation') <> ''),
+           true
+       ) AS collated
+FROM duckdb_constraints() AS k
+JOIN duckdb_tables() AS t ON t.table_oid = k.table_oid
+LEFT JOIN duckdb_columns() AS c
+  ON c.table_oid = k.table_oid AND c.column_name = k.constraint_column_names[1]
+WHERE k.database_name = current_database() AND k.schema_name = ?
+  AND k.constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'NOT NULL')
 """
 
 
@@ -82,14 +95,12 @@ class DuckDBBackend(Backend):
         *,
         statement_timeout_ms: int | None = DEFAULT_STATEMENT_TIMEOUT_MS,
     ) -> None:
-        self._path: Path | None = None
         if isinstance(database, duckdb.DuckDBPyConnection):
             self._conn = database
             _lock_down(self._conn)
             self.description = "DuckDB connection"
         else:
             path = Path(database)
-            self._path = path
             self.description = f"DuckDB file {path}"
             try:
                 # DuckDB applies connect-time settings in its own order, and refuses temp_directory
@@ -168,17 +179,6 @@ class DuckDBBackend(Backend):
             rows = [_decimals_to_int(row, integral) for row in rows]
         return rows
 
-    def data_version(self, tables: Sequence[tuple[str | None, str]]) -> str:
-        """The database file's size and modification time: it is opened read-only, so its data
-        changes only when the file is replaced or rewritten (an in-memory database never changes)."""
-        if self._path is None:
-            return "memory"
-        try:
-            stat = self._path.stat()
-        except OSError:
-            return "unknown"
-        return f"{stat.st_size}:{stat.st_mtime_ns}"
-
     def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
         """Rows of a catalog query over one schema (the default one unless given)."""
         cursor = self._checkout()
@@ -193,8 +193,8 @@ class DuckDBBackend(Backend):
         found = self._catalog_rows(_CONSTRAINTS_SQL, schema, "constraints")
         unique: dict[str, set[str]] = {}
         not_null: dict[str, set[str]] = {}
-        for table_name, kind, columns in found:
-            if len(columns) != 1:
+        for table_name, kind, columns, collated in found:
+            if len(columns) != 1 or (collated and kind != "NOT NULL"):
                 continue
             if kind == "PRIMARY KEY":
                 unique.setdefault(table_name, set()).add(columns[0])

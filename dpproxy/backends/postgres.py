@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import math
 import struct
-from collections.abc import Sequence
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
@@ -46,26 +45,39 @@ WHERE n.nspname = %s
 ORDER BY c.relname, a.attnum
 """
 
-# One-column unique indexes (primary keys and unique constraints make one) without a predicate or
-# an expression, on a NOT NULL column.
+# Columns PostgreSQL keeps unique over every row a plain `FROM table` reads (without ONLY), under the
+# equality GROUP BY and joins use. Each condition closes a way to get two rows of one unit value:
+# - an ordinary table ('r') with no inheritance children: a parent's index covers its own rows only,
+#   while reading it includes its children's. A partitioned table ('p') only through an index on the
+#   partitioned table itself: PostgreSQL 15 requires such an index to contain the partition key (so
+#   with one column, the partition key is that column and partitions hold disjoint values), keeps it
+#   invalid until every partition has a matching index, and refuses foreign-table partitions under
+#   it. A partition's own index covers only that partition. Views, materialized views and foreign
+#   tables never count, whatever their indexes;
+# - a valid, live index (not one half-built by a failed CREATE INDEX CONCURRENTLY, nor being dropped),
+#   with one key column (INCLUDE columns do not take part in uniqueness), no predicate (a partial
+#   index leaves the other rows free), no expression;
+# - checked immediately: a DEFERRABLE constraint also holds on committed data, but is left out rather
+#   than relied on (leaving a column out costs only speed and noise);
+# - the operator class and collation the column itself compares with: a unique index under COLLATE
+#   "C" (or text_pattern_ops) on a column with a case-insensitive collation admits 'A' and 'a', which
+#   GROUP BY then takes for one person;
+# - a NOT NULL column: UNIQUE lets NULLs repeat (unless NULLS NOT DISTINCT, moot without NULLs).
 _UNIQUE_SQL = """
 SELECT c.relname, a.attname
 FROM pg_catalog.pg_index AS i
 JOIN pg_catalog.pg_class AS c ON c.oid = i.indrelid
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
+JOIN pg_catalog.pg_opclass AS o ON o.oid = i.indclass[0]
 WHERE n.nspname = %s
-  AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL
-  AND a.attnotnull
-"""
-
-_VERSION_SQL = """
-SELECT s.relid, s.n_tup_ins, s.n_tup_upd, s.n_tup_del, c.relfilenode,
-       (SELECT stats_reset FROM pg_catalog.pg_stat_database WHERE datname = current_database())
-FROM pg_catalog.pg_stat_user_tables AS s
-JOIN pg_catalog.pg_class AS c ON c.oid = s.relid
-JOIN unnest(%s::text[], %s::text[]) AS t(schemaname, relname)
-  ON t.schemaname = s.schemaname AND t.relname = s.relname
+  AND (c.relkind = 'p'
+       OR (c.relkind = 'r'
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits AS h WHERE h.inhparent = c.oid)))
+  AND i.indisunique AND i.indisvalid AND i.indislive AND i.indimmediate
+  AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL
+  AND o.opcdefault AND i.indcollation[0] = a.attcollation
+  AND a.attnotnull AND NOT a.attisdropped
 """
 
 _NUMERIC_HEAD = struct.Struct("!HhHH")  # ndigits, weight, sign, dscale
@@ -166,27 +178,6 @@ class PostgresBackend(Backend):
                         conn.execute("ROLLBACK")
         except PoolTimeout as exc:
             raise BackendUnreachable(f"no connection to {self.description} became free") from exc
-
-    def data_version(self, tables: Sequence[tuple[str | None, str]]) -> str:
-        """Rows inserted, updated and deleted in these tables, from the cumulative statistics (they
-        trail commits by up to a second), with their identity and the statistics' reset time."""
-        params = [[schema or self.default_schema for schema, _ in tables], [name for _, name in tables]]
-        for attempt in range(2):
-            try:
-                with self._pool.connection() as conn:
-                    rows = conn.execute(_VERSION_SQL, params).fetchall()
-                return ";".join(":".join(str(v) for v in row) for row in sorted(rows))
-            except PoolTimeout as exc:
-                raise BackendUnreachable(f"no connection to {self.description} became free") from exc
-            except psycopg.OperationalError as exc:
-                # As in run(): pooled connections may have died with a server restart.
-                if attempt == 0:
-                    self._pool.check()
-                    continue
-                raise BackendUnreachable(f"lost the connection to {self.description}: {exc}") from exc
-            except psycopg.Error as exc:
-                raise BackendError(f"PostgreSQL failed to read table statistics: {exc}") from exc
-        raise AssertionError("unreachable")
 
     def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
         """Rows of a catalog query over one schema (the default one unless given)."""
