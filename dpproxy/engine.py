@@ -11,6 +11,7 @@ the database failed can depend on the data). A query that never reached the data
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -21,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+
+from sqlglot import exp
 
 from dpproxy.backends import (
     Backend,
@@ -37,6 +40,7 @@ from dpproxy.errors import (
     InvalidParameter,
     PolicyError,
     PrivateQueryFailed,
+    PublicSubqueryFailed,
     QueryCanceled,
     UnknownAnalyst,
 )
@@ -51,11 +55,13 @@ from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_pol
 from dpproxy.release import Measurement, choose_groups, finish_rows, measure, release_aggregates, selectors
 from dpproxy.sql.analyze import (
     analyze,
+    answer_subqueries,
     bind_parameters,
     infer_parameter_types,
     parse_statement,
     placeholder_value,
 )
+from dpproxy.sql.numbers import emit
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.types import PgType, from_column_type
@@ -202,9 +208,12 @@ class Explanation:
     outputs: tuple[tuple[str, str], ...] = ()  # (name, type)
     auxiliary: tuple[tuple[str, str, str], ...] = ()  # the row pipeline's statements
     choices: tuple[str, ...] = ()  # releases by the exponential mechanism
+    subqueries: str | None = None  # how subqueries over public tables were answered, if any
 
     def render(self) -> str:
         lines = [f"query: {self.text}", f"kind: {self.kind}"]
+        if self.subqueries:
+            lines.append(f"subqueries: {self.subqueries}")
         for i, (name, summary, sql) in enumerate(self.steps, 1):
             lines += ["", f"-- pass {i}: {name} — {summary}", sql]
         if self.final_sql:
@@ -325,12 +334,31 @@ class Engine:
     # -- planning ----------------------------------------------------------------------------------
 
     def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery:
-        return analyze(
-            bind_parameters(parse_statement(sql), params),
-            self.policy,
-            self._public_columns,
-            self.unique_columns,
-        )
+        return self._analyze_tree(bind_parameters(parse_statement(sql), params), answer=True)
+
+    def _analyze_tree(self, tree: exp.Expression, *, answer: bool) -> AnalyzedQuery:
+        """Analyze a parsed, parameter-bound statement. Its subqueries over public tables are run
+        first and inlined (`answer`, with a backend), or replaced by placeholders of their type."""
+        run = self._run_subquery if answer and self.backend is not None else None
+        inlined = answer_subqueries(tree, self.policy, self._public_columns, run)
+        query = analyze(inlined.tree, self.policy, self._public_columns, self.unique_columns)
+        if inlined.subqueries and isinstance(query, PrivateQuery):
+            return dataclasses.replace(
+                query, inlined_subqueries=True, subquery_placeholders=inlined.placeholders
+            )
+        return query
+
+    def _run_subquery(self, query: PublicQuery) -> list[tuple]:
+        """Rows of a subquery over public tables, run on its own before the private query is planned."""
+        backend = self._backend()
+        try:
+            return backend.run(query.sql.sql(backend.dialect))
+        except QueryCancelled:
+            raise QueryCanceled("canceling statement due to user request; nothing was charged") from None
+        except BackendUnreachable:
+            raise BackendUnavailable("cannot reach the backing database; nothing was charged") from None
+        except BackendError:
+            raise PublicSubqueryFailed(query.text) from None
 
     def describe(self, sql: str, parameter_types: Sequence[PgType | None] = ()) -> Description:
         """Parameter and result types of a statement, without data or budget.
@@ -344,12 +372,7 @@ class Engine:
         placeholders = [
             placeholder_value(t, contexts[i] if i < len(contexts) else None) for i, t in enumerate(types)
         ]
-        query = analyze(
-            bind_parameters(tree, placeholders),
-            self.policy,
-            self._public_columns,
-            self.unique_columns,
-        )
+        query = self._analyze_tree(bind_parameters(tree, placeholders), answer=False)
         outputs = query.outputs if isinstance(query, PublicQuery) else query.finish.outputs
         columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
         return Description(types, columns, isinstance(query, PrivateQuery))
@@ -425,7 +448,7 @@ class Engine:
             )
         plan = self.plan_private(query, self.query_epsilon(epsilon))
         steps = tuple(
-            (step.name, step.summary, plan.rewrite.query(i).sql(self.dialect, pretty=True))
+            (step.name, step.summary, emit(plan.rewrite.query(i), self.dialect, pretty=True))
             for i, step in enumerate(plan.rewrite.steps)
         )
         if plan.responses is not None:
@@ -480,20 +503,21 @@ class Engine:
                 f"noise scale {spec.scale:.6g})"
             )
         auxiliary = tuple(
-            (step.name, step.summary, step.select.sql(self.dialect, pretty=True))
+            (step.name, step.summary, emit(step.select, self.dialect, pretty=True))
             for step in plan.rewrite.auxiliary
         )
         return Explanation(
             query.text,
             "private",
             steps,
-            plan.rewrite.query().sql(self.dialect, pretty=True) if steps else "",
+            emit(plan.rewrite.query(), self.dialect, pretty=True) if steps else "",
             released,
             selection,
             plan.cost,
             tuple((o.name, o.type.value) for o in query.finish.outputs),
             auxiliary,
             tuple(choices),
+            _subqueries_note(query),
         )
 
     # -- execution ---------------------------------------------------------------------------------
@@ -604,7 +628,7 @@ class Engine:
             return plan
 
     def _remember(self, key: tuple[object, ...] | None, plan: Plan) -> None:
-        if key is None:
+        if key is None or plan.query.inlined_subqueries:
             return
         with self._lock:
             self._plans[key] = plan
@@ -638,6 +662,8 @@ class Engine:
         free, whether the first one failed). Only a failure before the first statement was sent
         (BackendUnreachable, or QueryCancelled with started=False, on the first) releases the cost.
         """
+        if plan.query.subquery_placeholders:
+            raise InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
         backend = self._backend()
         limit = Cost(analyst.epsilon, analyst.delta)
         reservation = None
@@ -703,6 +729,17 @@ class Engine:
             else:
                 columns.append(ResultColumn(output.name, output.type, error))
         return Result(tuple(columns), out_rows)
+
+
+def _subqueries_note(query: PrivateQuery) -> str | None:
+    if query.subquery_placeholders:
+        return (
+            "run first over the public tables and inlined as constants; without a backend they are "
+            "shown as placeholder values of their type"
+        )
+    if query.inlined_subqueries:
+        return "run first over the public tables; their rows are inlined as the constants shown"
+    return None
 
 
 _TAGS: dict[type, str] = {Decimal: "numeric", float: "float", dt.date: "date", dt.datetime: "timestamp"}

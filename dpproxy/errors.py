@@ -47,6 +47,11 @@ class UndefinedColumn(DPProxyError):
     sqlstate = "42703"
 
 
+class UnresolvedColumn(UndefinedColumn):
+    """A column none of a query's own tables has: a typo, or, in a subquery, a name of the
+    enclosing query (a correlated subquery)."""
+
+
 class UndefinedFunction(DPProxyError):
     sqlstate = "42883"
 
@@ -105,6 +110,23 @@ class BackendUnavailable(DPProxyError):
     """The backing database could not be reached. No query ran, nothing was charged."""
 
     sqlstate = "08006"  # connection_failure
+
+
+class PublicSubqueryFailed(DPProxyError):
+    """A subquery over public tables, run on its own before a private query, failed in the database.
+
+    It read public tables only, so its failure says nothing about protected data; the database's
+    text is still not shown (it is for operators). Nothing was charged.
+    """
+
+    sqlstate = "22000"  # data_exception
+
+    def __init__(self, subquery: str) -> None:
+        super().__init__(
+            f"the subquery ({subquery}) over public tables failed in the backing database; nothing was "
+            "charged",
+            hint="run the subquery on its own to see why (e.g. a division by zero or a cast of its rows)",
+        )
 
 
 class PrivateQueryFailed(DPProxyError):

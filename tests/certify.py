@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from dpproxy.engine import Plan
 from dpproxy.release import Measurement
@@ -20,15 +20,17 @@ def by_key(m: Measurement) -> dict[tuple, tuple[list[int], int, list[list[int]]]
     return {k: (c, u, h) for k, c, u, h in zip(m.keys, m.components, m.units, histograms, strict=True)}
 
 
-def certify(plan: Plan, run: Runner, persons: int) -> None:
+def certify(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
     """Every released value moves by at most its sensitivity when one person is removed; over the
     query's groups by at most max_groups × that (L1); no person changes more than max_groups groups;
-    each histogram of a group moves by at most max_rows counts (L1 over its candidates)."""
+    each histogram of a group moves by at most max_rows counts (L1 over its candidates).
+
+    `persons`: the persons to remove one at a time (a count n means persons 0…n−1)."""
     full = by_key(measure(plan, run))
     sensitivities = plan.sensitivities
     g, r = plan.query.max_groups, plan.query.max_rows
     empty = ([0] * len(sensitivities), 0, [[0] * h.candidates for h in plan.query.histograms])
-    for unit in range(persons):
+    for unit in range(persons) if isinstance(persons, int) else persons:
         neighbour = by_key(measure(plan, run, unit))
         l1 = [0] * len(sensitivities)
         changed = 0

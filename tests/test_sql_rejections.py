@@ -57,10 +57,16 @@ REJECTIONS = [
     ("SELECT COUNT(*) OVER () FROM patients", "0A000", ["window functions are not supported"]),
     ("SELECT SUM(age) OVER (PARTITION BY zip) FROM patients", "0A000", ["window functions"]),
     (
-        "SELECT COUNT(*) FROM patients WHERE age > (SELECT 30)",
+        "SELECT COUNT(*) FROM patients WHERE zip IN (SELECT zip FROM zip_info WHERE 1 / (income - 12345) > 0)",
         "0A000",
-        ["subqueries are only supported in FROM", "IN (SELECT … FROM a public table)"],
+        ["not a column of its own tables", "correlated subqueries are not supported"],
     ),
+    (
+        "SELECT COUNT(*) FROM patients p WHERE EXISTS (SELECT 1 FROM zip_info z WHERE z.zip = p.zip)",
+        "0A000",
+        ["correlated subqueries are not supported"],
+    ),
+    ("SELECT COUNT(*) FROM patients WHERE age > ALL (SELECT 30)", "0A000", ["ALL (SELECT …) is not supported"]),
     (
         "SELECT COUNT(*) FROM patients WHERE zip IN (SELECT zip FROM visits)",
         "0A000",
@@ -71,7 +77,11 @@ REJECTIONS = [
         "0A000",
         ["SELECT * inside subquery s", "list the columns"],
     ),
-    ("SELECT COUNT(*) FROM patients WHERE EXISTS (SELECT 1)", "0A000", ["subqueries are only supported"]),
+    (
+        "SELECT COUNT(*) FROM patients WHERE age > ARRAY(SELECT 1)",
+        "0A000",
+        ["subqueries are only supported in FROM"],
+    ),
     (
         "SELECT AVG(n) FROM (SELECT zip, COUNT(*) AS n FROM patients GROUP BY zip) t",
         "0A000",
@@ -226,6 +236,7 @@ def test_rejections_never_depend_on_data_because_no_backend_is_needed(engine: En
         "SELECT z.state, COUNT(*) FROM patients p JOIN zip_info z ON p.zip = z.zip GROUP BY z.state",
         "SELECT COUNT(*) FROM patients p LEFT JOIN zip_info z ON p.zip = z.zip WHERE z.state IS NULL",
         "SELECT COUNT(*) FROM patients WHERE zip IN (SELECT zip FROM zip_info WHERE state = 'CA')",
+        "SELECT COUNT(*) FROM patients WHERE age > (SELECT 30) AND EXISTS (SELECT 1 FROM zip_info)",
         "SELECT zip, city FROM zip_info WHERE state = 'CA'",
         "SELECT COUNT(*) FROM visits a JOIN visits b ON a.patient_id = b.patient_id AND a.visit_id <> b.visit_id",
         "WITH v AS (SELECT patient_id, cost * 2 AS c2 FROM visits WHERE cost > 10) SELECT COUNT(*), SUM(a.c2) "

@@ -41,6 +41,9 @@ LOCKDOWN: dict[str, bool | str] = {
     "autoload_known_extensions": False,
     "allow_community_extensions": False,
     "allow_unsigned_extensions": False,
+    # Timestamps with time zone are truncated, extracted and compared in UTC, as on PostgreSQL
+    # (whose sessions dpproxy also sets to UTC): both engines then compute the same values.
+    "TimeZone": "UTC",
 }
 
 DEFAULT_STATEMENT_TIMEOUT_MS = 30_000

@@ -136,6 +136,8 @@ class PostgresBackend(Backend):
     def _configure(self, conn: psycopg.Connection) -> None:
         conn.execute("SET default_transaction_read_only = on")
         conn.execute(f"SET statement_timeout = {self._statement_timeout_ms}")
+        # Timestamps with time zone are truncated, extracted and compared in UTC, as on DuckDB.
+        conn.execute("SET TimeZone = 'UTC'")
         conn.adapters.register_loader("numeric", _NumericLoader)
 
     def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:

@@ -28,10 +28,11 @@ from dpproxy.errors import (
     SyntaxProblem,
     UndefinedColumn,
     UndefinedFunction,
+    UnresolvedColumn,
 )
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy
-from dpproxy.sql import postprocess
-from dpproxy.sql.inline import inline
+from dpproxy.sql import literals, postprocess
+from dpproxy.sql.inline import expand_ctes, inline
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.public import check_public_sql, exposed_table
 from dpproxy.sql.query import (
@@ -54,6 +55,7 @@ from dpproxy.sql.query import (
 )
 from dpproxy.sql.relation import SchemaFacts, build_relation
 from dpproxy.sql.rowexpr import Typed, constant_value, row_expression
+from dpproxy.sql.subqueries import Inlined, PublicRunner, expression_subqueries, inline_public_subqueries
 from dpproxy.sql.types import (
     SQLGLOT_SCHEMA_TYPE,
     PgType,
@@ -87,28 +89,6 @@ def parse_statement(sql: str) -> exp.Expression:
     return statements[0]
 
 
-def _parameter_literal(value: object) -> exp.Expression:
-    if value is None:
-        return exp.Null()
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, (int, Decimal)):
-        text = str(value) if isinstance(value, int) else format(value, "f")
-        literal = exp.Literal.number(text.lstrip("-"))
-        return exp.Paren(this=exp.Neg(this=literal)) if text.startswith("-") else literal
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise InvalidParameter("NaN and infinite parameters are not supported")
-        return _parameter_literal(Decimal(repr(value)))
-    if isinstance(value, str):
-        return exp.Literal.string(value)
-    if isinstance(value, dt.datetime):
-        return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
-    if isinstance(value, dt.date):
-        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
-    raise InvalidParameter(f"parameters of type {type(value).__name__} are not supported")
-
-
 def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expression:
     """Replace $1, $2, … by constants before planning, so a plan never depends on later values."""
 
@@ -120,7 +100,14 @@ def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expre
                     f"there is no parameter ${index}",
                     hint=f"the statement was given {len(params)} parameter(s)",
                 )
-            return _parameter_literal(params[index - 1])
+            value = literals.constant(params[index - 1])
+            # In parentheses, a number is a value wherever it stands: ORDER BY $1 sorts by a constant
+            # in PostgreSQL, where ORDER BY 1 would name the first column.
+            return (
+                value
+                if isinstance(value, exp.Paren) or not isinstance(value, exp.Literal) or value.is_string
+                else exp.Paren(this=value)
+            )
         if isinstance(node, exp.Placeholder):
             raise InvalidParameter("use $1, $2, … for parameters")
         return node
@@ -213,6 +200,25 @@ def placeholder_value(pg_type: PgType, context: PgType | None = None) -> object:
     return "a"
 
 
+def answer_subqueries(
+    tree: exp.Expression,
+    policy: Policy,
+    public_columns: Mapping[str, Sequence[tuple[str, PgType]]] | None,
+    run: PublicRunner | None,
+) -> Inlined:
+    """The statement with its IN / EXISTS / scalar subqueries over public tables answered by `run` and
+    inlined as constants (placeholders when `run` is None); see dpproxy.sql.subqueries. CTEs are
+    expanded first, so a subquery may read one."""
+    if not expression_subqueries(tree):
+        return Inlined(tree, 0, False)
+    return inline_public_subqueries(
+        expand_ctes(tree),
+        policy,
+        lambda select: analyze_public(select, policy, public_columns or {}),
+        run,
+    )
+
+
 def analyze(
     tree: exp.Expression,
     policy: Policy,
@@ -267,7 +273,7 @@ def analyze(
     if all(table.public for table in read):
         if ctes:
             raise NotSupported("WITH over public tables only is not supported", hint="write a plain SELECT")
-        return _public_query(tree, policy, public_columns or {}, text)
+        return analyze_public(tree, policy, public_columns or {}, text)
     query = _PrivateAnalyzer(inline(tree), policy, facts, text).run()
     return dataclasses.replace(
         query, unit_unique=query.relation.unit_unique, sample_rows=query.relation.sample_rows
@@ -287,6 +293,16 @@ def _constant_finish(tree: exp.Select) -> Finish:
             )
         )
     return Finish(tuple(outputs), None, (), _limit(tree, "limit"), _limit(tree, "offset") or 0)
+
+
+def _position(node: exp.Literal, clause: str) -> int:
+    """A select-list position in GROUP BY or ORDER BY (a bound parameter is a value, not a position:
+    bind_parameters writes numbers in parentheses)."""
+    if not node.this.isdigit():
+        raise SyntaxProblem(
+            f"non-integer constant in {clause}: {node.this}", hint=f"{clause} takes positions 1, 2, …"
+        )
+    return int(node.this)
 
 
 def _limit(tree: exp.Select, key: str) -> int | None:
@@ -356,9 +372,15 @@ def _output_name(item: exp.Expression) -> str:
     return "?column?"
 
 
-def _public_query(
-    tree: exp.Select, policy: Policy, public_columns: Mapping[str, Sequence[tuple[str, PgType]]], text: str
+def analyze_public(
+    tree: exp.Select,
+    policy: Policy,
+    public_columns: Mapping[str, Sequence[tuple[str, PgType]]],
+    text: str | None = None,
 ) -> PublicQuery:
+    """A SELECT over public tables only, qualified and typed against their columns: a column that is
+    not one of its tables' (a typo, or a name from an enclosing query) is 42703."""
+    text = tree.sql("postgres") if text is None else text
     check_public_sql(tree, policy)
     schema: dict[str, dict[str, str]] = {}
     rewritten = tree.copy()
@@ -388,7 +410,7 @@ def _public_query(
         )
         annotated = annotate_types(qualified, schema=flat, dialect="postgres")
     except OptimizeError as e:
-        raise UndefinedColumn(f"{e}") from None
+        raise UnresolvedColumn(f"{e}") from None
     for table_node in annotated.find_all(exp.Table):
         table = policy.table(table_node.name)
         if table is not None and table.schema:
@@ -521,6 +543,7 @@ class _PrivateAnalyzer:
             0,
             identity="any_units",
             within_interval=True,
+            exact_integer=True,
         )
         units = Component(ComponentKind.UNITS, identity="units")
         aggregate = Aggregate(AggregateKind.COUNT_RESPONSES, (0, 1), PgType.INT8, self.aggregates[0].text)
@@ -568,16 +591,17 @@ class _PrivateAnalyzer:
         for node in tree.walk():
             if node is tree or not isinstance(node, (exp.Select, exp.Subquery, exp.Exists)):
                 continue
+            # Expression subqueries over public tables were answered and inlined before analysis
+            # (dpproxy.sql.subqueries); whatever subquery is left must be a FROM item.
             allowed = [
                 a
                 for a in [node, *_ancestors(node, tree)]
-                if (isinstance(a, exp.Subquery) and isinstance(a.parent, (exp.From, exp.Join)))
-                or (isinstance(a.parent, exp.In) and a is a.parent.args.get("query"))
+                if isinstance(a, exp.Subquery) and isinstance(a.parent, (exp.From, exp.Join))
             ]
             if not allowed:
                 raise NotSupported(
                     "subqueries are only supported in FROM (row-level, or grouped by the privacy unit) and "
-                    "as IN (SELECT … FROM a public table)",
+                    "as uncorrelated IN, EXISTS or scalar subqueries over public tables",
                     hint="filter with WHERE conditions, or join the table",
                 )
         if tree.args.get("distinct"):
@@ -603,7 +627,7 @@ class _PrivateAnalyzer:
         for node in group.expressions:
             source = node
             if isinstance(node, exp.Literal) and not node.is_string:
-                position = int(node.this)
+                position = _position(node, "GROUP BY")
                 if not 1 <= position <= len(items):
                     raise InvalidParameter(f"GROUP BY position {position} is not in select list")
                 item = items[position - 1]
@@ -695,7 +719,7 @@ class _PrivateAnalyzer:
         for ordered in order.expressions:
             node = ordered.this
             if isinstance(node, exp.Literal) and not node.is_string:
-                position = int(node.this)
+                position = _position(node, "ORDER BY")
                 if not 1 <= position <= len(output_names):
                     raise InvalidParameter(f"ORDER BY position {position} is not in select list")
                 expression: exp.Expression = output_placeholder(position - 1)
@@ -847,7 +871,15 @@ class _PrivateAnalyzer:
         candidates = max(1, min(self.MAX_CANDIDATES, hi - lo + 1))
         text = typed.sql.sql("postgres")
         histogram = self._histogram(
-            Histogram(typed.sql, candidates, interval, scale, identity=f"range:{scale}:{candidates}:{text}")
+            Histogram(
+                typed.sql,
+                candidates,
+                interval,
+                scale,
+                identity=f"range:{scale}:{candidates}:{text}",
+                double=typed.double,
+                exact_integer=typed.exact_integer,
+            )
         )
         result = PgType.FLOAT8 if continuous else typed.type
         return self._add_aggregate(
@@ -886,7 +918,13 @@ class _PrivateAnalyzer:
                     hint="declare public_values for the column, or narrow its bounds",
                 )
             histogram = Histogram(
-                typed.sql, hi - lo + 1, typed.interval, 0, identity=f"range:0:{hi - lo + 1}:{text}"
+                typed.sql,
+                hi - lo + 1,
+                typed.interval,
+                0,
+                identity=f"range:0:{hi - lo + 1}:{text}",
+                double=typed.double,
+                exact_integer=typed.exact_integer,
             )
         else:
             raise NotSupported(
@@ -946,6 +984,8 @@ class _PrivateAnalyzer:
                     scale,
                     identity=f"sum:{scale}:{text}",
                     within_interval=within,
+                    double=typed.double,
+                    exact_integer=typed.exact_integer,
                 )
             )
             return self._add_aggregate(
@@ -960,7 +1000,7 @@ class _PrivateAnalyzer:
             )
         lo, hi = interval.on_grid(scale)
         centre = (lo + hi) // 2
-        values, centred = self._values_and_centred_sum(typed.sql, interval, scale, centre, within)
+        values, centred = self._values_and_centred_sum(typed, interval, scale, centre, within)
         return self._add_aggregate(
             Aggregate(
                 AggregateKind.AVG,
@@ -974,9 +1014,10 @@ class _PrivateAnalyzer:
         )
 
     def _values_and_centred_sum(
-        self, sql: exp.Expression, interval: Interval, scale: int, centre: int, within: bool
+        self, typed: Typed, interval: Interval, scale: int, centre: int, within: bool
     ) -> tuple[int, int]:
         """The count of non-null values and their sum centred on `centre` (on the grid of `scale`)."""
+        sql = typed.sql
         text = sql.sql("postgres")
         values = self._component(Component(ComponentKind.VALUES, sql, identity=f"values:{text}"))
         centred = self._component(
@@ -988,6 +1029,8 @@ class _PrivateAnalyzer:
                 centre,
                 identity=f"centred:{scale}:{centre}:{text}",
                 within_interval=within,
+                double=typed.double,
+                exact_integer=typed.exact_integer,
             )
         )
         return values, centred
@@ -1020,7 +1063,7 @@ class _PrivateAnalyzer:
                 hint="declare tighter lower/upper bounds in the policy",
             )
         text = typed.sql.sql("postgres")
-        values, centred = self._values_and_centred_sum(typed.sql, interval, scale, centre, within)
+        values, centred = self._values_and_centred_sum(typed, interval, scale, centre, within)
         squares = self._component(
             Component(
                 ComponentKind.CENTRED_SQUARES,
@@ -1030,6 +1073,8 @@ class _PrivateAnalyzer:
                 centre,
                 identity=f"squares:{scale}:{centre}:{text}",
                 within_interval=within,
+                double=typed.double,
+                exact_integer=typed.exact_integer,
             )
         )
         return self._add_aggregate(

@@ -20,7 +20,7 @@ import itertools
 
 from sqlglot import exp
 
-from dpproxy.errors import NotSupported
+from dpproxy.errors import NotSupported, UndefinedTable
 
 _counter = itertools.count(1)
 
@@ -31,6 +31,12 @@ def _fresh(alias: str) -> str:
 
 def inline(tree: exp.Select) -> exp.Select:
     """Return a copy of `tree` with its CTEs and row-level FROM-subqueries inlined."""
+    return _inline_from(expand_ctes(tree))
+
+
+def expand_ctes(tree: exp.Expression) -> exp.Expression:
+    """A copy of `tree` whose CTE references (in FROM and JOIN, at any depth) are replaced by their
+    bodies as aliased subqueries, and without its WITH clause."""
     tree = tree.copy()
     with_ = tree.args.get("with_") or tree.args.get("with")
     ctes: dict[str, exp.Expression] = {}
@@ -48,8 +54,7 @@ def inline(tree: exp.Select) -> exp.Select:
             ctes[cte.alias.lower()] = _replace_cte_references(body, ctes)
         tree.set("with_", None)
         tree.set("with", None)
-    tree = _replace_cte_references(tree, ctes)
-    return _inline_from(tree)
+    return _replace_cte_references(tree, ctes)
 
 
 def _replace_cte_references(tree: exp.Expression, ctes: dict[str, exp.Expression]) -> exp.Expression:
@@ -187,7 +192,14 @@ def _flatten(
             qualifier = node.table.lower() if node.table else ""
             if qualifier in renames:
                 return exp.column(node.name, table=renames[qualifier], quoted=node.this.quoted)
-            if not qualifier and only_table is not None:
+            if qualifier:
+                # As in PostgreSQL: a subquery in FROM cannot see the tables beside it (no LATERAL).
+                raise UndefinedTable(
+                    f'invalid reference to FROM-clause entry for table "{node.table}" in subquery {alias}',
+                    hint="a subquery in FROM reads only its own tables; move the condition to the outer "
+                    "WHERE or ON",
+                )
+            if only_table is not None:
                 return exp.column(node.name, table=only_table, quoted=node.this.quoted)
             if not qualifier:
                 raise NotSupported(

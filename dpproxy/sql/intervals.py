@@ -92,20 +92,27 @@ class Interval:
 
     def widen_to_integers(self) -> Interval:
         """Range after rounding to an integer in any direction (round, floor, ceil, casts)."""
-        return Interval(self.lo.to_integral_value(ROUND_FLOOR), self.hi.to_integral_value(ROUND_CEILING))
+        return Interval(_floor(self.lo, Decimal(1)), _ceiling(self.hi, Decimal(1)))
 
     def widen_to_digits(self, digits: int) -> Interval:
         """Range after rounding to `digits` decimal places in any direction."""
         quantum = Decimal(1).scaleb(-digits)
-        return Interval(
-            self.lo.quantize(quantum, rounding=ROUND_FLOOR), self.hi.quantize(quantum, rounding=ROUND_CEILING)
-        )
+        return Interval(_floor(self.lo, quantum), _ceiling(self.hi, quantum))
 
     def on_grid(self, scale: int) -> tuple[int, int]:
         """The integer range of round(x * 10^scale) for x in the interval."""
         lo = (self.lo.scaleb(scale)).to_integral_value(ROUND_FLOOR)
         hi = (self.hi.scaleb(scale)).to_integral_value(ROUND_CEILING)
         return int(lo), int(hi)
+
+
+def _floor(value: Decimal, quantum: Decimal) -> Decimal:
+    # An infinite bound stays infinite (a count per person has no upper bound).
+    return value.quantize(quantum, rounding=ROUND_FLOOR) if value.is_finite() else value
+
+
+def _ceiling(value: Decimal, quantum: Decimal) -> Decimal:
+    return value.quantize(quantum, rounding=ROUND_CEILING) if value.is_finite() else value
 
 
 def _times(a: Decimal, b: Decimal) -> Decimal:

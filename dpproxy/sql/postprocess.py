@@ -580,6 +580,8 @@ class _Compiler:
         items = [self.compile(e) for e in node.expressions]
 
         def membership(row: Sequence[object]) -> object:
+            if not items:  # an inlined subquery without rows: false, even for NULL
+                return False
             value = inner(row)
             if value is None:
                 return None

@@ -27,6 +27,12 @@ PUBLIC_FUNCTIONS: tuple[type[exp.Expression], ...] = (
 
 def exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:
     """The policy's table a FROM item names, or 42501 (the same answer whether or not it exists)."""
+    if not isinstance(node.this, exp.Identifier):
+        # generate_series(…), unnest(…) and other set-returning functions parse as tables.
+        raise NotSupported(
+            f"table functions such as {node.this.sql('postgres')} are not supported in FROM",
+            hint="read tables of the policy",
+        )
     name = node.name if node.this.quoted else node.name.lower()
     schema = node.args.get("db")
     if node.args.get("catalog") is not None:
@@ -51,7 +57,8 @@ def check_public_sql(tree: exp.Expression, policy: Policy) -> None:
                     f'a subquery may only read public tables; "{table.name}" is protected',
                     hint="join protected tables on their privacy unit instead",
                 )
-        elif isinstance(node, exp.Func) and not isinstance(node, PUBLIC_FUNCTIONS):
+        elif isinstance(node, exp.Func) and not isinstance(node, (*PUBLIC_FUNCTIONS, exp.Connector)):
+            # (AND, OR and XOR are Func nodes in sqlglot, not functions.)
             name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
             raise NotSupported(
                 f"function {name}() is not supported", hint="query public tables with plain SQL"

@@ -53,6 +53,10 @@ class Component:
     centre: int = 0  # grid units, for CENTRED_SUM
     identity: str = ""  # equal identities are one component (shared noise, charged once)
     within_interval: bool = False  # the argument is already clipped to `interval` (a bounded column)
+    # How the backend computes the argument (dpproxy.sql.numbers): in double precision, or as an
+    # exact integer; otherwise an exact decimal. It decides how the argument is put on the grid.
+    double: bool = False
+    exact_integer: bool = False
 
     @property
     def grid_range(self) -> tuple[int, int]:
@@ -104,6 +108,8 @@ class Histogram:
     scale: int = 0  # numeric candidates: its grid
     values: tuple[object, ...] | None = None  # value candidates
     identity: str = ""
+    double: bool = False  # the argument is computed in double precision (see Component)
+    exact_integer: bool = False
 
     def candidate(self, index: int) -> object:
         if self.values is not None:
@@ -212,6 +218,13 @@ class PrivateQuery:
     # Keep at most max_rows_per_unit actual rows per unit and group (sample) instead of clamping
     # each unit's per-group contribution to what that many rows can add (clamp, the default).
     sample_rows: bool = False
+    # Subqueries over public tables were answered when the statement was planned and are inlined as
+    # constants (dpproxy.sql.subqueries): the plan holds public data of that moment, so it is never
+    # reused for a later execution of the same text.
+    inlined_subqueries: bool = False
+    # …answered with placeholder constants of their type (no backend: Describe, explain): such a
+    # plan gives types and the shape of the rewrite, and is never run.
+    subquery_placeholders: bool = False
 
     @property
     def needs_row_pipeline(self) -> bool:

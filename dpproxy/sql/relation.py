@@ -21,8 +21,7 @@ LEAST(n, 20)). Nothing here reads data.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -31,7 +30,7 @@ from sqlglot import exp
 from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy
 from dpproxy.sql.intervals import Interval
-from dpproxy.sql.public import check_public_sql, exposed_table, physical_tables
+from dpproxy.sql.public import exposed_table
 from dpproxy.sql.rowexpr import Typed, row_expression
 from dpproxy.sql.scope import RowScope, Source, SourceColumn
 from dpproxy.sql.types import PgType, avg_result, from_column_type, sum_result
@@ -58,7 +57,6 @@ class Relation:
     max_groups: int
     sample_rows: bool
     label: str
-    public_subquery: Callable[[exp.Expression], exp.Expression] | None = None
 
     @property
     def unit_is_row(self) -> bool:
@@ -69,19 +67,11 @@ class Relation:
         return self.unit is None or self.unit_unique
 
     def scope(self, clause: str) -> RowScope:
-        return RowScope(self.sources, clause, self.public_subquery)
+        return RowScope(self.sources, clause)
 
     def from_items(self) -> tuple[exp.Expression, list[exp.Join]]:
         """Fresh copies of the FROM item and the joins, for building SQL."""
         return self.sources[0].item.copy(), [j.copy() for j in self.joins]
-
-
-def public_subquery(node: exp.Expression, policy: Policy) -> exp.Expression:
-    """`(SELECT col FROM public_table …)` for an IN list: public data, checked and made physical."""
-    if not isinstance(node, exp.Select) or len(node.expressions) != 1:
-        raise NotSupported("IN (SELECT …) must select exactly one column of public tables")
-    check_public_sql(node, policy)
-    return physical_tables(node, policy)
 
 
 def source_alias(index: int) -> str:
@@ -102,16 +92,26 @@ def build_relation(select: exp.Select, policy: Policy, facts: SchemaFacts) -> Re
         join = joins[index - 1]
         _check_join_kind(join, sources)
         on, join_links = _join_condition(join, sources)
+        _check_nullable_side(join, sources, join_links)
         links.extend(join_links)
         emitted_joins.append(exp.Join(this=sources[-1].item, on=on, side=join.args.get("side")))
-    relation = _assemble(sources, emitted_joins, links, facts)
-    return dataclasses.replace(relation, public_subquery=lambda node: public_subquery(node, policy))
+    return _assemble(sources, emitted_joins, links, facts)
 
 
 def _source(node: exp.Expression, index: int, policy: Policy, facts: SchemaFacts) -> Source:
     alias = source_alias(index)
     if isinstance(node, exp.Table):
         table = exposed_table(node, policy)
+        if node.args.get("sample") is not None:
+            raise NotSupported(
+                f'TABLESAMPLE on "{table.name}" is not supported in private queries',
+                hint="bounding each person's contribution already limits what one person adds; query the "
+                "whole table",
+            )
+        if node.args.get("only"):
+            raise NotSupported(
+                f'ONLY "{table.name}" is not supported', hint=f'read the table as "{table.name}"'
+            )
         given = node.alias_or_name
         quoted = bool(node.args.get("alias") and node.args["alias"].this.quoted) or (
             not node.args.get("alias") and node.this.quoted
@@ -171,6 +171,33 @@ def _check_join_kind(join: exp.Join, sources: list[Source]) -> None:
             f'LEFT JOIN to the protected table "{right.label}" needs its privacy unit',
             hint="join protected tables with JOIN … ON their privacy unit",
         )
+
+
+def _check_nullable_side(
+    join: exp.Join, sources: list[Source], links: list[tuple[tuple[int, str], tuple[int, str]]]
+) -> None:
+    """A protected table on the nullable side of a LEFT JOIN must be joined on its privacy unit to
+    a protected table before it. Otherwise the rows it leaves unmatched carry a NULL person, and
+    which rows those are depends on who else is in the data: bounded together as one pseudo-person,
+    they would let one person's presence move other rows (more than the declared sensitivity).
+    Joined on the unit, an unmatched row keeps the preserved table's person."""
+    right = sources[-1]
+    if (join.args.get("side") or "").upper() != "LEFT" or right.public or right.unit is None:
+        return
+    index = len(sources) - 1
+    for a, b in links:
+        mine, other = (a, b) if a[0] == index else (b, a)
+        if mine == (index, right.unit.name) and other[0] < index:
+            partner = sources[other[0]]
+            if not partner.public and partner.unit is not None and partner.unit.name == other[1]:
+                return
+    raise NotSupported(
+        f'LEFT JOIN puts the protected table "{right.label}" on the nullable side without joining it on '
+        f'its privacy unit "{right.unit.name}" to a protected table before it: its unmatched rows would '
+        "belong to no person",
+        hint=f"put the protected table first (FROM {right.label} LEFT JOIN …), use JOIN, or join it ON "
+        f"other.{right.unit.name} = {min(right.names)}.{right.unit.name}",
+    )
 
 
 def _split_and(node: exp.Expression) -> list[exp.Expression]:

@@ -13,6 +13,7 @@ It never sees data: every decision depends on the query text and the policy only
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from dpproxy.errors import (
     PolicyViolation,
     UndefinedFunction,
 )
+from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval, hull
 from dpproxy.sql.scope import RowScope, Source, SourceColumn
 from dpproxy.sql.types import (
@@ -42,6 +44,9 @@ from dpproxy.sql.types import (
 
 # Fractional arithmetic must stay well inside what every backend's decimal and float types hold.
 FRACTIONAL_LIMIT = Decimal("1e27")
+# The smallest non-zero magnitude an exact decimal can have (DECIMAL holds at most 38 fractional
+# digits), for the underflow analysis of doubles computed from decimals.
+SMALLEST_DECIMAL = Decimal("1e-38")
 
 DATE_TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 EXTRACT_FIELDS = (
@@ -66,13 +71,24 @@ ALLOWED_FUNCTIONS = (
 
 @dataclass(frozen=True)
 class Typed:
-    """A validated row-level expression."""
+    """A validated row-level expression.
+
+    Numbers are computed in one of three representations (dpproxy.sql.numbers): integers (bigint),
+    exact decimals, or doubles (`double`: float columns and quotients). For doubles, `smallest` is
+    the smallest non-zero magnitude the value can have, which keeps products from underflowing.
+    """
 
     sql: exp.Expression
     type: PgType
     interval: Interval | None = None  # numbers only; None when unbounded
     uses_unit: bool = False
     constant: bool = False  # no column reference: its value depends on the query text only
+    double: bool = False  # the backend computes it in double precision
+    smallest: Decimal = Decimal(1)  # doubles: no non-zero value is smaller in magnitude
+
+    @property
+    def exact_integer(self) -> bool:
+        return self.type.is_integer and not self.double
 
 
 def typed_node(node: exp.Expression, pg_type: PgType) -> exp.Expression:
@@ -93,25 +109,41 @@ def number_literal(value: Decimal | int) -> exp.Expression:
     return exp.Literal.number(text)
 
 
-def clip_sql(value: exp.Expression, interval: Interval, pg_type: PgType) -> exp.Expression:
+def clip_sql(
+    value: exp.Expression, interval: Interval, pg_type: PgType, *, double: bool = False
+) -> exp.Expression:
     """CASE WHEN v IS NULL THEN NULL WHEN v < lo THEN lo WHEN v > hi THEN hi ELSE v END.
 
     Spelled out because GREATEST/LEAST skip NULLs on both PostgreSQL and DuckDB, which would turn a
     missing value into a bound. NaN compares greater than every number on both, so it clips to hi.
+    A double is compared with double bounds (a decimal bound would be compared in float4 by DuckDB
+    and in double by PostgreSQL), and read as 0 below 1e-100 in magnitude (dpproxy.sql.numbers).
     """
-    lo, hi = number_literal(interval.lo), number_literal(interval.hi)
+    if double:
+        lo, hi = numbers.double_constant(interval.lo), numbers.double_constant(interval.hi)
+    else:
+        lo, hi = number_literal(interval.lo), number_literal(interval.hi)
     case = (
         exp.Case()
         .when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
         .when(exp.LT(this=value.copy(), expression=lo.copy()), lo)
         .when(exp.GT(this=value.copy(), expression=hi.copy()), hi)
-        .else_(value.copy())
     )
+    if double:
+        tiny = exp.LT(this=exp.Abs(this=value.copy()), expression=numbers.double_from_text(numbers.SNAP))
+        case = case.when(tiny, numbers.double_from_text("0"))
+    case = case.else_(value.copy())
     return typed_node(exp.Paren(this=case), pg_type)
 
 
 def literal_interval(value: Decimal) -> Interval:
     return Interval.point(value)
+
+
+# Numeric constants: at most this many fractional and integral digits, so that every engine reads
+# them as an exact decimal of the same value (DuckDB's DECIMAL holds 38 digits in all).
+MAX_CONSTANT_FRACTION_DIGITS = 18
+MAX_CONSTANT_INTEGER_DIGITS = 20
 
 
 def _literal_number(node: exp.Literal) -> tuple[Decimal, PgType]:
@@ -120,6 +152,15 @@ def _literal_number(node: exp.Literal) -> tuple[Decimal, PgType]:
         value = Decimal(text)
     except InvalidOperation as e:  # pragma: no cover - sqlglot only makes numeric literals of numbers
         raise InvalidText(f"invalid number {text!r}") from e
+    if value.is_finite() and value != 0:
+        fraction = max(0, -value.normalize().as_tuple().exponent)
+        integral = value.adjusted() + 1
+        if fraction > MAX_CONSTANT_FRACTION_DIGITS or integral > MAX_CONSTANT_INTEGER_DIGITS:
+            raise NotSupported(
+                f"the numeric constant {text} has more digits than supported (at most "
+                f"{MAX_CONSTANT_INTEGER_DIGITS} before and {MAX_CONSTANT_FRACTION_DIGITS} after the point)",
+                hint="round the constant",
+            )
     if value == value.to_integral_value() and "." not in text and "e" not in text.lower():
         if INTEGER_RANGE[PgType.INT4][0] <= value <= INTEGER_RANGE[PgType.INT4][1]:
             return value, PgType.INT4
@@ -323,6 +364,19 @@ class RowExpressionChecker:
         assert isinstance(node, exp.Column)
         source, column = self.resolve(node)
         ref = column_ref(source.alias, column.name, column.type)
+        if column.type.is_float:
+            # real is widened to double (exactly): every float is computed in double precision.
+            value = typed_node(numbers.cast(ref, "DOUBLE PRECISION"), PgType.FLOAT8)
+            if column.clip and column.interval is not None:
+                value = clip_sql(value, column.interval, PgType.FLOAT8, double=True)
+            return Typed(
+                value,
+                column.type,
+                column.interval,
+                column.is_unit,
+                double=True,
+                smallest=numbers.SMALLEST_FLOAT,
+            )
         if column.clip and column.interval is not None:
             return Typed(
                 clip_sql(ref, column.interval, column.type), column.type, column.interval, column.is_unit
@@ -337,17 +391,14 @@ class RowExpressionChecker:
         if node.is_string:
             return Typed(node.copy(), PgType.UNKNOWN, constant=True)
         value, pg_type = _literal_number(node)
-        return Typed(typed_node(node.copy(), pg_type), pg_type, literal_interval(value), constant=True)
+        # Written from the value (never as sent: DuckDB reads 1e3 as a double, PostgreSQL as numeric).
+        return Typed(
+            typed_node(number_literal(value), pg_type), pg_type, literal_interval(value), constant=True
+        )
 
     def _paren(self, node: exp.Expression) -> Typed:
         inner = self.check(node.this)
-        return Typed(
-            typed_node(exp.Paren(this=inner.sql), inner.type),
-            inner.type,
-            inner.interval,
-            inner.uses_unit,
-            inner.constant,
-        )
+        return dataclasses.replace(inner, sql=typed_node(exp.Paren(this=inner.sql), inner.type))
 
     # -- arithmetic --------------------------------------------------------------------------------
 
@@ -400,15 +451,56 @@ class RowExpressionChecker:
             return typed_node(exp.Cast(this=typed.sql, to=exp.DataType.build("BIGINT")), PgType.INT8)
         return typed.sql
 
+    # -- representations (dpproxy.sql.numbers) ----------------------------------------------------
+
+    @staticmethod
+    def _smallest(typed: Typed) -> Decimal:
+        """The smallest non-zero magnitude of a number once it is a double."""
+        if typed.double:
+            return typed.smallest
+        if typed.type.is_integer:
+            return Decimal(1)
+        if typed.constant and typed.interval is not None and typed.interval.lo == typed.interval.hi:
+            return abs(typed.interval.lo) or Decimal(1)
+        return SMALLEST_DECIMAL
+
+    @staticmethod
+    def _double(typed: Typed) -> exp.Expression:
+        """The value as a double, converted alike on every engine."""
+        if typed.double:
+            return typed.sql
+        interval = typed.interval
+        if typed.constant and interval is not None and interval.lo == interval.hi:
+            return numbers.double_constant(interval.lo)
+        return numbers.as_double(typed.sql, exact_integer=typed.type.is_integer)
+
+    def _exact_or_double(self, parts: list[Typed]) -> tuple[list[exp.Expression], bool]:
+        """Number operands in one representation both engines compare alike: bigints as they are,
+        exact numbers as DECIMAL(38, 10), or doubles when one is a double or an unbounded decimal
+        (which DECIMAL(38, 10) might not hold)."""
+        numbers_ = [p for p in parts if not isinstance(p.sql, exp.Null)]
+        if any(p.double for p in numbers_) or any(
+            not p.type.is_integer and p.interval is None and not p.constant for p in numbers_
+        ):
+            return [p.sql if isinstance(p.sql, exp.Null) else self._double(p) for p in parts], True
+        if all(p.type.is_integer for p in numbers_):
+            return [p.sql for p in parts], False
+        return [p.sql if isinstance(p.sql, exp.Null) else numbers.as_decimal(p.sql) for p in parts], False
+
+    def _require_no_underflow(self, node: exp.Expression, smallest: Decimal) -> None:
+        if not numbers.safe_from_underflow(smallest):
+            raise NotSupported(
+                f"{node.sql('postgres')} could underflow in double precision ({self.scope.clause})",
+                hint="multiply or divide fewer small values, or round them first",
+            )
+
     def _neg(self, node: exp.Expression) -> Typed:
         inner = self._number(node.this)
         interval = -inner.interval if inner.interval is not None else None
-        result = Typed(
-            typed_node(exp.Neg(this=self._as_bigint(inner)), inner.type),
-            inner.type,
-            interval,
-            inner.uses_unit,
-            inner.constant,
+        result = dataclasses.replace(
+            inner,
+            sql=typed_node(exp.Neg(this=self._as_bigint(inner)), inner.type),
+            interval=interval,
         )
         if not inner.constant:
             self._require_range(node, result)
@@ -417,21 +509,12 @@ class RowExpressionChecker:
     def _arithmetic(self, node: exp.Expression) -> Typed:
         left, right = self._number(node.left), self._number(node.right)
         result_type = arithmetic_result(left.type, right.type)
-        integer = result_type.is_integer
         a, b = left.interval, right.interval
+        divides = isinstance(node, (exp.Div, exp.Mod))
+        if divides and right.constant and b is not None and b.lo == b.hi == 0:
+            raise InvalidParameter(f"division by zero in {node.sql('postgres')} ({self.scope.clause})")
+        double = left.double or right.double or (isinstance(node, exp.Div) and not result_type.is_integer)
         interval: Interval | None = None
-        lsql, rsql = self._as_bigint(left), self._as_bigint(right)
-        if isinstance(node, (exp.Div, exp.Mod)):
-            if right.constant and b is not None and b.lo == b.hi:
-                if b.lo == 0:
-                    raise InvalidParameter(
-                        f"division by zero in {node.sql('postgres')} ({self.scope.clause})"
-                    )
-            else:
-                # NULLIF keeps a zero divisor from raising: x / 0 is NULL, like a missing value.
-                rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
-                if integer:
-                    rsql = typed_node(exp.Cast(this=rsql, to=exp.DataType.build("BIGINT")), PgType.INT8)
         if a is not None and b is not None:
             if isinstance(node, exp.Add):
                 interval = a + b
@@ -440,34 +523,105 @@ class RowExpressionChecker:
             elif isinstance(node, exp.Mul):
                 interval = a * b
             elif isinstance(node, exp.Div):
-                interval = a.divide(b, integer_divisor=right.type.is_integer, truncate=integer)
+                interval = a.divide(b, integer_divisor=right.type.is_integer, truncate=result_type.is_integer)
             else:
                 interval = a.modulo(b)
+        uses_unit, constant = left.uses_unit or right.uses_unit, left.constant and right.constant
+        if double:
+            typed = self._double_arithmetic(node, left, right, result_type, interval)
+        elif result_type.is_integer:
+            typed = self._integer_arithmetic(node, left, right, result_type, interval)
+        else:
+            typed = self._decimal_arithmetic(node, left, right, interval)
+        typed = dataclasses.replace(typed, uses_unit=uses_unit, constant=constant)
+        self._require_range(node, typed)
+        return typed
+
+    def _integer_arithmetic(
+        self, node: exp.Expression, left: Typed, right: Typed, result_type: PgType, interval: Interval | None
+    ) -> Typed:
+        """Exact, in bigint; a zero divisor gives NULL (NULLIF), as a missing value would."""
+        lsql, rsql = self._as_bigint(left), self._as_bigint(right)
+        if isinstance(node, (exp.Div, exp.Mod)) and not right.constant:
+            rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
+            rsql = typed_node(exp.Cast(this=rsql, to=exp.DataType.build("BIGINT")), PgType.INT8)
         if isinstance(node, exp.Div):
-            # typed: PostgreSQL's integer division; safe: DuckDB then divides integers exactly (//),
-            # its divisor being the NULLIF-guarded cast built above.
+            # typed: PostgreSQL's integer division; safe: DuckDB then divides integers exactly (//).
             sql: exp.Expression = exp.Div(this=lsql, expression=rsql, typed=True, safe=True)
         else:
             sql = type(node)(this=lsql, expression=rsql)
-        typed = Typed(
-            typed_node(sql, result_type),
-            result_type,
-            interval,
-            left.uses_unit or right.uses_unit,
-            left.constant and right.constant,
-        )
-        self._require_range(node, typed)
-        return typed
+        return Typed(typed_node(sql, result_type), result_type, interval)
+
+    def _decimal_arithmetic(
+        self, node: exp.Expression, left: Typed, right: Typed, interval: Interval | None
+    ) -> Typed:
+        """Exact, in DECIMAL(38, 10): +, −, × and % (a product of two decimals is rounded back to
+        scale 10, and must stay below 10^17 before that)."""
+        if isinstance(node, exp.Mul) and not (left.type.is_integer or right.type.is_integer):
+            if interval is not None and not interval.within(
+                -numbers.DECIMAL_PRODUCT_LIMIT, numbers.DECIMAL_PRODUCT_LIMIT
+            ):
+                raise NotSupported(
+                    f"{node.sql('postgres')} could overflow ({self.scope.clause})",
+                    hint="a product of two decimals must stay below 10^17: declare tighter bounds",
+                )
+            product = exp.Mul(this=numbers.as_decimal(left.sql), expression=numbers.as_decimal(right.sql))
+            return Typed(typed_node(numbers.as_decimal(product), PgType.NUMERIC), PgType.NUMERIC, interval)
+
+        def operand(typed: Typed) -> exp.Expression:
+            if isinstance(node, exp.Mod):
+                # DuckDB computes % of decimals of different scales in double precision.
+                return numbers.as_decimal(typed.sql)
+            # An integer operand as DECIMAL(38, 0): a product with it keeps scale 10.
+            return (
+                numbers.cast(typed.sql, "DECIMAL(38, 0)")
+                if typed.type.is_integer
+                else numbers.as_decimal(typed.sql)
+            )
+
+        lsql, rsql = operand(left), operand(right)
+        if isinstance(node, exp.Mod) and not right.constant:
+            rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
+        sql = type(node)(this=lsql, expression=rsql)
+        return Typed(typed_node(sql, PgType.NUMERIC), PgType.NUMERIC, interval)
+
+    def _double_arithmetic(
+        self, node: exp.Expression, left: Typed, right: Typed, result_type: PgType, interval: Interval | None
+    ) -> Typed:
+        """In double precision on both engines; a quotient of non-integers is one even when its
+        operands are exact (neither engine divides them exactly alike)."""
+        if isinstance(node, exp.Mod):
+            raise UndefinedFunction(
+                f"operator does not exist: double precision % ({node.sql('postgres')}, {self.scope.clause})",
+                hint="% works on exact numbers: CAST the operands to integer or numeric",
+            )
+        lsql, rsql = self._double(left), self._double(right)
+        small_left, small_right = self._smallest(left), self._smallest(right)
+        if isinstance(node, (exp.Add, exp.Sub)):
+            smallest = numbers.smallest_sum(small_left, small_right)
+            sql: exp.Expression = type(node)(this=lsql, expression=rsql)
+        elif isinstance(node, exp.Mul):
+            smallest = small_left * small_right
+            self._require_no_underflow(node, smallest)
+            sql = exp.Mul(this=lsql, expression=rsql)
+        else:
+            divisor = right.interval
+            if divisor is None or not divisor.finite:
+                smallest = Decimal(0)
+            else:
+                smallest = small_left / max(divisor.magnitude, Decimal(1))
+            self._require_no_underflow(node, smallest)
+            if not right.constant:
+                rsql = exp.Nullif(this=rsql, expression=numbers.double_from_text("0"))
+            sql = exp.Div(this=lsql, expression=rsql)
+        pg_type = result_type if result_type.is_float or result_type is PgType.NUMERIC else PgType.NUMERIC
+        return Typed(typed_node(sql, PgType.FLOAT8), pg_type, interval, double=True, smallest=smallest)
 
     def _abs(self, node: exp.Expression) -> Typed:
         inner = self._number(node.this)
         interval = inner.interval.abs() if inner.interval is not None else None
-        typed = Typed(
-            typed_node(exp.Abs(this=self._as_bigint(inner)), inner.type),
-            inner.type,
-            interval,
-            inner.uses_unit,
-            inner.constant,
+        typed = dataclasses.replace(
+            inner, sql=typed_node(exp.Abs(this=self._as_bigint(inner)), inner.type), interval=interval
         )
         self._require_range(node, typed)
         return typed
@@ -481,6 +635,7 @@ class RowExpressionChecker:
             Interval(Decimal(-1), Decimal(1)),
             inner.uses_unit,
             inner.constant,
+            double=inner.double,
         )
 
     def _round(self, node: exp.Expression) -> Typed:
@@ -489,21 +644,32 @@ class RowExpressionChecker:
         digits = _int_argument(decimals, "the digits of round()") if decimals is not None else 0
         if not 0 <= digits <= 9:
             raise NotSupported("round() digits must be between 0 and 9")
-        # round(int) is numeric in PostgreSQL; round(float8) stays float8.
-        pg_type = inner.type if inner.type.is_float else PgType.NUMERIC
         interval = inner.interval.widen_to_digits(digits) if inner.interval is not None else None
+        if inner.double:
+            if decimals is not None:
+                raise UndefinedFunction(
+                    f"function round(double precision, integer) does not exist ({self.scope.clause})",
+                    hint="round(x) rounds a double to an integer; round(x, n) takes an exact number",
+                )
+            # round(float8) keeps float8 and rounds halves to even, as PostgreSQL's rint().
+            return dataclasses.replace(
+                inner, sql=numbers.round_half_even(inner.sql), interval=interval, smallest=Decimal(1)
+            )
         args: dict[str, exp.Expression] = {"this": inner.sql}
         if decimals is not None:
             args["decimals"] = exp.Literal.number(digits)
+        # round(int) and round(numeric) are numeric in PostgreSQL, halves away from zero on both.
         return Typed(
-            typed_node(exp.Round(**args), pg_type), pg_type, interval, inner.uses_unit, inner.constant
+            typed_node(exp.Round(**args), PgType.NUMERIC),
+            PgType.NUMERIC,
+            interval,
+            inner.uses_unit,
+            inner.constant,
         )
 
     def _floor_ceil(self, node: exp.Expression) -> Typed:
         inner = self._number(node.this)
-        pg_type = inner.type if inner.type.is_float or inner.type is PgType.NUMERIC else PgType.NUMERIC
-        if inner.type.is_integer:
-            pg_type = PgType.NUMERIC
+        pg_type = inner.type if inner.type.is_float else PgType.NUMERIC
         interval = inner.interval.widen_to_integers() if inner.interval is not None else None
         return Typed(
             typed_node(type(node)(this=inner.sql), pg_type),
@@ -511,6 +677,8 @@ class RowExpressionChecker:
             interval,
             inner.uses_unit,
             inner.constant,
+            double=inner.double,
+            smallest=Decimal(1),
         )
 
     # -- predicates --------------------------------------------------------------------------------
@@ -533,11 +701,35 @@ class RowExpressionChecker:
                 hint="compare values of the same kind, or CAST one side",
             )
 
+    def _typed_constants(self, parts: list[Typed]) -> list[Typed]:
+        """Untyped string constants next to typed values, as constants of that type written from
+        their value ('2024-01-31' beside a date becomes DATE '2024-01-31'), so no engine guesses."""
+        known = [p.type for p in parts if p.type is not PgType.UNKNOWN and not isinstance(p.sql, exp.Null)]
+        if not known:
+            return parts
+        target = known[0]
+        return [_typed_constant(p, target) if p.type is PgType.UNKNOWN else p for p in parts]
+
+    def _operands(self, parts: list[Typed], *, ordered: bool) -> list[exp.Expression]:
+        """The SQL of values compared or merged together, in one representation: numbers as
+        _exact_or_double makes them, text under the "C" collation when it is ordered (PostgreSQL
+        orders text by the database's collation, DuckDB by code point)."""
+        if any(p.type.is_number for p in parts):
+            sqls, _ = self._exact_or_double(parts)
+            return sqls
+        values = [p for p in parts if not isinstance(p.sql, exp.Null)]
+        if ordered and values and all(p.type.is_text for p in values):
+            return [p.sql if isinstance(p.sql, exp.Null) else _collate_c(p.sql) for p in parts]
+        return [p.sql for p in parts]
+
     def _comparison(self, node: exp.Expression) -> Typed:
         left, right = self.check(node.left), self.check(node.right)
         self._comparable(left, right, node)
+        left, right = self._typed_constants([left, right])
+        ordered = isinstance(node, (exp.GT, exp.GTE, exp.LT, exp.LTE))
+        lsql, rsql = self._operands([left, right], ordered=ordered)
         return Typed(
-            type(node)(this=left.sql, expression=right.sql),
+            type(node)(this=_operand(lsql), expression=_operand(rsql)),
             PgType.BOOL,
             None,
             left.uses_unit or right.uses_unit,
@@ -581,25 +773,20 @@ class RowExpressionChecker:
         )
 
     def _in(self, node: exp.Expression) -> Typed:
-        if node.args.get("unnest") is not None:
+        if node.args.get("unnest") is not None or node.args.get("query") is not None:
+            # IN (SELECT …) over public tables arrives here answered, as a list of constants.
             raise self._unsupported(exp.Subquery())
-        query = node.args.get("query")
-        if query is not None:
-            if self.scope.public_subquery is None:
-                raise self._unsupported(exp.Subquery())
-            inner = self.check(node.this)
-            subquery = query.this if isinstance(query, exp.Subquery) else query
-            emitted = self.scope.public_subquery(subquery)
-            return Typed(
-                exp.In(this=inner.sql, query=exp.Subquery(this=emitted)), PgType.BOOL, None, inner.uses_unit
-            )
         inner = self.check(node.this)
+        if not node.expressions:
+            # An inlined subquery that returned no rows: x IN (empty) is false, even for NULL x.
+            return Typed(exp.false(), PgType.BOOL, None, inner.uses_unit, inner.constant)
         items = [self.check(e) for e in node.expressions]
         for item in items:
             self._comparable(inner, item, node)
-        sql = exp.In(this=inner.sql, expressions=[i.sql for i in items])
+        parts = self._typed_constants([inner, *items])
+        sqls = self._operands(parts, ordered=False)
         return Typed(
-            sql,
+            exp.In(this=sqls[0], expressions=sqls[1:]),
             PgType.BOOL,
             None,
             inner.uses_unit or any(i.uses_unit for i in items),
@@ -607,10 +794,16 @@ class RowExpressionChecker:
         )
 
     def _between(self, node: exp.Expression) -> Typed:
+        if node.args.get("symmetric"):
+            raise NotSupported(
+                f"BETWEEN SYMMETRIC is not supported ({self.scope.clause})", hint="write the bounds in order"
+            )
         inner, low, high = self.check(node.this), self.check(node.args["low"]), self.check(node.args["high"])
         self._comparable(inner, low, node)
         self._comparable(inner, high, node)
-        sql = exp.Between(this=inner.sql, low=low.sql, high=high.sql, symmetric=node.args.get("symmetric"))
+        parts = self._typed_constants([inner, low, high])
+        sqls = self._operands(parts, ordered=True)
+        sql = exp.Between(this=sqls[0], low=sqls[1], high=sqls[2])
         return Typed(sql, PgType.BOOL, None, inner.uses_unit or low.uses_unit or high.uses_unit)
 
     def _like(self, node: exp.Expression, escape: exp.Expression | None = None) -> Typed:
@@ -639,9 +832,16 @@ class RowExpressionChecker:
                 f"LIKE pattern {text!r} must not end with the escape character",
                 hint="escape it twice to match it literally",
             )
-        sql = type(node)(this=inner.sql, expression=pattern.copy())
-        if escape is not None:
-            sql = exp.Escape(this=sql, expression=exp.Literal.string(escape_char))
+        value = inner.sql
+        if isinstance(node, exp.ILike):
+            # Case-insensitive as ASCII letters only, alike on every engine (PostgreSQL folds other
+            # letters by its collation's locale, DuckDB by Unicode).
+            value, text = _ascii_lower(value), text.translate(_ASCII_LOWER)
+        # The escape character is always written: PostgreSQL's default is a backslash, DuckDB has none.
+        sql = exp.Escape(
+            this=exp.Like(this=value, expression=exp.Literal.string(text)),
+            expression=exp.Literal.string(escape_char),
+        )
         return Typed(sql, PgType.BOOL, None, inner.uses_unit)
 
     def _escape(self, node: exp.Expression) -> Typed:
@@ -672,6 +872,19 @@ class RowExpressionChecker:
                 _check_castable_text(p.sql.this, result)
         return result
 
+    def _merged(
+        self, parts: list[Typed], node: exp.Expression, *, ordered: bool = False
+    ) -> tuple[list[exp.Expression], PgType, bool, Decimal]:
+        """Values of CASE branches and of COALESCE/GREATEST/LEAST/NULLIF arguments in one
+        representation: their SQL, their PostgreSQL type, whether doubles, smallest magnitude."""
+        pg_type = self._merge_types(parts, node)
+        parts = self._typed_constants(parts)
+        if pg_type.is_number:
+            sqls, double = self._exact_or_double(parts)
+            smallest = min(self._smallest(p) for p in parts) if double else Decimal(1)
+            return sqls, pg_type, double, smallest
+        return self._operands(parts, ordered=ordered), pg_type, False, Decimal(1)
+
     def _case(self, node: exp.Expression) -> Typed:
         operand = node.args.get("this")
         operand_typed = self.check(operand) if operand is not None else None
@@ -686,42 +899,64 @@ class RowExpressionChecker:
         default = node.args.get("default")
         default_typed = self.check(default) if default is not None else None
         all_values = values + ([default_typed] if default_typed is not None else [])
-        pg_type = self._merge_types(all_values, node)
+        sqls, pg_type, double, smallest = self._merged(all_values, node)
         number_values = [v for v in all_values if not isinstance(v.sql, exp.Null)]
         interval = hull([v.interval for v in number_values]) if pg_type.is_number and number_values else None
-        case = exp.Case(this=operand_typed.sql if operand_typed is not None else None)
-        for cond, value in zip(conditions, values, strict=True):
-            case = case.when(cond.sql, value.sql)
+        condition_sqls = [c.sql for c in conditions]
+        operand_sql = None
+        if operand_typed is not None:
+            # CASE x WHEN a …: the operand is compared with each WHEN value, in one representation.
+            compared = self._operands(self._typed_constants([operand_typed, *conditions]), ordered=False)
+            operand_sql, condition_sqls = compared[0], compared[1:]
+        case = exp.Case(this=operand_sql)
+        for condition, value in zip(condition_sqls, sqls[: len(values)], strict=True):
+            case = case.when(condition, value)
         if default_typed is not None:
-            case = case.else_(default_typed.sql)
+            case = case.else_(sqls[-1])
         parts = [*conditions, *all_values] + ([operand_typed] if operand_typed else [])
-        return Typed(typed_node(case, pg_type), pg_type, interval, any(p.uses_unit for p in parts))
+        return Typed(
+            typed_node(case, pg_type),
+            pg_type,
+            interval,
+            any(p.uses_unit for p in parts),
+            double=double,
+            smallest=smallest,
+        )
 
     def _variadic_same_type(self, node: exp.Expression) -> Typed:
         args = [node.this, *node.expressions]
         parts = [self.check(a) for a in args]
-        pg_type = self._merge_types(parts, node)
+        extreme = isinstance(node, (exp.Greatest, exp.Least))
+        sqls, pg_type, double, smallest = self._merged(parts, node, ordered=extreme)
         non_null = [p for p in parts if not isinstance(p.sql, exp.Null)]
         interval = hull([p.interval for p in non_null]) if pg_type.is_number and non_null else None
-        if isinstance(node, (exp.Greatest, exp.Least)) and pg_type.is_number and non_null:
+        if extreme and pg_type.is_number and non_null:
             interval = _extreme_interval([p.interval for p in non_null], least=isinstance(node, exp.Least))
-        sql = type(node)(this=parts[0].sql, expressions=[p.sql for p in parts[1:]])
+        # ignore_nulls: NULL arguments are skipped, as PostgreSQL and DuckDB both do (sqlglot would
+        # otherwise spell a NULL-propagating CASE for DuckDB).
+        kwargs = {"ignore_nulls": True} if extreme else {}
+        sql = type(node)(this=sqls[0], expressions=sqls[1:], **kwargs)
         return Typed(
             typed_node(sql, pg_type),
             pg_type,
             interval,
             any(p.uses_unit for p in parts),
             all(p.constant for p in parts),
+            double=double,
+            smallest=smallest,
         )
 
     def _nullif(self, node: exp.Expression) -> Typed:
         first, second = self.check(node.this), self.check(node.expression)
         self._comparable(first, second, node)
+        sqls, _, double, smallest = self._merged([first, second], node)
         return Typed(
-            typed_node(exp.Nullif(this=first.sql, expression=second.sql), first.type),
+            typed_node(exp.Nullif(this=sqls[0], expression=sqls[1]), first.type),
             first.type,
             first.interval,
             first.uses_unit or second.uses_unit,
+            double=double,
+            smallest=smallest,
         )
 
     # -- casts -------------------------------------------------------------------------------------
@@ -735,14 +970,28 @@ class RowExpressionChecker:
                 f"CAST to {to.sql('postgres')} is not supported ({self.scope.clause})",
                 hint="cast to integer, bigint, numeric, double precision, text, boolean, date or timestamp",
             )
+        if target.is_text and any(isinstance(p, exp.DataTypeParam) for p in to.expressions):
+            # PostgreSQL truncates to varchar(n)/char(n) (and pads char); DuckDB ignores the length.
+            raise NotSupported(
+                f"CAST to {to.sql('postgres')} is not supported ({self.scope.clause})",
+                hint="cast to text, and use left(x, n) to shorten it",
+            )
+        if target is PgType.FLOAT4:
+            raise NotSupported(
+                f"CAST to real is not supported ({self.scope.clause}): PostgreSQL fails on values real "
+                "cannot hold",
+                hint="cast to double precision",
+            )
         if inner.type is PgType.UNKNOWN or (inner.type.is_text and inner.constant):
             if isinstance(inner.sql, exp.Literal):
                 _check_castable_text(inner.sql.this, target)
-            return Typed(
-                typed_node(exp.Cast(this=inner.sql, to=to.copy()), target),
-                target,
-                constant=True,
-                interval=self._constant_interval(inner.sql, target),
+                return _typed_constant(inner, target)
+            if target.is_text:
+                return Typed(exp.Cast(this=inner.sql, to=_canonical_type(to, target)), target, constant=True)
+            raise NotSupported(
+                f"CAST of the text expression {node.this.sql('postgres')} to {target.value} is not supported "
+                f"({self.scope.clause})",
+                hint="write the constant in its type directly, e.g. 42 or DATE '2024-01-31'",
             )
         if inner.type.is_text and not target.is_text:
             raise NotSupported(
@@ -750,37 +999,84 @@ class RowExpressionChecker:
                 "it fails on values that do not parse",
                 hint="compare the text directly, or ask the data owner to expose a typed column",
             )
-        interval = inner.interval
         if target.is_number and inner.type.is_number:
-            if target.is_integer:
-                interval = interval.widen_to_integers() if interval is not None else None
-                lo, hi = INTEGER_RANGE[target]
-                if interval is None or not interval.within(lo, hi):
-                    raise NotSupported(
-                        f"CAST({node.this.sql('postgres')} AS {target.value}) could overflow "
-                        f"({self.scope.clause})",
-                        hint="declare bounds for the column in the policy, or cast to numeric",
-                    )
-            elif target is PgType.NUMERIC:
-                self._check_numeric_precision(to, interval, node)
-        elif target.is_number and inner.type is PgType.BOOL:
-            if not target.is_integer:
-                raise NotSupported(f"CAST of boolean to {target.value} is not supported; cast to integer")
-            interval = Interval(Decimal(0), Decimal(1))
-        elif target is PgType.BOOL and not (inner.type.is_integer or inner.type is PgType.BOOL):
+            return self._cast_number(node, inner, to, target)
+        if target.is_number and inner.type is PgType.BOOL:
+            if target is not PgType.INT4:
+                raise NotSupported(
+                    f"CAST of boolean to {target.value} is not supported ({self.scope.clause})",
+                    hint="cast to integer",
+                )
+            sql = exp.Cast(this=inner.sql, to=exp.DataType.build("INT"))
+            return Typed(typed_node(sql, target), target, Interval(Decimal(0), Decimal(1)), inner.uses_unit)
+        if target is PgType.BOOL:
+            if inner.type is PgType.BOOL:
+                return inner
+            if inner.type.is_integer and not inner.double:
+                # int → boolean is x <> 0 on both engines (PostgreSQL has no cast from bigint).
+                zero = exp.NEQ(this=inner.sql, expression=exp.Literal.number(0))
+                return Typed(zero, PgType.BOOL, None, inner.uses_unit, inner.constant)
             raise NotSupported(
                 f"CAST of {inner.type.value} to boolean is not supported ({self.scope.clause})"
             )
-        elif (target.is_temporal and not inner.type.is_temporal) or (
+        if (target.is_temporal and not inner.type.is_temporal) or (
             target.is_number and not inner.type.is_number
         ):
             raise NotSupported(f"CAST of {inner.type.value} to {target.value} is not supported")
+        if target.is_text and (inner.type.is_number and not inner.exact_integer):
+            raise NotSupported(
+                f"CAST of {inner.type.value} to text is not supported ({self.scope.clause}): the "
+                "engines write fractional numbers differently",
+                hint="round it to an integer first, e.g. CAST(ROUND(x) AS integer), then to text",
+            )
         return Typed(
-            typed_node(exp.Cast(this=inner.sql, to=to.copy()), target),
+            typed_node(exp.Cast(this=inner.sql, to=_canonical_type(to, target)), target),
             target,
-            interval if target.is_number else None,
+            None,
             inner.uses_unit,
             inner.constant,
+        )
+
+    def _cast_number(self, node: exp.Expression, inner: Typed, to: exp.DataType, target: PgType) -> Typed:
+        interval = inner.interval
+        if target.is_integer:
+            interval = interval.widen_to_integers() if interval is not None else None
+            lo, hi = INTEGER_RANGE[target]
+            if interval is None or not interval.within(lo, hi):
+                raise NotSupported(
+                    f"CAST({node.this.sql('postgres')} AS {target.value}) could overflow "
+                    f"({self.scope.clause})",
+                    hint="declare bounds for the column in the policy, or cast to numeric",
+                )
+            # Doubles round halves to even, exact numbers away from zero: alike on both engines.
+            sql = exp.Cast(this=inner.sql, to=_canonical_type(to, target))
+            return Typed(typed_node(sql, target), target, interval, inner.uses_unit, inner.constant)
+        if target.is_float:
+            return dataclasses.replace(
+                inner,
+                sql=typed_node(self._double(inner), PgType.FLOAT8),
+                type=target,
+                double=True,
+                smallest=self._smallest(inner),
+            )
+        # numeric
+        if inner.double:
+            raise NotSupported(
+                f"CAST of double precision to numeric is not supported ({self.scope.clause}): the "
+                "engines round the conversion differently",
+                hint="keep the value a double, or round it to an integer first",
+            )
+        self._check_numeric_precision(to, interval, node)
+        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
+        if params:
+            precision = int(params[0].name)
+            scale = int(params[1].name) if len(params) > 1 else 0
+            sql = numbers.cast(inner.sql, f"DECIMAL({precision}, {scale})")
+        else:
+            # A bare NUMERIC is three decimals on DuckDB: every exact decimal is DECIMAL(38, 10).
+            sql = numbers.as_decimal(inner.sql)
+        return Typed(
+            typed_node(sql, PgType.NUMERIC), PgType.NUMERIC, interval, inner.uses_unit, inner.constant
         )
 
     @staticmethod
@@ -818,10 +1114,19 @@ class RowExpressionChecker:
         return typed
 
     def _text_to_text(self, node: exp.Expression) -> Typed:
+        name = node.sql_name().lower()
+        if isinstance(node, exp.Initcap):
+            raise NotSupported(
+                f"initcap() is not supported ({self.scope.clause}): the engines split words differently",
+                hint="use lower() or upper()",
+            )
         if node.args.get("expression") is not None:
-            raise NotSupported(f"{node.sql_name().lower()}() takes one argument here")
-        inner = self._text(node.this, f"{node.sql_name().lower()}()")
-        return Typed(type(node)(this=inner.sql), PgType.TEXT, None, inner.uses_unit, inner.constant)
+            raise NotSupported(f"{name}() takes one argument here")
+        inner = self._text(node.this, f"{name}()")
+        # ASCII letters only, alike on every engine: PostgreSQL maps other letters by its
+        # collation's locale (or not at all under "C"), DuckDB by Unicode.
+        sql = _ascii_lower(inner.sql) if isinstance(node, exp.Lower) else _ascii_upper(inner.sql)
+        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant)
 
     def _length(self, node: exp.Expression) -> Typed:
         inner = self._text(node.this, "length()")
@@ -836,11 +1141,18 @@ class RowExpressionChecker:
     def _substring(self, node: exp.Expression) -> Typed:
         inner = self._text(node.this, "substring()")
         start = _int_argument(node.args.get("start"), "the start of substring()")
-        args: dict[str, exp.Expression] = {"this": inner.sql, "start": exp.Literal.number(start)}
+        length: int | None = None
         if node.args.get("length") is not None:
             length = _int_argument(node.args.get("length"), "the length of substring()")
             if length < 0:
                 raise InvalidParameter("the length of substring() must not be negative")
+        if start < 1:
+            # PostgreSQL counts characters before the first one (substring('abc', 0, 2) is 'a');
+            # DuckDB counts a start below 1 from the end. Written from position 1, they agree.
+            length = None if length is None else max(0, length + start - 1)
+            start = 1
+        args: dict[str, exp.Expression] = {"this": inner.sql, "start": exp.Literal.number(start)}
+        if length is not None:
             args["length"] = exp.Literal.number(length)
         return Typed(exp.Substring(**args), PgType.TEXT, None, inner.uses_unit, inner.constant)
 
@@ -869,6 +1181,12 @@ class RowExpressionChecker:
                 part.type.is_text or part.type.is_number or part.type.is_temporal or part.type is PgType.BOOL
             ):
                 raise UndefinedFunction(f"cannot concatenate {arg.sql('postgres')}")
+            if part.type.is_number and not part.exact_integer:
+                raise NotSupported(
+                    f"concatenating {part.type.value} values is not supported ({self.scope.clause}): the "
+                    "engines write fractional numbers differently",
+                    hint="round it to an integer first, e.g. CAST(ROUND(x) AS integer)",
+                )
         casted = [
             p.sql if p.type.is_text else exp.Cast(this=p.sql, to=exp.DataType.build("TEXT")) for p in parts
         ]
@@ -937,6 +1255,11 @@ class RowExpressionChecker:
                 f"extract field {field!r} is not supported", hint=f"use one of {', '.join(EXTRACT_FIELDS)}"
             )
         inner = self._temporal(node.expression, "extract()")
+        if inner.type is PgType.DATE and field in ("hour", "minute"):
+            raise NotSupported(
+                f'unit "{field}" not supported for type date ({self.scope.clause})',
+                hint="a date has no time of day; extract it from a timestamp",
+            )
         extract = exp.Extract(this=exp.Var(this=field.upper()), expression=inner.sql)
         # PostgreSQL's extract() is numeric; these fields are whole numbers on every engine.
         sql = exp.Cast(this=extract, to=exp.DataType.build("BIGINT"))
@@ -947,6 +1270,114 @@ class RowExpressionChecker:
             inner.uses_unit,
             inner.constant,
         )
+
+
+_ASCII_UPPER_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ASCII_LOWER_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_ASCII_LOWER = str.maketrans(_ASCII_UPPER_LETTERS, _ASCII_LOWER_LETTERS)
+
+
+def _ascii_lower(value: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(
+        this="TRANSLATE",
+        expressions=[
+            value,
+            exp.Literal.string(_ASCII_UPPER_LETTERS),
+            exp.Literal.string(_ASCII_LOWER_LETTERS),
+        ],
+    )
+
+
+def _ascii_upper(value: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(
+        this="TRANSLATE",
+        expressions=[
+            value,
+            exp.Literal.string(_ASCII_LOWER_LETTERS),
+            exp.Literal.string(_ASCII_UPPER_LETTERS),
+        ],
+    )
+
+
+def _operand(sql: exp.Expression) -> exp.Expression:
+    """An operand of a comparison, in parentheses when it is an operation itself: a <= b <> c is
+    written as (a <= b) <> c, which both engines read (neither chains comparisons)."""
+    if isinstance(sql, (exp.Binary, exp.Unary, exp.Predicate)):
+        return exp.Paren(this=sql)
+    return sql
+
+
+def _collate_c(value: exp.Expression) -> exp.Expression:
+    """Text ordered by code point on every engine (UTF-8 bytes order as code points do).
+    Parenthesised: PostgreSQL's grammar takes no COLLATE in a BETWEEN's lower bound. An expression
+    is cast to text first: DuckDB types `'a' || NULL` as NULL, which takes no collation."""
+    if not (isinstance(value, exp.Column) or (isinstance(value, exp.Literal) and value.is_string)):
+        value = exp.Cast(this=value, to=exp.DataType.build("TEXT"))
+    return exp.Paren(this=exp.Collate(this=value, expression=exp.Identifier(this="C", quoted=True)))
+
+
+def _canonical_type(to: exp.DataType, target: PgType) -> exp.DataType:
+    """The cast's target written by dpproxy, never as sent (numeric keeps its precision)."""
+    if target is PgType.NUMERIC:
+        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
+        if params:
+            scale = params[1].name if len(params) > 1 else "0"
+            return exp.DataType.build(f"DECIMAL({params[0].name}, {scale})")
+        return exp.DataType.build(numbers.DECIMAL_TYPE)
+    return exp.DataType.build(SQLGLOT_SCHEMA_TYPE[target])
+
+
+def _typed_constant(typed: Typed, target: PgType) -> Typed:
+    """An untyped string constant as a constant of `target`, written from its parsed value."""
+    literal = typed.sql
+    if (
+        not (isinstance(literal, exp.Literal) and literal.is_string)
+        or target.is_text
+        or target is PgType.UNKNOWN
+    ):
+        return typed
+    text = literal.this.strip()
+    _check_castable_text(text, target)
+    if target.is_number:
+        value = Decimal(text)
+        if (
+            target.is_integer
+            and value == value.to_integral_value()
+            and "." not in text
+            and "e" not in text.lower()
+        ):
+            pg_type = PgType.INT8
+        else:
+            pg_type = PgType.NUMERIC
+        if target.is_float:
+            return Typed(
+                numbers.double_constant(value),
+                target,
+                Interval.point(value),
+                constant=True,
+                double=True,
+                smallest=abs(value) or Decimal(1),
+            )
+        return Typed(
+            typed_node(number_literal(value), pg_type), pg_type, Interval.point(value), constant=True
+        )
+    if target is PgType.BOOL:
+        return Typed(
+            exp.Boolean(this=text.lower() in ("t", "true", "yes", "1", "y", "on")), PgType.BOOL, constant=True
+        )
+    if target is PgType.DATE:
+        value_text = dt.date.fromisoformat(text).isoformat()
+        return Typed(numbers.cast(exp.Literal.string(value_text), "DATE"), PgType.DATE, constant=True)
+    parsed = dt.datetime.fromisoformat(text)
+    if target is PgType.TIMESTAMPTZ:
+        return Typed(
+            numbers.cast(exp.Literal.string(parsed.isoformat(sep=" ")), "TIMESTAMPTZ"), target, constant=True
+        )
+    return Typed(
+        numbers.cast(exp.Literal.string(parsed.replace(tzinfo=None).isoformat(sep=" ")), "TIMESTAMP"),
+        target,
+        constant=True,
+    )
 
 
 def _extreme_interval(intervals: list[Interval | None], *, least: bool) -> Interval | None:

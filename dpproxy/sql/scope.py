@@ -9,7 +9,6 @@ Nothing here reads data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -88,11 +87,9 @@ class RowScope:
 
     sources: tuple[Source, ...]
     clause: str
-    # Checks and emits `IN (SELECT … FROM public_table)`; None where no policy is at hand.
-    public_subquery: Callable[[exp.Expression], exp.Expression] | None = None
 
     def in_clause(self, clause: str) -> RowScope:
-        return RowScope(self.sources, clause, self.public_subquery)
+        return RowScope(self.sources, clause)
 
     def resolve(self, node: exp.Column) -> tuple[Source, SourceColumn]:
         qualifier = node.table.lower() if node.table else None

@@ -22,10 +22,12 @@ from dpproxy.sql.rowexpr import number_literal
 def clamp(value: exp.Expression, lo: int, hi: int) -> exp.Expression:
     """LEAST(GREATEST(value, lo), hi) — only for non-NULL values (GREATEST skips NULLs)."""
     if lo == 0 and hi >= 0:
-        lower: exp.Expression = exp.Greatest(this=value, expressions=[exp.Literal.number(0)])
+        lower: exp.Expression = exp.Greatest(
+            this=value, expressions=[exp.Literal.number(0)], ignore_nulls=True
+        )
     else:
-        lower = exp.Greatest(this=value, expressions=[number_literal(lo)])
-    return exp.Least(this=lower, expressions=[number_literal(hi)])
+        lower = exp.Greatest(this=value, expressions=[number_literal(lo)], ignore_nulls=True)
+    return exp.Least(this=lower, expressions=[number_literal(hi)], ignore_nulls=True)
 
 
 def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
@@ -35,7 +37,7 @@ def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     r = query.max_rows
     group = [UNIT, *ctx.keys]
     projections: list[exp.Expression] = [col(c) for c in group]
-    rows = exp.Least(this=exp.Count(this=exp.Star()), expressions=[exp.Literal.number(r)])
+    rows = exp.Least(this=exp.Count(this=exp.Star()), expressions=[exp.Literal.number(r)], ignore_nulls=True)
     projections.append(exp.alias_(rows, ROWS, quoted=True))
     for i in ctx.valued_components:
         component = query.components[i]
@@ -43,7 +45,9 @@ def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         total: exp.Expression = exp.Sum(this=col(name))
         lo, hi = component.contribution_range(r)
         if component.kind is ComponentKind.VALUES:
-            value: exp.Expression = exp.Least(this=total, expressions=[exp.Literal.number(hi)])
+            value: exp.Expression = exp.Least(
+                this=total, expressions=[exp.Literal.number(hi)], ignore_nulls=True
+            )
         else:
             # A unit whose values are all NULL adds nothing (0 lies in every contribution range).
             value = clamp(exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), lo, hi)

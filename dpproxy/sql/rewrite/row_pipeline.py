@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.numbers import grid_integer
 from dpproxy.sql.query import Histogram
 from dpproxy.sql.rewrite.bound_rows import keep_first, keep_rows_of_first_groups
 from dpproxy.sql.rewrite.select_rows import public_value_literal, read_relation
@@ -42,13 +43,8 @@ def bin_sql(histogram: Histogram) -> exp.Expression:
         return case
     assert histogram.interval is not None
     lo, hi = histogram.interval.on_grid(histogram.scale)
-    clipped = clip_sql(value, histogram.interval, PgType.NUMERIC)
-    scaled = (
-        clipped
-        if histogram.scale == 0
-        else exp.Round(this=exp.Mul(this=clipped, expression=exp.Literal.number(10**histogram.scale)))
-    )
-    grid = exp.Cast(this=scaled, to=exp.DataType.build("BIGINT"))
+    clipped = clip_sql(value, histogram.interval, PgType.NUMERIC, double=histogram.double)
+    grid = grid_integer(clipped, histogram.scale, double=histogram.double, integer=histogram.exact_integer)
     if hi == lo or histogram.candidates == 1:
         return (
             exp.Case().when(exp.Is(this=grid, expression=exp.Null()), exp.Null()).else_(exp.Literal.number(0))

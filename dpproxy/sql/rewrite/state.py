@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
+from dpproxy.sql.numbers import emit
 from dpproxy.sql.query import ComponentKind, PrivateQuery
 
 UNIT = "__unit"
@@ -82,8 +83,8 @@ class RewriteState:
 
     def statements(self, dialect: str) -> list[str]:
         """Every statement the plan runs, main first (when there is one), in the backend's dialect."""
-        main = [self.query().sql(dialect)] if self.steps else []
-        return [*main, *(step.select.sql(dialect) for step in self.auxiliary)]
+        main = [emit(self.query(), dialect)] if self.steps else []
+        return [*main, *(emit(step.select, dialect) for step in self.auxiliary)]
 
     def then(self, name: str, summary: str, select: exp.Select) -> RewriteState:
         return replace(self, steps=(*self.steps, Step(name, summary, select)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.numbers import grid_integer
 from dpproxy.sql.query import Component, ComponentKind
 from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, component_column
 from dpproxy.sql.rowexpr import clip_sql, number_literal
@@ -19,13 +20,16 @@ from dpproxy.sql.types import PgType
 
 
 def grid_value(value: exp.Expression, component: Component) -> exp.Expression:
-    """The component's per-row integer: round(clip(value) · 10^scale) [− centre]."""
+    """The component's per-row integer: round(clip(value) · 10^scale) [− centre], computed alike on
+    every engine (dpproxy.sql.numbers.grid_integer)."""
     assert component.interval is not None
     scale, centre = component.scale, component.centre
-    clipped = value if component.within_interval else clip_sql(value, component.interval, PgType.NUMERIC)
-    scaled = clipped if scale == 0 else exp.Mul(this=clipped, expression=exp.Literal.number(10**scale))
-    rounded = scaled if scale == 0 else exp.Round(this=scaled)
-    on_grid: exp.Expression = exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
+    clipped = (
+        value
+        if component.within_interval
+        else clip_sql(value, component.interval, PgType.NUMERIC, double=component.double)
+    )
+    on_grid = grid_integer(clipped, scale, double=component.double, integer=component.exact_integer)
     if component.kind in (ComponentKind.CENTRED_SUM, ComponentKind.CENTRED_SQUARES) and centre:
         on_grid = exp.Paren(this=exp.Sub(this=on_grid, expression=number_literal(centre)))
     if component.kind is ComponentKind.CENTRED_SQUARES:

@@ -1,0 +1,59 @@
+"""Python values as SQL constants: the one place a value becomes text the backend will read.
+
+Used for bound parameters, the public values of keys, and the results of public subqueries inlined
+into a private query. Every constant is written from the value itself (never from text a client
+sent), in a form both backends read the same way: integers and decimals as numerals, other types as
+a cast of their ISO text, so a constant keeps the type its value had.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import Decimal
+
+from sqlglot import exp
+
+from dpproxy.errors import InvalidParameter
+from dpproxy.sql.types import PgType
+
+
+def number(value: int | Decimal) -> exp.Expression:
+    """A numeral; negative values as a parenthesised negation, which every dialect reads alike."""
+    text = str(value) if isinstance(value, int) else format(value, "f")
+    literal = exp.Literal.number(text.lstrip("-"))
+    return exp.Paren(this=exp.Neg(this=literal)) if text.startswith("-") else literal
+
+
+def cast(text: str, type_name: str) -> exp.Expression:
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(type_name))
+
+
+def constant(value: object, pg_type: PgType | None = None) -> exp.Expression:
+    """The SQL constant of a Python value; `pg_type` (when known) keeps floats and numerics typed as
+    their column was, instead of as a numeral's type."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int):
+        return number(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise InvalidParameter("NaN and infinite numeric values are not supported as constants")
+        return cast(format(value, "f"), "NUMERIC") if pg_type is PgType.NUMERIC else number(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidParameter("NaN and infinite values are not supported as constants")
+        if pg_type is not None and pg_type.is_float:
+            return cast(repr(value), "REAL" if pg_type is PgType.FLOAT4 else "DOUBLE PRECISION")
+        return number(Decimal(repr(value)))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            return cast(value.isoformat(sep=" "), "TIMESTAMPTZ")
+        return cast(value.isoformat(sep=" "), "TIMESTAMP")
+    if isinstance(value, dt.date):
+        return cast(value.isoformat(), "DATE")
+    raise InvalidParameter(f"values of type {type(value).__name__} are not supported as constants")

@@ -1,0 +1,137 @@
+"""How numbers are computed in the backend, so that every engine computes the same value.
+
+PostgreSQL and DuckDB agree on integer arithmetic, but not on much else: DuckDB divides decimals
+in double precision where PostgreSQL stays exact, reads `NUMERIC` without a precision as three
+decimal digits, keeps a decimal's width when multiplying it by an integer (and fails on overflow),
+rounds doubles half away from zero where PostgreSQL rounds half to even, and converts decimals to
+doubles with a double rounding. A row expression that meant different things on the two engines
+would select different rows from the same data. So every number a private query computes has one
+of three representations, and each operation is written so that both engines perform it alike:
+
+  - integers: bigint, exact (ranges are checked statically, so nothing overflows);
+  - exact decimals: `DECIMAL(38, 10)` on both engines as soon as they take part in arithmetic, so
+    sums, differences and products are exact and cannot overflow (|value| < 10^27 is checked, and
+    10^17 for a product of two decimals, whose scale is 20 before it is rounded back to 10);
+  - doubles: float columns, and every quotient of non-integers (division is exact on neither engine
+    in general, so it is done in IEEE double precision on both, which they perform bit for bit).
+    Decimals become doubles through their exact text, which both engines parse correctly rounded.
+    PostgreSQL raises an error when a double product or quotient underflows to 0, where DuckDB
+    returns 0; so float columns read values below 1e-100 in magnitude as 0, and the analyzer
+    tracks the smallest non-zero magnitude every double can have, refusing a product or quotient
+    that could underflow. No such error can then depend on data.
+
+Rounding to an integer grid (the fixed-point values sums are computed on) is explicit too: exact
+numbers by a cast to `DECIMAL(38, s)` (half away from zero on both), doubles by floor(x·10^s + 0.5)
+in double precision. Functions spelled differently per engine are emitted as markers that `emit`
+spells for the backend's dialect. Nothing here reads data.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel
+
+# Decimal arithmetic runs in DECIMAL(38, SCALE): at most 10 fractional digits, 28 integral ones.
+DECIMAL_SCALE = 10
+DECIMAL_TYPE = f"DECIMAL(38, {DECIMAL_SCALE})"
+# |x·y| of two decimals must stay below this: their product has scale 20 before being rounded back.
+DECIMAL_PRODUCT_LIMIT = Decimal("1e17")
+# Float columns read values below this magnitude as 0, so that products cannot underflow.
+SNAP = "1e-100"
+SMALLEST_FLOAT = Decimal(SNAP)
+# A product or quotient whose non-zero magnitude could fall below this is refused (the smallest
+# normal double is about 2.2e-308).
+UNDERFLOW_LIMIT = Decimal("1e-300")
+# Relative size of one unit in the last place of a double, rounded down.
+ULP = Decimal(2) ** -53
+
+# Marker functions, spelled per dialect by `emit`.
+ROUND_HALF_EVEN = "__dpproxy_round_half_even"
+
+
+def cast(value: exp.Expression, type_name: str) -> exp.Expression:
+    return exp.Cast(this=value, to=exp.DataType.build(type_name))
+
+
+def as_decimal(value: exp.Expression) -> exp.Expression:
+    """An exact number (integer or decimal) as DECIMAL(38, 10)."""
+    return cast(value, DECIMAL_TYPE)
+
+
+def double_from_text(text: str) -> exp.Expression:
+    return cast(exp.Literal.string(text), "DOUBLE PRECISION")
+
+
+def double_constant(value: Decimal) -> exp.Expression:
+    """A constant double, parsed from its exact decimal text (correctly rounded on every engine)."""
+    return double_from_text(format(value, "f"))
+
+
+def as_double(value: exp.Expression, *, exact_integer: bool) -> exp.Expression:
+    """An exact number as a double: integers directly (a correctly rounded conversion on both
+    engines), decimals through their text, which both engines parse correctly rounded (DuckDB's
+    direct conversion divides by a power of ten after converting, rounding twice)."""
+    if exact_integer:
+        return cast(value, "DOUBLE PRECISION")
+    return cast(cast(value, "TEXT"), "DOUBLE PRECISION")
+
+
+def snap_tiny(value: exp.Expression) -> exp.Expression:
+    """A float column's value, read as 0 below 1e-100 in magnitude (see the module docstring)."""
+    tiny = exp.LT(this=exp.Abs(this=value.copy()), expression=double_from_text(SNAP))
+    return exp.Case().when(tiny, double_from_text("0")).else_(value)
+
+
+def smallest_sum(a: Decimal, b: Decimal) -> Decimal:
+    """Smallest non-zero |x ± y| of doubles whose non-zero magnitudes are at least a and b: a
+    cancellation leaves at least one unit in the last place of the smaller one."""
+    return min(a, b) * ULP
+
+
+def safe_from_underflow(smallest: Decimal) -> bool:
+    """Whether a double whose non-zero magnitude is at least `smallest` can never underflow to 0."""
+    return smallest >= UNDERFLOW_LIMIT
+
+
+def round_half_even(value: exp.Expression) -> exp.Expression:
+    """round(x) of a double with PostgreSQL's meaning (rint: halves to even) on every engine."""
+    return exp.Anonymous(this=ROUND_HALF_EVEN, expressions=[value])
+
+
+def grid_integer(value: exp.Expression, scale: int, *, double: bool, integer: bool) -> exp.Expression:
+    """round(value · 10^scale) as a bigint, computed identically on every engine.
+
+    Exact numbers: a cast to DECIMAL(38, scale) rounds half away from zero on both engines, and the
+    scaled value is then an exact integer. Doubles: floor(x · 10^scale + 0.5) in double precision.
+    The value must already be clipped to bounds that keep the result inside a bigint."""
+    if integer and not double and scale == 0:
+        return cast(value, "BIGINT")
+    if double:
+        scaled = value if scale == 0 else exp.Mul(this=value, expression=exp.Literal.number(10**scale))
+        return cast(exp.Floor(this=exp.Add(this=scaled, expression=double_from_text("0.5"))), "BIGINT")
+    on_scale = cast(value, f"DECIMAL(38, {scale})")
+    scaled = on_scale if scale == 0 else exp.Mul(this=on_scale, expression=exp.Literal.number(10**scale))
+    return cast(scaled, "BIGINT")
+
+
+def _spell(node: exp.Expression, dialect: str) -> exp.Expression:
+    if isinstance(node, exp.Anonymous) and node.name == ROUND_HALF_EVEN:
+        (value,) = node.expressions
+        if dialect == "duckdb":
+            return exp.Anonymous(this="ROUND_EVEN", expressions=[value, exp.Literal.number(0)])
+        # PostgreSQL's round(double precision) is rint(): halves to even.
+        return exp.Round(this=value)
+    return node
+
+
+def emit(tree: exp.Expression, dialect: str, **options: object) -> str:
+    """The SQL text of a rewritten tree for a backend's dialect, with marker functions spelled out.
+
+    sqlglot's warnings about constructs that may mean different things per engine are silenced: the
+    analyzer emits only constructs whose meaning it fixed (time zones are UTC on every backend),
+    and the generated-language tests check that the engines agree on them."""
+    if any(isinstance(n, exp.Anonymous) and n.name == ROUND_HALF_EVEN for n in tree.walk()):
+        tree = tree.transform(lambda n: _spell(n, dialect), copy=True)
+    return tree.sql(dialect, unsupported_level=ErrorLevel.IGNORE, **options)

@@ -1,0 +1,278 @@
+"""The schema, policies and adversarial databases the query-language generator runs against.
+
+Demo-like tables: two protected tables sharing the privacy unit (`patients`, `visits`), a table
+with one row per person (`survey`) and a public table (`zip_info`). Every column type the policy
+knows appears at least once. The databases are built for attacks, not for realism: values at and
+beyond the bounds, NULLs everywhere (keys and units included), zeros, NaN and infinities, empty
+and odd strings, one person with very many rows, a person alone in a group no one else is in,
+rows whose privacy unit is NULL (nobody's rows), and an empty database.
+
+A *person* is what the neighbour relation adds or removes: a patient id (their rows in `patients`
+and `visits`) or one `survey` row (its hidden `rid`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+# Limits small enough that the adversarial persons exceed them (so bounding really happens).
+LIMITS = {"patients": (2, 2), "visits": (3, 2)}
+# Limits no generated person reaches, so that no per-person choice (which uses each engine's own
+# hash) drops anything: the two backends must then agree exactly.
+HIGH_LIMITS = {"patients": (1000, 1000), "visits": (1000, 1000)}
+
+POLICY_TEMPLATE = """
+version: 1
+defaults: {{epsilon: 1.0, delta: 1.0e-6}}
+tables:
+  patients:
+    privacy_unit: patient_id
+    max_rows_per_unit: {patients_rows}
+    max_groups_per_unit: {patients_groups}
+    columns:
+      patient_id: {{type: integer}}
+      age:        {{type: integer, lower: 0, upper: 120}}
+      income:     {{type: numeric, lower: 0, upper: 500000, scale: 2}}
+      score:      {{type: double precision, lower: -1, upper: 1}}
+      zip:        {{type: text}}
+      diagnosis:  {{type: text, public_values: [flu, cold, asthma]}}
+      birth:      {{type: date}}
+      smoker:     {{type: boolean}}
+      seen:       {{type: timestamp}}
+  visits:
+    privacy_unit: patient_id
+    max_rows_per_unit: {visits_rows}
+    max_groups_per_unit: {visits_groups}
+    columns:
+      visit_id:   {{type: bigint, summable: false}}
+      patient_id: {{type: integer}}
+      cost:       {{type: numeric, lower: 0, upper: 2000, scale: 2}}
+      department: {{type: text, public_values: [er, gp, lab]}}
+      visit_date: {{type: date}}
+      duration:   {{type: integer, lower: 0, upper: 300}}
+      temperature: {{type: real, lower: 30, upper: 45}}
+      checked_in: {{type: timestamptz}}
+  survey:
+    privacy_unit: row
+    columns:
+      answer: {{type: text, public_values: ['yes', 'no']}}
+      rating: {{type: integer, lower: 1, upper: 5}}
+  zip_info:
+    public: true
+    columns:
+      zip:        {{type: text}}
+      state:      {{type: text}}
+      population: {{type: integer}}
+"""
+
+
+def policy_text(limits: dict[str, tuple[int, int]] = LIMITS) -> str:
+    return POLICY_TEMPLATE.format(
+        patients_rows=limits["patients"][0],
+        patients_groups=limits["patients"][1],
+        visits_rows=limits["visits"][0],
+        visits_groups=limits["visits"][1],
+    )
+
+
+# Column order of each table as created; `rid` of survey is not in the policy (never exposed).
+TABLES: dict[str, list[tuple[str, str]]] = {
+    "patients": [
+        ("patient_id", "INTEGER"),
+        ("age", "INTEGER"),
+        ("income", "NUMERIC(12, 2)"),
+        ("score", "DOUBLE PRECISION"),
+        ("zip", "VARCHAR"),
+        ("diagnosis", "VARCHAR"),
+        ("birth", "DATE"),
+        ("smoker", "BOOLEAN"),
+        ("seen", "TIMESTAMP"),
+    ],
+    "visits": [
+        ("visit_id", "BIGINT"),
+        ("patient_id", "INTEGER"),
+        ("cost", "NUMERIC(12, 2)"),
+        ("department", "VARCHAR"),
+        ("visit_date", "DATE"),
+        ("duration", "INTEGER"),
+        ("temperature", "REAL"),
+        ("checked_in", "TIMESTAMPTZ"),
+    ],
+    "survey": [("rid", "INTEGER"), ("answer", "VARCHAR"), ("rating", "INTEGER")],
+    "zip_info": [("zip", "VARCHAR"), ("state", "VARCHAR"), ("population", "INTEGER")],
+}
+PROTECTED = ("patients", "visits", "survey")
+
+ZIPS = ("00501", "10001", "94103", "", "9", "ZZ", None)
+TEXTS = (
+    "flu",
+    "cold",
+    "asthma",
+    "Flu",
+    " flu ",
+    "",
+    "%",
+    "_x",
+    "o'hara",
+    "é",
+    "É",
+    "e\u0301",
+    "\tflu",
+    "a\\b",
+    "none",
+    None,
+)
+DEPARTMENTS = ("er", "gp", "lab", "icu", "ER", "", None)
+STATES = ("CA", "NY", "ca", "", None)
+
+
+@dataclass
+class Database:
+    """Rows per table; `persons` are the neighbour relation's units (patient ids, then survey rids)."""
+
+    name: str
+    rows: dict[str, list[tuple]] = field(default_factory=dict)
+
+    @property
+    def patient_ids(self) -> list[int]:
+        ids = {r[0] for r in self.rows["patients"]} | {r[1] for r in self.rows["visits"]}
+        return sorted(i for i in ids if i is not None)
+
+    @property
+    def survey_ids(self) -> list[int]:
+        return sorted(r[0] for r in self.rows["survey"])
+
+
+def _number(rng: random.Random, lo: float, hi: float, *, integral: bool) -> object:
+    """A value at, inside or far beyond [lo, hi], zero, or NULL."""
+    choice = rng.random()
+    if choice < 0.12:
+        return None
+    if choice < 0.2:
+        return 0
+    if choice < 0.3:
+        return rng.choice((lo, hi))
+    if choice < 0.42:
+        far = rng.choice((-1, 1)) * rng.choice((10**6, 10**9, 2 * (hi - lo) + 1))
+        return int(far) if integral else far + 0.25
+    value = rng.uniform(lo, hi)
+    return round(value) if integral else round(value, 2)
+
+
+def _patient(rng: random.Random, pid: int | None) -> tuple:
+    income = _number(rng, 0, 500000, integral=False)
+    score_choice = rng.random()
+    if score_choice < 0.08:
+        score: object = rng.choice((math.inf, -math.inf, math.nan))
+    else:
+        score = _number(rng, -1, 1, integral=False)
+        score = None if score is None else float(score) + rng.choice((0.0, 0.125, 1e-9))
+    birth = None if rng.random() < 0.1 else dt.date(1930, 1, 1) + dt.timedelta(days=rng.randrange(0, 30000))
+    seen = (
+        None
+        if rng.random() < 0.1
+        else dt.datetime(2020, 1, 1)
+        + dt.timedelta(seconds=rng.randrange(0, 10**8), microseconds=rng.choice((0, 500000, 1)))
+    )
+    return (
+        pid,
+        _number(rng, 0, 120, integral=True),
+        None if income is None else Decimal(str(income)).quantize(Decimal("0.01")),
+        score,
+        rng.choice(ZIPS),
+        rng.choice(TEXTS),
+        birth,
+        rng.choice((True, False, None)),
+        seen,
+    )
+
+
+def _visit(rng: random.Random, vid: int, pid: int | None) -> tuple:
+    cost = _number(rng, 0, 2000, integral=False)
+    day = None if rng.random() < 0.1 else dt.date(2023, 1, 1) + dt.timedelta(days=rng.randrange(-400, 800))
+    temperature = _number(rng, 30, 45, integral=False)
+    checked_in = (
+        None
+        if rng.random() < 0.1
+        else dt.datetime(2023, 1, 1, tzinfo=dt.UTC)
+        + dt.timedelta(seconds=rng.randrange(-(10**7), 10**8), microseconds=rng.choice((0, 250000)))
+    )
+    return (
+        vid,
+        pid,
+        None if cost is None else Decimal(str(cost)).quantize(Decimal("0.01")),
+        rng.choice(DEPARTMENTS),
+        day,
+        _number(rng, 0, 300, integral=True),
+        None if temperature is None else float(temperature) + rng.choice((0.0, 0.1, 1e-30)),
+        checked_in,
+    )
+
+
+def adversarial(seed: int) -> Database:
+    """Persons 0…7: #0 with very many rows, #1 alone in its own zip and department, #2 only in
+    visits, #3 only in patients, others random; plus rows with a NULL unit, and survey rows."""
+    rng = random.Random(seed)
+    db = Database(f"adversarial-{seed}", {t: [] for t in TABLES})
+    visit_id = 0
+
+    def visit(pid: int | None) -> tuple:
+        nonlocal visit_id
+        visit_id += 1
+        return _visit(rng, visit_id, pid)
+
+    for pid in range(8):
+        patients = {0: 12, 1: 1, 2: 0, 3: 3}.get(pid, rng.randrange(1, 4))
+        visits = {0: 14, 1: 1, 2: 4, 3: 0}.get(pid, rng.randrange(0, 5))
+        for _ in range(patients):
+            db.rows["patients"].append(_patient(rng, pid))
+        for _ in range(visits):
+            db.rows["visits"].append(visit(pid))
+    # Person 1 alone in a zip and a department of its own: the group appears and vanishes with them.
+    db.rows["patients"] = [
+        (r[0], r[1], r[2], r[3], "LONELY" if r[0] == 1 else r[4], *r[5:]) for r in db.rows["patients"]
+    ]
+    db.rows["visits"] = [(*r[:3], "solo" if r[1] == 1 else r[3], *r[4:]) for r in db.rows["visits"]]
+    # Nobody's rows: a NULL privacy unit.
+    db.rows["patients"] += [_patient(rng, None) for _ in range(2)]
+    db.rows["visits"] += [visit(None) for _ in range(2)]
+    db.rows["survey"] = [
+        (100 + i, rng.choice(("yes", "no", "maybe", None)), _number(rng, 1, 5, integral=True))
+        for i in range(6)
+    ]
+    # The public table: repeated keys (a join may repeat a person's rows), NULLs, the lonely zip.
+    db.rows["zip_info"] = [
+        ("00501", "NY", 1200),
+        ("00501", "ny", 0),
+        ("10001", "NY", 21000),
+        ("94103", "CA", None),
+        ("LONELY", "CA", 7),
+        ("", "", 0),
+        (None, None, None),
+    ]
+    return db
+
+
+def empty() -> Database:
+    """No person at all; the public table still has rows."""
+    db = Database("empty", {t: [] for t in TABLES})
+    db.rows["zip_info"] = [("00501", "NY", 1200), ("94103", "CA", 900)]
+    return db
+
+
+def one_row_each(seed: int) -> Database:
+    """Every person has one row per protected table (agreement without any per-person choice)."""
+    rng = random.Random(seed)
+    db = Database(f"single-{seed}", {t: [] for t in TABLES})
+    for pid in range(10):
+        db.rows["patients"].append(_patient(rng, pid))
+        db.rows["visits"].append(_visit(rng, pid + 1, pid))
+    db.rows["survey"] = [
+        (100 + i, rng.choice(("yes", "no", None)), _number(rng, 1, 5, integral=True)) for i in range(4)
+    ]
+    db.rows["zip_info"] = adversarial(seed).rows["zip_info"]
+    return db
