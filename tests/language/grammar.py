@@ -1,0 +1,858 @@
+"""A generator of SQL over the language's schema: what an analyst — or an attacker — could write.
+
+`generate(seed, index)` gives one statement (and its parameters), deterministically from the seed
+and index, so a failure is reproduced by its two numbers. The grammar is wider than what dpproxy
+accepts on purpose: joins of every kind in both orders, self-joins, comma joins, table functions,
+TABLESAMPLE; subqueries as IN / EXISTS / scalar / FROM / CTE, correlated or not, over public and
+protected tables, in every clause; row expressions with partial functions (division, casts,
+substring with negative starts, overflow), NULLs and odd literals; every aggregate, FILTER,
+window functions, aggregates of aggregates; GROUP BY positions and aliases, HAVING, ORDER BY,
+LIMIT/OFFSET and parameters. The harness decides what must hold for each: refused with a
+documented SQLSTATE, or accepted and then sound.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+NUMBER = ("int", "num", "float")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # int, num, float, text, bool, date, ts
+    unit: bool = False
+
+
+@dataclass(frozen=True)
+class Source:
+    alias: str | None  # how the query qualifies it (None: by its table name, unaliased)
+    table: str  # the table, or the subquery's alias
+    columns: tuple[Column, ...]
+    protected: bool
+
+    @property
+    def qualifier(self) -> str:
+        return self.alias or self.table
+
+
+PATIENTS = (
+    Column("patient_id", "int", unit=True),
+    Column("age", "int"),
+    Column("income", "num"),
+    Column("score", "float"),
+    Column("zip", "text"),
+    Column("diagnosis", "text"),
+    Column("birth", "date"),
+    Column("smoker", "bool"),
+    Column("seen", "ts"),
+)
+VISITS = (
+    Column("visit_id", "int"),
+    Column("patient_id", "int", unit=True),
+    Column("cost", "num"),
+    Column("department", "text"),
+    Column("visit_date", "date"),
+    Column("duration", "int"),
+    Column("temperature", "float"),
+    Column("checked_in", "tstz"),
+)
+SURVEY = (Column("answer", "text"), Column("rating", "int"))
+ZIP_INFO = (Column("zip", "text"), Column("state", "text"), Column("population", "int"))
+TABLE_COLUMNS = {"patients": PATIENTS, "visits": VISITS, "survey": SURVEY, "zip_info": ZIP_INFO}
+
+INT_LITERALS = (
+    "0",
+    "1",
+    "2",
+    "3",
+    "-1",
+    "10",
+    "100",
+    "120",
+    "2147483647",
+    "9223372036854775807",
+    "99999999999",
+)
+DECIMAL_LITERALS = ("0.5", "1.25", "-2.5", "0.1", "100.005", "1e3", "1.5e-3", "123456789.123456789", "0.0")
+TEXT_LITERALS = (
+    "'flu'",
+    "'CA'",
+    "''",
+    "'%'",
+    "'9%'",
+    "'o''hara'",
+    "'LONELY'",
+    "'é'",
+    "'er'",
+    "'yes'",
+    "' flu '",
+)
+DATE_LITERALS = (
+    "DATE '2023-06-01'",
+    "'2023-06-01'",
+    "'2023-01-01T00:00:00Z'",
+    "CAST('2000-02-29' AS date)",
+    "'1999-12-31'",
+)
+TS_LITERALS = ("TIMESTAMP '2022-01-01 12:00:00'", "'2021-05-05 10:00:00'", "'2023-01-01T00:00:00Z'")
+TSTZ_LITERALS = ("TIMESTAMPTZ '2023-02-01 12:00:00+00'", "'2023-03-01 00:00:00+02'", "'2023-01-01T00:00:00Z'")
+
+
+@dataclass
+class Generated:
+    sql: str
+    params: list[object] = field(default_factory=list)
+    seed: int = 0
+    index: int = 0
+
+    def __str__(self) -> str:
+        params = f" params={self.params!r}" if self.params else ""
+        return f"[seed {self.seed} #{self.index}] {self.sql}{params}"
+
+
+class QueryGenerator:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.params: list[object] = []
+        self.scope: list[Source] = []
+        self.depth = 0
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def chance(self, p: float) -> bool:
+        return self.rng.random() < p
+
+    def pick(self, options):
+        return self.rng.choice(options)
+
+    def parameter(self, value: object) -> str:
+        self.params.append(value)
+        return f"${len(self.params)}"
+
+    def columns(
+        self, kinds: tuple[str, ...] | str, scope: list[Source] | None = None
+    ) -> list[tuple[Source, Column]]:
+        kinds = (kinds,) if isinstance(kinds, str) else kinds
+        return [(s, c) for s in (scope or self.scope) for c in s.columns if c.kind in kinds]
+
+    def reference(self, source: Source, column: Column, scope: list[Source] | None = None) -> str:
+        scope = scope or self.scope
+        unique = sum(1 for s in scope for c in s.columns if c.name == column.name) == 1
+        if unique and self.chance(0.4):
+            return column.name
+        if self.chance(0.05):
+            return f'"{source.qualifier}"."{column.name}"'
+        return f"{source.qualifier}.{column.name}"
+
+    def column(self, kinds: tuple[str, ...] | str, *, allow_unit: bool = False) -> str | None:
+        found = [(s, c) for s, c in self.columns(kinds) if allow_unit or not c.unit or self.chance(0.05)]
+        if not found:
+            return None
+        return self.reference(*self.pick(found))
+
+    # -- literals ----------------------------------------------------------------------------------
+
+    def literal(self, kind: str) -> str:
+        if kind == "int":
+            if self.chance(0.08):
+                return self.parameter(self.pick((0, 1, 5, -3, 40)))
+            return self.pick(INT_LITERALS[:8] if self.chance(0.85) else INT_LITERALS)
+        if kind in ("num", "float"):
+            if self.chance(0.08):
+                return self.parameter(self.pick((Decimal("0.5"), Decimal("-1.25"), 2.5)))
+            return self.pick(DECIMAL_LITERALS)
+        if kind == "text":
+            if self.chance(0.08):
+                return self.parameter(self.pick(("flu", "CA", "", "er")))
+            return self.pick(TEXT_LITERALS)
+        if kind == "bool":
+            return self.pick(("TRUE", "FALSE", "NULL"))
+        if kind == "date":
+            if self.chance(0.08):
+                return self.parameter(dt.date(2023, 3, 1))
+            return self.pick(DATE_LITERALS)
+        if kind == "ts":
+            return self.pick(TS_LITERALS)
+        if kind == "tstz":
+            return self.pick(TSTZ_LITERALS)
+        return "NULL"
+
+    # -- row expressions ---------------------------------------------------------------------------
+
+    def expr(self, kind: str) -> str:
+        """A row-level expression of `kind` ('number' for any number kind)."""
+        self.depth += 1
+        try:
+            if self.depth > 3 or self.chance(0.35):
+                return self.leaf(kind)
+            if kind in ("number", *NUMBER):
+                return self.number()
+            return {
+                "text": self.text,
+                "bool": self.boolean,
+                "date": self.date,
+                "ts": self.timestamp,
+                "tstz": self.timestamptz,
+            }[kind]()
+        finally:
+            self.depth -= 1
+
+    def leaf(self, kind: str) -> str:
+        kinds = NUMBER if kind == "number" else (kind,)
+        if self.chance(0.75):
+            column = self.column(kinds)
+            if column is not None:
+                return column
+        if self.chance(0.05):
+            return "NULL"
+        return self.literal(self.pick(kinds))
+
+    def number(self) -> str:
+        n = self.pick(range(22))
+        x = lambda: self.expr("number")  # noqa: E731
+        if n <= 4:
+            op = self.pick(("+", "-", "*", "/", "%"))
+            return f"({x()} {op} {x()})"
+        if n == 5:
+            return f"abs({x()})"
+        if n == 6:
+            return (
+                f"round({x()})" if self.chance(0.5) else f"round({x()}, {self.pick(('0', '1', '2', '-1'))})"
+            )
+        if n == 7:
+            return f"{self.pick(('floor', 'ceil', 'ceiling', 'sign'))}({x()})"
+        if n == 8:
+            return f"{self.pick(('greatest', 'least', 'coalesce', 'nullif'))}({x()}, {x()})"
+        if n == 9:
+            return f"CASE WHEN {self.expr('bool')} THEN {x()} ELSE {x()} END"
+        if n == 10:
+            target = self.pick(
+                (
+                    "int",
+                    "integer",
+                    "bigint",
+                    "smallint",
+                    "numeric",
+                    "numeric(10, 2)",
+                    "numeric(4, 1)",
+                    "double precision",
+                    "real",
+                    "float8",
+                )
+            )
+            source = self.expr(self.pick(("number", "number", "text", "bool")))
+            return (
+                f"CAST({source} AS {target})" if self.chance(0.7) else f"({source})::{target.split('(')[0]}"
+            )
+        if n == 11:
+            return f"length({self.expr('text')})" if self.chance(0.7) else f"strpos({self.expr('text')}, 'a')"
+        if n == 12:
+            field = self.pick(("year", "month", "dow", "doy", "quarter", "epoch", "hour", "week"))
+            source = self.expr(self.pick(("date", "ts", "tstz")))
+            return (
+                f"extract({field} FROM {source})" if self.chance(0.7) else f"date_part('{field}', {source})"
+            )
+        if n == 13:
+            return self.scalar_subquery()
+        if n == 14 and self.chance(0.3):
+            hostile = self.pick(
+                ("sqrt", "ln", "exp", "power", "mod", "div", "random", "width_bucket", "trunc")
+            )
+            if hostile == "random":
+                return "random()"
+            if hostile in ("power", "mod", "div"):
+                return f"{hostile}({x()}, {x()})"
+            if hostile == "width_bucket":
+                return f"width_bucket({x()}, 0, 100, 10)"
+            return f"{hostile}({x()})"
+        if n == 15:
+            return f"-{x()}"
+        if n == 16 and self.chance(0.2):
+            return f"({x()} ^ 2)"
+        return self.leaf("number")
+
+    def text(self) -> str:
+        n = self.pick(range(16))
+        t = lambda: self.expr("text")  # noqa: E731
+        if n == 0:
+            return f"{self.pick(('lower', 'upper', 'initcap', 'trim', 'ltrim', 'rtrim', 'btrim'))}({t()})"
+        if n == 1:
+            start = self.pick(("1", "2", "0", "-1", "-3", "5"))
+            if self.chance(0.5):
+                return f"substring({t()}, {start})"
+            length = self.pick(("1", "2", "3", "0", "-1"))
+            if self.chance(0.3):
+                return f"substring({t()} FROM {start} FOR {length})"
+            return f"substring({t()}, {start}, {length})"
+        if n == 2:
+            return f"{self.pick(('left', 'right'))}({t()}, {self.pick(('1', '2', '0', '-1', '-2', '5'))})"
+        if n == 3:
+            return f"concat({t()}, {self.expr(self.pick(('text', 'number', 'date', 'bool', 'ts', 'tstz')))})"
+        if n == 4:
+            return f"({t()} || {self.expr(self.pick(('text', 'number', 'text')))})"
+        if n == 5:
+            return f"replace({t()}, 'a', 'b')"
+        if n == 6:
+            source = self.expr(self.pick(("number", "date", "bool", "ts", "text", "tstz")))
+            return f"CAST({source} AS {self.pick(('text', 'varchar', 'varchar(3)', 'char(2)'))})"
+        if n == 7:
+            return f"coalesce({t()}, {t()})" if self.chance(0.5) else f"nullif({t()}, {t()})"
+        if n == 8:
+            return f"CASE WHEN {self.expr('bool')} THEN {t()} ELSE {t()} END"
+        if n == 9 and self.chance(0.3):
+            hostile = self.pick(
+                ("md5", "repeat", "lpad", "split_part", "to_char", "reverse", "regexp_replace")
+            )
+            if hostile == "repeat":
+                return f"repeat({t()}, 1000000)"
+            if hostile == "lpad":
+                return f"lpad({t()}, 3, 'x')"
+            if hostile == "split_part":
+                return f"split_part({t()}, 'a', 1)"
+            if hostile == "to_char":
+                return f"to_char({self.expr('date')}, 'YYYY')"
+            if hostile == "regexp_replace":
+                return f"regexp_replace({t()}, 'a+', 'b')"
+            return f"{hostile}({t()})"
+        if n == 10:
+            return f"CASE {t()} WHEN 'flu' THEN 'f' WHEN 'cold' THEN 'c' ELSE {t()} END"
+        return self.leaf("text")
+
+    def boolean(self) -> str:
+        n = self.pick(range(20))
+        b = lambda: self.expr("bool")  # noqa: E731
+        if n <= 4:
+            kind = self.pick(("number", "number", "text", "date", "ts", "bool", "tstz"))
+            op = self.pick(
+                ("=", "<>", "<", "<=", ">", ">=", "!=", "IS DISTINCT FROM", "IS NOT DISTINCT FROM")
+            )
+            return f"{self.expr(kind)} {op} {self.expr(kind)}"
+        if n == 5:
+            return f"({b()} {self.pick(('AND', 'OR'))} {b()})"
+        if n == 6:
+            return f"NOT {b()}"
+        if n == 7:
+            kind = self.pick(("number", "text", "date", "bool"))
+            return f"{self.expr(kind)} IS {self.pick(('NULL', 'NOT NULL'))}"
+        if n == 8:
+            kind = self.pick(("number", "text"))
+            items = ", ".join(
+                self.literal("int" if kind == "number" else "text") for _ in range(self.pick((1, 2, 3)))
+            )
+            return f"{self.expr(kind)} {self.pick(('IN', 'NOT IN'))} ({items})"
+        if n == 9:
+            return self.in_subquery()
+        if n == 10:
+            return self.exists_subquery()
+        if n == 11:
+            kind = self.pick(("number", "date", "text"))
+            return f"{self.expr(kind)} {self.pick(('BETWEEN', 'NOT BETWEEN'))} {self.literal(self.pick(NUMBER) if kind == 'number' else kind)} AND {self.literal(self.pick(NUMBER) if kind == 'number' else kind)}"
+        if n == 12:
+            pattern = self.pick(("'9%'", "'%a%'", "'_'", "'%'", "'flu'", "'%\\%'", "'a\\'"))
+            return f"{self.expr('text')} {self.pick(('LIKE', 'ILIKE', 'NOT LIKE'))} {pattern}"
+        if n == 13 and self.chance(0.3):
+            hostile = self.pick(("~ 'a+'", "SIMILAR TO 'a%'", "= ANY(ARRAY['flu', 'cold'])", "IS TRUE"))
+            kind = "bool" if hostile == "IS TRUE" else "text"
+            return f"{self.expr(kind)} {hostile}"
+        if n == 14 and self.chance(0.2):
+            return f"{self.expr('number')} > {self.pick(('ALL', 'ANY'))} (SELECT population FROM zip_info)"
+        return self.leaf("bool")
+
+    def date(self) -> str:
+        n = self.pick(range(8))
+        if n == 0:
+            unit = self.pick(("month", "year", "week", "day", "quarter", "hour", "decade"))
+            return f"date_trunc('{unit}', {self.expr(self.pick(('date', 'ts')))})"
+        if n == 1:
+            return f"CAST({self.expr('ts')} AS date)"
+        if n == 2:
+            step = self.pick(("1", "INTERVAL '1 day'"))
+            return f"({self.expr('date')} + {step})"
+        if n == 3:
+            return self.pick(("current_date", "now()", "CAST(now() AS date)"))
+        return self.leaf("date")
+
+    def timestamp(self) -> str:
+        if self.chance(0.3):
+            return f"CAST({self.expr(self.pick(('date', 'tstz')))} AS timestamp)"
+        return self.leaf("ts")
+
+    def timestamptz(self) -> str:
+        roll = self.rng.random()
+        if roll < 0.2:
+            return f"CAST({self.expr(self.pick(('date', 'ts')))} AS timestamptz)"
+        if roll < 0.35:
+            return f"date_trunc('{self.pick(('day', 'month', 'hour'))}', {self.leaf('tstz')})"
+        return self.leaf("tstz")
+
+    # -- subqueries in expressions -----------------------------------------------------------------
+
+    def _inner_table(self) -> tuple[str, tuple[Column, ...], str]:
+        table = "zip_info" if self.chance(0.8) else self.pick(("patients", "visits"))
+        return table, TABLE_COLUMNS[table], self.pick(("z2", "zz", "q"))
+
+    def _inner_condition(self, alias: str, columns: tuple[Column, ...]) -> str:
+        """A WHERE for a subquery: on its own columns, or correlated with the outer query (qualified, or
+        unqualified names the inner table lacks, which SQL binds to the outer row)."""
+        inner = Source(alias, alias, columns, False)
+        roll = self.rng.random()
+        if roll < 0.4:
+            column = self.pick(columns)
+            return f"{alias}.{column.name} {self.pick(('=', '<>', '>'))} {self.literal(column.kind if column.kind in NUMBER or column.kind == 'text' else 'text')}"
+        outer = [(s, c) for s in self.scope for c in s.columns]
+        if roll < 0.7 and outer:
+            source, column = self.pick(outer)
+            same = [c for c in columns if c.kind == column.kind] or [columns[0]]
+            return f"{alias}.{self.pick(same).name} = {source.qualifier}.{column.name}"
+        if outer:
+            # The attack: a column the inner table does not have binds to the outer protected row.
+            numbers = [
+                c
+                for s in self.scope
+                for c in s.columns
+                if c.kind in NUMBER and c.name not in {x.name for x in columns}
+            ]
+            if numbers:
+                column = self.pick(numbers)
+                partial = self.pick(
+                    (f"1 / ({column.name} - 42)", f"CAST({column.name} AS smallint)", f"{column.name}")
+                )
+                return f"{partial} > 0"
+        return f"{alias}.{columns[0].name} IS NOT NULL"
+        del inner  # pragma: no cover
+
+    def _inner_where(self, alias: str, columns: tuple[Column, ...]) -> str:
+        condition = self._inner_condition(alias, columns)
+        if self.chance(0.3):
+            condition = f"({condition} {self.pick(('AND', 'OR'))} {self._inner_condition(alias, columns)})"
+        return f" WHERE {condition}"
+
+    def in_subquery(self) -> str:
+        table, columns, alias = self._inner_table()
+        text_columns = [c for c in columns if c.kind == "text"] or list(columns)
+        selected = self.pick(text_columns)
+        where = self._inner_where(alias, columns) if self.chance(0.8) else ""
+        if self.chance(0.15):
+            where += f" GROUP BY {alias}.{selected.name} HAVING COUNT(*) {self.pick(('>', '<='))} 1"
+        elif self.chance(0.1):
+            where += f" ORDER BY {alias}.{selected.name} LIMIT {self.pick(('1', '2', '0'))}"
+        outer = self.column("text") or self.literal("text")
+        negate = "NOT " if self.chance(0.2) else ""
+        return f"{outer} {negate}IN (SELECT {alias}.{selected.name} FROM {table} {alias}{where})"
+
+    def exists_subquery(self) -> str:
+        table, columns, alias = self._inner_table()
+        where = self._inner_where(alias, columns) if self.chance(0.8) else ""
+        return f"{'NOT ' if self.chance(0.2) else ''}EXISTS (SELECT 1 FROM {table} {alias}{where})"
+
+    def scalar_subquery(self) -> str:
+        table, columns, alias = self._inner_table()
+        numbers = [c for c in columns if c.kind in NUMBER] or [columns[0]]
+        column = self.pick(numbers)
+        selected = self.pick(
+            (
+                f"MAX({alias}.{column.name})",
+                "COUNT(*)",
+                f"{alias}.{column.name}",
+                f"MIN({alias}.{column.name})",
+            )
+        )
+        where = self._inner_where(alias, columns) if self.chance(0.6) else ""
+        return f"(SELECT {selected} FROM {table} {alias}{where})"
+
+    # -- FROM --------------------------------------------------------------------------------------
+
+    def table_source(self, table: str, alias: str | None) -> tuple[str, Source]:
+        columns = TABLE_COLUMNS[table]
+        written = self.pick((table, table, table, f"public.{table}", f'"{table}"'))
+        text = f"{written} {alias}" if alias else written
+        if self.chance(0.1) and alias:
+            text = f"{written} AS {alias}"
+        return text, Source(alias, table, columns, table != "zip_info")
+
+    def derived_source(self, alias: str) -> tuple[str, Source, str | None]:
+        """A FROM-subquery: row-level, per person, public, or grouped by something else. Returns the
+        text, the source, and the body for a CTE of the same name."""
+        roll = self.rng.random()
+        if roll < 0.35:
+            table = self.pick(("patients", "visits"))
+            columns = TABLE_COLUMNS[table]
+            saved, self.scope = self.scope, [Source(None, table, columns, True)]
+            chosen = [c for c in columns if c.unit or self.chance(0.5)]
+            outputs: list[Column] = []
+            items = []
+            for c in chosen:
+                items.append(c.name)
+                outputs.append(c)
+            if self.chance(0.6):
+                items.append(f"{self.expr('number')} AS computed")
+                outputs.append(Column("computed", "num"))
+            where = f" WHERE {self.expr('bool')}" if self.chance(0.5) else ""
+            self.scope = saved
+            body = f"SELECT {', '.join(items)} FROM {table}{where}"
+            return f"({body}) {alias}", Source(alias, alias, tuple(outputs), True), body
+        if roll < 0.7:
+            table = self.pick(("visits", "patients"))
+            numbers = [c.name for c in TABLE_COLUMNS[table] if c.kind in NUMBER and not c.unit]
+            value = self.pick(numbers)
+            aggs = [
+                ("n", "COUNT(*)", "int"),
+                ("total", f"SUM({value})", "num"),
+                ("mean", f"AVG({value})", "num"),
+                ("top", f"MAX({value})", "num"),
+                ("low", f"MIN({value})", "num"),
+            ]
+            chosen = [a for a in aggs if self.chance(0.5)] or [aggs[0]]
+            key = (
+                "patient_id" if self.chance(0.9) else self.pick(("zip", "department", "patient_id, " + value))
+            )
+            where = f" WHERE {value} > {self.literal('int')}" if self.chance(0.3) else ""
+            items = ", ".join(f"{sql} AS {name}" for name, sql, _ in chosen)
+            body = f"SELECT {key.split(',')[0]}, {items} FROM {table}{where} GROUP BY {key}"
+            columns = (Column("patient_id", "int", unit=True), *(Column(n, k) for n, _, k in chosen))
+            return f"({body}) {alias}", Source(alias, alias, columns, True), body
+        if roll < 0.9:
+            where = (
+                f" WHERE {self.pick(('state = ' + repr('CA'), 'population > 100', 'zip IS NOT NULL'))}"
+                if self.chance(0.6)
+                else ""
+            )
+            body = f"SELECT zip, state, population FROM zip_info{where}"
+            return f"({body}) {alias}", Source(alias, alias, ZIP_INFO, False), body
+        body = "SELECT zip, COUNT(*) AS n FROM patients GROUP BY zip"
+        return (
+            f"({body}) {alias}",
+            Source(alias, alias, (Column("zip", "text"), Column("n", "int")), True),
+            body,
+        )
+
+    def from_clause(self) -> tuple[str, str]:
+        """The FROM clause and a WITH prefix (possibly empty); fills self.scope."""
+        roll = self.rng.random()
+        self.scope = []
+        if roll < 0.3:
+            table = self.pick(
+                ("patients", "patients", "visits", "visits", "survey", "patients", "visits", "zip_info")
+            )
+            text, source = self.table_source(table, self.pick((None, table[0], "t")))
+            self.scope = [source]
+            if self.chance(0.05):
+                text += self.pick((" TABLESAMPLE SYSTEM (50)", " TABLESAMPLE BERNOULLI (10)"))
+            return text, ""
+        if roll < 0.75:
+            return self.joins(), ""
+        if roll < 0.95:
+            alias = self.pick(("s", "d", "sub"))
+            text, source, body = self.derived_source(alias)
+            with_prefix = ""
+            if self.chance(0.5) and body is not None:
+                with_prefix = f"WITH {alias} AS ({body}) "
+                text = alias
+            self.scope = [source]
+            if self.chance(0.5):
+                other, other_source = self.table_source(self.pick(("patients", "visits", "zip_info")), "o")
+                condition = self.join_condition(source, other_source)
+                kind = self.pick(("JOIN", "LEFT JOIN", "JOIN", "RIGHT JOIN"))
+                text = (
+                    f"{text} {kind} {other} ON {condition}"
+                    if self.chance(0.5)
+                    else f"{other} {kind} {text} ON {condition}"
+                )
+                self.scope.append(other_source)
+            return text, with_prefix
+        # Hostile FROM items.
+        hostile = self.pick(
+            (
+                "patients p CROSS JOIN generate_series(1, 3) g",
+                "generate_series(1, 2) g JOIN patients p ON p.age = g",
+                "patients p, visits v",
+                "ONLY patients p",
+                "LATERAL (SELECT age FROM patients) l",
+                "(VALUES (1), (2)) vals(x) JOIN patients p ON p.age = vals.x",
+                "patients p JOIN LATERAL (SELECT v.cost FROM visits v WHERE v.patient_id = p.patient_id) l ON TRUE",
+                "pg_catalog.pg_stats",
+                "unnest(ARRAY[1, 2]) u",
+            )
+        )
+        self.scope = [Source("p", "patients", PATIENTS, True)]
+        if "visits v" in hostile:
+            self.scope.append(Source("v", "visits", VISITS, True))
+        return hostile, ""
+
+    def join_condition(self, left: Source, right: Source) -> str:
+        units = [(c, d) for c in left.columns for d in right.columns if c.unit and d.unit]
+        shared_text = [(c, d) for c in left.columns for d in right.columns if c.name == d.name and not c.unit]
+        roll = self.rng.random()
+        if units and roll < 0.75:
+            c, d = units[0]
+            condition = f"{left.qualifier}.{c.name} = {right.qualifier}.{d.name}"
+        elif shared_text and roll < 0.9:
+            c, d = self.pick(shared_text)
+            condition = f"{left.qualifier}.{c.name} = {right.qualifier}.{d.name}"
+        else:
+            a = self.pick([c for c in left.columns if c.kind in NUMBER] or list(left.columns))
+            b = self.pick([c for c in right.columns if c.kind == a.kind] or list(right.columns))
+            condition = f"{left.qualifier}.{a.name} {self.pick(('=', '<', '='))} {right.qualifier}.{b.name}"
+        if self.chance(0.25):
+            saved, self.scope = self.scope, [left, right]
+            condition += f" AND {self.expr('bool')}"
+            self.scope = saved
+        return condition
+
+    def partner(self, source: Source) -> Source:
+        """Which source already in scope a new one is joined to: usually one it can be joined to soundly."""
+        if self.chance(0.8):
+            if any(c.unit for c in source.columns):
+                with_unit = [s for s in self.scope if any(c.unit for c in s.columns)]
+                if with_unit:
+                    return self.pick(with_unit)
+            names = {c.name for c in source.columns}
+            sharing = [s for s in self.scope if names & {c.name for c in s.columns}]
+            if sharing:
+                return self.pick(sharing)
+        return self.pick(self.scope)
+
+    def joins(self) -> str:
+        pattern = self.pick(
+            (
+                ("patients", "visits"),
+                ("visits", "patients"),
+                ("patients", "zip_info"),
+                ("zip_info", "patients"),
+                ("patients", "patients"),
+                ("visits", "visits"),
+                ("patients", "visits", "zip_info"),
+                ("zip_info", "patients", "visits"),
+                ("patients", "zip_info", "visits"),
+                ("survey", "zip_info") if self.chance(0.3) else ("visits", "patients"),
+                ("survey", "patients") if self.chance(0.3) else ("patients", "visits"),
+            )
+        )
+        aliases = ("a", "b", "c")
+        text, first = self.table_source(pattern[0], aliases[0])
+        self.scope = [first]
+        for i, table in enumerate(pattern[1:], start=1):
+            item, source = self.table_source(table, aliases[i])
+            kind = self.pick(
+                (
+                    "JOIN",
+                    "JOIN",
+                    "JOIN",
+                    "INNER JOIN",
+                    "LEFT JOIN",
+                    "LEFT JOIN",
+                    "LEFT OUTER JOIN",
+                    "USING",
+                    "USING",
+                )
+            )
+            if self.chance(0.12):
+                kind = self.pick(("RIGHT JOIN", "FULL JOIN", "CROSS JOIN", "NATURAL JOIN"))
+            if kind == "CROSS JOIN" or kind == "NATURAL JOIN":
+                text += f" {kind} {item}"
+            elif kind == "USING":
+                shared = [
+                    c.name
+                    for c in source.columns
+                    if any(c.name == d.name for s in self.scope for d in s.columns)
+                ]
+                if shared:
+                    text += f" {self.pick(('JOIN', 'LEFT JOIN'))} {item} USING ({self.pick(shared)})"
+                else:
+                    text += f" JOIN {item} ON {self.join_condition(self.partner(source), source)}"
+            else:
+                text += f" {kind} {item} ON {self.join_condition(self.partner(source), source)}"
+            self.scope.append(source)
+        return text
+
+    # -- aggregates and the select list ------------------------------------------------------------
+
+    def aggregate(self) -> str:
+        n = self.pick(range(24))
+
+        def number() -> str:
+            bounded = [
+                (s, c)
+                for s, c in self.columns(NUMBER)
+                if c.name not in ("visit_id", "patient_id", "population")
+            ]
+            if bounded and self.chance(0.5):
+                return self.reference(*self.pick(bounded))
+            return self.expr("number")
+
+        if n <= 3:
+            return "COUNT(*)"
+        if n == 4:
+            return f"COUNT({self.expr(self.pick(('number', 'text', 'date')))})"
+        if n == 5:
+            unit = [f"{s.qualifier}.{c.name}" for s, c in self.columns("int") if c.unit]
+            target = (
+                self.pick(unit) if unit and self.chance(0.6) else self.expr(self.pick(("text", "number")))
+            )
+            return f"COUNT(DISTINCT {target})"
+        if n <= 8:
+            return f"SUM({number()})"
+        if n <= 10:
+            return f"AVG({number()})"
+        if n == 11:
+            return f"{self.pick(('MIN', 'MAX'))}({number()})"
+        if n == 12:
+            return f"MEDIAN({number()})"
+        if n == 13:
+            fraction = self.pick(("0.5", "0.9", "0", "1", "0.25", "1.5"))
+            order = " DESC" if self.chance(0.3) else ""
+            return f"{self.pick(('percentile_cont', 'percentile_disc'))}({fraction}) WITHIN GROUP (ORDER BY {number()}{order})"
+        if n == 14:
+            return f"{self.pick(('VAR_POP', 'VAR_SAMP', 'VARIANCE', 'STDDEV', 'STDDEV_POP', 'STDDEV_SAMP'))}({number()})"
+        if n == 15:
+            column = self.column(("text", "int")) or "1"
+            return f"mode() WITHIN GROUP (ORDER BY {column})"
+        if n == 16 and self.chance(0.5):
+            hostile = self.pick(
+                (
+                    f"SUM({number()}) FILTER (WHERE {self.expr('bool')})",
+                    f"string_agg({self.expr('text')}, ',')",
+                    f"bool_and({self.expr('bool')})",
+                    "COUNT(*) OVER ()",
+                    f"SUM(DISTINCT {number()})",
+                    f"SUM(SUM({number()}))",
+                    f"array_agg({number()})",
+                    f"MAX({self.expr('text')})",
+                    f"AVG({self.expr('text')})",
+                    f"SUM({self.expr('bool')})",
+                    "COUNT(1)",
+                    f"COUNT(DISTINCT ({self.expr('text')}))",
+                )
+            )
+            return hostile
+        if n == 17:
+            return f"SUM(CASE WHEN {self.expr('bool')} THEN 1 ELSE 0 END)"
+        return f"{self.pick(('SUM', 'AVG', 'COUNT'))}({number()})"
+
+    def over_aggregates(self) -> str:
+        """An expression over released values (post-processing)."""
+        roll = self.rng.random()
+        agg = self.aggregate()
+        if roll < 0.6:
+            return agg
+        if roll < 0.7:
+            return f"{agg} {self.pick(('+', '-', '*', '/'))} {self.pick(('2', '0', '1.5', self.aggregate()))}"
+        if roll < 0.8:
+            return f"ROUND({agg}, {self.pick(('0', '1', '2'))})"
+        if roll < 0.85:
+            return f"CAST({agg} AS {self.pick(('int', 'bigint', 'numeric', 'double precision', 'text'))})"
+        if roll < 0.9:
+            return f"{agg} + {self.scalar_subquery()}"
+        if roll < 0.95:
+            return f"COALESCE({agg}, 0)"
+        return f"{agg}::int4"
+
+    def query(self) -> str:
+        from_text, with_prefix = self.from_clause()
+        parts = []
+        where = f" WHERE {self.expr('bool')}" if self.chance(0.55) else ""
+        keys: list[str] = []
+        if self.chance(0.55):
+            for _ in range(self.pick((1, 1, 1, 2, 2, 3))):
+                roll = self.rng.random()
+                if roll < 0.6:
+                    key = self.column(
+                        ("text", "bool", "int", "date", "tstz", "float"), allow_unit=self.chance(0.05)
+                    )
+                elif roll < 0.9:
+                    key = self.pick(
+                        (
+                            f"date_trunc('month', {self.column('date') or 'NULL'})",
+                            f"extract(year FROM {self.column('date') or 'NULL'})",
+                            f"({self.column('int') or '1'} / 10)",
+                            f"CASE WHEN {self.expr('bool')} THEN 'x' ELSE 'y' END",
+                            f"substring({self.column('text') or repr('a')}, 1, 2)",
+                            f"floor(extract(epoch FROM {self.column('ts') or 'NULL'}) / 86400) * 86400",
+                            self.expr(self.pick(("text", "number", "bool"))),
+                        )
+                    )
+                else:
+                    key = self.in_subquery() if self.chance(0.5) else self.expr("bool")
+                if key and key not in keys:
+                    keys.append(key)
+        items: list[str] = []
+        aliases: list[str] = []
+        for j, key in enumerate(keys):
+            if self.chance(0.85):
+                alias = f"k{j}" if self.chance(0.5) else None
+                items.append(f"{key} AS {alias}" if alias else key)
+                aliases.append(alias or key)
+        for i in range(self.pick((1, 1, 2, 2, 3))):
+            alias = self.pick((None, f"a{i}", "n"))
+            value = self.over_aggregates()
+            items.append(f"{value} AS {alias}" if alias else value)
+            aliases.append(alias or value)
+        if self.chance(0.03):
+            items.append(self.column(("text", "number")) or "1")  # a raw column: must be refused
+        if self.chance(0.015):
+            items = ["*"]
+        if self.chance(0.04):
+            items.insert(0, self.pick(("1", "'label'", "NULL", self.scalar_subquery())))
+        self.rng.shuffle(items) if self.chance(0.2) else None
+        group = ""
+        if keys:
+            written = []
+            for j, key in enumerate(keys):
+                position = next(
+                    (i for i, item in enumerate(items) if item == key or item.startswith(f"{key} AS ")), None
+                )
+                if position is not None and self.chance(0.3):
+                    written.append(str(position + 1))
+                elif f"{key} AS k{j}" in items and self.chance(0.3):
+                    written.append(f"k{j}")
+                else:
+                    written.append(key)
+            group = f" GROUP BY {', '.join(written)}"
+        having = f" HAVING {self.having()}" if self.chance(0.25) else ""
+        order = ""
+        if self.chance(0.45):
+            terms = []
+            for _ in range(self.pick((1, 1, 2))):
+                roll = self.rng.random()
+                if roll < 0.4:
+                    term = str(self.rng.randrange(1, len(items) + 2))
+                elif roll < 0.6 and aliases:
+                    term = self.pick(aliases)
+                elif roll < 0.8:
+                    term = self.aggregate()
+                else:
+                    term = self.pick(keys) if keys else self.expr("number")
+                terms.append(term + self.pick(("", " DESC", " ASC", " DESC NULLS LAST", " NULLS FIRST")))
+            order = f" ORDER BY {', '.join(terms)}"
+        limit = ""
+        if self.chance(0.35):
+            value = self.pick(("0", "1", "2", "3", "10", "NULL", "ALL", self.parameter(2), "-1", "1.5"))
+            limit = f" LIMIT {value}"
+        if self.chance(0.15):
+            limit += f" OFFSET {self.pick(('0', '1', '2', self.parameter(1)))}"
+        distinct = "DISTINCT " if self.chance(0.015) else ""
+        parts.append(
+            f"{with_prefix}SELECT {distinct}{', '.join(items)} FROM {from_text}{where}{group}{having}{order}{limit}"
+        )
+        return "".join(parts)
+
+    def having(self) -> str:
+        roll = self.rng.random()
+        if roll < 0.6:
+            return f"{self.aggregate()} {self.pick(('>', '<', '>=', '=', '<>'))} {self.pick(('0', '1', '3', '2.5', self.aggregate()))}"
+        if roll < 0.8:
+            return f"({self.aggregate()} > 1 {self.pick(('AND', 'OR'))} {self.aggregate()} < 100)"
+        return self.expr("bool")
+
+
+def generate(seed: int, index: int) -> Generated:
+    """Query `index` of the batch `seed`: the same two numbers always give the same statement."""
+    rng = random.Random(f"{seed}:{index}")
+    generator = QueryGenerator(rng)
+    sql = generator.query()
+    return Generated(sql, generator.params, seed, index)

@@ -1,0 +1,198 @@
+"""What must hold for every generated statement (the checks of tests/test_language.py).
+
+For a statement S and the adversarial databases:
+  1. S is refused with a documented SQLSTATE — the same on both dialects, and before any statement
+     that reads a protected table reached a backend — or it is accepted on both;
+  2. accepted, its rewritten SQL runs without error on DuckDB and on PostgreSQL, on every database;
+  3. with limits no generated person reaches (so no per-person choice drops anything), DuckDB and
+     PostgreSQL give identical pre-noise values and group sets;
+  4. the sensitivity certificate holds on neighbouring databases (each person removed, including the
+     person with very many rows and the person alone in a group): every pre-noise component moves
+     by at most its declared sensitivity, no person changes more than max_groups groups;
+  5. group keys outside a key's public values never reach the released set.
+`check` returns the failures it found as strings (empty: the statement passed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dpproxy.engine import Engine, Plan
+from dpproxy.errors import DPProxyError
+from dpproxy.policy import Policy
+from dpproxy.release import Measurement
+from dpproxy.sql.query import PrivateQuery
+from tests.certify import certify
+from tests.language.databases import Loaded, RawBackend
+from tests.language.grammar import Generated
+
+# Every SQLSTATE a refusal may carry (README, "Errors").
+DOCUMENTED_SQLSTATES = {
+    "42501",  # the policy forbids it
+    "0A000",  # not supported
+    "42601",  # syntax
+    "42P01",  # unknown table
+    "42703",  # unknown column
+    "42702",  # ambiguous column
+    "42803",  # grouping
+    "42804",  # datatype mismatch
+    "42883",  # no such operator or function for these types
+    "22023",  # bad parameter value
+    "22P02",  # malformed constant
+    "22012",  # division by zero in the query's constants
+    "21000",  # a public scalar subquery returned more than one row
+    "54000",  # a public subquery returned more rows than can be inlined
+}
+
+
+@dataclass
+class Backends:
+    """One database loaded in both engines, with an Engine per policy and dialect over it."""
+
+    name: str
+    duckdb: Loaded
+    postgres: Loaded | None
+    engines: dict[tuple[str, str], Engine] = field(default_factory=dict)  # (policy, dialect)
+
+    @staticmethod
+    def build(name: str, duckdb: Loaded, postgres: Loaded | None, policies: dict[str, Policy]) -> Backends:
+        backends = Backends(name, duckdb, postgres)
+        for label, policy in policies.items():
+            for loaded in (duckdb, postgres):
+                if loaded is not None:
+                    backends.engines[(label, loaded.kind)] = Engine(policy, RawBackend(loaded))
+        return backends
+
+    def loaded(self, dialect: str) -> Loaded:
+        chosen = self.duckdb if dialect == "duckdb" else self.postgres
+        assert chosen is not None
+        return chosen
+
+    def persons(self) -> list[int]:
+        db = self.duckdb.db
+        assert db is not None
+        return [*db.patient_ids, *db.survey_ids]
+
+
+def _plan(engine: Engine, query: Generated) -> Plan | DPProxyError | None:
+    """The statement's private plan, its refusal, or None when it reads no protected table (a
+    public or constant query: no privacy to certify)."""
+    backend = engine.backend
+    assert isinstance(backend, RawBackend)
+    backend.statements.clear()
+    try:
+        analyzed = engine.analyze(query.sql, query.params)
+        if not isinstance(analyzed, PrivateQuery):
+            return None
+        return engine.plan_private(analyzed, engine.query_epsilon(None), salt="language")
+    except DPProxyError as error:
+        return error
+
+
+def _same_measurement(a: Measurement, b: Measurement) -> str | None:
+    left = {
+        k: (c, u, h)
+        for k, c, u, h in zip(
+            a.keys, a.components, a.units, a.histograms or [None] * len(a.keys), strict=True
+        )
+    }
+    right = {
+        k: (c, u, h)
+        for k, c, u, h in zip(
+            b.keys, b.components, b.units, b.histograms or [None] * len(b.keys), strict=True
+        )
+    }
+    if set(left) != set(right):
+        return f"group sets differ: only duckdb {sorted(map(repr, set(left) - set(right)))[:5]}, only postgres {sorted(map(repr, set(right) - set(left)))[:5]}"
+    for key, value in left.items():
+        if value != right[key]:
+            return f"group {key!r}: duckdb {value} != postgres {right[key]}"
+    return None
+
+
+def check(
+    query: Generated, databases: Sequence[Backends], *, certify_on: Sequence[str] = ("duckdb",)
+) -> list[str]:
+    """The failures of one statement over the databases (see the module docstring)."""
+    failures: list[str] = []
+    first = databases[0]
+    dialects = [d for d in ("duckdb", "postgres") if (("limits", d) in first.engines)]
+    outcomes: dict[str, Plan | DPProxyError | None] = {}
+    for dialect in dialects:
+        engine = first.engines[("limits", dialect)]
+        try:
+            outcomes[dialect] = _plan(engine, query)
+        except Exception as crash:
+            return [f"analysis crashed on {dialect}: {type(crash).__name__}: {crash}"]
+        backend = engine.backend
+        assert isinstance(backend, RawBackend)
+        if isinstance(outcomes[dialect], DPProxyError) and backend.touched_protected_data():
+            failures.append(f"refused on {dialect} after reading protected data: {backend.statements}")
+    refused = {d: o for d, o in outcomes.items() if isinstance(o, DPProxyError)}
+    if all(o is None for o in outcomes.values()):
+        return failures
+    if any(o is None for o in outcomes.values()):
+        return [*failures, f"private on one dialect only: {outcomes}"]
+    if refused:
+        codes = {d: o.sqlstate for d, o in refused.items()}
+        if len(refused) != len(outcomes):
+            return [*failures, f"accepted on one dialect only: refused {codes}"]
+        if len(set(codes.values())) > 1:
+            failures.append(f"refused with different SQLSTATEs per dialect: {codes}")
+        for dialect, error in refused.items():
+            if error.sqlstate not in DOCUMENTED_SQLSTATES:
+                failures.append(f"refused on {dialect} with undocumented SQLSTATE {error.sqlstate}: {error}")
+        return failures
+    for db in databases:
+        measured: dict[str, Measurement] = {}
+        for dialect in dialects:
+            plan = _plan(db.engines[("limits", dialect)], query)
+            high = _plan(db.engines[("high", dialect)], query)
+            if (
+                plan is None
+                or high is None
+                or isinstance(plan, DPProxyError)
+                or isinstance(high, DPProxyError)
+            ):
+                error = plan if isinstance(plan, DPProxyError) else high
+                failures.append(
+                    f"accepted on the first database but refused on {db.name}/{dialect}: {error.sqlstate} {error}"
+                )
+                continue
+            loaded = db.loaded(dialect)
+            try:
+                rows = [loaded.run(sql) for sql in plan.statements]
+                plan.measure(*rows)
+                measured[dialect] = high.measure(*(loaded.run(sql) for sql in high.statements))
+            except Exception as error:
+                failures.append(
+                    f"accepted but fails on {db.name}/{dialect}: {type(error).__name__}: {str(error).splitlines()[0]}"
+                )
+                continue
+            failures.extend(_public_keys(plan, measured[dialect], f"{db.name}/{dialect}"))
+            if dialect in certify_on:
+                try:
+                    certify(plan, loaded.run, db.persons())
+                except AssertionError as error:
+                    failures.append(f"sensitivity certificate fails on {db.name}/{dialect}: {error}")
+        if len(measured) == 2:
+            difference = _same_measurement(measured["duckdb"], measured["postgres"])
+            if difference:
+                failures.append(f"backends disagree on {db.name}: {difference}")
+    return failures
+
+
+def _public_keys(plan: Plan, measured: Measurement, where: str) -> list[str]:
+    query = plan.query
+    failures = []
+    for j, key in enumerate(query.keys):
+        if key.public_values is None:
+            continue
+        allowed = set(key.public_values)
+        outside = {k[j] for k in measured.keys if k[j] not in allowed}
+        if outside:
+            failures.append(
+                f"{where}: key {key.text} has values outside its public values: {sorted(map(repr, outside))}"
+            )
+    return failures

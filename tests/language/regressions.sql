@@ -1,0 +1,47 @@
+-- Statements the query-language generator once found failing; tests/test_language.py runs them all.
+-- One per line; parameters after ' -- params: ' as a Python list. The comment above each says what broke.
+-- A table function in FROM crashed the analyzer (AttributeError, XX000).
+SELECT AVG(p.income), CAST(MEDIAN(income) AS text), AVG(p.income) AS n FROM patients p CROSS JOIN generate_series(1, 3) g ORDER BY 4 ASC LIMIT 3
+SELECT substring(zip, 1, 2) AS k0, SUM(p.income) FROM generate_series(1, 2) g JOIN patients p ON p.age = g WHERE zip = ANY(ARRAY['flu', 'cold']) GROUP BY k0, p.smoker HAVING SUM("p"."income") > 2.5
+-- A numeric constant or parameter in ORDER BY crashed the analyzer (ValueError).
+SELECT MIN((duration % length((b.zip || $1)))) FROM visits a INNER JOIN "patients" b ON a.patient_id = b.patient_id WHERE b.smoker ORDER BY 0.5 DESC -- params: ['er']
+SELECT MIN(sub.duration)::int4 AS n, MEDIAN(duration) AS a1, ROUND(AVG(duration), 1) AS a2 FROM (SELECT patient_id, department, duration FROM visits WHERE TRUE) sub ORDER BY $1 NULLS FIRST LIMIT 1 -- params: [2.5]
+-- round() of an unbounded per-person count crashed the interval arithmetic (InvalidOperation).
+WITH sub AS (SELECT patient_id, COUNT(*) AS n FROM patients GROUP BY patient_id) SELECT COUNT(' flu ') + (SELECT MIN(z2.population) FROM zip_info z2) AS a0, SUM((sub.n - round(sub.n))) FROM sub LIMIT NULL OFFSET 1
+SELECT COUNT(n) AS n, MIN(round(n, 1)) AS a1 FROM (SELECT patient_id, COUNT(*) AS n, SUM(duration) AS total, AVG(duration) AS mean, MAX(duration) AS top FROM visits GROUP BY patient_id) d WHERE FALSE GROUP BY d.n ORDER BY SUM((n * -mean))
+-- A subquery over a public table was emitted inside the protected table's scope: outer aliases and raw columns bound to protected rows.
+SELECT COUNT("a"."state") * 0 AS n, COUNT(*) FROM zip_info a LEFT JOIN "patients" b ON a.zip = b.zip WHERE a.state IN (SELECT q.zip FROM zip_info q WHERE q.state = a.zip) LIMIT 0
+SELECT b.zip IN (SELECT zz.zip FROM zip_info zz WHERE zz.population = b.patient_id), population, extract(year FROM b.birth) AS k2, SUM(b.score) AS a0 FROM zip_info AS a LEFT OUTER JOIN patients b ON a.zip = b.zip WHERE b.smoker GROUP BY 1, population, 3 ORDER BY 4 ASC
+SELECT COUNT(*) FROM patients p WHERE zip IN (SELECT zip FROM zip_info WHERE 1 / (income - 12345) > 0)
+SELECT COUNT(*) FROM patients p WHERE zip IN (SELECT zip FROM zip_info WHERE CAST(income AS smallint) > 0)
+SELECT COUNT(*), AVG((SELECT z2.population FROM zip_info z2 WHERE income > 0)) FROM patients
+SELECT zip IN (SELECT zip FROM zip_info WHERE 1 / (age - 30) > 0) AS k, COUNT(*) FROM patients GROUP BY 1
+SELECT diagnosis, COUNT(*) FROM patients GROUP BY diagnosis HAVING diagnosis IN (SELECT state FROM zip_info WHERE population / (income - 1) > 0)
+-- A protected table on the nullable side of a LEFT JOIN: unmatched public rows became one pseudo-person.
+SELECT a.zip, a.state NOT IN (SELECT z2.zip FROM zip_info z2 WHERE patient_id > 0) AS k1, SUM(CASE WHEN b.smoker THEN 1 ELSE 0 END) AS n, COUNT(*) AS n FROM "zip_info" a LEFT OUTER JOIN patients b ON a.zip = b.zip GROUP BY a.zip, a.state NOT IN (SELECT z2.zip FROM zip_info z2 WHERE patient_id > 0) ORDER BY k1 DESC OFFSET 1 -- params: [1]
+SELECT substring(diagnosis, 1, 2), b.smoker, COUNT(-2.5) AS a0 FROM zip_info AS a LEFT JOIN patients b ON a.zip = b.zip WHERE TRUE GROUP BY substring(diagnosis, 1, 2), 2
+-- SUM of a wide decimal constant overflowed DuckDB's DECIMAL(18) when put on the grid.
+SELECT ROUND(AVG(s.rating), 0), SUM(123456789.123456789) AS n FROM "survey" s GROUP BY s.answer
+-- Doubles were rounded half to even on PostgreSQL and half away from zero on DuckDB (sums and histogram bins).
+SELECT patients.birth AS k0, patients.zip, SUM(patients.score) AS a0 FROM "patients" GROUP BY patients.birth, patients.zip
+SELECT NULL, MEDIAN(a.score) AS n FROM public.patients a JOIN patients b ON a.patient_id = b.patient_id
+SELECT MIN(a.age)::int4 AS a0, VAR_SAMP(a.score) AS a1 FROM "patients" a LEFT JOIN visits b ON a.patient_id = b.patient_id AND score BETWEEN 9223372036854775807 AND 123456789.123456789 HAVING (COUNT(*) > 1 AND SUM(income) < 100)
+SELECT COALESCE(MIN(p.score), 0), COUNT(*) FROM patients p
+-- CAST(boolean AS smallint) was accepted; PostgreSQL has no such cast.
+SELECT SUM(CASE WHEN smoker THEN 1 ELSE 0 END) - 0 AS n, (100.005 % CAST(b.smoker AS smallint)) AS k0, COUNT(*) FROM patients b GROUP BY (100.005 % CAST(b.smoker AS smallint)) LIMIT 0
+-- LEAST/GREATEST skipped NULLs on PostgreSQL but were emitted NULL-propagating for DuckDB.
+SELECT SUM(income) / SUM(score) AS a0 FROM public.patients a INNER JOIN visits b ON a.patient_id = b.patient_id ORDER BY SUM((age - least((a.income - cost), CASE WHEN a.smoker THEN a.age ELSE a.score END))) DESC OFFSET 0 -- params: [1]
+-- COLLATE in a BETWEEN bound is a syntax error on PostgreSQL; COLLATE on a boolean or a NULL-typed value fails.
+SELECT SUM(a.cost) AS n, b.smoker, (visit_id / 10) FROM public.visits a JOIN patients b ON a.patient_id = b.patient_id WHERE CAST(b.diagnosis IN (SELECT z2.state FROM zip_info z2 WHERE z2.population <> -1) AS varchar) BETWEEN '%' AND 'LONELY' GROUP BY b.smoker, 3 LIMIT 3
+SELECT SUM(CASE WHEN t.department BETWEEN 'CA' AND $1 THEN 1 ELSE 0 END) + (SELECT MIN(z2.population) FROM zip_info z2) AS a0, COUNT(DISTINCT extract(year FROM TIMESTAMP '2022-01-01 12:00:00')) AS a1 FROM "visits" t WHERE FALSE -- params: ['er']
+SELECT (b.duration / 10), COUNT(CASE WHEN FALSE <= FALSE > NULL THEN nullif((0.0 % a.duration), CASE WHEN TRUE THEN $1 ELSE b.duration END) ELSE a.duration END) AS a0 FROM visits AS a JOIN visits b ON a.patient_id = b.patient_id WHERE FALSE GROUP BY (b.duration / 10) ORDER BY (b.duration / 10) DESC -- params: [1]
+SELECT AVG("s"."temperature") FROM (SELECT patient_id, department, duration, temperature, visits.visit_id AS computed FROM visits) s WHERE ('yes' || NULL) BETWEEN '' AND '%' LIMIT 2
+-- DuckDB computes % of decimals of different scales in double precision.
+SELECT SUM(cost) AS n, SUM((a.score - mod(income, 1)))::int4 AS a1 FROM patients a LEFT JOIN "visits" b ON a.patient_id = b.patient_id WHERE a.smoker
+-- extract(hour FROM date) fails on PostgreSQL.
+SELECT s.rating AS k0, s.answer AS k1, COUNT(rating) AS a0, COALESCE(SUM((extract(hour FROM DATE '2023-06-01') / (greatest(s.rating, s.rating) * rating))), 0) AS n FROM public.survey s WHERE TRUE GROUP BY s.rating, s.answer ORDER BY 4 LIMIT NULL
+-- Chained comparisons were re-emitted without parentheses.
+SELECT department AS k0, MAX(10) AS a0 FROM visits v WHERE visit_date >= NULL != NOT EXISTS (SELECT 1 FROM zip_info zz WHERE zz.state <> ' flu ') GROUP BY department
+SELECT SUM(cost) AS a0 FROM "patients" a LEFT JOIN visits b ON a.patient_id = b.patient_id AND "a"."income" > 1.5e-3 > FALSE JOIN "zip_info" c ON a.patient_id = c.population HAVING COUNT(duration) < 2.5 LIMIT 10
+-- A CAST of a constant text expression to smallint failed in the backend.
+SELECT visits.duration, AVG(-visits.cost) AS n, SUM(abs(visits.duration)) FROM visits WHERE CAST(left('é', -2) AS smallint) <= visits.cost GROUP BY visits.visit_date, visits.duration

@@ -1,0 +1,133 @@
+"""Certify the language, not examples: generated statements against adversarial databases.
+
+Every statement the grammar of tests/language/grammar.py generates must be refused with a documented
+SQLSTATE before it reads protected data, or be accepted and then run on both backends, give the same
+pre-noise values on both, and pass the sensitivity certificate on every neighbour (see
+tests/language/harness.py for the checks).
+
+Batches:
+  - a fixed batch (seed 0, DPPROXY_FUZZ_FIXED queries, default 2000) in every run, split in chunks so
+    pytest-xdist spreads it over the cores;
+  - a random batch (DPPROXY_FUZZ_RANDOM queries, default 200) whose seed is printed, or taken from
+    DPPROXY_FUZZ_SEED to reproduce a failure;
+  - every statement that ever failed, from tests/language/regressions.sql.
+A long run: `DPPROXY_FUZZ_RANDOM=50000 pytest -m fuzz tests/test_language.py -n auto -s` (README):
+16 chunks, each a random batch with its own printed seed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import psycopg
+import pytest
+
+from dpproxy.policy import parse_policy
+from tests.language import schema
+from tests.language.databases import Loaded
+from tests.language.grammar import Generated, generate
+from tests.language.harness import Backends, check
+from tests.pgcluster import PgCluster, create_database, drop_database
+
+FIXED_SEED = 0
+FIXED_QUERIES = int(os.environ.get("DPPROXY_FUZZ_FIXED", "2000"))
+CHUNKS = 40
+RANDOM_QUERIES = int(os.environ.get("DPPROXY_FUZZ_RANDOM", "200"))
+REGRESSIONS = Path(__file__).parent / "language" / "regressions.sql"
+
+DATABASES = {
+    "adversarial": lambda: schema.adversarial(1),
+    "empty": schema.empty,
+    "single": lambda: schema.one_row_each(2),
+}
+
+
+@pytest.fixture(scope="module")
+def databases(pg_cluster: PgCluster) -> Iterator[list[Backends]]:
+    policies = {
+        "limits": parse_policy(schema.policy_text(schema.LIMITS)),
+        "high": parse_policy(schema.policy_text(schema.HIGH_LIMITS)),
+    }
+    built: list[Backends] = []
+    names: list[str] = []
+    connections = []
+    try:
+        for name, make in DATABASES.items():
+            db = make()
+            duck = Loaded("duckdb", duckdb.connect())
+            duck.load(db)
+            dbname = create_database(pg_cluster, prefix="lang")
+            names.append(dbname)
+            conn = psycopg.connect(pg_cluster.dsn(dbname), autocommit=True)
+            connections.append(conn)
+            pg = Loaded("postgres", conn)
+            pg.load(db)
+            built.append(Backends.build(name, duck, pg, policies))
+        yield built
+    finally:
+        for conn in connections:
+            conn.close()
+        for dbname in names:
+            drop_database(pg_cluster, dbname)
+
+
+def _run_batch(queries: list[Generated], databases: list[Backends]) -> None:
+    failures = []
+    for query in queries:
+        # Certificates on PostgreSQL too for one statement in four: both engines' hashes are exercised.
+        certify_on = ("duckdb", "postgres") if query.index % 4 == 0 else ("duckdb",)
+        found = check(query, databases, certify_on=certify_on)
+        if found:
+            failures.append(f"{query}\n    " + "\n    ".join(found))
+    assert not failures, f"{len(failures)} of {len(queries)} statements failed:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_fixed_batch(databases: list[Backends], chunk: int) -> None:
+    size = -(-FIXED_QUERIES // CHUNKS)
+    indexes = range(chunk * size, min(FIXED_QUERIES, (chunk + 1) * size))
+    _run_batch([generate(FIXED_SEED, i) for i in indexes], databases)
+
+
+def test_random_batch(databases: list[Backends]) -> None:
+    seed = int(os.environ.get("DPPROXY_FUZZ_SEED") or secrets.randbelow(2**31))
+    print(f"random batch: DPPROXY_FUZZ_SEED={seed} ({RANDOM_QUERIES} statements)")
+    _run_batch([generate(seed, i) for i in range(RANDOM_QUERIES)], databases)
+
+
+def regressions() -> list[Generated]:
+    """Statements the generator once found failing: one per line, `-- comment` lines ignored;
+    parameters after ` -- params: ` as a Python list literal."""
+    import ast
+
+    found = []
+    for number, line in enumerate(REGRESSIONS.read_text().splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("--"):
+            continue
+        sql, _, params = text.partition(" -- params: ")
+        found.append(Generated(sql, list(ast.literal_eval(params)) if params else [], -1, number))
+    return found
+
+
+def test_regressions(databases: list[Backends]) -> None:
+    _run_batch(regressions(), databases)
+
+
+LONG_CHUNKS = 16
+
+
+@pytest.mark.fuzz
+@pytest.mark.parametrize("chunk", range(LONG_CHUNKS))
+def test_long_random_batch(databases: list[Backends], chunk: int) -> None:
+    """Only with -m fuzz: DPPROXY_FUZZ_RANDOM statements in all, in chunks pytest-xdist spreads over
+    the cores, each chunk a batch of its own printed seed (DPPROXY_FUZZ_SEED + chunk when given)."""
+    base = os.environ.get("DPPROXY_FUZZ_SEED")
+    seed = int(base) + chunk if base else secrets.randbelow(2**31)
+    count = -(-RANDOM_QUERIES // LONG_CHUNKS)
+    print(f"long batch chunk {chunk}: DPPROXY_FUZZ_SEED={seed} ({count} statements)")
+    _run_batch([generate(seed, i) for i in range(count)], databases)
