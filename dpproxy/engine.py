@@ -694,7 +694,7 @@ class Engine:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
             raise PrivateQueryFailed() from None
         try:
-            result = self._release(plan, row_sets)
+            result = self.release(plan, row_sets)
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
@@ -706,7 +706,10 @@ class Engine:
             status = BudgetStatus(analyst.name, spent, limit)
         return Result(result.columns, result.rows, plan.cost, status, private=True)
 
-    def _release(self, plan: Plan, row_sets: Sequence[Sequence[Sequence[object]]]) -> Result:
+    def release(self, plan: Plan, row_sets: Sequence[Sequence[Sequence[object]]]) -> Result:
+        """The noisy answer of a plan from the rows its statements returned: groups chosen, fresh
+        noise drawn, post-processed. Each call is a new release (tests repeat it to measure the
+        privacy loss between neighbouring databases); it charges nothing: `run` charges."""
         query = plan.query
         groups = choose_groups(query, measure(query, *row_sets), plan.noise)
         released = release_aggregates(query, groups, plan.noise, plan.responses)

@@ -469,7 +469,7 @@ def test_randomized_response_count_is_unbiased_within_its_bound(
         assert plan.query.randomized_response and plan.responses is not None
         outside = 0
         for _ in range(20):
-            released = engine._release(plan, [engine.backend.run(s) for s in plan.statements])
+            released = engine.release(plan, [engine.backend.run(s) for s in plan.statements])
             [(estimate,)] = released.rows
             outside += abs(estimate - true_count) > released.columns[0].error95
         assert outside <= 4  # a 95% bound: 1 miss in 20 expected, 5 or more has probability < 2%

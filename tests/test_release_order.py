@@ -142,8 +142,8 @@ def test_the_release_is_the_same_for_every_order_of_the_backends_rows(drawn, ord
     rows = backend_rows(plan, drawn)
     shuffled = list(rows)
     order.shuffle(shuffled)
-    first = ENGINE._release(plan, [rows])
-    again = ENGINE._release(plan, [shuffled])
+    first = ENGINE.release(plan, [rows])
+    again = ENGINE.release(plan, [shuffled])
     assert first.rows == again.rows
     assert [c.error95 for c in first.columns] == [c.error95 for c in again.columns]
 
@@ -228,7 +228,7 @@ def test_canonical_order_ties_of_order_by_keep_key_order_and_limit_takes_the_fir
 
 def test_canonical_order_of_public_keys_ignores_the_order_values_are_declared_in() -> None:
     plan = deterministic(ENGINE.plan("SELECT pub, flag, COUNT(*) FROM t GROUP BY pub, flag", epsilon=1.0))
-    result = ENGINE._release(plan, [[("b", True, 4, 4), ("c", False, 2, 2)]])
+    result = ENGINE.release(plan, [[("b", True, 4, 4), ("c", False, 2, 2)]])
     assert [row[:2] for row in result.rows] == [
         ("a", False),
         ("a", True),
@@ -290,8 +290,8 @@ def test_canonical_order_of_common_groups_is_the_same_on_neighbouring_databases(
     neighbour = [*rows, *backend_rows(plan, [(extra, extra_units, extra_units)])]
     orders[0].shuffle(rows)
     orders[1].shuffle(neighbour)
-    shown = [row[:5] for row in ENGINE._release(plan, [rows]).rows]
-    shown_neighbour = [row[:5] for row in ENGINE._release(plan, [neighbour]).rows]
+    shown = [row[:5] for row in ENGINE.release(plan, [rows]).rows]
+    shown_neighbour = [row[:5] for row in ENGINE.release(plan, [neighbour]).rows]
     both = set(shown) & set(shown_neighbour)
     assert [k for k in shown if k in both] == [k for k in shown_neighbour if k in both]
     if "LIMIT" not in which:
