@@ -132,6 +132,11 @@ def emit(tree: exp.Expression, dialect: str, **options: object) -> str:
     sqlglot's warnings about constructs that may mean different things per engine are silenced: the
     analyzer emits only constructs whose meaning it fixed (time zones are UTC on every backend),
     and the generated-language tests check that the engines agree on them."""
-    if any(isinstance(n, exp.Anonymous) and n.name == ROUND_HALF_EVEN for n in tree.walk()):
-        tree = tree.transform(lambda n: _spell(n, dialect), copy=True)
+    markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name == ROUND_HALF_EVEN]
+    if markers:
+        tree = tree.copy()
+        markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name == ROUND_HALF_EVEN]
+        # Innermost first (reversed pre-order): a marker may hold another in its argument.
+        for marker in reversed(markers):
+            marker.replace(_spell(marker, dialect))
     return tree.sql(dialect, unsupported_level=ErrorLevel.IGNORE, **options)

@@ -381,6 +381,8 @@ class RowExpressionChecker:
             return Typed(
                 clip_sql(ref, column.interval, column.type), column.type, column.interval, column.is_unit
             )
+        if column.type.is_temporal:
+            return Typed(_clamp_temporal(ref, column.type), column.type, None, column.is_unit)
         return Typed(ref, column.type, column.interval, column.is_unit)
 
     def resolve(self, node: exp.Column) -> tuple[Source, SourceColumn]:
@@ -1297,6 +1299,33 @@ def _ascii_upper(value: exp.Expression) -> exp.Expression:
             exp.Literal.string(_ASCII_UPPER_LETTERS),
         ],
     )
+
+
+# Dates and times are read within years 1–9999: what both engines and Python represent. PostgreSQL
+# also stores 'infinity', years before 1 and after 9999, on which casts, extract() and reading the
+# value back would fail (a failure that would depend on one row), and DuckDB returns them altered.
+_TEMPORAL_RANGE = {
+    PgType.DATE: ("0001-01-01", "9999-12-31", "DATE"),
+    PgType.TIMESTAMP: ("0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", "TIMESTAMP"),
+    PgType.TIMESTAMPTZ: ("0001-01-01 00:00:00+00", "9999-12-31 23:59:59.999999+00", "TIMESTAMPTZ"),
+}
+
+
+def _clamp_temporal(value: exp.Expression, pg_type: PgType) -> exp.Expression:
+    """A date or time column's value moved into years 1–9999 (±infinity to the ends), NULL kept."""
+    lo_text, hi_text, type_name = _TEMPORAL_RANGE[pg_type]
+    lo, hi = (
+        numbers.cast(exp.Literal.string(lo_text), type_name),
+        numbers.cast(exp.Literal.string(hi_text), type_name),
+    )
+    case = (
+        exp.Case()
+        .when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
+        .when(exp.LT(this=value.copy(), expression=lo.copy()), lo)
+        .when(exp.GT(this=value.copy(), expression=hi.copy()), hi)
+        .else_(value.copy())
+    )
+    return typed_node(exp.Paren(this=case), pg_type)
 
 
 def _operand(sql: exp.Expression) -> exp.Expression:

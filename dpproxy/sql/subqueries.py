@@ -138,6 +138,11 @@ def _placeholder(pg_type: PgType) -> object:
     return "a"
 
 
+def _value_order(item: tuple[str, object]) -> tuple[bool, str, object]:
+    type_name, value = item
+    return (value is None, type_name, value if value is not None else 0)
+
+
 def _answer(
     node: exp.Expression, kind: str, query: PublicQuery, rows: Sequence[Sequence[object]]
 ) -> exp.Expression:
@@ -153,13 +158,10 @@ def _answer(
             )
         value = rows[0][0] if rows else None
         return exp.Paren(this=literals.constant(value, pg_type)) if value is not None else exp.Null()
-    values: list[object] = []
-    seen: set[object] = set()
-    for row in rows:
-        key = (type(row[0]), row[0])
-        if key not in seen:
-            seen.add(key)
-            values.append(row[0])
+    # Distinct values in a fixed order: the statement's text (which the replay key and the matching
+    # of GROUP BY to select-list expressions read) must not depend on the order rows came back in.
+    values = sorted({(type(row[0]).__name__, row[0]) for row in rows}, key=_value_order)
+    values = [value for _, value in values]
     if len(values) > MAX_INLINED_VALUES:
         raise SubqueryTooLarge(
             f"subquery ({text}) returned more than {MAX_INLINED_VALUES} distinct values to inline",
@@ -187,13 +189,17 @@ def inline_public_subqueries(
         (node, kind, _checked(_body(node, kind), kind, analyze_public, policy)) for node, kind in found
     ]
     replacements: dict[int, exp.Expression] = {}
+    answers: dict[str, Sequence[Sequence[object]]] = {}  # a subquery written twice runs once
     for node, kind, query in checked:
         if run is None:
             rows: Sequence[Sequence[object]] = (
                 [(_placeholder(query.outputs[0].type),)] if query.outputs else [()]
             )
         else:
-            rows = run(query)
+            text = query.sql.sql("postgres")
+            if text not in answers:
+                answers[text] = run(query)
+            rows = answers[text]
         replacements[id(node)] = _answer(node, kind, query, rows)
 
     def substitute(node: exp.Expression) -> exp.Expression:

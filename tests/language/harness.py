@@ -68,6 +68,21 @@ class Backends:
             for loaded in (duckdb, postgres):
                 if loaded is not None:
                     backends.engines[(label, loaded.kind)] = Engine(policy, RawBackend(loaded))
+        db = duckdb.db
+        assert db is not None
+        if db.one_row_per_person:
+            # The database keeps one row per person in each protected table: the plans that trust an
+            # enforced-unique unit (no per-person bounding, r = g = 1) are certified on it too.
+            for loaded in (duckdb, postgres):
+                if loaded is not None:
+                    backends.engines[("unique", loaded.kind)] = Engine(
+                        policies["limits"],
+                        RawBackend(loaded),
+                        unique_columns={
+                            "patients": frozenset({"patient_id"}),
+                            "visits": frozenset({"patient_id"}),
+                        },
+                    )
         return backends
 
     def loaded(self, dialect: str) -> Loaded:
@@ -183,6 +198,15 @@ def check(
                     certify(plan, loaded.run, db.persons())
                 except AssertionError as error:
                     failures.append(f"sensitivity certificate fails on {db.name}/{dialect}: {error}")
+                unique = db.engines.get(("unique", dialect))
+                trusted = _plan(unique, query) if unique is not None else None
+                if trusted is not None and not isinstance(trusted, DPProxyError):
+                    try:
+                        certify(trusted, loaded.run, db.persons())
+                    except AssertionError as error:
+                        failures.append(f"certificate fails with enforced-unique units on {db.name}: {error}")
+                    except Exception as error:
+                        failures.append(f"enforced-unique plan fails on {db.name}/{dialect}: {error}")
         if len(measured) == 2:
             difference = _same_measurement(measured["duckdb"], measured["postgres"])
             if difference:

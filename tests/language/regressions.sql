@@ -45,3 +45,10 @@ SELECT department AS k0, MAX(10) AS a0 FROM visits v WHERE visit_date >= NULL !=
 SELECT SUM(cost) AS a0 FROM "patients" a LEFT JOIN visits b ON a.patient_id = b.patient_id AND "a"."income" > 1.5e-3 > FALSE JOIN "zip_info" c ON a.patient_id = c.population HAVING COUNT(duration) < 2.5 LIMIT 10
 -- A CAST of a constant text expression to smallint failed in the backend.
 SELECT visits.duration, AVG(-visits.cost) AS n, SUM(abs(visits.duration)) FROM visits WHERE CAST(left('é', -2) AS smallint) <= visits.cost GROUP BY visits.visit_date, visits.duration
+-- A round(double) inside another reached the backend as an unspelled marker function.
+SELECT CAST(AVG(round(abs(round(temperature)))) AS bigint) FROM "visits" AS v
+-- Dates and times Python cannot hold (±infinity, years past 9999): read back, cast or extracted from, they failed.
+SELECT birth, extract(year FROM seen) AS y, COUNT(*) FROM patients GROUP BY 1, 2
+SELECT date_trunc('month', seen) AS m, CAST(birth AS timestamp) AS b, COUNT(*) FROM patients GROUP BY 1, 2
+-- The same subquery inlined twice with its rows in two orders: the select-list key no longer matched GROUP BY.
+SELECT CASE WHEN t.zip IN (SELECT zz.state FROM zip_info zz WHERE zz.population <> 3 GROUP BY zz.state HAVING COUNT(*) <= 1) THEN 'x' ELSE 'y' END AS k1, AVG($1) AS a0 FROM public.patients t GROUP BY t.score, CASE WHEN t.zip IN (SELECT zz.state FROM zip_info zz WHERE zz.population <> 3 GROUP BY zz.state HAVING COUNT(*) <= 1) THEN 'x' ELSE 'y' END -- params: [40]

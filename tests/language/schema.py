@@ -136,6 +136,7 @@ class Database:
 
     name: str
     rows: dict[str, list[tuple]] = field(default_factory=dict)
+    one_row_per_person: bool = False  # as a database enforcing the unit unique would guarantee
 
     @property
     def patient_ids(self) -> list[int]:
@@ -171,13 +172,23 @@ def _patient(rng: random.Random, pid: int | None) -> tuple:
     else:
         score = _number(rng, -1, 1, integral=False)
         score = None if score is None else float(score) + rng.choice((0.0, 0.125, 1e-9))
-    birth = None if rng.random() < 0.1 else dt.date(1930, 1, 1) + dt.timedelta(days=rng.randrange(0, 30000))
-    seen = (
-        None
-        if rng.random() < 0.1
-        else dt.datetime(2020, 1, 1)
-        + dt.timedelta(seconds=rng.randrange(0, 10**8), microseconds=rng.choice((0, 500000, 1)))
-    )
+    roll = rng.random()
+    if roll < 0.1:
+        birth: object = None
+    elif roll < 0.16:
+        # Dates Python cannot hold: read back, cast or extracted from, they would fail.
+        birth = rng.choice(("infinity", "-infinity", "12000-01-01", "0001-01-01", "9999-12-31"))
+    else:
+        birth = dt.date(1930, 1, 1) + dt.timedelta(days=rng.randrange(0, 30000))
+    roll = rng.random()
+    if roll < 0.1:
+        seen: object = None
+    elif roll < 0.15:
+        seen = rng.choice(("infinity", "-infinity", "15000-06-01 10:00:00"))
+    else:
+        seen = dt.datetime(2020, 1, 1) + dt.timedelta(
+            seconds=rng.randrange(0, 10**8), microseconds=rng.choice((0, 500000, 1))
+        )
     return (
         pid,
         _number(rng, 0, 120, integral=True),
@@ -237,6 +248,12 @@ def adversarial(seed: int) -> Database:
         (r[0], r[1], r[2], r[3], "LONELY" if r[0] == 1 else r[4], *r[5:]) for r in db.rows["patients"]
     ]
     db.rows["visits"] = [(*r[:3], "solo" if r[1] == 1 else r[3], *r[4:]) for r in db.rows["visits"]]
+    # Dates and times Python cannot hold (±infinity, years past 9999), on rows of persons 4–6.
+    extremes = {4: ("infinity", "infinity"), 5: ("12000-01-01", "-infinity"), 6: ("-infinity", "15000-06-01")}
+    rows = db.rows["patients"]
+    for pid, (birth, seen) in extremes.items():
+        i = next(i for i, r in enumerate(rows) if r[0] == pid)
+        rows[i] = (*rows[i][:6], birth, rows[i][7], seen)
     # Nobody's rows: a NULL privacy unit.
     db.rows["patients"] += [_patient(rng, None) for _ in range(2)]
     db.rows["visits"] += [visit(None) for _ in range(2)]
@@ -267,7 +284,7 @@ def empty() -> Database:
 def one_row_each(seed: int) -> Database:
     """Every person has one row per protected table (agreement without any per-person choice)."""
     rng = random.Random(seed)
-    db = Database(f"single-{seed}", {t: [] for t in TABLES})
+    db = Database(f"single-{seed}", {t: [] for t in TABLES}, one_row_per_person=True)
     for pid in range(10):
         db.rows["patients"].append(_patient(rng, pid))
         db.rows["visits"].append(_visit(rng, pid + 1, pid))
