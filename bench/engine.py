@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,9 +91,6 @@ class TimedBackend(Backend):
 
     def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
         return self.inner.unique_columns(schema)
-
-    def data_version(self, tables: Sequence[tuple[str | None, str]]) -> str:
-        return self.inner.data_version(tables)
 
     def close(self) -> None:
         self.inner.close()

@@ -10,7 +10,6 @@ test can tell whether a refused query reached the data.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from decimal import Decimal
 
 import duckdb
@@ -107,9 +106,6 @@ class RawBackend(Backend):
 
     def touched_protected_data(self) -> bool:
         return any(name in sql for sql in self.statements for name in PROTECTED)
-
-    def data_version(self, tables: Sequence[tuple[str | None, str]]) -> str:  # pragma: no cover
-        return "0"
 
     def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
         return {}
