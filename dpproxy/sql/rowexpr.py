@@ -85,6 +85,9 @@ class Typed:
     constant: bool = False  # no column reference: its value depends on the query text only
     double: bool = False  # the backend computes it in double precision
     smallest: Decimal = Decimal(1)  # doubles: no non-zero value is smaller in magnitude
+    # An exact decimal computed as DECIMAL(38, 10) (arithmetic, a bare NUMERIC cast): compared or
+    # merged with other numbers in that type. Columns and constants keep their own, narrower type.
+    wide: bool = False
 
     @property
     def exact_integer(self) -> bool:
@@ -485,7 +488,9 @@ class RowExpressionChecker:
             not p.type.is_integer and p.interval is None and not p.constant for p in numbers_
         ):
             return [p.sql if isinstance(p.sql, exp.Null) else self._double(p) for p in parts], True
-        if all(p.type.is_integer for p in numbers_):
+        if not any(p.wide for p in numbers_):
+            # Bigints, bounded decimal columns and constants: every engine compares them exactly in
+            # a type wide enough for all (at most 20 integral and 18 fractional digits).
             return [p.sql for p in parts], False
         return [p.sql if isinstance(p.sql, exp.Null) else numbers.as_decimal(p.sql) for p in parts], False
 
@@ -568,7 +573,9 @@ class RowExpressionChecker:
                     hint="a product of two decimals must stay below 10^17: declare tighter bounds",
                 )
             product = exp.Mul(this=numbers.as_decimal(left.sql), expression=numbers.as_decimal(right.sql))
-            return Typed(typed_node(numbers.as_decimal(product), PgType.NUMERIC), PgType.NUMERIC, interval)
+            return Typed(
+                typed_node(numbers.as_decimal(product), PgType.NUMERIC), PgType.NUMERIC, interval, wide=True
+            )
 
         def operand(typed: Typed) -> exp.Expression:
             if isinstance(node, exp.Mod):
@@ -585,7 +592,7 @@ class RowExpressionChecker:
         if isinstance(node, exp.Mod) and not right.constant:
             rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
         sql = type(node)(this=lsql, expression=rsql)
-        return Typed(typed_node(sql, PgType.NUMERIC), PgType.NUMERIC, interval)
+        return Typed(typed_node(sql, PgType.NUMERIC), PgType.NUMERIC, interval, wide=True)
 
     def _double_arithmetic(
         self, node: exp.Expression, left: Typed, right: Typed, result_type: PgType, interval: Interval | None
@@ -667,6 +674,7 @@ class RowExpressionChecker:
             interval,
             inner.uses_unit,
             inner.constant,
+            wide=inner.wide,
         )
 
     def _floor_ceil(self, node: exp.Expression) -> Typed:
@@ -681,6 +689,7 @@ class RowExpressionChecker:
             inner.constant,
             double=inner.double,
             smallest=Decimal(1),
+            wide=inner.wide,
         )
 
     # -- predicates --------------------------------------------------------------------------------
@@ -876,16 +885,17 @@ class RowExpressionChecker:
 
     def _merged(
         self, parts: list[Typed], node: exp.Expression, *, ordered: bool = False
-    ) -> tuple[list[exp.Expression], PgType, bool, Decimal]:
+    ) -> tuple[list[exp.Expression], PgType, bool, Decimal, bool]:
         """Values of CASE branches and of COALESCE/GREATEST/LEAST/NULLIF arguments in one
-        representation: their SQL, their PostgreSQL type, whether doubles, smallest magnitude."""
+        representation: their SQL, their PostgreSQL type, whether doubles, smallest magnitude, and
+        whether DECIMAL(38, 10) (`Typed.wide`)."""
         pg_type = self._merge_types(parts, node)
         parts = self._typed_constants(parts)
         if pg_type.is_number:
             sqls, double = self._exact_or_double(parts)
             smallest = min(self._smallest(p) for p in parts) if double else Decimal(1)
-            return sqls, pg_type, double, smallest
-        return self._operands(parts, ordered=ordered), pg_type, False, Decimal(1)
+            return sqls, pg_type, double, smallest, not double and any(p.wide for p in parts)
+        return self._operands(parts, ordered=ordered), pg_type, False, Decimal(1), False
 
     def _case(self, node: exp.Expression) -> Typed:
         operand = node.args.get("this")
@@ -901,7 +911,7 @@ class RowExpressionChecker:
         default = node.args.get("default")
         default_typed = self.check(default) if default is not None else None
         all_values = values + ([default_typed] if default_typed is not None else [])
-        sqls, pg_type, double, smallest = self._merged(all_values, node)
+        sqls, pg_type, double, smallest, wide = self._merged(all_values, node)
         number_values = [v for v in all_values if not isinstance(v.sql, exp.Null)]
         interval = hull([v.interval for v in number_values]) if pg_type.is_number and number_values else None
         condition_sqls = [c.sql for c in conditions]
@@ -923,13 +933,14 @@ class RowExpressionChecker:
             any(p.uses_unit for p in parts),
             double=double,
             smallest=smallest,
+            wide=wide,
         )
 
     def _variadic_same_type(self, node: exp.Expression) -> Typed:
         args = [node.this, *node.expressions]
         parts = [self.check(a) for a in args]
         extreme = isinstance(node, (exp.Greatest, exp.Least))
-        sqls, pg_type, double, smallest = self._merged(parts, node, ordered=extreme)
+        sqls, pg_type, double, smallest, wide = self._merged(parts, node, ordered=extreme)
         non_null = [p for p in parts if not isinstance(p.sql, exp.Null)]
         interval = hull([p.interval for p in non_null]) if pg_type.is_number and non_null else None
         if extreme and pg_type.is_number and non_null:
@@ -946,12 +957,13 @@ class RowExpressionChecker:
             all(p.constant for p in parts),
             double=double,
             smallest=smallest,
+            wide=wide,
         )
 
     def _nullif(self, node: exp.Expression) -> Typed:
         first, second = self.check(node.this), self.check(node.expression)
         self._comparable(first, second, node)
-        sqls, _, double, smallest = self._merged([first, second], node)
+        sqls, _, double, smallest, wide = self._merged([first, second], node)
         return Typed(
             typed_node(exp.Nullif(this=sqls[0], expression=sqls[1]), first.type),
             first.type,
@@ -959,6 +971,7 @@ class RowExpressionChecker:
             first.uses_unit or second.uses_unit,
             double=double,
             smallest=smallest,
+            wide=wide,
         )
 
     # -- casts -------------------------------------------------------------------------------------
@@ -1078,7 +1091,12 @@ class RowExpressionChecker:
             # A bare NUMERIC is three decimals on DuckDB: every exact decimal is DECIMAL(38, 10).
             sql = numbers.as_decimal(inner.sql)
         return Typed(
-            typed_node(sql, PgType.NUMERIC), PgType.NUMERIC, interval, inner.uses_unit, inner.constant
+            typed_node(sql, PgType.NUMERIC),
+            PgType.NUMERIC,
+            interval,
+            inner.uses_unit,
+            inner.constant,
+            wide=not params,
         )
 
     @staticmethod
