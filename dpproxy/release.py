@@ -136,6 +136,24 @@ def _as_int(value: object) -> int:
     raise ValueError("backend returned a non-integral component")
 
 
+def canonical_value(value: object) -> object:
+    """A group key as a function of its value alone. GROUP BY keeps the first row's spelling of a
+    key, and equal values can be spelled differently: -0.0 and 0.0, numeric 30 and 30.00 (PostgreSQL
+    keeps each value's scale). The spelling would then say which row came first — whose presence
+    noise never hides. Doubles lose the sign of zero; numerics their trailing fractional zeros."""
+    if isinstance(value, float):
+        return value + 0.0  # -0.0 + 0.0 is +0.0; other values, NaN included, are unchanged
+    if isinstance(value, Decimal) and value.is_finite():
+        if value == value.to_integral_value():
+            return Decimal(int(value))
+        return value.normalize()
+    return value
+
+
+def canonical_values(values: Sequence[object]) -> tuple[object, ...]:
+    return tuple(canonical_value(v) for v in values)
+
+
 def measure(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> Measurement:
     """The true per-group values from the rows of each statement of the plan: the main statement's
     (when the query has one), then the row pipeline's (distinct values first, if the query has any,
@@ -145,7 +163,7 @@ def measure(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> Measu
     rows = statements.pop(0) if query.needs_main_statement else []
     keys, components, units = [], [], []
     for row in rows:
-        keys.append(tuple(row[:n_keys]))
+        keys.append(canonical_values(row[:n_keys]))
         components.append([_as_int(v) for v in row[n_keys : n_keys + n_components]])
         units.append(_as_int(row[n_keys + n_components]))
     if not query.keys and not keys:  # an aggregate without GROUP BY has one row; keep the promise
@@ -157,7 +175,7 @@ def measure(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> Measu
         """The group of a row pipeline's row. With a main statement, every group the bounded rows
         reach is one it has; without, the groups are those the row pipeline reaches (no group is
         selected by its count of units then: the keys are public or there are none)."""
-        key = tuple(row[:n_keys])
+        key = canonical_values(row[:n_keys])
         if key not in index and not query.needs_main_statement:
             index[key] = len(keys)
             keys.append(key)

@@ -23,15 +23,22 @@ def by_key(m: Measurement) -> dict[tuple, tuple[list[int], int, list[list[int]]]
 def certify(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
     """Every released value moves by at most its sensitivity when one person is removed; over the
     query's groups by at most max_groups × that (L1); no person changes more than max_groups groups;
-    each histogram of a group moves by at most max_rows counts (L1 over its candidates).
+    each histogram of a group moves by at most max_rows counts (L1 over its candidates); a group key
+    is spelled the same on both (the spelling is released, with no noise).
 
     `persons`: the persons to remove one at a time (a count n means persons 0…n−1)."""
-    full = by_key(measure(plan, run))
+    measured = measure(plan, run)
+    full = by_key(measured)
+    spelled = {key: repr(key) for key in measured.keys}
     sensitivities = plan.sensitivities
     g, r = plan.query.max_groups, plan.query.max_rows
     empty = ([0] * len(sensitivities), 0, [[0] * h.candidates for h in plan.query.histograms])
     for unit in range(persons) if isinstance(persons, int) else persons:
-        neighbour = by_key(measure(plan, run, unit))
+        measured_neighbour = measure(plan, run, unit)
+        neighbour = by_key(measured_neighbour)
+        for key in measured_neighbour.keys:
+            # Equal keys must be spelled alike (-0.0 and 0.0 are equal, and printed differently).
+            assert key not in spelled or spelled[key] == repr(key), (plan.query.text, "key spelling", key)
         l1 = [0] * len(sensitivities)
         changed = 0
         for key in set(full) | set(neighbour):

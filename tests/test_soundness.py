@@ -347,3 +347,49 @@ def test_backends_agree_or_the_function_is_refused(loaded: dict[str, Loaded], sq
     """Where the engines write or convert values differently, the construct is refused with a hint."""
     error = refused(engine(loaded["duckdb"]), sql)
     assert error.sqlstate == "0A000" and error.hint
+
+
+# -- errors and spellings that one person decides (found by an adversarial review) ---------------
+
+ONE_PERSON_DECIDES = [
+    # Equal keys, spelled by whichever row came first: -0.0 or 0.0, numeric 30 or 30.00.
+    "SELECT CAST(ceil((CASE WHEN zip = 'LONELY' THEN -1 ELSE 0 END) / 2.0) AS double precision) AS k, COUNT(*) FROM patients GROUP BY 1",
+    "SELECT CASE WHEN zip = 'LONELY' THEN 30 ELSE income END AS k, COUNT(*) FROM patients GROUP BY 1",
+    # Constant arithmetic that overflowed its type on DuckDB only for the rows reaching it.
+    "SELECT COUNT(*) FROM patients WHERE CASE WHEN zip = 'LONELY' THEN CAST(32767 AS smallint) + CAST(1 AS smallint) ELSE 0 END > 0",
+    "SELECT COUNT(*) FROM patients WHERE CASE WHEN zip = 'LONELY' THEN CAST(-32768 AS smallint) / CAST(-1 AS smallint) ELSE 0 END > 0",
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("sql", ONE_PERSON_DECIDES)
+def test_one_person_decides_nothing_but_released_values(
+    loaded: dict[str, Loaded], backend: str, sql: str
+) -> None:
+    """With and without person 1 (alone in zip LONELY): the query runs, and its groups are spelled
+    alike (the certificate compares key spellings too)."""
+    plan = engine(loaded[backend]).plan(sql, salt="s")
+    certify(plan, loaded[backend].run, [1])
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate"),
+    [
+        ("SELECT COUNT(*) FROM patients WHERE left(diagnosis, 9223372036854775807) = 'F'", "22023"),
+        ("SELECT COUNT(*) FROM patients WHERE substring(diagnosis, 2, 2147483648) = 'F'", "22023"),
+        ("SELECT COUNT(*) FROM patients WHERE income < 'Infinity'", "0A000"),
+        ("SELECT COUNT(*) FROM patients WHERE score = 'NaN'", "0A000"),
+        ("SELECT COUNT(*) FROM patients WHERE score > '1e400'", "0A000"),
+        ("SELECT COUNT(*) FROM patients WHERE floor(CAST('1e300' AS double precision)) > age", "0A000"),
+        ("SELECT COUNT(*) FROM patients WHERE -(-9223372036854775807 - 1) > age", "0A000"),
+        (
+            "SELECT SUM(LEAST(t.n, 3)) FROM (SELECT v.patient_id, COUNT(*) n FROM patients p LEFT JOIN visits v "
+            "ON v.patient_id = p.patient_id GROUP BY v.patient_id) t",
+            "0A000",
+        ),
+    ],
+)
+def test_constants_the_engines_would_treat_differently_are_refused(
+    loaded: dict[str, Loaded], sql: str, sqlstate: str
+) -> None:
+    assert refused(engine(loaded["duckdb"]), sql).sqlstate == sqlstate

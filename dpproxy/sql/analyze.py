@@ -54,7 +54,7 @@ from dpproxy.sql.query import (
     output_placeholder,
 )
 from dpproxy.sql.relation import SchemaFacts, build_relation
-from dpproxy.sql.rowexpr import Typed, constant_value, row_expression
+from dpproxy.sql.rowexpr import Typed, bytewise_text, constant_value, row_expression
 from dpproxy.sql.subqueries import Inlined, PublicRunner, expression_subqueries, inline_public_subqueries
 from dpproxy.sql.types import (
     SQLGLOT_SCHEMA_TYPE,
@@ -656,7 +656,10 @@ class _PrivateAnalyzer:
             if isinstance(bare, exp.Column):
                 _, column = scope.resolve(bare)
                 public_values = column.public_values
-            self.keys.append(GroupKey(typed.sql, _known(typed.type), text, public_values))
+            # Text keys group byte for byte: under a case-insensitive collation 'A' and 'a' would be
+            # one group spelled as whichever row came first (a spelling one person could decide).
+            sql = bytewise_text(typed.sql) if typed.type.is_text else typed.sql
+            self.keys.append(GroupKey(sql, _known(typed.type), text, public_values))
 
     # -- select list, HAVING, ORDER BY ---------------------------------------------------------------
 

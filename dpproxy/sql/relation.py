@@ -21,6 +21,7 @@ LEAST(n, 20)). Nothing here reads data.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -57,6 +58,7 @@ class Relation:
     max_groups: int
     sample_rows: bool
     label: str
+    nullable: frozenset[str] = frozenset()  # aliases of sources on the right of a LEFT JOIN
 
     @property
     def unit_is_row(self) -> bool:
@@ -85,6 +87,7 @@ def build_relation(select: exp.Select, policy: Policy, facts: SchemaFacts) -> Re
     sources: list[Source] = []
     emitted_joins: list[exp.Join] = []
     links: list[tuple[tuple[int, str], tuple[int, str]]] = []
+    nullable: set[str] = set()
     for index, node in enumerate([from_.this, *(j.this for j in joins)]):
         sources.append(_source(node, index, policy, facts))
         if index == 0:
@@ -95,7 +98,9 @@ def build_relation(select: exp.Select, policy: Policy, facts: SchemaFacts) -> Re
         _check_nullable_side(join, sources, join_links)
         links.extend(join_links)
         emitted_joins.append(exp.Join(this=sources[-1].item, on=on, side=join.args.get("side")))
-    return _assemble(sources, emitted_joins, links, facts)
+        if (join.args.get("side") or "").upper() == "LEFT":
+            nullable.add(sources[-1].alias)
+    return dataclasses.replace(_assemble(sources, emitted_joins, links, facts), nullable=frozenset(nullable))
 
 
 def _source(node: exp.Expression, index: int, policy: Policy, facts: SchemaFacts) -> Source:
@@ -396,6 +401,8 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     group = inner.args.get("group")
     keys = group.expressions if group is not None else []
     unit_keys = [k for k in keys if isinstance(_bare(k), exp.Column) and scope.resolve(_bare(k))[1].is_unit]
+    for key in unit_keys:
+        _check_person_column(scope.resolve(_bare(key))[0], relation, name)
     if len(keys) != 1 or len(unit_keys) != 1:
         raise NotSupported(
             f'subquery {name} aggregates rows: it must GROUP BY the privacy unit "{relation.unit_name}" '
@@ -409,6 +416,7 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
         expression = item.this if isinstance(item, exp.Alias) else item
         bare = _bare(expression)
         if isinstance(bare, exp.Column) and scope.resolve(bare)[1].is_unit:
+            _check_person_column(scope.resolve(bare)[0], relation, name)
             unit_typed = row_expression(bare, scope)
             column_name = item.alias if isinstance(item, exp.Alias) else bare.name.lower()
             projections.append(exp.alias_(unit_typed.sql, column_name, quoted=True))
@@ -436,6 +444,18 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     body = body.group_by(relation.unit.copy(), copy=False)  # type: ignore[union-attr]
     item = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     return Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None)
+
+
+def _check_person_column(source: Source, relation: Relation, name: str) -> None:
+    """A per-person subquery groups by the person of each row: a unit column of a table on the
+    nullable side of a LEFT JOIN is NULL on the rows it leaves unmatched, which would then all be
+    one person (and the rewrite, grouping by the relation's unit, would not match the SQL)."""
+    if source.alias in relation.nullable:
+        raise NotSupported(
+            f'subquery {name} groups by the privacy unit of "{source.label}", which is on the nullable '
+            "side of a LEFT JOIN",
+            hint="group by the privacy unit of the table the LEFT JOIN starts from",
+        )
 
 
 def _derived_aggregate(

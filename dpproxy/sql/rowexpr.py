@@ -149,13 +149,16 @@ MAX_CONSTANT_FRACTION_DIGITS = 18
 MAX_CONSTANT_INTEGER_DIGITS = 20
 
 
-def _literal_number(node: exp.Literal) -> tuple[Decimal, PgType]:
-    text = node.this
-    try:
-        value = Decimal(text)
-    except InvalidOperation as e:  # pragma: no cover - sqlglot only makes numeric literals of numbers
-        raise InvalidText(f"invalid number {text!r}") from e
-    if value.is_finite() and value != 0:
+def _check_constant_digits(value: Decimal, text: str) -> None:
+    """A numeric constant both engines read as the same exact decimal: finite (NaN and Infinity
+    would be a double on one engine and an error on the other), at most 20 integral and 18
+    fractional digits."""
+    if not value.is_finite():
+        raise NotSupported(
+            f"the constant {text!r} is not a finite number: NaN and infinite constants are not supported",
+            hint="compare with a finite number",
+        )
+    if value != 0:
         fraction = max(0, -value.normalize().as_tuple().exponent)
         integral = value.adjusted() + 1
         if fraction > MAX_CONSTANT_FRACTION_DIGITS or integral > MAX_CONSTANT_INTEGER_DIGITS:
@@ -164,6 +167,15 @@ def _literal_number(node: exp.Literal) -> tuple[Decimal, PgType]:
                 f"{MAX_CONSTANT_INTEGER_DIGITS} before and {MAX_CONSTANT_FRACTION_DIGITS} after the point)",
                 hint="round the constant",
             )
+
+
+def _literal_number(node: exp.Literal) -> tuple[Decimal, PgType]:
+    text = node.this
+    try:
+        value = Decimal(text)
+    except InvalidOperation as e:  # pragma: no cover - sqlglot only makes numeric literals of numbers
+        raise InvalidText(f"invalid number {text!r}") from e
+    _check_constant_digits(value, text)
     if value == value.to_integral_value() and "." not in text and "e" not in text.lower():
         if INTEGER_RANGE[PgType.INT4][0] <= value <= INTEGER_RANGE[PgType.INT4][1]:
             return value, PgType.INT4
@@ -198,12 +210,21 @@ def constant_value(node: exp.Expression) -> object:
     raise NotSupported(f"expected a constant, found {node.sql('postgres')}")
 
 
-def _int_argument(node: exp.Expression | None, what: str) -> int:
+# Text positions and lengths (substring, left, right): within what both engines take alike.
+MAX_TEXT_POSITION = 1_000_000
+
+
+def _int_argument(node: exp.Expression | None, what: str, limit: int = MAX_TEXT_POSITION) -> int:
     if node is None:
         raise NotSupported(f"{what} is missing")
     value = constant_value(node)
     if not isinstance(value, Decimal) or value != value.to_integral_value():
         raise NotSupported(f"{what} must be an integer constant, found {node.sql('postgres')}")
+    if abs(value) > limit:
+        raise InvalidParameter(
+            f"{what} must be between {-limit} and {limit}, found {node.sql('postgres')}",
+            hint="the engines treat larger values differently (or fail on them)",
+        )
     return int(value)
 
 
@@ -221,7 +242,7 @@ def _check_castable_text(text: str, target: PgType) -> None:
     text only, but reporting it here names the fault instead of failing in the backend."""
     try:
         if target.is_number:
-            Decimal(text.strip())
+            _check_constant_digits(Decimal(text.strip()), text)
         elif target is PgType.DATE:
             dt.date.fromisoformat(text.strip())
         elif target in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
@@ -451,8 +472,10 @@ class RowExpressionChecker:
 
     @staticmethod
     def _as_bigint(typed: Typed) -> exp.Expression:
-        """Integer operands are computed in bigint, whatever the column's width."""
-        if typed.type.is_integer and not typed.constant:
+        """Integer operands are computed in bigint, whatever their type, constants included: DuckDB
+        would otherwise compute CAST(32767 AS smallint) + 1 in smallint and fail only on the rows
+        that reach it (a failure that would depend on data)."""
+        if typed.type.is_integer and not typed.double and not isinstance(typed.sql, exp.Null):
             return typed_node(exp.Cast(this=typed.sql, to=exp.DataType.build("BIGINT")), PgType.INT8)
         return typed.sql
 
@@ -509,7 +532,7 @@ class RowExpressionChecker:
             sql=typed_node(exp.Neg(this=self._as_bigint(inner)), inner.type),
             interval=interval,
         )
-        if not inner.constant:
+        if inner.interval is not None or not inner.constant:
             self._require_range(node, result)
         return result
 
@@ -549,7 +572,7 @@ class RowExpressionChecker:
     ) -> Typed:
         """Exact, in bigint; a zero divisor gives NULL (NULLIF), as a missing value would."""
         lsql, rsql = self._as_bigint(left), self._as_bigint(right)
-        if isinstance(node, (exp.Div, exp.Mod)) and not right.constant:
+        if isinstance(node, (exp.Div, exp.Mod)) and not _nonzero_constant(right):
             rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
             rsql = typed_node(exp.Cast(this=rsql, to=exp.DataType.build("BIGINT")), PgType.INT8)
         if isinstance(node, exp.Div):
@@ -589,7 +612,7 @@ class RowExpressionChecker:
             )
 
         lsql, rsql = operand(left), operand(right)
-        if isinstance(node, exp.Mod) and not right.constant:
+        if isinstance(node, exp.Mod) and not _nonzero_constant(right):
             rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
         sql = type(node)(this=lsql, expression=rsql)
         return Typed(typed_node(sql, PgType.NUMERIC), PgType.NUMERIC, interval, wide=True)
@@ -620,7 +643,7 @@ class RowExpressionChecker:
             else:
                 smallest = small_left / max(divisor.magnitude, Decimal(1))
             self._require_no_underflow(node, smallest)
-            if not right.constant:
+            if not _nonzero_constant(right):
                 rsql = exp.Nullif(this=rsql, expression=numbers.double_from_text("0"))
             sql = exp.Div(this=lsql, expression=rsql)
         pg_type = result_type if result_type.is_float or result_type is PgType.NUMERIC else PgType.NUMERIC
@@ -730,7 +753,7 @@ class RowExpressionChecker:
             return sqls
         values = [p for p in parts if not isinstance(p.sql, exp.Null)]
         if ordered and values and all(p.type.is_text for p in values):
-            return [p.sql if isinstance(p.sql, exp.Null) else _collate_c(p.sql) for p in parts]
+            return [p.sql if isinstance(p.sql, exp.Null) else bytewise_text(p.sql) for p in parts]
         return [p.sql for p in parts]
 
     def _comparison(self, node: exp.Expression) -> Typed:
@@ -1346,6 +1369,12 @@ def _clamp_temporal(value: exp.Expression, pg_type: PgType) -> exp.Expression:
     return typed_node(exp.Paren(this=case), pg_type)
 
 
+def _nonzero_constant(typed: Typed) -> bool:
+    """A divisor known, from the text alone, to be one non-zero value (so it needs no NULLIF)."""
+    interval = typed.interval
+    return typed.constant and interval is not None and interval.lo == interval.hi != 0
+
+
 def _operand(sql: exp.Expression) -> exp.Expression:
     """An operand of a comparison, in parentheses when it is an operation itself: a <= b <> c is
     written as (a <= b) <> c, which both engines read (neither chains comparisons)."""
@@ -1354,8 +1383,8 @@ def _operand(sql: exp.Expression) -> exp.Expression:
     return sql
 
 
-def _collate_c(value: exp.Expression) -> exp.Expression:
-    """Text ordered by code point on every engine (UTF-8 bytes order as code points do).
+def bytewise_text(value: exp.Expression) -> exp.Expression:
+    """Text compared byte for byte, so ordered by code point, on every engine (COLLATE "C").
     Parenthesised: PostgreSQL's grammar takes no COLLATE in a BETWEEN's lower bound. An expression
     is cast to text first: DuckDB types `'a' || NULL` as NULL, which takes no collation."""
     if not (isinstance(value, exp.Column) or (isinstance(value, exp.Literal) and value.is_string)):

@@ -91,6 +91,10 @@ TEXT_LITERALS = (
     "'er'",
     "'yes'",
     "' flu '",
+    "'NaN'",
+    "'Infinity'",
+    "'1e400'",
+    "'-0'",
 )
 DATE_LITERALS = (
     "DATE '2023-06-01'",
@@ -274,6 +278,27 @@ class QueryGenerator:
             return f"-{x()}"
         if n == 16 and self.chance(0.2):
             return f"({x()} ^ 2)"
+        if n == 17 and self.chance(0.4):
+            # Constants at the edges of their types: arithmetic on them must not overflow anywhere.
+            return self.pick(
+                (
+                    "CAST(32767 AS smallint) + CAST(1 AS smallint)",
+                    "(2147483647 * 2)",
+                    "abs(-2147483648)",
+                    "(-9223372036854775807 - 1)",
+                    "CAST(-32768 AS smallint) / CAST(-1 AS smallint)",
+                    f"CAST({self.pick(('32767', '-32768', '2147483647'))} AS smallint)",
+                )
+            )
+        if n == 18 and self.chance(0.4):
+            # Values equal but spelled differently (-0.0 and 0.0; numeric 30 and 30.00).
+            return self.pick(
+                (
+                    f"CAST(ceil((CASE WHEN {self.expr('bool')} THEN -1 ELSE 0 END) / 2.0) AS double precision)",
+                    f"(CASE WHEN {self.expr('bool')} THEN 30 ELSE {self.column('num') or '30.00'} END)",
+                    f"(-0.0 * {x()})",
+                )
+            )
         return self.leaf("number")
 
     def text(self) -> str:
@@ -282,7 +307,7 @@ class QueryGenerator:
         if n == 0:
             return f"{self.pick(('lower', 'upper', 'initcap', 'trim', 'ltrim', 'rtrim', 'btrim'))}({t()})"
         if n == 1:
-            start = self.pick(("1", "2", "0", "-1", "-3", "5"))
+            start = self.pick(("1", "2", "0", "-1", "-3", "5", "2147483647", "-2147483648"))
             if self.chance(0.5):
                 return f"substring({t()}, {start})"
             length = self.pick(("1", "2", "3", "0", "-1"))
@@ -290,7 +315,10 @@ class QueryGenerator:
                 return f"substring({t()} FROM {start} FOR {length})"
             return f"substring({t()}, {start}, {length})"
         if n == 2:
-            return f"{self.pick(('left', 'right'))}({t()}, {self.pick(('1', '2', '0', '-1', '-2', '5'))})"
+            count = self.pick(
+                ("1", "2", "0", "-1", "-2", "5", "2147483647", "-2147483648", "9223372036854775807")
+            )
+            return f"{self.pick(('left', 'right'))}({t()}, {count})"
         if n == 3:
             return f"concat({t()}, {self.expr(self.pick(('text', 'number', 'date', 'bool', 'ts', 'tstz')))})"
         if n == 4:
@@ -767,6 +795,8 @@ class QueryGenerator:
                 elif roll < 0.9:
                     key = self.pick(
                         (
+                            f"CAST(ceil((CASE WHEN {self.expr('bool')} THEN -1 ELSE 0 END) / 2.0) AS double precision)",
+                            f"CASE WHEN {self.expr('bool')} THEN 30 ELSE {self.column('num') or '30.00'} END",
                             f"date_trunc('month', {self.column('date') or 'NULL'})",
                             f"extract(year FROM {self.column('date') or 'NULL'})",
                             f"({self.column('int') or '1'} / 10)",

@@ -52,3 +52,21 @@ SELECT birth, extract(year FROM seen) AS y, COUNT(*) FROM patients GROUP BY 1, 2
 SELECT date_trunc('month', seen) AS m, CAST(birth AS timestamp) AS b, COUNT(*) FROM patients GROUP BY 1, 2
 -- The same subquery inlined twice with its rows in two orders: the select-list key no longer matched GROUP BY.
 SELECT CASE WHEN t.zip IN (SELECT zz.state FROM zip_info zz WHERE zz.population <> 3 GROUP BY zz.state HAVING COUNT(*) <= 1) THEN 'x' ELSE 'y' END AS k1, AVG($1) AS a0 FROM public.patients t GROUP BY t.score, CASE WHEN t.zip IN (SELECT zz.state FROM zip_info zz WHERE zz.population <> 3 GROUP BY zz.state HAVING COUNT(*) <= 1) THEN 'x' ELSE 'y' END -- params: [40]
+-- Found by the adversarial review. Equal keys spelled by whichever row came first (-0.0 / 0.0; numeric 30 / 30.00).
+SELECT CAST(ceil((CASE WHEN zip = 'LONELY' THEN -1 ELSE 0 END) / 2.0) AS double precision) AS k, COUNT(*) FROM patients GROUP BY 1
+SELECT CASE WHEN zip = 'LONELY' THEN 30 ELSE income END AS k, COUNT(*) FROM patients GROUP BY 1
+-- Constant arithmetic ran in smallint/int4 on DuckDB and failed only on the rows that reached it.
+SELECT COUNT(*) FROM patients WHERE CASE WHEN zip = 'LONELY' THEN CAST(32767 AS smallint) + CAST(1 AS smallint) ELSE 0 END > 0
+SELECT COUNT(*) FROM patients WHERE CASE WHEN zip = 'LONELY' THEN CAST(-32768 AS smallint) / CAST(-1 AS smallint) ELSE 0 END > 0
+SELECT COUNT(*) FROM patients WHERE 2147483647 * 2 > age AND abs(-2147483648) > 0
+SELECT COUNT(*) FROM patients WHERE zip = 'LONELY' AND left(diagnosis, 9223372036854775807) = 'F'
+SELECT COUNT(*) FROM patients WHERE zip = 'LONELY' AND substring(diagnosis, 2, 9223372036854775807) = 'F'
+SELECT right(diagnosis, -2147483648) AS k, COUNT(*) FROM patients GROUP BY 1
+-- Non-finite and out-of-range constants: identifiers, errors on one engine, analyzer crashes.
+SELECT COUNT(*) FROM patients WHERE income < 'Infinity'
+SELECT COUNT(*) FROM patients WHERE score > '1e400' OR score = 'NaN'
+SELECT COUNT(*) FROM patients WHERE floor(CAST('1e300' AS double precision)) > age
+-- A per-person subquery grouped by the unit of the nullable side of a LEFT JOIN.
+SELECT SUM(LEAST(t.n, 3)) FROM (SELECT v.patient_id, COUNT(*) n FROM patients p LEFT JOIN visits v ON v.patient_id = p.patient_id GROUP BY v.patient_id) t
+-- A constant divisor that is 0 (strpos found nothing) was not guarded.
+SELECT b.temperature, VAR_POP(a.temperature), COUNT(120) AS a1 FROM visits a LEFT JOIN public.visits b ON a.patient_id = b.patient_id WHERE 1.5e-3 <= (a.cost / strpos('9%', 'a')) GROUP BY b.temperature
