@@ -198,6 +198,11 @@ def check(
                     certify(plan, loaded.run, db.persons())
                 except AssertionError as error:
                     failures.append(f"sensitivity certificate fails on {db.name}/{dialect}: {error}")
+                except Exception as error:
+                    # It ran on D: failing on a neighbour is a failure one person decides.
+                    failures.append(
+                        f"fails on a neighbour of {db.name}/{dialect}: {type(error).__name__}: {error}"
+                    )
                 unique = db.engines.get(("unique", dialect))
                 trusted = _plan(unique, query) if unique is not None else None
                 if trusted is not None and not isinstance(trusted, DPProxyError):
