@@ -59,8 +59,8 @@ from dpproxy.sql.analyze import (
     bind_parameters,
     infer_parameter_types,
     parse_statement,
-    placeholder_value,
 )
+from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.numbers import emit
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite

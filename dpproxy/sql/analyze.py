@@ -8,7 +8,6 @@ query text and the policy, never on data, and says what is allowed instead. Noth
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
@@ -174,30 +173,6 @@ def infer_parameter_types(
             guess = from_sqlglot(parent.args["to"])
         types[index] = guess if guess not in (None, PgType.UNKNOWN) else PgType.TEXT
     return tuple(t or PgType.TEXT for t in types)
-
-
-def placeholder_value(pg_type: PgType, context: PgType | None = None) -> object:
-    """A harmless value of a type, to analyze a statement before its parameters are known.
-
-    A text parameter used where its context expects a date or a number (a driver's setString on a
-    date column) gets text that parses as one, as the actual value must for the query to run.
-    """
-    if pg_type.is_text and context is not None and not context.is_text:
-        value = placeholder_value(context)
-        return value.isoformat() if hasattr(value, "isoformat") else str(value)
-    if pg_type.is_integer:
-        return 1
-    if pg_type is PgType.NUMERIC:
-        return Decimal(1)
-    if pg_type.is_float:
-        return 1.0
-    if pg_type is PgType.BOOL:
-        return True
-    if pg_type is PgType.DATE:
-        return dt.date(2000, 1, 1)
-    if pg_type in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
-        return dt.datetime(2000, 1, 1)
-    return "a"
 
 
 def answer_subqueries(

@@ -57,3 +57,27 @@ def constant(value: object, pg_type: PgType | None = None) -> exp.Expression:
     if isinstance(value, dt.date):
         return cast(value.isoformat(), "DATE")
     raise InvalidParameter(f"values of type {type(value).__name__} are not supported as constants")
+
+
+def placeholder_value(pg_type: PgType, context: PgType | None = None) -> object:
+    """A harmless value of a type, to analyze a statement before its parameters are known.
+
+    A text parameter used where its context expects a date or a number (a driver's setString on a
+    date column) gets text that parses as one, as the actual value must for the query to run.
+    """
+    if pg_type.is_text and context is not None and not context.is_text:
+        value = placeholder_value(context)
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    if pg_type.is_integer:
+        return 1
+    if pg_type is PgType.NUMERIC:
+        return Decimal(1)
+    if pg_type.is_float:
+        return 1.0
+    if pg_type is PgType.BOOL:
+        return True
+    if pg_type is PgType.DATE:
+        return dt.date(2000, 1, 1)
+    if pg_type in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
+        return dt.datetime(2000, 1, 1)
+    return "a"

@@ -19,7 +19,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from sqlglot import exp
 
 from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported, UndefinedFunction
-from dpproxy.sql.types import INTEGER_RANGE, PgType, arithmetic_result, from_sqlglot
+from dpproxy.sql.types import INTEGER_RANGE, PgType, arithmetic_result, boolean_from_text, from_sqlglot
 
 Env = Mapping[str, object]
 TypeEnv = Mapping[str, PgType]
@@ -223,12 +223,10 @@ def convert(value: object, target: PgType) -> object:
             return value
         if isinstance(value, int):
             return value != 0
-        text = str(value).strip().lower()
-        if text in ("t", "true", "yes", "y", "on", "1"):
-            return True
-        if text in ("f", "false", "no", "n", "off", "0"):
-            return False
-        raise InvalidText(f"invalid input syntax for type boolean: {value!r}")
+        parsed = boolean_from_text(str(value))
+        if parsed is None:
+            raise InvalidText(f"invalid input syntax for type boolean: {value!r}")
+        return parsed
     if target is PgType.DATE:
         if isinstance(value, dt.datetime):
             return value.date()

@@ -39,6 +39,7 @@ from dpproxy.sql.types import (
     SQLGLOT_SCHEMA_TYPE,
     PgType,
     arithmetic_result,
+    boolean_from_text,
     from_sqlglot,
 )
 
@@ -247,16 +248,7 @@ def _check_castable_text(text: str, target: PgType) -> None:
             dt.date.fromisoformat(text.strip())
         elif target in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
             dt.datetime.fromisoformat(text.strip())
-        elif target is PgType.BOOL and text.strip().lower() not in (
-            "t",
-            "f",
-            "true",
-            "false",
-            "yes",
-            "no",
-            "1",
-            "0",
-        ):
+        elif target is PgType.BOOL and boolean_from_text(text) is None:
             raise ValueError(text)
     except (ValueError, InvalidOperation) as e:
         raise InvalidText(
@@ -1168,7 +1160,7 @@ class RowExpressionChecker:
         inner = self._text(node.this, f"{name}()")
         # ASCII letters only, alike on every engine: PostgreSQL maps other letters by its
         # collation's locale (or not at all under "C"), DuckDB by Unicode.
-        sql = _ascii_lower(inner.sql) if isinstance(node, exp.Lower) else _ascii_upper(inner.sql)
+        sql = _ascii_case(inner.sql, lower=isinstance(node, exp.Lower))
         return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant)
 
     def _length(self, node: exp.Expression) -> Typed:
@@ -1320,26 +1312,17 @@ _ASCII_LOWER_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _ASCII_LOWER = str.maketrans(_ASCII_UPPER_LETTERS, _ASCII_LOWER_LETTERS)
 
 
+def _ascii_case(value: exp.Expression, *, lower: bool) -> exp.Expression:
+    """lower() or upper() of ASCII letters only, through TRANSLATE, which both engines have."""
+    letters = (_ASCII_UPPER_LETTERS, _ASCII_LOWER_LETTERS)
+    source, target = letters if lower else letters[::-1]
+    return exp.Anonymous(
+        this="TRANSLATE", expressions=[value, exp.Literal.string(source), exp.Literal.string(target)]
+    )
+
+
 def _ascii_lower(value: exp.Expression) -> exp.Expression:
-    return exp.Anonymous(
-        this="TRANSLATE",
-        expressions=[
-            value,
-            exp.Literal.string(_ASCII_UPPER_LETTERS),
-            exp.Literal.string(_ASCII_LOWER_LETTERS),
-        ],
-    )
-
-
-def _ascii_upper(value: exp.Expression) -> exp.Expression:
-    return exp.Anonymous(
-        this="TRANSLATE",
-        expressions=[
-            value,
-            exp.Literal.string(_ASCII_LOWER_LETTERS),
-            exp.Literal.string(_ASCII_UPPER_LETTERS),
-        ],
-    )
+    return _ascii_case(value, lower=True)
 
 
 # Dates and times are read within years 1–9999: what both engines and Python represent. PostgreSQL
@@ -1438,9 +1421,7 @@ def _typed_constant(typed: Typed, target: PgType) -> Typed:
             typed_node(number_literal(value), pg_type), pg_type, Interval.point(value), constant=True
         )
     if target is PgType.BOOL:
-        return Typed(
-            exp.Boolean(this=text.lower() in ("t", "true", "yes", "1", "y", "on")), PgType.BOOL, constant=True
-        )
+        return Typed(exp.Boolean(this=bool(boolean_from_text(text))), PgType.BOOL, constant=True)
     if target is PgType.DATE:
         value_text = dt.date.fromisoformat(text).isoformat()
         return Typed(numbers.cast(exp.Literal.string(value_text), "DATE"), PgType.DATE, constant=True)

@@ -23,10 +23,8 @@ the same way and replaced by placeholder constants of their type, which give the
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from sqlglot import exp
 
@@ -34,7 +32,6 @@ from dpproxy.errors import DPProxyError, NotSupported, UnresolvedColumn
 from dpproxy.policy import Policy
 from dpproxy.sql import literals
 from dpproxy.sql.query import PublicQuery
-from dpproxy.sql.types import PgType
 
 # The most distinct values an IN (SELECT …) over public tables may bring into a private query.
 MAX_INLINED_VALUES = 10_000
@@ -122,22 +119,6 @@ def _checked(body: exp.Expression, kind: str, analyze_public: PublicAnalyzer, po
     return query
 
 
-def _placeholder(pg_type: PgType) -> object:
-    if pg_type.is_integer:
-        return 1
-    if pg_type is PgType.NUMERIC:
-        return Decimal(1)
-    if pg_type.is_float:
-        return 1.0
-    if pg_type is PgType.BOOL:
-        return True
-    if pg_type is PgType.DATE:
-        return dt.date(2000, 1, 1)
-    if pg_type in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
-        return dt.datetime(2000, 1, 1)
-    return "a"
-
-
 def _value_order(item: tuple[str, object]) -> tuple[bool, str, object]:
     type_name, value = item
     return (value is None, type_name, value if value is not None else 0)
@@ -193,7 +174,7 @@ def inline_public_subqueries(
     for node, kind, query in checked:
         if run is None:
             rows: Sequence[Sequence[object]] = (
-                [(_placeholder(query.outputs[0].type),)] if query.outputs else [()]
+                [(literals.placeholder_value(query.outputs[0].type),)] if query.outputs else [()]
             )
         else:
             text = query.sql.sql("postgres")

@@ -74,6 +74,20 @@ _FROM_COLUMN_TYPE = {
 }
 
 
+def boolean_from_text(text: str) -> bool | None:
+    """A boolean as PostgreSQL's input function reads text (trimmed, any case): t/true, y/yes, on, 1
+    and f/false, n/no, off, 0, or a prefix of these words that only one of them has; else None."""
+    word = text.strip().lower()
+    if word in ("1", "0"):
+        return word == "1"
+    if len(word) >= 2 and word.startswith("o"):  # "o" alone is on or off: ambiguous
+        return True if "on".startswith(word) else False if "off".startswith(word) else None
+    for whole, value in (("true", True), ("yes", True), ("false", False), ("no", False)):
+        if word and whole.startswith(word):
+            return value
+    return None
+
+
 def from_column_type(column_type: ColumnType) -> PgType:
     return _FROM_COLUMN_TYPE[column_type]
 

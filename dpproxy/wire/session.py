@@ -41,6 +41,7 @@ from dpproxy.errors import (
     SyntaxProblem,
 )
 from dpproxy.policy import AnalystPolicy
+from dpproxy.sql.types import boolean_from_text
 from dpproxy.wire import codec
 from dpproxy.wire.auth import Authenticator, AuthExchange
 from dpproxy.wire.catalog import DEFAULT_SETTINGS as CATALOG_SETTINGS
@@ -555,12 +556,10 @@ def _as_boolean(value: object) -> bool:
     """A boolean argument: a decoded parameter, or text as PostgreSQL's boolean input reads it."""
     if isinstance(value, bool):
         return value
-    word = _as_text(value).strip().lower()
-    if word in ("t", "true", "y", "yes", "on", "1"):
-        return True
-    if word in ("f", "false", "n", "no", "off", "0"):
-        return False
-    raise InvalidText(f'invalid input syntax for type boolean: "{value}"')
+    parsed = boolean_from_text(_as_text(value))
+    if parsed is None:
+        raise InvalidText(f'invalid input syntax for type boolean: "{value}"')
+    return parsed
 
 
 # ---------------------------------------------------------------------------------------------
