@@ -144,3 +144,124 @@ class PrivateQueryFailed(DPProxyError):
 
     def __init__(self) -> None:
         super().__init__(self.FIXED_MESSAGE)
+
+
+# -- the rest of what the wire server and the analyzer answer, as PostgreSQL names them ----------
+# Grouped by SQLSTATE class; each class is defined here and nowhere else.
+
+
+class AmbiguousColumn(DPProxyError):
+    sqlstate = "42702"  # ambiguous_column
+
+
+class UndefinedObject(DPProxyError):
+    """A type, role, schema or setting that does not exist."""
+
+    sqlstate = "42704"  # undefined_object
+
+
+class UndefinedParameter(DPProxyError):
+    sqlstate = "42P02"  # undefined_parameter
+
+
+class DuplicateCursor(DPProxyError):
+    sqlstate = "42P03"  # duplicate_cursor
+
+
+class DuplicatePreparedStatement(DPProxyError):
+    sqlstate = "42P05"  # duplicate_prepared_statement
+
+
+class InvalidName(DPProxyError):
+    sqlstate = "42602"  # invalid_name
+
+
+class NoBinaryOutput(UndefinedFunction):
+    """A result column asked for in binary has no binary format (aclitem), as in PostgreSQL."""
+
+
+class SubqueryCardinality(DPProxyError):
+    """A scalar subquery over public tables returned several rows."""
+
+    sqlstate = "21000"  # cardinality_violation
+
+
+class SubqueryTooLarge(DPProxyError):
+    """An IN subquery over public tables returned more values than a private query may inline."""
+
+    sqlstate = "54000"  # program_limit_exceeded
+
+
+class ValueOutOfRange(DPProxyError):
+    sqlstate = "22003"  # numeric_value_out_of_range
+
+
+class NullValueNotAllowed(DPProxyError):
+    sqlstate = "22004"  # null_value_not_allowed
+
+
+class InvalidDatetime(DPProxyError):
+    sqlstate = "22007"  # invalid_datetime_format
+
+
+class CharacterNotInRepertoire(DPProxyError):
+    sqlstate = "22021"  # character_not_in_repertoire
+
+
+class InvalidBinary(DPProxyError):
+    """A binary parameter is not in the type's binary format."""
+
+    sqlstate = "22P03"  # invalid_binary_representation
+
+
+class ActiveTransaction(DPProxyError):
+    sqlstate = "25001"  # active_sql_transaction
+
+
+class NoActiveTransaction(DPProxyError):
+    sqlstate = "25P01"  # no_active_sql_transaction
+
+
+class InFailedTransaction(DPProxyError):
+    sqlstate = "25P02"  # in_failed_sql_transaction
+
+
+class InvalidStatementName(DPProxyError):
+    sqlstate = "26000"  # invalid_sql_statement_name
+
+
+class AuthenticationFailed(DPProxyError):
+    """Wrong password, unknown analyst or no credential: one message for all, by design."""
+
+    sqlstate = "28P01"  # invalid_password
+
+    def __init__(self, user: str) -> None:
+        super().__init__(f'password authentication failed for user "{user}"')
+
+
+class InvalidCursorName(DPProxyError):
+    sqlstate = "34000"  # invalid_cursor_name
+
+
+class InvalidSavepoint(DPProxyError):
+    sqlstate = "3B001"  # invalid_savepoint_specification
+
+
+class ObjectNotInState(DPProxyError):
+    sqlstate = "55000"  # object_not_in_prerequisite_state
+
+
+class CantChangeParameter(DPProxyError):
+    sqlstate = "55P02"  # cant_change_runtime_param
+
+
+class ProtocolViolation(DPProxyError):
+    """The peer broke the framing or message layout; the connection is closed after the error."""
+
+    sqlstate = "08P01"  # protocol_violation
+
+
+class InternalError(DPProxyError):
+    """A fault inside dpproxy itself (never one of the backend's: those are PrivateQueryFailed)."""
+
+    sqlstate = "XX000"  # internal_error

@@ -13,14 +13,10 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from dpproxy.errors import DPProxyError, PolicyViolation, UndefinedTable
+from dpproxy.errors import AmbiguousColumn, PolicyViolation, UndefinedTable
 from dpproxy.policy import ColumnPolicy, TablePolicy
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.types import INTEGER_RANGE, PgType, from_column_type
-
-
-class AmbiguousColumn(DPProxyError):
-    sqlstate = "42702"
 
 
 @dataclass(frozen=True)

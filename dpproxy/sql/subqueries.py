@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpproxy.errors import DPProxyError, NotSupported, UnresolvedColumn
+from dpproxy.errors import NotSupported, SubqueryCardinality, SubqueryTooLarge, UnresolvedColumn
 from dpproxy.policy import Policy
 from dpproxy.sql import literals
 from dpproxy.sql.query import PublicQuery
@@ -40,14 +40,6 @@ MAX_INLINED_VALUES = 10_000
 PublicRunner = Callable[[PublicQuery], Sequence[Sequence[object]]]
 # Analyzes a SELECT over public tables only (dpproxy.sql.analyze.analyze_public).
 PublicAnalyzer = Callable[[exp.Select], PublicQuery]
-
-
-class SubqueryTooLarge(DPProxyError):
-    sqlstate = "54000"  # program_limit_exceeded
-
-
-class SubqueryCardinality(DPProxyError):
-    sqlstate = "21000"  # cardinality_violation
 
 
 @dataclass(frozen=True)

@@ -27,30 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpproxy import scram
-from dpproxy.errors import DPProxyError
+from dpproxy.errors import AuthenticationFailed, NotSupported, ProtocolViolation
 from dpproxy.policy import AnalystPolicy, AuthMethod, Policy
 from dpproxy.scram import ScramVerifier
 from dpproxy.wire import codec
-from dpproxy.wire.codec import AuthenticationResponse, BackendMessage, ProtocolViolation
+from dpproxy.wire.codec import AuthenticationResponse, BackendMessage
 
 RunBlocking = Callable[..., Awaitable[Any]]
 
 SCRAM_MECHANISM = scram.MECHANISM
 _NONCE_BYTES = 18  # PostgreSQL's SCRAM_RAW_NONCE_LEN
 _PRINTABLE_NONCE = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # printable ASCII except ','
-
-
-class AuthenticationFailed(DPProxyError):
-    """Wrong password, unknown analyst or no credential: one message for all, by design."""
-
-    sqlstate = "28P01"  # invalid_password
-
-    def __init__(self, user: str) -> None:
-        super().__init__(f'password authentication failed for user "{user}"')
-
-
-class FeatureNotSupported(DPProxyError):
-    sqlstate = "0A000"
 
 
 @dataclass(frozen=True)
@@ -132,13 +119,13 @@ class ScramExchange(AuthExchange):
         if flag not in ("n", "y"):
             raise ProtocolViolation("malformed SCRAM message: unexpected channel-binding flag")
         if authzid:
-            raise FeatureNotSupported("client uses authorization identity, but it is not supported")
+            raise NotSupported("client uses authorization identity, but it is not supported")
         attributes = bare.split(",")
         # The user name (n=) is ignored, as PostgreSQL does: the startup packet's user counts.
         if len(attributes) < 2 or not attributes[0].startswith("n=") or not attributes[1].startswith("r="):
             raise ProtocolViolation("malformed SCRAM message: expected n= and r= attributes")
         if any(a.startswith("m=") for a in attributes[2:]):
-            raise FeatureNotSupported("SCRAM extensions (m=) are not supported")
+            raise NotSupported("SCRAM extensions (m=) are not supported")
         client_nonce = attributes[1][2:]
         if not _PRINTABLE_NONCE.fullmatch(client_nonce):
             raise ProtocolViolation("malformed SCRAM message: the client nonce is not printable")

@@ -59,6 +59,8 @@ from dpproxy.errors import (
     SyntaxProblem,
     UndefinedColumn,
     UndefinedFunction,
+    UndefinedObject,
+    UndefinedParameter,
     UndefinedTable,
 )
 from dpproxy.wire.router import (
@@ -67,7 +69,6 @@ from dpproxy.wire.router import (
     LexError,
     Token,
     TokenKind,
-    UndefinedParameter,
     quote_identifier,
     split_statements,
     tokenize,
@@ -2131,10 +2132,6 @@ def _sql_string(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-class _UndefinedObject(DPProxyError):
-    sqlstate = "42704"  # undefined_object: a type, role, schema or setting
-
-
 _DUCK_MESSAGE = re.compile(r"^(?:[A-Za-z ]+ Error|Error): (.*)", re.S)
 
 
@@ -2145,7 +2142,7 @@ def _translate_error(exc: duckdb.Error) -> DPProxyError:
     if mine:
         cls = {
             "42P01": UndefinedTable,
-            "42704": _UndefinedObject,
+            "42704": UndefinedObject,
             "22P02": InvalidText,
             "42883": UndefinedFunction,
         }.get(mine.group(1), NotSupported)
@@ -2165,7 +2162,7 @@ def _translate_error(exc: duckdb.Error) -> DPProxyError:
                 hint="dpproxy's catalog has the functions PostgreSQL clients use for metadata",
             )
         if m := re.search(r'Type with name "?([\w.]+)"? does not exist', message):
-            return _UndefinedObject(f'type "{m.group(1)}" does not exist')
+            return UndefinedObject(f'type "{m.group(1)}" does not exist')
     if isinstance(exc, duckdb.BinderException):
         if m := re.search(r'Referenced column "?([\w.]+)"? not found', message):
             return UndefinedColumn(f'column "{m.group(1)}" does not exist')

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dpproxy.errors import DPProxyError
+from dpproxy.errors import CharacterNotInRepertoire, DPProxyError, ProtocolViolation
 from dpproxy.wire.types import WireColumn
 
 PROTOCOL_3_0 = 3 << 16
@@ -27,16 +27,6 @@ MAX_STARTUP_LENGTH = 10_000
 MAX_AUTH_MESSAGE_LENGTH = 65_535
 DEFAULT_MAX_MESSAGE_LENGTH = 16 * 1024 * 1024
 MAX_PARAMETERS = 65_535
-
-
-class ProtocolViolation(DPProxyError):
-    """The peer broke the framing or message layout; the connection is closed after the error."""
-
-    sqlstate = "08P01"  # protocol_violation
-
-
-class CharacterNotInRepertoire(DPProxyError):
-    sqlstate = "22021"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,14 +27,10 @@ from enum import StrEnum
 import sqlglot
 from sqlglot import exp
 
-from dpproxy.errors import DPProxyError, NotSupported, PolicyViolation, SyntaxProblem
+from dpproxy.errors import DPProxyError, NotSupported, PolicyViolation, SyntaxProblem, UndefinedParameter
 
 # A Bind message counts its values in 16 bits: no $n above this can ever be given a value.
 MAX_PARAMETERS = 65535
-
-
-class UndefinedParameter(DPProxyError):
-    sqlstate = "42P02"  # undefined_parameter
 
 
 class Kind(StrEnum):

@@ -34,14 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from dpproxy.engine import Engine
-from dpproxy.errors import DPProxyError
+from dpproxy.errors import DPProxyError, ProtocolViolation
 from dpproxy.wire import codec
 from dpproxy.wire.catalog import ShadowCatalog, open_catalog
 from dpproxy.wire.codec import (
     MAX_AUTH_MESSAGE_LENGTH,
     ErrorResponse,
     FrontendDecoder,
-    ProtocolViolation,
 )
 from dpproxy.wire.session import Session, SessionServices
 

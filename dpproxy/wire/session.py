@@ -33,12 +33,30 @@ from dpproxy import __version__
 from dpproxy.backends import Cancellation
 from dpproxy.engine import Engine
 from dpproxy.errors import (
+    ActiveTransaction,
+    CantChangeParameter,
     DPProxyError,
+    DuplicateCursor,
+    DuplicatePreparedStatement,
+    InFailedTransaction,
+    InternalError,
+    InvalidBinary,
+    InvalidCursorName,
+    InvalidName,
     InvalidParameter,
+    InvalidSavepoint,
+    InvalidStatementName,
     InvalidText,
+    NoActiveTransaction,
     NotSupported,
+    NullValueNotAllowed,
+    ObjectNotInState,
     PolicyViolation,
+    ProtocolViolation,
     SyntaxProblem,
+    UndefinedObject,
+    UndefinedParameter,
+    UnknownAnalyst,
 )
 from dpproxy.policy import AnalystPolicy
 from dpproxy.sql.types import boolean_from_text
@@ -52,7 +70,6 @@ from dpproxy.wire.codec import (
     DataRow,
     ErrorResponse,
     ParameterStatus,
-    ProtocolViolation,
     ReadyForQuery,
     RowDescription,
 )
@@ -61,13 +78,11 @@ from dpproxy.wire.router import (
     Kind,
     SettingCall,
     Statement,
-    UndefinedParameter,
     route,
     split_statements,
 )
 from dpproxy.wire.types import (
     TEXT_OID,
-    InvalidBinary,
     TextFormat,
     WireColumn,
     decoder,
@@ -92,66 +107,6 @@ INTERNAL_ERROR = "internal error in dpproxy; the operator's log has the details"
 # ---------------------------------------------------------------------------------------------
 # Errors raised here (SQLSTATEs as PostgreSQL uses them)
 # ---------------------------------------------------------------------------------------------
-
-
-class InFailedTransaction(DPProxyError):
-    sqlstate = "25P02"
-
-
-class NoActiveTransaction(DPProxyError):
-    sqlstate = "25P01"
-
-
-class ActiveTransaction(DPProxyError):
-    sqlstate = "25001"
-
-
-class UndefinedObject(DPProxyError):
-    sqlstate = "42704"
-
-
-class CantChangeParameter(DPProxyError):
-    sqlstate = "55P02"
-
-
-class ObjectNotInState(DPProxyError):
-    sqlstate = "55000"
-
-
-class InvalidCursorName(DPProxyError):
-    sqlstate = "34000"
-
-
-class DuplicateCursor(DPProxyError):
-    sqlstate = "42P03"
-
-
-class DuplicatePreparedStatement(DPProxyError):
-    sqlstate = "42P05"
-
-
-class InvalidStatementName(DPProxyError):
-    sqlstate = "26000"
-
-
-class InvalidSavepoint(DPProxyError):
-    sqlstate = "3B001"
-
-
-class InvalidAuthorization(DPProxyError):
-    sqlstate = "28000"
-
-
-class InternalError(DPProxyError):
-    sqlstate = "XX000"
-
-
-class NullValueNotAllowed(DPProxyError):
-    sqlstate = "22004"
-
-
-class InvalidName(DPProxyError):
-    sqlstate = "42602"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -761,9 +716,7 @@ class Session:
         parameters = {k: v for k, v in startup.parameters.items() if not k.startswith("_pq_.")}
         user = parameters.pop("user", "")
         if not user:
-            return self._fatal(
-                out, InvalidAuthorization("no PostgreSQL user name specified in startup packet")
-            )
+            return self._fatal(out, UnknownAnalyst("no PostgreSQL user name specified in startup packet"))
         if parameters.pop("replication", "false").lower() not in ("false", "off", "no", "0"):
             return self._fatal(out, NotSupported("replication connections are not supported"))
         self.user = user

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
-from dpproxy.errors import DPProxyError, InvalidText, NotSupported
+from dpproxy.errors import (
+    InvalidBinary,
+    InvalidDatetime,
+    InvalidText,
+    NoBinaryOutput,
+    NotSupported,
+    ValueOutOfRange,
+)
 from dpproxy.sql.types import PgType
 
 
@@ -153,26 +160,6 @@ _VECTORS: dict[int, WireType] = {
     BY_NAME["int2vector"].oid: BY_NAME["int2"],
     BY_NAME["oidvector"].oid: BY_NAME["oid"],
 }
-
-
-class InvalidBinary(DPProxyError):
-    """A binary parameter is not in the type's binary format."""
-
-    sqlstate = "22P03"  # invalid_binary_representation
-
-
-class ValueOutOfRange(DPProxyError):
-    sqlstate = "22003"  # numeric_value_out_of_range
-
-
-class InvalidDatetime(DPProxyError):
-    sqlstate = "22007"  # invalid_datetime_format
-
-
-class NoBinaryOutput(DPProxyError):
-    """A result column asked for in binary has no binary format (aclitem), as in PostgreSQL."""
-
-    sqlstate = "42883"  # undefined_function
 
 
 # ---------------------------------------------------------------------------------------------
