@@ -1,0 +1,414 @@
+"""Aggregates of private queries: each COUNT, SUM, AVG, VAR/STDDEV, quantile and MODE reduced to
+integer components per group (the values noise is added to) or to a histogram over candidates (for
+the exponential mechanism), with the grid their sums are exact on. Nothing here reads data."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+from typing import ClassVar
+
+from sqlglot import exp
+
+from dpproxy.errors import InvalidParameter, NotSupported, PolicyViolation, UndefinedFunction
+from dpproxy.policy import DEFAULT_GRID_SCALE
+from dpproxy.sql.intervals import Interval
+from dpproxy.sql.query import Aggregate, AggregateKind, Component, ComponentKind, Histogram
+from dpproxy.sql.rowexpr import Typed, constant_value, row_expression
+from dpproxy.sql.types import PgType, avg_result, sum_result
+
+SUPPORTED_AGGREGATES = (
+    "COUNT(*), COUNT(expr), COUNT(DISTINCT expr), SUM, AVG, VAR_POP, VAR_SAMP, STDDEV_POP, STDDEV_SAMP, "
+    "MIN, MAX, MEDIAN, PERCENTILE_CONT/PERCENTILE_DISC(f) WITHIN GROUP (ORDER BY x), MODE() WITHIN GROUP"
+)
+
+
+class AggregateRules:
+    """The aggregate part of the private-query analyzer (a mixin: `scope`, `relation`, `components`,
+    `aggregates` and `histograms` are the analyzer's)."""
+
+    def _component(self, component: Component) -> int:
+        for i, existing in enumerate(self.components):
+            if existing.identity == component.identity:
+                return i
+        self.components.append(component)
+        return len(self.components) - 1
+
+    def _add_aggregate(self, aggregate: Aggregate) -> int:
+        for i, existing in enumerate(self.aggregates):
+            if existing.text == aggregate.text and existing.kind == aggregate.kind:
+                return i
+        self.aggregates.append(aggregate)
+        return len(self.aggregates) - 1
+
+    def _aggregate(self, node: exp.Expression) -> int:
+        if isinstance(node, exp.Filter):
+            raise NotSupported(
+                "aggregate FILTER (WHERE …) is not supported",
+                hint="write SUM(CASE WHEN … THEN 1 ELSE 0 END) or move the condition to WHERE",
+            )
+        if isinstance(node, exp.WithinGroup):
+            return self._within_group(node)
+        if isinstance(node, (exp.Min, exp.Max)):
+            if node.expressions:
+                raise NotSupported(f"{node.sql_name()} takes one argument here")
+            alpha = Fraction(0) if isinstance(node, exp.Min) else Fraction(1)
+            return self._quantile(node.this, alpha, node.sql_name().lower(), continuous=False)
+        if isinstance(node, exp.Median):
+            return self._quantile(node.this, Fraction(1, 2), "median", continuous=True)
+        if isinstance(node, exp.Count):
+            return self._count(node)
+        if isinstance(node, (exp.Sum, exp.Avg)):
+            return self._sum_or_avg(node)
+        if type(node) in self._SPREADS:
+            return self._spread(node)
+        name = node.sql_name().upper() if not isinstance(node, exp.Anonymous) else node.name.upper()
+        raise NotSupported(
+            f"aggregate {name} is not supported yet", hint=f"supported aggregates: {SUPPORTED_AGGREGATES}"
+        )
+
+    def _count(self, node: exp.Count) -> int:
+        arg = node.this
+        unit = self.relation.unit_name
+        if arg is None or isinstance(arg, exp.Star):
+            component = self._component(Component(ComponentKind.ROWS, identity="rows"))
+            return self._add_aggregate(Aggregate(AggregateKind.COUNT, (component,), PgType.INT8, "count(*)"))
+        if isinstance(arg, exp.Distinct):
+            # COUNT(DISTINCT (x)) is COUNT(DISTINCT x) (SQLAlchemy writes it so).
+            columns = [c.unnest() if isinstance(c, exp.Paren) else c for c in arg.expressions]
+            scope = self.scope.in_clause("COUNT(DISTINCT …)")
+            if len(columns) == 1 and isinstance(columns[0], exp.Column):
+                _, column = scope.resolve(columns[0])
+                if unit is not None and column.is_unit:
+                    component = self._component(Component(ComponentKind.UNITS, identity="units"))
+                    return self._add_aggregate(
+                        Aggregate(
+                            AggregateKind.COUNT_UNITS, (component,), PgType.INT8, f"count(distinct {unit})"
+                        )
+                    )
+            if len(columns) != 1:
+                raise NotSupported("COUNT(DISTINCT …) of several expressions is not supported")
+            # Another column: each person adds at most max_rows_per_unit rows to a group, hence at
+            # most that many distinct values; computed over the bounded rows (row pipeline).
+            typed = row_expression(columns[0], scope)
+            text = typed.sql.sql("postgres")
+            component = self._component(
+                Component(ComponentKind.DISTINCT_VALUES, typed.sql, identity=f"distinct:{text}")
+            )
+            return self._add_aggregate(
+                Aggregate(
+                    AggregateKind.COUNT_DISTINCT,
+                    (component,),
+                    PgType.INT8,
+                    f"count(distinct {columns[0].sql('postgres')})",
+                )
+            )
+        typed = row_expression(arg, self.scope.in_clause("COUNT argument"))
+        text = typed.sql.sql("postgres")
+        component = self._component(Component(ComponentKind.VALUES, typed.sql, identity=f"values:{text}"))
+        return self._add_aggregate(
+            Aggregate(AggregateKind.COUNT_VALUES, (component,), PgType.INT8, f"count({arg.sql('postgres')})")
+        )
+
+    def _histogram(self, histogram: Histogram) -> int:
+        for i, existing in enumerate(self.histograms):
+            if existing.identity == histogram.identity:
+                return i
+        self.histograms.append(histogram)
+        return len(self.histograms) - 1
+
+    def _within_group(self, node: exp.WithinGroup) -> int:
+        function = node.this
+        order = node.expression
+        keys = order.expressions if isinstance(order, exp.Order) else []
+        if len(keys) != 1:
+            raise NotSupported("WITHIN GROUP takes exactly one ORDER BY expression")
+        ordered = keys[0]
+        descending = bool(ordered.args.get("desc"))
+        argument = ordered.this
+        if isinstance(function, exp.Mode):
+            return self._mode(argument)
+        if isinstance(function, (exp.PercentileCont, exp.PercentileDisc)):
+            fraction = constant_value(function.this)
+            if not isinstance(fraction, Decimal) or not 0 <= fraction <= 1:
+                raise InvalidParameter(
+                    "the fraction of percentile_cont/percentile_disc must be a constant between 0 and 1"
+                )
+            alpha = Fraction(str(fraction))
+            if descending:
+                alpha = 1 - alpha
+            continuous = isinstance(function, exp.PercentileCont)
+            name = "percentile_cont" if continuous else "percentile_disc"
+            return self._quantile(argument, alpha, name, continuous=continuous)
+        raise NotSupported(
+            f"{function.sql_name()}() WITHIN GROUP is not supported",
+            hint="supported: percentile_cont, percentile_disc, mode",
+        )
+
+    # Quantile candidates: at most this many points over a column's range (the exponential
+    # mechanism's error grows only with the log of their number).
+    MAX_CANDIDATES: ClassVar[int] = 1000
+
+    def _quantile(self, arg: exp.Expression, alpha: Fraction, name: str, *, continuous: bool) -> int:
+        """MIN (α = 0), MAX (α = 1), MEDIAN and percentiles per group, by the exponential mechanism
+        over the argument's bounded range (mechanisms.QuantileSpec)."""
+        typed, interval, scale, _within = self._bounded_argument(arg, name.upper())
+        lo, hi = interval.on_grid(scale)
+        candidates = max(1, min(self.MAX_CANDIDATES, hi - lo + 1))
+        text = typed.sql.sql("postgres")
+        histogram = self._histogram(
+            Histogram(
+                typed.sql,
+                candidates,
+                interval,
+                scale,
+                identity=f"range:{scale}:{candidates}:{text}",
+                double=typed.double,
+                exact_integer=typed.exact_integer,
+            )
+        )
+        result = PgType.FLOAT8 if continuous else typed.type
+        return self._add_aggregate(
+            Aggregate(
+                AggregateKind.QUANTILE,
+                (),
+                result,
+                f"{name}({alpha}:{arg.sql('postgres')})",
+                interval,
+                scale,
+                histogram=histogram,
+                alpha=alpha,
+            )
+        )
+
+    def _mode(self, arg: exp.Expression) -> int:
+        """MODE() WITHIN GROUP (ORDER BY x) by report-noisy-max over x's public values, or over a
+        bounded integer column's values when there are at most MAX_CANDIDATES of them."""
+        scope = self.scope.in_clause("MODE argument")
+        typed = row_expression(arg, scope)
+        if typed.uses_unit:
+            raise PolicyViolation(f'the privacy unit "{self.relation.unit_name}" cannot be a MODE argument')
+        bare = arg.unnest() if isinstance(arg, exp.Paren) else arg
+        column = scope.resolve(bare)[1] if isinstance(bare, exp.Column) else None
+        text = typed.sql.sql("postgres")
+        if column is not None and column.public_values is not None:
+            histogram = Histogram(
+                typed.sql, len(column.public_values), values=column.public_values, identity=f"values:{text}"
+            )
+        elif typed.type.is_integer and typed.interval is not None and typed.interval.finite:
+            lo, hi = typed.interval.on_grid(0)
+            if hi - lo + 1 > self.MAX_CANDIDATES:
+                raise NotSupported(
+                    f"MODE over {arg.sql('postgres')} has {hi - lo + 1} possible values; at most "
+                    f"{self.MAX_CANDIDATES} are supported",
+                    hint="declare public_values for the column, or narrow its bounds",
+                )
+            histogram = Histogram(
+                typed.sql,
+                hi - lo + 1,
+                typed.interval,
+                0,
+                identity=f"range:0:{hi - lo + 1}:{text}",
+                double=typed.double,
+                exact_integer=typed.exact_integer,
+            )
+        else:
+            raise NotSupported(
+                f"MODE() over {arg.sql('postgres')} needs the column's public_values, or a bounded "
+                "integer column",
+                hint="candidates must not come from the data: declare public_values in the policy",
+            )
+        index = self._histogram(histogram)
+        return self._add_aggregate(
+            Aggregate(AggregateKind.MODE, (), known_type(typed.type), f"mode({text})", histogram=index)
+        )
+
+    def _bounded_argument(self, arg: exp.Expression, name: str) -> tuple[Typed, Interval, int, bool]:
+        """The checked argument of an aggregate that needs bounds: its range, grid scale, and whether
+        it arrives already clipped to that range (a bounded column)."""
+        if isinstance(arg, exp.Distinct):
+            raise NotSupported(f"{name}(DISTINCT …) is not supported", hint=f"use {name}(expr)")
+        self._check_summable(arg, name)
+        typed = row_expression(arg, self.scope.in_clause(f"{name} argument"))
+        if not typed.type.is_number:
+            raise UndefinedFunction(
+                f"function {name.lower()}({typed.type.value}) does not exist",
+                hint=f"{name} needs a number",
+            )
+        if typed.uses_unit:
+            raise PolicyViolation(
+                f'the privacy unit "{self.relation.unit_name}" cannot be aggregated with {name}'
+            )
+        if typed.interval is not None and not typed.interval.finite:
+            raise PolicyViolation(
+                f"{name}({arg.sql('postgres')}) has no upper or lower bound (a count per person has none "
+                "until it is clamped)",
+                hint=f"clamp it, e.g. {name}(LEAST({arg.sql('postgres')}, 20))",
+            )
+        if typed.interval is None:
+            raise PolicyViolation(
+                f"{name}({arg.sql('postgres')}) has no bounds: the policy gives no lower/upper for "
+                "its columns",
+                hint="ask the data owner to declare lower and upper bounds for the column",
+            )
+        scale = self._grid_scale(arg, typed)
+        bare = arg.unnest() if isinstance(arg, exp.Paren) else arg
+        # A bounded column arrives clipped to exactly its bounds: no second clip is needed.
+        return typed, typed.interval, scale, isinstance(bare, exp.Column)
+
+    def _sum_or_avg(self, node: exp.Expression) -> int:
+        name = "SUM" if isinstance(node, exp.Sum) else "AVG"
+        arg = node.this
+        typed, interval, scale, within = self._bounded_argument(arg, name)
+        text = typed.sql.sql("postgres")
+        if isinstance(node, exp.Sum):
+            component = self._component(
+                Component(
+                    ComponentKind.SUM,
+                    typed.sql,
+                    interval,
+                    scale,
+                    identity=f"sum:{scale}:{text}",
+                    within_interval=within,
+                    double=typed.double,
+                    exact_integer=typed.exact_integer,
+                )
+            )
+            return self._add_aggregate(
+                Aggregate(
+                    AggregateKind.SUM,
+                    (component,),
+                    sum_result(typed.type),
+                    f"sum({arg.sql('postgres')})",
+                    interval,
+                    scale,
+                )
+            )
+        lo, hi = interval.on_grid(scale)
+        centre = (lo + hi) // 2
+        values, centred = self._values_and_centred_sum(typed, interval, scale, centre, within)
+        return self._add_aggregate(
+            Aggregate(
+                AggregateKind.AVG,
+                (centred, values),
+                avg_result(typed.type),
+                f"avg({arg.sql('postgres')})",
+                interval,
+                scale,
+                centre,
+            )
+        )
+
+    def _values_and_centred_sum(
+        self, typed: Typed, interval: Interval, scale: int, centre: int, within: bool
+    ) -> tuple[int, int]:
+        """The count of non-null values and their sum centred on `centre` (on the grid of `scale`)."""
+        sql = typed.sql
+        text = sql.sql("postgres")
+        values = self._component(Component(ComponentKind.VALUES, sql, identity=f"values:{text}"))
+        centred = self._component(
+            Component(
+                ComponentKind.CENTRED_SUM,
+                sql,
+                interval,
+                scale,
+                centre,
+                identity=f"centred:{scale}:{centre}:{text}",
+                within_interval=within,
+                double=typed.double,
+                exact_integer=typed.exact_integer,
+            )
+        )
+        return values, centred
+
+    _SPREADS: ClassVar[dict[type[exp.Expression], tuple[AggregateKind, str]]] = {
+        exp.VariancePop: (AggregateKind.VAR_POP, "var_pop"),
+        exp.Variance: (AggregateKind.VAR_SAMP, "var_samp"),
+        exp.StddevPop: (AggregateKind.STDDEV_POP, "stddev_pop"),
+        exp.StddevSamp: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
+        exp.Stddev: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
+    }
+
+    def _spread(self, node: exp.Expression) -> int:
+        """VAR/STDDEV from a count, a centred sum and a centred sum of squares, on one grid whose
+        squares stay exact in bigint: Var = Σ(x−c)²/n − (Σ(x−c)/n)²."""
+        kind, name = self._SPREADS[type(node)]
+        arg = node.this
+        typed, interval, scale, within = self._bounded_argument(arg, name.upper())
+        # Squares of grid values, times the rows one person may add, must stay far inside bigint.
+        while True:
+            lo, hi = interval.on_grid(scale)
+            centre = (lo + hi) // 2
+            half_width = max(hi - centre, centre - lo)
+            if scale == 0 or self.relation.max_rows * half_width * half_width < 2**52:
+                break
+            scale -= 1
+        if self.relation.max_rows * half_width * half_width >= 2**52:
+            raise NotSupported(
+                f"the bounds of {arg.sql('postgres')} are too wide for {name.upper()}",
+                hint="declare tighter lower/upper bounds in the policy",
+            )
+        text = typed.sql.sql("postgres")
+        values, centred = self._values_and_centred_sum(typed, interval, scale, centre, within)
+        squares = self._component(
+            Component(
+                ComponentKind.CENTRED_SQUARES,
+                typed.sql,
+                interval,
+                scale,
+                centre,
+                identity=f"squares:{scale}:{centre}:{text}",
+                within_interval=within,
+                double=typed.double,
+                exact_integer=typed.exact_integer,
+            )
+        )
+        return self._add_aggregate(
+            Aggregate(
+                kind,
+                (squares, centred, values),
+                PgType.FLOAT8 if typed.type.is_float else PgType.NUMERIC,
+                f"{name}({arg.sql('postgres')})",
+                interval,
+                scale,
+                centre,
+            )
+        )
+
+    def _check_summable(self, arg: exp.Expression, name: str) -> None:
+        scope = self.scope.in_clause(f"{name} argument")
+        for column_node in arg.find_all(exp.Column):
+            source, column = scope.resolve(column_node)
+            if not getattr(column, "summable", True):
+                raise PolicyViolation(
+                    f'column "{column.name}" of table "{source.label}" may not be summed or averaged '
+                    "(summable: false in the policy)",
+                    hint="it can still be filtered on, grouped by and counted",
+                )
+
+    def _grid_scale(self, arg: exp.Expression, typed: Typed) -> int:
+        """Digits of the fixed-point grid a sum is computed on: sums are exact integer sums."""
+        if typed.type.is_integer:
+            return 0
+        scope = self.scope.in_clause("aggregate argument")
+        scales = [
+            column.grid_scale
+            for _, column in (scope.resolve(c) for c in arg.find_all(exp.Column))
+            if column.fractional
+        ]
+        scale = max(scales, default=DEFAULT_GRID_SCALE)
+        assert typed.interval is not None
+        # Every grid value, times the rows one unit may add, must stay far inside a 64-bit integer.
+        magnitude = max(typed.interval.magnitude, Decimal(1)) * self.relation.max_rows
+        while scale > 0 and magnitude.scaleb(scale) >= Decimal(2) ** 52:
+            scale -= 1
+        if magnitude >= Decimal(2) ** 52:
+            raise NotSupported(
+                f"the bounds of {arg.sql('postgres')} are too wide to sum exactly",
+                hint="declare tighter lower/upper bounds in the policy",
+            )
+        return scale
+
+
+def known_type(pg_type: PgType) -> PgType:
+    return PgType.TEXT if pg_type is PgType.UNKNOWN else pg_type

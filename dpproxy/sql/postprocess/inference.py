@@ -1,0 +1,163 @@
+"""The PostgreSQL type of an expression over released values (aggregate and key placeholders),
+and the refusal of what post-processing cannot compute. Text only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from sqlglot import exp
+
+from dpproxy.errors import DatatypeMismatch, NotSupported, UndefinedFunction
+from dpproxy.sql.types import INTEGER_RANGE, PgType, arithmetic_result, from_sqlglot
+
+Env = Mapping[str, object]
+
+
+TypeEnv = Mapping[str, PgType]
+
+
+_COMPARISONS: dict[type[exp.Expression], Callable[[object, object], bool]] = {
+    exp.EQ: lambda a, b: a == b,
+    exp.NEQ: lambda a, b: a != b,
+    exp.GT: lambda a, b: a > b,  # type: ignore[operator]
+    exp.GTE: lambda a, b: a >= b,  # type: ignore[operator]
+    exp.LT: lambda a, b: a < b,  # type: ignore[operator]
+    exp.LTE: lambda a, b: a <= b,  # type: ignore[operator]
+}
+
+
+_SUPPORTED = (
+    "arithmetic (+ - * / %), comparisons, AND/OR/NOT, IS [NOT] NULL, BETWEEN, IN (…), CASE, CAST, "
+    "round, abs, ceil, floor, sign, greatest, least, coalesce, nullif, lower, upper, length, ||"
+)
+
+
+def _unsupported(node: exp.Expression) -> NotSupported:
+    return NotSupported(
+        f"{node.sql('postgres')} cannot be computed over released aggregates",
+        hint=f"supported over aggregates: {_SUPPORTED}",
+    )
+
+
+def literal_type(node: exp.Literal) -> PgType:
+    if node.is_string:
+        return PgType.UNKNOWN
+    text = node.this
+    if "." in text or "e" in text.lower():
+        return PgType.NUMERIC
+    value = int(text)
+    if INTEGER_RANGE[PgType.INT4][0] <= value <= INTEGER_RANGE[PgType.INT4][1]:
+        return PgType.INT4
+    if INTEGER_RANGE[PgType.INT8][0] <= value <= INTEGER_RANGE[PgType.INT8][1]:
+        return PgType.INT8
+    return PgType.NUMERIC
+
+
+def _merge(types: list[PgType], node: exp.Expression) -> PgType:
+    known = [t for t in types if t is not PgType.UNKNOWN]
+    if not known:
+        return PgType.TEXT
+    result = known[0]
+    for t in known[1:]:
+        if result.is_number and t.is_number:
+            result = arithmetic_result(result, t)
+        elif result.is_text and t.is_text:
+            result = PgType.TEXT
+        elif result != t:
+            raise DatatypeMismatch(f"{node.sql('postgres')} mixes {result.value} and {t.value} values")
+    return result
+
+
+def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
+    """The PostgreSQL type of an expression over placeholders; rejects what cannot be evaluated."""
+    if isinstance(node, exp.Column):
+        name = node.name
+        if name not in env:
+            raise NotSupported(f"{node.sql('postgres')} is not a released value")
+        return env[name]
+    if isinstance(node, exp.Literal):
+        return literal_type(node)
+    if isinstance(node, exp.Boolean):
+        return PgType.BOOL
+    if isinstance(node, exp.Null):
+        return PgType.UNKNOWN
+    if isinstance(node, exp.Paren):
+        return infer_type(node.this, env)
+    if isinstance(node, exp.Neg):
+        t = infer_type(node.this, env)
+        if not t.is_number:
+            raise DatatypeMismatch(f"cannot negate {t.value}: {node.sql('postgres')}")
+        return t
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+        left, right = infer_type(node.left, env), infer_type(node.right, env)
+        left = PgType.NUMERIC if left is PgType.UNKNOWN else left
+        right = PgType.NUMERIC if right is PgType.UNKNOWN else right
+        if not (left.is_number and right.is_number):
+            raise UndefinedFunction(
+                f"operator does not exist: {left.value} {_operator(node)} {right.value}",
+                hint="arithmetic works on numbers only",
+            )
+        return arithmetic_result(left, right)
+    if isinstance(
+        node,
+        (
+            *_COMPARISONS,
+            exp.And,
+            exp.Or,
+            exp.Not,
+            exp.Is,
+            exp.In,
+            exp.Between,
+            exp.NullSafeEQ,
+            exp.NullSafeNEQ,
+        ),
+    ):
+        for child in node.iter_expressions():
+            infer_type(child, env)
+        return PgType.BOOL
+    if isinstance(node, exp.Case):
+        for branch in node.args.get("ifs") or []:
+            infer_type(branch.this, env)
+        values = [infer_type(b.args["true"], env) for b in node.args.get("ifs") or []]
+        if node.args.get("default") is not None:
+            values.append(infer_type(node.args["default"], env))
+        return _merge(values, node)
+    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        return _merge([infer_type(a, env) for a in [node.this, *node.expressions]], node)
+    if isinstance(node, exp.Nullif):
+        infer_type(node.expression, env)
+        return infer_type(node.this, env)
+    if isinstance(node, exp.Abs):
+        return infer_type(node.this, env)
+    if isinstance(node, exp.Sign):
+        t = infer_type(node.this, env)
+        return t if not t.is_integer else PgType.INT4
+    if isinstance(node, exp.Round):
+        t = infer_type(node.this, env)
+        if node.args.get("decimals") is not None:
+            return PgType.NUMERIC
+        return PgType.FLOAT8 if t.is_float else PgType.NUMERIC
+    if isinstance(node, (exp.Floor, exp.Ceil)):
+        t = infer_type(node.this, env)
+        return PgType.FLOAT8 if t.is_float else PgType.NUMERIC
+    if isinstance(node, exp.Cast):
+        infer_type(node.this, env)
+        target = from_sqlglot(node.args["to"])
+        if target is PgType.UNKNOWN:
+            raise NotSupported(f"CAST to {node.args['to'].sql('postgres')} is not supported over aggregates")
+        return target
+    if isinstance(node, (exp.Lower, exp.Upper)):
+        infer_type(node.this, env)
+        return PgType.TEXT
+    if isinstance(node, exp.Length):
+        infer_type(node.this, env)
+        return PgType.INT4
+    if isinstance(node, (exp.DPipe, exp.Concat)):
+        for child in node.iter_expressions():
+            infer_type(child, env)
+        return PgType.TEXT
+    raise _unsupported(node)
+
+
+def _operator(node: exp.Expression) -> str:
+    return {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}.get(type(node), "?")

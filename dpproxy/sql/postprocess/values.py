@@ -1,0 +1,201 @@
+"""Released values in PostgreSQL's semantics: casts between the types dpproxy returns, text output,
+arithmetic with PostgreSQL's result scales, comparisons across numeric types."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
+
+from sqlglot import exp
+
+from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported
+from dpproxy.sql.postprocess.inference import literal_type
+from dpproxy.sql.types import INTEGER_RANGE, PgType, boolean_from_text, from_sqlglot
+
+
+def _to_decimal(value: object) -> Decimal:
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, bool):
+        raise DatatypeMismatch("boolean is not a number")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, str):
+        try:
+            return Decimal(value.strip())
+        except InvalidOperation as e:
+            raise InvalidText(f"invalid input syntax for type numeric: {value!r}") from e
+    raise DatatypeMismatch(f"{type(value).__name__} is not a number")
+
+
+def convert(value: object, target: PgType) -> object:
+    """CAST semantics of PostgreSQL for the types dpproxy returns."""
+    if value is None:
+        return None
+    if target.is_integer:
+        if isinstance(value, bool):
+            result = int(value)
+        elif isinstance(value, int):
+            result = value
+        elif isinstance(value, float):
+            result = round(value)  # rint: halves to even, as PostgreSQL casts float8
+        else:
+            result = int(_to_decimal(value).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        lo, hi = INTEGER_RANGE[target]
+        if not lo <= result <= hi:
+            raise NotSupported(f"{target.value} out of range")
+        return result
+    if target is PgType.NUMERIC:
+        return _to_decimal(value)
+    if target.is_float:
+        if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+            return float(value)
+        return float(_to_decimal(value))
+    if target.is_text:
+        return to_text(value)
+    if target is PgType.BOOL:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            return value != 0
+        parsed = boolean_from_text(str(value))
+        if parsed is None:
+            raise InvalidText(f"invalid input syntax for type boolean: {value!r}")
+        return parsed
+    if target is PgType.DATE:
+        if isinstance(value, dt.datetime):
+            return value.date()
+        if isinstance(value, dt.date):
+            return value
+        return dt.date.fromisoformat(str(value).strip())
+    if target in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
+        if isinstance(value, dt.datetime):
+            return value
+        if isinstance(value, dt.date):
+            return dt.datetime(value.year, value.month, value.day)
+        return dt.datetime.fromisoformat(str(value).strip())
+    return value
+
+
+def to_text(value: object) -> str:
+    """PostgreSQL's text output of a value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value) if value != int(value) or abs(value) >= 1e16 else str(int(value))
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def _arith(node: exp.Expression, a: object, b: object, result: PgType) -> object:
+    if a is None or b is None:
+        return None
+    if result.is_integer:
+        x, y = int(a), int(b)  # type: ignore[call-overload]
+        if isinstance(node, exp.Add):
+            return x + y
+        if isinstance(node, exp.Sub):
+            return x - y
+        if isinstance(node, exp.Mul):
+            return x * y
+        if y == 0:
+            return None
+        quotient = abs(x) // abs(y)
+        if isinstance(node, exp.Div):
+            return quotient if (x >= 0) == (y > 0) else -quotient
+        remainder = abs(x) % abs(y)
+        return remainder if x >= 0 else -remainder
+    if result.is_float:
+        fx, fy = float(a), float(b)  # type: ignore[arg-type]
+        if isinstance(node, exp.Add):
+            return fx + fy
+        if isinstance(node, exp.Sub):
+            return fx - fy
+        if isinstance(node, exp.Mul):
+            return fx * fy
+        if fy == 0:
+            return None
+        return fx / fy if isinstance(node, exp.Div) else math.fmod(fx, fy)
+    dx, dy = _to_decimal(a), _to_decimal(b)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        if isinstance(node, exp.Add):
+            return dx + dy
+        if isinstance(node, exp.Sub):
+            return dx - dy
+        if isinstance(node, exp.Mul):
+            return dx * dy
+        if dy == 0:
+            return None
+        if isinstance(node, exp.Mod):
+            return dx % dy
+        quotient = dx / dy
+        # PostgreSQL shows at least 16 significant digits of a numeric quotient.
+        digits = max(_scale(dx), _scale(dy), 16 - max(quotient.adjusted() + 1, 0), 0)
+        return quotient.quantize(Decimal(1).scaleb(-min(digits, 40)), rounding=ROUND_HALF_UP)
+
+
+def _scale(value: Decimal) -> int:
+    exponent = value.as_tuple().exponent
+    return -exponent if isinstance(exponent, int) and exponent < 0 else 0
+
+
+def _compare(a: object, b: object) -> tuple[object, object]:
+    """Bring two values to comparable Python types, as PostgreSQL's implicit casts do."""
+    if isinstance(a, str) and not isinstance(b, str):
+        return convert(a, _python_type(b)), b
+    if isinstance(b, str) and not isinstance(a, str):
+        return a, convert(b, _python_type(a))
+    if isinstance(a, float) and isinstance(b, Decimal):
+        return Decimal(repr(a)), b
+    if isinstance(b, float) and isinstance(a, Decimal):
+        return a, Decimal(repr(b))
+    return a, b
+
+
+def _python_type(value: object) -> PgType:
+    if isinstance(value, bool):
+        return PgType.BOOL
+    if isinstance(value, int):
+        return PgType.INT8
+    if isinstance(value, float):
+        return PgType.FLOAT8
+    if isinstance(value, Decimal):
+        return PgType.NUMERIC
+    if isinstance(value, dt.datetime):
+        return PgType.TIMESTAMP
+    if isinstance(value, dt.date):
+        return PgType.DATE
+    return PgType.TEXT
+
+
+def _literal_value(node: exp.Literal) -> object:
+    if node.is_string:
+        return node.this
+    t = literal_type(node)
+    return int(node.this) if t.is_integer else Decimal(node.this)
+
+
+def _cast(node: exp.Cast, value: object) -> object:
+    to: exp.DataType = node.args["to"]
+    target = from_sqlglot(to)
+    result = convert(value, target)
+    if target is PgType.NUMERIC and isinstance(result, Decimal):
+        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
+        if len(params) == 2:
+            result = result.quantize(Decimal(1).scaleb(-int(params[1].name)), rounding=ROUND_HALF_UP)
+    if target is PgType.VARCHAR and isinstance(result, str):
+        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
+        if params:
+            result = result[: int(params[0].name)]
+    return result

@@ -1,0 +1,351 @@
+"""The analyzer of private queries: from a SELECT over protected tables to a PrivateQuery — the
+relation read, the WHERE condition, the group keys, the aggregates (dpproxy.sql.aggregates) and the
+post-processing over released values (select list, HAVING, ORDER BY, LIMIT). Every rejection depends
+on the query text and the policy only. Nothing here runs SQL."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlglot import exp
+
+from dpproxy.errors import (
+    DatatypeMismatch,
+    DPProxyError,
+    GroupingError,
+    InvalidParameter,
+    NotSupported,
+    PolicyViolation,
+)
+from dpproxy.policy import Policy
+from dpproxy.sql import postprocess
+from dpproxy.sql.aggregates import SUPPORTED_AGGREGATES, AggregateRules, known_type
+from dpproxy.sql.intervals import Interval
+from dpproxy.sql.query import (
+    Aggregate,
+    AggregateKind,
+    Component,
+    ComponentKind,
+    Finish,
+    GroupKey,
+    Histogram,
+    OutputColumn,
+    PrivateQuery,
+    SortKey,
+    aggregate_placeholder,
+    key_placeholder,
+    output_placeholder,
+)
+from dpproxy.sql.relation import SchemaFacts, build_relation
+from dpproxy.sql.rowexpr import bytewise_text, row_expression
+from dpproxy.sql.select_list import limit_of, output_name, select_position
+from dpproxy.sql.types import PgType
+
+
+def _ancestors(node: exp.Expression, top: exp.Expression):
+    parent = node.parent
+    while parent is not None and parent is not top:
+        yield parent
+        parent = parent.parent
+
+
+class PrivateAnalyzer(AggregateRules):
+    """Builds the PrivateQuery of a SELECT over a relation with protected tables."""
+
+    def __init__(self, tree: exp.Select, policy: Policy, facts: SchemaFacts, text: str) -> None:
+        self.tree = tree
+        self.policy = policy
+        self._reject_unsupported_clauses()
+        self.relation = build_relation(tree, policy, facts)
+        self.scope = self.relation.scope("WHERE")
+        self.text = text
+        self.components: list[Component] = []
+        self.aggregates: list[Aggregate] = []
+        self.keys: list[GroupKey] = []
+        self.histograms: list[Histogram] = []
+
+    def run(self) -> PrivateQuery:
+        tree = self.tree
+        where = tree.args.get("where")
+        where_sql = None
+        if where is not None:
+            typed = row_expression(where.this, self.scope.in_clause("WHERE"))
+            if typed.type not in (PgType.BOOL, PgType.UNKNOWN):
+                raise DatatypeMismatch(f"argument of WHERE must be boolean, not {typed.type.value}")
+            where_sql = typed.sql
+        self._group_keys()
+        items = tree.expressions
+        if any(
+            isinstance(i, exp.Star) or isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Star)
+            for i in items
+        ) or any(isinstance(i, exp.Column) and isinstance(i.this, exp.Star) for i in items):
+            raise PolicyViolation(
+                f'SELECT * would return raw rows of the protected table "{self.relation.label}"',
+                hint=f"ask for aggregates, e.g. SELECT COUNT(*) FROM {self.relation.sources[0].label}",
+            )
+        if not any(i.find(exp.AggFunc) for i in items) and not self.keys:
+            raise PolicyViolation(
+                f'this query would return raw rows of the protected table "{self.relation.label}"',
+                hint=f"dpproxy only answers aggregates: {SUPPORTED_AGGREGATES}, optionally with GROUP BY",
+            )
+        outputs = []
+        for item in items:
+            node = item.this if isinstance(item, exp.Alias) else item
+            expression = self._finish_expression(node, "SELECT")
+            outputs.append((output_name(item), expression))
+        having = None
+        if tree.args.get("having") is not None:
+            having = self._finish_expression(tree.args["having"].this, "HAVING")
+        order_by = self._order_by([name for name, _ in outputs])
+        types = self._placeholder_types()
+        typed_outputs = tuple(
+            OutputColumn(name, expression, known_type(postprocess.infer_type(expression, types)))
+            for name, expression in outputs
+        )
+        if having is not None and postprocess.infer_type(having, types) not in (PgType.BOOL, PgType.UNKNOWN):
+            raise DatatypeMismatch("argument of HAVING must be boolean")
+        out_types = {f"__out_{i}": o.type for i, o in enumerate(typed_outputs)}
+        for key in order_by:
+            postprocess.infer_type(key.expression, {**types, **out_types})
+        finish = Finish(
+            typed_outputs, having, tuple(order_by), limit_of(tree, "limit"), limit_of(tree, "offset") or 0
+        )
+        top_k = self._top_k(finish)
+        if self._answered_by_randomized_response(where_sql):
+            return self._randomized_response(where_sql, finish)
+        return PrivateQuery(
+            relation=self.relation,
+            where=where_sql,
+            keys=tuple(self.keys),
+            components=tuple(self.components),
+            aggregates=tuple(self.aggregates),
+            finish=finish,
+            text=self.text,
+            histograms=tuple(self.histograms),
+            top_k=top_k,
+        )
+
+    def _answered_by_randomized_response(self, where: exp.Expression | None) -> bool:
+        """A table that opts in answers `COUNT(DISTINCT unit) … WHERE p [GROUP BY public keys]` (or
+        COUNT(*) where every row is a person) by randomized response."""
+        sources = self.relation.sources
+        if len(sources) != 1 or sources[0].policy is None or not sources[0].policy.randomized_response:
+            return False
+        if where is None or len(self.aggregates) != 1 or self.histograms:
+            return False
+        kind = self.aggregates[0].kind
+        counts_persons = kind is AggregateKind.COUNT_UNITS or (
+            kind is AggregateKind.COUNT and self.relation.row_level
+        )
+        if not counts_persons:
+            return False
+        if any(k.public_values is None for k in self.keys):
+            raise NotSupported(
+                f'randomized-response counts of "{self.relation.label}" need public GROUP BY keys',
+                hint="group by columns with public_values, or count without GROUP BY",
+            )
+        return True
+
+    def _randomized_response(self, where: exp.Expression, finish: Finish) -> PrivateQuery:
+        """Every person of the table reports whether WHERE holds on one of their rows; the count is
+        estimated from noisy tallies of the reports (mechanisms.RandomizedResponseCount)."""
+        indicator = exp.Case().when(exp.Paren(this=where), exp.Literal.number(1)).else_(exp.Literal.number(0))
+        any_units = Component(
+            ComponentKind.ANY_UNITS,
+            indicator,
+            Interval(Decimal(0), Decimal(1)),
+            0,
+            identity="any_units",
+            within_interval=True,
+            exact_integer=True,
+        )
+        units = Component(ComponentKind.UNITS, identity="units")
+        aggregate = Aggregate(AggregateKind.COUNT_RESPONSES, (0, 1), PgType.INT8, self.aggregates[0].text)
+        return PrivateQuery(
+            relation=self.relation,
+            where=None,
+            keys=tuple(self.keys),
+            components=(any_units, units),
+            aggregates=(aggregate,),
+            finish=finish,
+            text=self.text,
+            randomized_response=True,
+        )
+
+    def _top_k(self, finish: Finish) -> tuple[int, int] | None:
+        """`GROUP BY … ORDER BY <count or sum> DESC LIMIT k`: the k groups by report-noisy-top-k."""
+        if not self.keys or finish.limit is None or finish.offset or not finish.order_by:
+            return None
+        first = finish.order_by[0]
+        if not first.descending or not isinstance(first.expression, exp.Column):
+            return None
+        name = first.expression.name
+        if name.startswith("__out_"):
+            output = finish.outputs[int(name.removeprefix("__out_"))].expression
+            name = output.name if isinstance(output, exp.Column) else ""
+        if not name.startswith("__agg_"):
+            return None
+        aggregate = self.aggregates[int(name.removeprefix("__agg_"))]
+        if aggregate.kind not in (
+            AggregateKind.COUNT,
+            AggregateKind.COUNT_UNITS,
+            AggregateKind.COUNT_VALUES,
+            AggregateKind.SUM,
+        ):
+            return None
+        return aggregate.components[0], finish.limit
+
+    def _reject_unsupported_clauses(self) -> None:
+        tree = self.tree
+        if tree.find(exp.Window):
+            raise NotSupported(
+                "window functions are not supported in private queries",
+                hint="use GROUP BY with aggregates instead",
+            )
+        for node in tree.walk():
+            if node is tree or not isinstance(node, (exp.Select, exp.Subquery, exp.Exists)):
+                continue
+            # Expression subqueries over public tables were answered and inlined before analysis
+            # (dpproxy.sql.subqueries); whatever subquery is left must be a FROM item.
+            allowed = [
+                a
+                for a in [node, *_ancestors(node, tree)]
+                if isinstance(a, exp.Subquery) and isinstance(a.parent, (exp.From, exp.Join))
+            ]
+            if not allowed:
+                raise NotSupported(
+                    "subqueries are only supported in FROM (row-level, or grouped by the privacy unit) and "
+                    "as uncorrelated IN, EXISTS or scalar subqueries over public tables",
+                    hint="filter with WHERE conditions, or join the table",
+                )
+        if tree.args.get("distinct"):
+            raise NotSupported("SELECT DISTINCT is not supported", hint="use GROUP BY with COUNT(*) instead")
+        for key in ("qualify", "windows", "into", "locks", "prewhere", "connect", "sample"):
+            if tree.args.get(key):
+                raise NotSupported(f"{key.upper()} is not supported in private queries")
+        if tree.args.get("fetch"):
+            raise NotSupported("FETCH FIRST is not supported", hint="use LIMIT")
+
+    def _group_keys(self) -> None:
+        group = self.tree.args.get("group")
+        if group is None:
+            return
+        for key in ("rollup", "cube", "grouping_sets"):
+            if group.args.get(key):
+                raise NotSupported(f"GROUP BY {key.replace('_', ' ').upper()} is not supported")
+        items = self.tree.expressions
+        aliases = {i.alias.lower(): i.this for i in items if isinstance(i, exp.Alias)}
+        scope = self.scope.in_clause("GROUP BY")
+        for node in group.expressions:
+            source = node
+            if isinstance(node, exp.Literal) and not node.is_string:
+                position = select_position(node, "GROUP BY")
+                if not 1 <= position <= len(items):
+                    raise InvalidParameter(f"GROUP BY position {position} is not in select list")
+                item = items[position - 1]
+                source = item.this if isinstance(item, exp.Alias) else item
+            elif (
+                isinstance(node, exp.Column)
+                and not node.table
+                and not any(src.column(node.name.lower()) for src in self.relation.sources)
+                and node.name.lower() in aliases
+            ):
+                source = aliases[node.name.lower()]
+            if source.find(exp.AggFunc):
+                raise GroupingError("aggregate functions are not allowed in GROUP BY")
+            typed = row_expression(source, scope)
+            bare = source.unnest() if isinstance(source, exp.Paren) else source
+            if isinstance(bare, exp.Column) and typed.uses_unit:
+                raise PolicyViolation(
+                    f'GROUP BY the privacy unit "{self.relation.unit_name}" would release one group '
+                    "per person",
+                    hint=f"group by other columns; COUNT(DISTINCT {self.relation.unit_name}) counts persons",
+                )
+            text = typed.sql.sql("postgres")
+            if any(k.text == text for k in self.keys):
+                continue
+            public_values = None
+            if isinstance(bare, exp.Column):
+                _, column = scope.resolve(bare)
+                public_values = column.public_values
+            # Text keys group byte for byte: under a case-insensitive collation 'A' and 'a' would be
+            # one group spelled as whichever row came first (a spelling one person could decide).
+            sql = bytewise_text(typed.sql) if typed.type.is_text else typed.sql
+            self.keys.append(GroupKey(sql, known_type(typed.type), text, public_values))
+
+    def _placeholder_types(self) -> dict[str, PgType]:
+        types = {f"__agg_{i}": a.result_type for i, a in enumerate(self.aggregates)}
+        types.update({f"__key_{j}": k.type for j, k in enumerate(self.keys)})
+        return types
+
+    def _key_index(self, node: exp.Expression, clause: str) -> int | None:
+        if not self.keys or node.find(exp.AggFunc):
+            return None
+        if isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+            return None
+        try:
+            typed = row_expression(node, self.scope.in_clause(clause))
+        except DPProxyError:
+            return None
+        text = typed.sql.sql("postgres")
+        for j, key in enumerate(self.keys):
+            if key.text == text:
+                return j
+        return None
+
+    def _finish_expression(self, node: exp.Expression, clause: str) -> exp.Expression:
+        """Replace aggregates and group keys by placeholders; reject references to raw values."""
+
+        def substitute(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, (exp.AggFunc, exp.Filter, exp.WithinGroup)):
+                return aggregate_placeholder(self._aggregate(n))
+            j = self._key_index(n, clause)
+            if j is not None:
+                return key_placeholder(j)
+            if isinstance(n, exp.Column):
+                _, column = self.scope.in_clause(clause).resolve(n)
+                if column.is_unit:
+                    raise PolicyViolation(
+                        f'the privacy unit "{column.name}" cannot be returned',
+                        hint=f"COUNT(DISTINCT {column.name}) counts persons",
+                    )
+                raise GroupingError(
+                    f'column "{n.sql("postgres")}" must appear in the GROUP BY clause or be used in an '
+                    "aggregate function",
+                    hint="dpproxy never returns raw values of a protected table",
+                )
+            if isinstance(n, exp.Star):
+                raise PolicyViolation("SELECT * would return raw rows of a protected table")
+            for child in list(n.iter_expressions()):
+                replacement = substitute(child)
+                if replacement is not child:
+                    child.replace(replacement)
+            return n
+
+        return substitute(node.copy())
+
+    def _order_by(self, output_names: list[str]) -> list[SortKey]:
+        order = self.tree.args.get("order")
+        if order is None:
+            return []
+        keys = []
+        for ordered in order.expressions:
+            node = ordered.this
+            if isinstance(node, exp.Literal) and not node.is_string:
+                position = select_position(node, "ORDER BY")
+                if not 1 <= position <= len(output_names):
+                    raise InvalidParameter(f"ORDER BY position {position} is not in select list")
+                expression: exp.Expression = output_placeholder(position - 1)
+            elif (
+                isinstance(node, exp.Column)
+                and not node.table
+                and node.name in output_names
+                and (output_names.count(node.name) == 1)
+            ):
+                expression = output_placeholder(output_names.index(node.name))
+            else:
+                expression = self._finish_expression(node, "ORDER BY")
+            keys.append(
+                SortKey(expression, bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first")))
+            )
+        return keys

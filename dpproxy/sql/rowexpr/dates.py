@@ -1,0 +1,112 @@
+"""Dates and times in row expressions: date_trunc and extract on every engine alike, and the
+clamping of stored values into years 1–9999 (what both engines and Python can hold)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlglot import exp
+
+from dpproxy.errors import InvalidParameter, NotSupported, UndefinedFunction
+from dpproxy.sql import numbers
+from dpproxy.sql.intervals import Interval
+from dpproxy.sql.rowexpr.constants import string_argument
+from dpproxy.sql.rowexpr.typed import Typed, typed_node
+from dpproxy.sql.types import SQLGLOT_SCHEMA_TYPE, PgType
+
+DATE_TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
+
+EXTRACT_FIELDS = (
+    "year",
+    "quarter",
+    "month",
+    "week",
+    "day",
+    "dow",
+    "isodow",
+    "doy",
+    "hour",
+    "minute",
+    "isoyear",
+)
+
+
+# Dates and times are read within years 1–9999: what both engines and Python represent. PostgreSQL
+# also stores 'infinity', years before 1 and after 9999, on which casts, extract() and reading the
+# value back would fail (a failure that would depend on one row), and DuckDB returns them altered.
+_TEMPORAL_RANGE = {
+    PgType.DATE: ("0001-01-01", "9999-12-31", "DATE"),
+    PgType.TIMESTAMP: ("0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", "TIMESTAMP"),
+    PgType.TIMESTAMPTZ: ("0001-01-01 00:00:00+00", "9999-12-31 23:59:59.999999+00", "TIMESTAMPTZ"),
+}
+
+
+def clamp_temporal(value: exp.Expression, pg_type: PgType) -> exp.Expression:
+    """A date or time column's value moved into years 1–9999 (±infinity to the ends), NULL kept."""
+    lo_text, hi_text, type_name = _TEMPORAL_RANGE[pg_type]
+    lo, hi = (
+        numbers.cast(exp.Literal.string(lo_text), type_name),
+        numbers.cast(exp.Literal.string(hi_text), type_name),
+    )
+    case = (
+        exp.Case()
+        .when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
+        .when(exp.LT(this=value.copy(), expression=lo.copy()), lo)
+        .when(exp.GT(this=value.copy(), expression=hi.copy()), hi)
+        .else_(value.copy())
+    )
+    return typed_node(exp.Paren(this=case), pg_type)
+
+
+class DateRules:
+    """The date and time rules of RowExpressionChecker (a mixin: `check` and `scope` are the checker's)."""
+
+    def _temporal(self, node: exp.Expression | None, what: str) -> Typed:
+        assert node is not None
+        typed = self.check(node)
+        if not typed.type.is_temporal:
+            raise UndefinedFunction(
+                f"{what} needs a date or timestamp, but {node.sql('postgres')} is {typed.type.value}"
+            )
+        return typed
+
+    def _date_trunc(self, node: exp.Expression) -> Typed:
+        unit = string_argument(node.args.get("unit"), "the unit of date_trunc()").lower()
+        if unit not in DATE_TRUNC_UNITS:
+            raise InvalidParameter(
+                f"date_trunc unit {unit!r} is not recognised",
+                hint=f"use one of {', '.join(DATE_TRUNC_UNITS)}",
+            )
+        inner = self._temporal(node.this, "date_trunc()")
+        # PostgreSQL truncates a date as a timestamptz and DuckDB returns a date: truncating an
+        # explicit timestamp and naming the result type keeps both engines in agreement.
+        source = inner.sql
+        result = PgType.TIMESTAMPTZ if inner.type is PgType.TIMESTAMPTZ else PgType.TIMESTAMP
+        if inner.type is PgType.DATE:
+            source = exp.Cast(this=source, to=exp.DataType.build("TIMESTAMP"))
+        trunc = exp.TimestampTrunc(this=source, unit=exp.Var(this=unit.upper()))
+        sql = exp.Cast(this=trunc, to=exp.DataType.build(SQLGLOT_SCHEMA_TYPE[result]))
+        return Typed(typed_node(sql, result), result, None, inner.uses_unit, inner.constant)
+
+    def _extract(self, node: exp.Expression) -> Typed:
+        field = string_argument(node.this, "the field of extract()").lower()
+        if field not in EXTRACT_FIELDS:
+            raise InvalidParameter(
+                f"extract field {field!r} is not supported", hint=f"use one of {', '.join(EXTRACT_FIELDS)}"
+            )
+        inner = self._temporal(node.expression, "extract()")
+        if inner.type is PgType.DATE and field in ("hour", "minute"):
+            raise NotSupported(
+                f'unit "{field}" not supported for type date ({self.scope.clause})',
+                hint="a date has no time of day; extract it from a timestamp",
+            )
+        extract = exp.Extract(this=exp.Var(this=field.upper()), expression=inner.sql)
+        # PostgreSQL's extract() is numeric; these fields are whole numbers on every engine.
+        sql = exp.Cast(this=extract, to=exp.DataType.build("BIGINT"))
+        return Typed(
+            typed_node(sql, PgType.INT8),
+            PgType.NUMERIC,
+            Interval(Decimal(-300000), Decimal(300000)),
+            inner.uses_unit,
+            inner.constant,
+        )

@@ -1,0 +1,121 @@
+"""One statement's text: parsing it (PostgreSQL's dialect, exactly one statement), binding its
+parameters $1, $2, … to constants before planning, and inferring their types from where they stand,
+as PostgreSQL does for an untyped Parse. Nothing here knows the policy's rules or runs SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from dpproxy.errors import InvalidParameter, SyntaxProblem
+from dpproxy.policy import Policy
+from dpproxy.sql import literals, postprocess
+from dpproxy.sql.types import PgType, from_column_type, from_sqlglot
+
+
+def parse_statement(sql: str) -> exp.Expression:
+    """Parse exactly one PostgreSQL statement."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    except ParseError as e:
+        detail = e.errors[0]["description"] if e.errors else str(e)
+        raise SyntaxProblem(
+            f"syntax error: {detail}", hint="dpproxy reads PostgreSQL's SQL dialect"
+        ) from None
+    except sqlglot.errors.TokenError as e:
+        raise SyntaxProblem(f"syntax error: {e}") from None
+    if not statements:
+        raise SyntaxProblem("empty query")
+    if len(statements) > 1:
+        raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
+    return statements[0]
+
+
+def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expression:
+    """Replace $1, $2, … by constants before planning, so a plan never depends on later values."""
+
+    def substitute(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+            index = int(node.this.this)
+            if not 1 <= index <= len(params):
+                raise InvalidParameter(
+                    f"there is no parameter ${index}",
+                    hint=f"the statement was given {len(params)} parameter(s)",
+                )
+            value = literals.constant(params[index - 1])
+            # In parentheses, a number is a value wherever it stands: ORDER BY $1 sorts by a constant
+            # in PostgreSQL, where ORDER BY 1 would name the first column.
+            return (
+                value
+                if isinstance(value, exp.Paren) or not isinstance(value, exp.Literal) or value.is_string
+                else exp.Paren(this=value)
+            )
+        if isinstance(node, exp.Placeholder):
+            raise InvalidParameter("use $1, $2, … for parameters")
+        return node
+
+    if not params and not any(isinstance(n, (exp.Parameter, exp.Placeholder)) for n in tree.walk()):
+        return tree
+    return tree.transform(substitute, copy=True)
+
+
+def parameter_count(tree: exp.Expression) -> int:
+    """The highest $n the statement uses."""
+    numbers = [
+        int(n.this.this)
+        for n in tree.walk()
+        if isinstance(n, exp.Parameter) and isinstance(n.this, exp.Literal) and not n.this.is_string
+    ]
+    return max(numbers, default=0)
+
+
+def infer_parameter_types(
+    tree: exp.Expression, policy: Policy, given: Sequence[PgType | None] = ()
+) -> tuple[PgType, ...]:
+    """Types of $1…$n from where they stand, as PostgreSQL infers them for an untyped Parse.
+
+    `age > $1` → the column's type; LIMIT $1 → bigint; LIKE $1 → text; arithmetic → the other
+    operand's type; anything else → text. Types the client gave (non-None) are kept.
+    """
+    count = max(parameter_count(tree), len(given))
+    types: list[PgType | None] = [given[i] if i < len(given) else None for i in range(count)]
+    tables = [policy.table(t.name.lower()) for t in tree.find_all(exp.Table)]
+    columns = {c.name: from_column_type(c.type) for t in tables if t is not None for c in t.columns}
+
+    def type_of(node: exp.Expression | None) -> PgType | None:
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if isinstance(node, exp.Column):
+            return columns.get(node.name.lower())
+        if isinstance(node, exp.Literal) and not node.is_string:
+            return postprocess.literal_type(node)
+        if isinstance(node, exp.Cast):
+            return from_sqlglot(node.args["to"])
+        return None
+
+    for node in tree.walk():
+        if not (isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal)):
+            continue
+        index = int(node.this.this) - 1
+        if types[index] is not None:
+            continue
+        parent = node.parent
+        while isinstance(parent, exp.Paren):
+            parent = parent.parent
+        guess: PgType | None = None
+        if isinstance(parent, (exp.Limit, exp.Offset)):
+            guess = PgType.INT8
+        elif isinstance(parent, (exp.Like, exp.ILike)):
+            guess = PgType.TEXT
+        elif isinstance(parent, (exp.Between, exp.In)):
+            guess = type_of(parent.this)
+        elif isinstance(parent, exp.Binary):
+            other = parent.right if parent.left is node else parent.left
+            guess = type_of(other)
+        elif isinstance(parent, exp.Cast):
+            guess = from_sqlglot(parent.args["to"])
+        types[index] = guess if guess not in (None, PgType.UNKNOWN) else PgType.TEXT
+    return tuple(t or PgType.TEXT for t in types)
