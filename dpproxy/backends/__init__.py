@@ -2,7 +2,8 @@
 
 This package owns the connection to the backing database (embedded DuckDB or PostgreSQL), the
 lock-down of that connection (read-only, no file or network access from SQL), and the list of live
-tables and columns with their types normalised to `ColumnType`.
+tables and columns with their types normalised to `ColumnType` (by `normalise_type`, which lives with
+the type names in `dpproxy.policy.types` and is re-exported here).
 
 A backend must never see noise, policies, budgets or analysts: it runs the SQL the engine wrote and
 returns the true rows. Its exceptions (`BackendError`) carry the driver's text for the operator's
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from dpproxy.policy import ColumnType
+# The one table of type names: a live column's type means what the same name means in a policy.
+from dpproxy.policy.types import ColumnType, normalise_type
 
 
 @dataclass(frozen=True)
@@ -127,74 +129,6 @@ class Backend(ABC):
         self.close()
 
 
-# Native type names (lower case, parameters stripped) of both engines → ColumnType. Unsigned and
-# tiny integers map to the smallest signed type that holds all their values.
-_TYPE_NAMES: dict[str, ColumnType] = {
-    "smallint": ColumnType.SMALLINT,
-    "int2": ColumnType.SMALLINT,
-    "int16": ColumnType.SMALLINT,
-    "short": ColumnType.SMALLINT,
-    "tinyint": ColumnType.SMALLINT,
-    "int1": ColumnType.SMALLINT,
-    "utinyint": ColumnType.SMALLINT,
-    "integer": ColumnType.INTEGER,
-    "int": ColumnType.INTEGER,
-    "int4": ColumnType.INTEGER,
-    "int32": ColumnType.INTEGER,
-    "signed": ColumnType.INTEGER,
-    "usmallint": ColumnType.INTEGER,
-    "bigint": ColumnType.BIGINT,
-    "int8": ColumnType.BIGINT,
-    "int64": ColumnType.BIGINT,
-    "long": ColumnType.BIGINT,
-    "uinteger": ColumnType.BIGINT,
-    "numeric": ColumnType.NUMERIC,
-    "decimal": ColumnType.NUMERIC,
-    "real": ColumnType.REAL,
-    "float4": ColumnType.REAL,
-    # DuckDB's FLOAT is 4 bytes; PostgreSQL always reports its floats as real / double precision.
-    "float": ColumnType.REAL,
-    "double precision": ColumnType.DOUBLE,
-    "double": ColumnType.DOUBLE,
-    "float8": ColumnType.DOUBLE,
-    "text": ColumnType.TEXT,
-    "string": ColumnType.TEXT,
-    "varchar": ColumnType.VARCHAR,
-    "character varying": ColumnType.VARCHAR,
-    "char": ColumnType.VARCHAR,
-    "character": ColumnType.VARCHAR,
-    "bpchar": ColumnType.VARCHAR,
-    "boolean": ColumnType.BOOLEAN,
-    "bool": ColumnType.BOOLEAN,
-    "logical": ColumnType.BOOLEAN,
-    "date": ColumnType.DATE,
-    "timestamp": ColumnType.TIMESTAMP,
-    "timestamp without time zone": ColumnType.TIMESTAMP,
-    "datetime": ColumnType.TIMESTAMP,
-    "timestamp_us": ColumnType.TIMESTAMP,
-    "timestamp_ms": ColumnType.TIMESTAMP,
-    "timestamp_s": ColumnType.TIMESTAMP,
-    "timestamp_ns": ColumnType.TIMESTAMP,
-    "timestamptz": ColumnType.TIMESTAMPTZ,
-    "timestamp with time zone": ColumnType.TIMESTAMPTZ,
-}
-
-_TYPE_PARAMETERS = re.compile(r"\s*\([^)]*\)")
-
-
-def normalise_type(sql_type: str) -> ColumnType | None:
-    """Map a native type name of PostgreSQL or DuckDB to a ColumnType; None if unsupported.
-
-    >>> normalise_type("numeric(12,2)"), normalise_type("DECIMAL(12,2)"), normalise_type("INTEGER[]")
-    (<ColumnType.NUMERIC: 'numeric'>, <ColumnType.NUMERIC: 'numeric'>, None)
-    """
-    text = sql_type.strip().lower()
-    if "[" in text:  # arrays: integer[] (PostgreSQL), INTEGER[] or INTEGER[3] (DuckDB)
-        return None
-    text = _TYPE_PARAMETERS.sub("", text)  # numeric(12,2), timestamp(3) with time zone
-    return _TYPE_NAMES.get(" ".join(text.split()))
-
-
 _PG_URL = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 _PG_KEYWORDS = re.compile(r"(^|\s)(dbname|host)\s*=")
 _DUCKDB_SUFFIXES = (".duckdb", ".db")
@@ -205,13 +139,20 @@ DSN_FORMS = (
 )
 
 
-def open_backend(dsn: str) -> Backend:
-    """Open the backend a DSN names; DuckDB files are opened read-only and locked down."""
+def open_backend(dsn: str, *, acquire_timeout_s: float | None = None) -> Backend:
+    """Open the backend a DSN names; DuckDB files are opened read-only and locked down.
+
+    `acquire_timeout_s`: how long a PostgreSQL query waits for a pooled connection before the
+    database counts as unreachable (None: `postgres.DEFAULT_ACQUIRE_TIMEOUT_S`). DuckDB has no pool
+    and ignores it.
+    """
     # Imported here so that a DuckDB-only deployment never loads psycopg and vice versa.
     if _PG_URL.match(dsn) or _PG_KEYWORDS.search(dsn):
-        from dpproxy.backends.postgres import PostgresBackend
+        from dpproxy.backends.postgres import DEFAULT_ACQUIRE_TIMEOUT_S, PostgresBackend
 
-        return PostgresBackend(dsn)
+        if acquire_timeout_s is None:
+            acquire_timeout_s = DEFAULT_ACQUIRE_TIMEOUT_S
+        return PostgresBackend(dsn, acquire_timeout_s=acquire_timeout_s)
     path: str | None = None
     if dsn.startswith("duckdb:"):
         path = dsn.removeprefix("duckdb:")

@@ -26,8 +26,8 @@ from dpproxy.backends import (
     Cancellation,
     LiveColumn,
     QueryCancelled,
-    normalise_type,
 )
+from dpproxy.policy.types import normalise_type
 
 # Settings that close every door from SQL to the outside; `lock_configuration` then freezes them.
 LOCKDOWN: dict[str, bool | str] = {

@@ -28,10 +28,13 @@ from dpproxy.backends import (
     Cancellation,
     LiveColumn,
     QueryCancelled,
-    normalise_type,
 )
+from dpproxy.policy.types import normalise_type
 
 DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
+# How long a query waits for a free pooled connection (all busy, or being replaced after the server
+# dropped them) before the database counts as unreachable and the query fails without running.
+DEFAULT_ACQUIRE_TIMEOUT_S = 30.0
 
 _TABLES_SQL = """
 SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
@@ -98,7 +101,7 @@ class PostgresBackend(Backend):
         max_size: int = 10,
         statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         connect_timeout_s: float = 5.0,
-        acquire_timeout_s: float = 30.0,
+        acquire_timeout_s: float = DEFAULT_ACQUIRE_TIMEOUT_S,
     ) -> None:
         self.description = _describe(dsn)
         self._statement_timeout_ms = int(statement_timeout_ms)

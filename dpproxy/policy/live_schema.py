@@ -1,0 +1,99 @@
+"""A policy against the live schema: do its tables and columns exist, with types it can trust?
+
+This module owns `check_against_schema` and what "compatible" means: a policy type accepts a live
+type whose every value is a value of the declared type (a narrower integer, an exactly representable
+integer for a fractional type, text for varchar and back). Live columns the policy does not list are
+fine: they are simply not exposed. `LiveColumnLike` is the shape of a live column it reads.
+
+It must never import a backend or touch data (dependencies point down): it works on the column list
+the caller got from the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from dpproxy.policy.model import Policy
+from dpproxy.policy.types import ColumnType
+
+
+class LiveColumnLike(Protocol):
+    """A column as the backend reports it (dpproxy.backends.LiveColumn satisfies this)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def type(self) -> ColumnType | None: ...  # None: a type dpproxy does not support
+
+    @property
+    def sql_type(self) -> str: ...  # the database's own spelling, for messages
+
+
+# Within a family, a policy type accepts any live type of equal or lower rank: every value the live
+# column can hold is then a value of the declared type. Fractional policy types accept exactly
+# representable integer types.
+_ACCEPTS: dict[ColumnType, frozenset[ColumnType]] = {
+    ColumnType.SMALLINT: frozenset({ColumnType.SMALLINT}),
+    ColumnType.INTEGER: frozenset({ColumnType.SMALLINT, ColumnType.INTEGER}),
+    ColumnType.BIGINT: frozenset({ColumnType.SMALLINT, ColumnType.INTEGER, ColumnType.BIGINT}),
+    ColumnType.NUMERIC: frozenset(
+        {ColumnType.SMALLINT, ColumnType.INTEGER, ColumnType.BIGINT, ColumnType.NUMERIC}
+    ),
+    ColumnType.REAL: frozenset({ColumnType.SMALLINT, ColumnType.REAL}),
+    ColumnType.DOUBLE: frozenset(
+        {ColumnType.SMALLINT, ColumnType.INTEGER, ColumnType.REAL, ColumnType.DOUBLE}
+    ),
+    ColumnType.TEXT: frozenset({ColumnType.TEXT, ColumnType.VARCHAR}),
+    ColumnType.VARCHAR: frozenset({ColumnType.TEXT, ColumnType.VARCHAR}),
+    ColumnType.BOOLEAN: frozenset({ColumnType.BOOLEAN}),
+    ColumnType.DATE: frozenset({ColumnType.DATE}),
+    ColumnType.TIMESTAMP: frozenset({ColumnType.TIMESTAMP}),
+    ColumnType.TIMESTAMPTZ: frozenset({ColumnType.TIMESTAMPTZ}),
+}
+
+
+def check_against_schema(policy: Policy, live: Mapping[str, Sequence[LiveColumnLike]]) -> list[str]:
+    """Problems between the policy and the live schema the backend reports; empty when they agree.
+
+    `live` maps a table name (or "schema.table") to its columns. Live columns of a protected table
+    that the policy does not list are fine: they are simply not exposed.
+    """
+    problems: list[str] = []
+    for table in policy.tables:
+        path = f"tables.{table.name}"
+        qualified = f"{table.schema}.{table.name}" if table.schema else table.name
+        live_columns = live.get(qualified)
+        if live_columns is None:
+            live_columns = live.get(table.name)
+        if live_columns is None:
+            problems.append(
+                f"{policy.source}: {path}: the database has no table {qualified}; "
+                "create it, fix the table name (or its `schema:`), or remove it from the policy"
+            )
+            continue
+        by_name = {column.name: column for column in live_columns}
+        for column in table.columns:
+            column_path = f"{path}.columns.{column.name}"
+            found = by_name.get(column.name)
+            if found is None:
+                problems.append(
+                    f"{policy.source}: {column_path}: the database table {qualified} has no column "
+                    f"{column.name}; fix the column name or remove it from the policy"
+                )
+            elif found.type is None:
+                problems.append(
+                    f"{policy.source}: {column_path}: the database column {qualified}.{column.name} has type "
+                    f"{found.sql_type}, which dpproxy does not support; remove the column from the policy, "
+                    "or expose a view that casts it to a supported type"
+                )
+            elif found.type not in _ACCEPTS[column.type]:
+                widest = found.type.is_number and column.type.is_number
+                what = "wider than" if widest else "incompatible with"
+                problems.append(
+                    f"{policy.source}: {column_path}: the database column {qualified}.{column.name} is "
+                    f"{found.sql_type}, {what} the policy's {column.type}; declare `type: {found.type}` "
+                    "in the policy (and check its bounds)"
+                )
+    return problems

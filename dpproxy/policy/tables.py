@@ -1,0 +1,218 @@
+"""The `tables:` section of a policy file: which tables analysts may query, and who is in each row.
+
+This module owns reading a table entry into `TablePolicy`: public or protected, its schema, and for
+a protected table the privacy unit (a listed column, or `row`), the contribution limits
+(max_groups_per_unit, max_rows_per_unit, within 1..MAX_CONTRIBUTIONS), row bounding and randomized
+response. Columns are read by `dpproxy.policy.columns`, told which column is the unit.
+
+It must never see a database: whether the tables exist with these columns is checked by
+`dpproxy.policy.live_schema` against what a backend reports.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from dpproxy.policy.columns import read_columns
+from dpproxy.policy.marked_yaml import Node
+from dpproxy.policy.model import ROW_BOUNDING, ColumnPolicy, TablePolicy, is_valid_name
+from dpproxy.policy.problems import Problems
+from dpproxy.policy.readers import (
+    check_keys,
+    check_names,
+    read_boolean,
+    read_integer,
+    read_mapping,
+    read_text,
+)
+
+# A person contributing to more groups or rows than this is not a contribution *bound*; a larger
+# value is almost certainly a slip of the data owner (and would drown every answer in noise).
+MAX_CONTRIBUTIONS = 1000
+
+_PROTECTED_TABLE_KEYS = (
+    "public",
+    "privacy_unit",
+    "max_groups_per_unit",
+    "max_rows_per_unit",
+    "row_bounding",
+    "randomized_response",
+    "schema",
+    "columns",
+)
+_PUBLIC_TABLE_KEYS = ("public", "schema", "columns")
+
+
+def read_tables(node: Node, p: Problems) -> tuple[TablePolicy, ...]:
+    entries = read_mapping(node, "tables", p, example="{patients: {privacy_unit: ..., columns: {...}}}")
+    if entries is None:
+        return ()
+    if not entries:
+        p.add(node.line, "tables", "no tables are listed", "list at least one table analysts may query")
+        return ()
+    check_names(node, "tables", p, kind="table")
+    tables = []
+    for name, child in entries.items():
+        table = _read_table(name, child, p)
+        if table is not None:
+            tables.append(table)
+    return tuple(tables)
+
+
+def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
+    path = f"tables.{name}"
+    entries = read_mapping(
+        node, path, p, example="{public: true} or {privacy_unit: <column or row>, columns: {...}}"
+    )
+    if entries is None:
+        return None
+    public = False
+    if "public" in entries:
+        public = bool(read_boolean(entries["public"], f"{path}.public", p))
+
+    schema = None
+    if "schema" in entries:
+        child = entries["schema"]
+        schema = read_text(child, f"{path}.schema", p, fix="write the schema name, e.g. public")
+        if schema is not None and not is_valid_name(schema):
+            p.add(
+                child.line,
+                f"{path}.schema",
+                f"`{schema}` is not a valid schema name",
+                "use lowercase letters, digits and _, not starting with a digit",
+            )
+            schema = None
+
+    if public:
+        privacy_keys = {
+            key: "a public table has no privacy unit or contribution limits (set public: false to protect it)"
+            for key in (
+                "privacy_unit",
+                "max_groups_per_unit",
+                "max_rows_per_unit",
+                "row_bounding",
+                "randomized_response",
+            )
+        }
+        check_keys(node, path, p, _PUBLIC_TABLE_KEYS, refused=privacy_keys)
+        columns: tuple[ColumnPolicy, ...] = ()
+        if "columns" in entries and not (
+            entries["columns"].kind == "scalar" and entries["columns"].value is None
+        ):
+            columns = read_columns(
+                entries["columns"], f"{path}.columns", p, public=True, unit=None, unit_known=True
+            )
+        return TablePolicy(name=name, columns=columns, public=True, schema=schema)
+
+    check_keys(node, path, p, _PROTECTED_TABLE_KEYS)
+    unit_text = None
+    if "privacy_unit" not in entries:
+        p.add(
+            node.owner_line,
+            f"{path}.privacy_unit",
+            "missing: a protected table needs a privacy unit",
+            "name the column identifying the person a row belongs to, or write `row` when each row is a "
+            "different person, or set `public: true` if the table holds no personal data",
+        )
+    else:
+        unit_text = read_text(
+            entries["privacy_unit"],
+            f"{path}.privacy_unit",
+            p,
+            fix="name a column of this table, or write row",
+        )
+    limits = {}
+    for key in ("max_groups_per_unit", "max_rows_per_unit"):
+        limits[key] = 1
+        if key not in entries:
+            continue
+        child = entries[key]
+        value = read_integer(child, f"{path}.{key}", p)
+        if value is None:
+            continue
+        if unit_text == "row" and value != 1:
+            p.add(
+                child.line,
+                f"{path}.{key}",
+                "must be 1 when the privacy unit is `row` (each row is one person)",
+                f"remove `{key}`, or name the column identifying the person as privacy_unit",
+            )
+        elif not 1 <= value <= MAX_CONTRIBUTIONS:
+            p.add(
+                child.line,
+                f"{path}.{key}",
+                f"must be between 1 and {MAX_CONTRIBUTIONS}",
+                "give the most a single person may contribute; a larger value is almost certainly a "
+                "mistake and would drown every answer in noise",
+            )
+        else:
+            limits[key] = value
+
+    randomized = False
+    if "randomized_response" in entries:
+        randomized = bool(read_boolean(entries["randomized_response"], f"{path}.randomized_response", p))
+    row_bounding = "clamp"
+    if "row_bounding" in entries:
+        child = entries["row_bounding"]
+        value_text = read_text(child, f"{path}.row_bounding", p, fix="write clamp or sample")
+        if value_text is not None and value_text not in ROW_BOUNDING:
+            p.add(
+                child.line,
+                f"{path}.row_bounding",
+                f"`{value_text}` is not a row bounding",
+                "write clamp or sample",
+            )
+        elif value_text is not None:
+            row_bounding = value_text
+
+    columns_node = entries.get("columns")
+    if columns_node is None or (columns_node.kind == "scalar" and columns_node.value is None):
+        p.add(
+            node.owner_line if columns_node is None else columns_node.line,
+            f"{path}.columns",
+            "missing: a protected table must list the columns analysts may use",
+            "add `columns:` with each column's type (and bounds for summed numbers)",
+        )
+        return None
+    if columns_node.kind != "map":
+        read_columns(columns_node, f"{path}.columns", p, public=False, unit=None, unit_known=False)
+        return None
+    column_entries = columns_node.value
+
+    unit = None
+    if unit_text is not None:
+        unit_line = entries["privacy_unit"].line
+        if unit_text == "row":
+            if "row" in column_entries:
+                p.add(
+                    unit_line,
+                    f"{path}.privacy_unit",
+                    "`row` is ambiguous: the table also lists a column named row",
+                    "rename the column in the policy's view or name the unit column explicitly",
+                )
+        elif unit_text in column_entries:
+            unit = unit_text
+        else:
+            close = difflib.get_close_matches(unit_text, list(column_entries), n=1, cutoff=0.6)
+            hint = (
+                f"did you mean `{close[0]}`?" if close else "name one of the listed columns, or write `row`"
+            )
+            p.add(unit_line, f"{path}.privacy_unit", f"`{unit_text}` is not a listed column", hint)
+            unit_text = None
+    # With the unit unknown, any number column might be it: do not ask for bounds on them yet.
+    columns = read_columns(
+        columns_node, f"{path}.columns", p, public=False, unit=unit, unit_known=unit_text is not None
+    )
+    if not columns or unit_text is None:
+        return None
+    return TablePolicy(
+        name=name,
+        columns=columns,
+        public=False,
+        privacy_unit=unit,
+        max_groups_per_unit=limits["max_groups_per_unit"],
+        max_rows_per_unit=limits["max_rows_per_unit"],
+        schema=schema,
+        row_bounding=row_bounding,
+        randomized_response=randomized,
+    )

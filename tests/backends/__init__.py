@@ -1,0 +1,1 @@
+"""Tests of dpproxy.backends: the contract both engines keep, and each engine's own guarantees."""

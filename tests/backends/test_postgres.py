@@ -1,0 +1,77 @@
+"""The PostgreSQL backend's sessions: read-only even after a SET, a statement timeout, an unreachable
+server reported quickly, and connections replaced after the server dropped them.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpproxy.backends import BackendError, BackendUnreachable, open_backend
+from dpproxy.backends.postgres import PostgresBackend
+
+
+def test_postgres_sessions_are_read_only_even_after_a_set(pg_conn: psycopg.Connection, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (x integer)")
+    with PostgresBackend(pg_dsn, min_size=1, max_size=1) as backend:
+        with pytest.raises(BackendError):
+            backend.run("INSERT INTO t VALUES (1)")
+        # A statement that turns the session writable is rolled back with its transaction…
+        with pytest.raises(BackendError):
+            backend.run("SET default_transaction_read_only = off")  # runs, but returns no rows
+        assert backend.run("SELECT set_config('default_transaction_read_only', 'off', false)") == [("off",)]
+        # …so the next statement on the same (only) connection still cannot write.
+        with pytest.raises(BackendError):
+            backend.run("INSERT INTO t VALUES (2)")
+        assert backend.run("SHOW default_transaction_read_only") == [("on",)]
+    assert pg_conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_postgres_statement_timeout(pg_dsn: str) -> None:
+    with PostgresBackend(pg_dsn, statement_timeout_ms=200) as backend:
+        started = time.monotonic()
+        with pytest.raises(BackendError) as caught:
+            backend.run("SELECT pg_sleep(10)")
+        assert time.monotonic() - started < 5
+        assert not isinstance(caught.value, BackendUnreachable)
+        assert backend.run("SELECT 1") == [(1,)]
+
+
+def test_postgres_unreachable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        started = time.monotonic()
+        with pytest.raises(BackendUnreachable) as caught:
+            open_backend(f"postgresql://nobody:hunter2@127.0.0.1:{port}/nothing")
+        assert time.monotonic() - started < 10
+    assert "hunter2" not in str(caught.value)
+
+
+def test_postgres_recovers_from_dropped_connections(pg_conn: psycopg.Connection, pg_dsn: str) -> None:
+    with PostgresBackend(pg_dsn, min_size=2, max_size=2) as backend:
+        assert backend.run("SELECT 1") == [(1,)]
+        pg_conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert backend.run("SELECT 2") == [(2,)]
+
+
+def test_postgres_waits_acquire_timeout_for_a_connection_then_is_unreachable(
+    pg_cluster: Any, pg_dsn: str
+) -> None:
+    # The database is dropped under the pool: its connections die and none can replace them, so the
+    # query waits for one as long as open_backend was told (the default is half a minute).
+    with open_backend(pg_dsn, acquire_timeout_s=1) as backend:
+        assert backend.run("SELECT 1") == [(1,)]
+        with psycopg.connect(pg_cluster.dsn("postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{pg_dsn.rsplit("/", 1)[1]}" WITH (FORCE)')
+        started = time.monotonic()
+        with pytest.raises(BackendUnreachable):
+            backend.run("SELECT 1")
+        assert time.monotonic() - started < 10

@@ -1,0 +1,1 @@
+"""Tests of dpproxy.policy, one module per part of the package."""
