@@ -15,7 +15,7 @@ import pytest
 
 from dpproxy.backends import Backend, BackendUnreachable, Cancellation, LiveColumn, QueryCancelled
 from dpproxy.backends.duckdb import DuckDBBackend
-from dpproxy.budget import SQLiteLedger
+from dpproxy.budget.sqlite import SQLiteLedger
 from dpproxy.engine import Engine
 from dpproxy.errors import BackendUnavailable, DPProxyError, QueryCanceled
 from dpproxy.policy import parse_policy

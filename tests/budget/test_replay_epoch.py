@@ -19,7 +19,7 @@ import pytest
 
 from dpproxy.backends import Backend, BackendUnreachable, Cancellation, LiveColumn, open_backend
 from dpproxy.backends.duckdb import DuckDBBackend
-from dpproxy.budget import SQLiteLedger
+from dpproxy.budget.sqlite import SQLiteLedger
 from dpproxy.engine import Engine
 from dpproxy.errors import BackendUnavailable
 from dpproxy.policy import Policy, parse_policy

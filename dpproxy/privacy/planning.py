@@ -1,0 +1,237 @@
+"""One query's noise and cost: plan_query_noise and QueryNoise.
+
+This module owns how a query's (ε, δ) is split over the values it releases (aggregate components,
+selectors, partition selection) under pure or zCDP accounting, and the check that the planned cost
+never exceeds the request. Each part is built by noise, selection or selectors, and its cost is read
+from its OpenDP map; nothing here draws.
+
+It never sees SQL, rows or group keys: only (sensitivity, max_groups) per component, the group limit
+of partition selection, and the selector requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from dpproxy.errors import InvalidParameter
+from dpproxy.policy import Mechanism
+from dpproxy.privacy.accounting import (
+    Accounting,
+    Cost,
+    even_share,
+    remainder,
+    rho_for,
+    sum_up,
+    zcdp_to_approx_dp,
+)
+from dpproxy.privacy.checks import check_positive, check_unit_limits
+from dpproxy.privacy.noise import NoiseSpec, gaussian_noise, laplace_noise
+from dpproxy.privacy.selection import SelectionSpec, gaussian_partition_selection, partition_selection
+from dpproxy.privacy.selectors import (
+    ModeRequest,
+    QuantileRequest,
+    SelectorRequest,
+    SelectorSpec,
+    TopKRequest,
+    selector_for,
+)
+
+
+def _accounting(value: Accounting | str) -> Accounting:
+    if isinstance(value, Accounting):
+        return value
+    try:
+        return Accounting(value)
+    except ValueError:
+        raise InvalidParameter(f"unknown privacy accounting {value!r}: use pure or zcdp") from None
+
+
+@dataclass(frozen=True)
+class QueryNoise:
+    columns: tuple[NoiseSpec, ...]  # one per released aggregate component, in the order requested
+    selection: SelectionSpec | None
+    cost: Cost  # what the ledger charges: (ε, δ) under pure accounting; (ρ, δ) (+ display ε) under zCDP
+    selectors: tuple[SelectorSpec, ...] = ()  # one per SelectorRequest, in the order requested
+    accounting: Accounting = Accounting.PURE
+    conversion_delta: float = 0.0  # zCDP: the δ at which cost.epsilon holds (the request's)
+
+    @property
+    def approx_dp(self) -> Cost:
+        """The (ε, δ) this query alone satisfies, for display."""
+        if self.accounting == Accounting.PURE:
+            return Cost(self.cost.epsilon, self.cost.delta)
+        return Cost(self.cost.epsilon, self.conversion_delta)
+
+
+def plan_query_noise(
+    mechanism: Mechanism | str,
+    epsilon: float,
+    delta: float,
+    components: Sequence[tuple[int, int]],
+    selection_groups: int | None,
+    *,
+    accounting: Accounting | str = Accounting.PURE,
+    selectors: Sequence[SelectorRequest] = (),
+) -> QueryNoise:
+    """The noise for every value a query releases, and what the query costs.
+
+    `components` holds (sensitivity, max_groups) per released aggregate component, in grid units;
+    `selection_groups` is g for partition selection, None when every key is public or there is no
+    GROUP BY; `selectors` the quantiles, modes and top-k selections the query releases.
+
+    Rules:
+    * ε is split equally over the k components, the s selectors, and one share for partition
+      selection if present. Shares are rounded down so that their upward-rounded sum is within ε.
+    * Selectors (pure accounting) get ε_i = share, as their map says (per group share/g for
+      quantiles and modes).
+    * Laplace: each component gets ε_i = share; its scale starts at b = d_in/ε_i and grows by tiny
+      factors until the OpenDP map is <= ε_i.
+    * Selection gets its ε share and all of δ (Laplace) or half of δ (Gaussian); its threshold is the
+      smallest integer, from ceil(1 + b·ln(g/(2δ))) (Wilson et al. 2020) upwards, whose OpenDP map
+      gives δ <= its δ share. With no component to pay for, selection gets all of ε and δ.
+    * Gaussian (pure accounting): the components together must convert to (ε_rest, δ_rest), ε_rest =
+      ε minus the selection's and selectors' shares, δ_rest = δ minus the selection's δ share. The total
+      ρ is the largest (found by bracketing and regula falsi) whose OpenDP zCDP → (ε, δ) conversion gives
+      ε <= ε_rest at δ_rest; each component gets ρ/k and σ from its map (starting at σ = d_in/√(2ρ_i)).
+      Cost = Σ Laplace map ε + selectors' and selection's map (ε, δ) + the OpenDP conversion of the
+      components' summed ρ at δ_rest.
+    * zCDP accounting (`mechanism` is then ignored: every component is discrete Gaussian): partition
+      selection is Gaussian (make_gaussian_threshold) and gets half of δ as its approximate-zCDP δ; the
+      rest of δ, δ_conv, is for converting. The query's ρ is the largest whose conversion at δ_conv is
+      <= ε, split equally (in ρ) over components, selectors and selection. Cost = (Σ map ρ, selection's
+      map δ), with epsilon = the OpenDP conversion of that ρ at δ − that δ: the query alone is
+      (epsilon, δ)-DP.
+    * The cost never exceeds (epsilon, delta) (converted, under zCDP); that is checked, not assumed.
+
+    Impossible requests raise InvalidParameter. Results are cached: the same request is a lookup.
+    """
+    if not isinstance(mechanism, Mechanism):
+        try:
+            mechanism = Mechanism(mechanism)
+        except ValueError:
+            raise InvalidParameter(
+                f"unknown noise mechanism {mechanism!r}: use laplace or gaussian"
+            ) from None
+    accounting = _accounting(accounting)
+    check_positive("epsilon", epsilon)
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 <= delta < 1:
+        raise InvalidParameter(f"delta must be a number >= 0 and < 1, not {delta!r}")
+    frozen = tuple((sensitivity, max_groups) for sensitivity, max_groups in components)
+    for sensitivity, max_groups in frozen:
+        check_unit_limits(sensitivity, max_groups)
+    requests = tuple(selectors)
+    for request in requests:
+        if not isinstance(request, QuantileRequest | ModeRequest | TopKRequest):
+            raise InvalidParameter(f"unknown selection request {request!r}")
+    if selection_groups is not None:
+        check_unit_limits(1, selection_groups)
+        if delta == 0:
+            raise InvalidParameter(
+                "partition selection for GROUP BY keys without public_values needs delta > 0: "
+                "set defaults.delta in the policy",
+                hint="or declare public_values for the GROUP BY columns: their keys need no selection",
+            )
+    if accounting == Accounting.ZCDP:
+        if delta == 0 and (frozen or requests):
+            raise InvalidParameter(
+                "zCDP accounting needs delta > 0 to convert ρ into (ε, δ): set defaults.delta in the policy",
+                hint="or use pure accounting with mechanism: laplace, which needs no delta",
+            )
+        mechanism = Mechanism.GAUSSIAN
+    elif mechanism == Mechanism.GAUSSIAN and frozen and delta == 0:
+        raise InvalidParameter(
+            "the gaussian mechanism needs delta > 0: set defaults.delta in the policy",
+            hint="or use mechanism: laplace, which needs no delta",
+        )
+    return _plan(mechanism, accounting, float(epsilon), float(delta), frozen, selection_groups, requests)
+
+
+@lru_cache(maxsize=4096)
+def _plan(
+    mechanism: Mechanism,
+    accounting: Accounting,
+    epsilon: float,
+    delta: float,
+    components: tuple[tuple[int, int], ...],
+    selection_groups: int | None,
+    requests: tuple[SelectorRequest, ...],
+) -> QueryNoise:
+    if accounting == Accounting.ZCDP:
+        return _plan_zcdp(epsilon, delta, components, selection_groups, requests)
+    k = len(components)
+    shares = k + len(requests) + (1 if selection_groups is not None else 0)
+    if shares == 0:
+        return QueryNoise((), None, Cost.ZERO)
+    share = even_share(epsilon, shares)
+    selectors = tuple(selector_for(request, Accounting.PURE, share) for request in requests)
+    cost = Cost.ZERO
+    for selector in selectors:
+        cost = cost + Cost(selector.epsilon)
+
+    if mechanism == Mechanism.LAPLACE:
+        columns = tuple(laplace_noise(s, g, share) for s, g in components)
+        selection = None if selection_groups is None else partition_selection(selection_groups, share, delta)
+        for column in columns:
+            cost = cost + Cost(column.epsilon)
+        if selection is not None:
+            cost = cost + Cost(selection.epsilon, selection.delta)
+    else:
+        selection = None
+        epsilon_rest, delta_rest = epsilon, delta
+        pure_shares = len(requests) + (1 if selection_groups is not None else 0)
+        if selection_groups is not None:
+            delta_share = delta if k == 0 else delta / 2.0
+            selection = partition_selection(selection_groups, share, delta_share)
+            delta_rest = remainder(delta, delta_share)
+            cost = cost + Cost(selection.epsilon, selection.delta)
+        if pure_shares:
+            epsilon_rest = remainder(epsilon, sum_up([share] * pure_shares))
+        columns = ()
+        if k:
+            rho = rho_for(epsilon_rest, delta_rest)
+            columns = tuple(gaussian_noise(s, g, even_share(rho, k)) for s, g in components)
+            total_rho = sum_up([column.rho for column in columns])
+            cost = cost + Cost(zcdp_to_approx_dp(total_rho, delta_rest), delta_rest)
+
+    if not (cost.epsilon <= epsilon and cost.delta <= delta):
+        raise AssertionError(f"planned cost {cost} exceeds the requested (ε={epsilon!r}, δ={delta!r})")
+    return QueryNoise(columns, selection, cost, selectors)
+
+
+def _plan_zcdp(
+    epsilon: float,
+    delta: float,
+    components: tuple[tuple[int, int], ...],
+    selection_groups: int | None,
+    requests: tuple[SelectorRequest, ...],
+) -> QueryNoise:
+    shares = len(components) + len(requests) + (1 if selection_groups is not None else 0)
+    if shares == 0:
+        return QueryNoise((), None, Cost.ZERO, (), Accounting.ZCDP)
+    # Partition selection's δ is spent for sure (up to half of δ); the rest converts ρ into ε.
+    selection = None
+    native_delta = 0.0
+    spent_rho: list[float] = []
+    if selection_groups is None:
+        share = even_share(rho_for(epsilon, delta), shares)
+    else:
+        delta_selection = delta / 2.0
+        share = even_share(rho_for(epsilon, remainder(delta, delta_selection)), shares)
+        selection = gaussian_partition_selection(selection_groups, share, delta_selection)
+        native_delta = selection.delta
+        spent_rho.append(selection.rho)
+        if shares > 1:
+            # Its integer threshold spends less δ than half: what is left converts into more ρ, which
+            # the other values share.
+            total = rho_for(epsilon, remainder(delta, native_delta))
+            share = max(share, even_share(remainder(total, selection.rho), shares - 1))
+    columns = tuple(gaussian_noise(s, g, share) for s, g in components)
+    selectors = tuple(selector_for(request, Accounting.ZCDP, share) for request in requests)
+    rho = sum_up(spent_rho + [c.rho for c in columns] + [s.rho for s in selectors])
+    converted = zcdp_to_approx_dp(rho, remainder(delta, native_delta))
+    cost = Cost(converted, native_delta, rho)
+    if not (converted <= epsilon and native_delta < delta):
+        raise AssertionError(f"planned cost {cost} exceeds the requested (ε={epsilon!r}, δ={delta!r})")
+    return QueryNoise(columns, selection, cost, selectors, Accounting.ZCDP, delta)

@@ -1,0 +1,457 @@
+"""Releases chosen by report-noisy-max (the exponential mechanism's family): quantiles, MIN/MAX,
+MODE and top-k.
+
+Every selector scores its candidates with integers whose L∞ sensitivity (add/remove one unit) is
+proven in its spec, and hands them to OpenDP's report-noisy-max (exact exponential or Gumbel noise),
+whose map gives the cost. With the best score q*, any noisy-max variant used here picks candidate j
+with probability at most exp((q_j − q*)/scale): for Gumbel noise that is the softmax itself; for
+exponential noise (permute-and-flip) j is kept, when reached, with exactly that probability. Summed
+over at most K − 1 candidates this gives the 95% bounds: P(picked score <= q* − x) <= (K − 1)·exp(−x/scale).
+
+This module owns the scores, their sensitivities, each selector's calibration and cost, the requests
+a query makes of them (QuantileRequest, ModeRequest, TopKRequest) and the rank and count bounds shown
+to analysts. It never sees candidate values or SQL: it scores the histograms and score vectors it is
+handed and returns indexes into a candidate list the caller owns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import opendp.prelude as dp
+
+from dpproxy.errors import InvalidParameter
+from dpproxy.privacy.accounting import Accounting, even_share, sum_up
+from dpproxy.privacy.calibration import I64_VECTORS, calibrate_scale
+from dpproxy.privacy.checks import (
+    MAX_L1_SENSITIVITY,
+    check_count,
+    check_histogram,
+    check_positive,
+    check_unit_limits,
+)
+from dpproxy.privacy.noise import ERROR_ALPHA
+
+# Selector scores are i64 for OpenDP. Scores below -2^62 are raised to it: max(score, c) changes by no
+# more than the score does, so the sensitivity (and the cost) is unchanged, and a candidate 2^62 noise
+# scales below the best is never chosen either way (see _SCORE_FLOOR uses).
+_SCORE_FLOOR = -(2**62)
+
+# A quantile's α is kept as a fraction num/den with den at most this, so that den·n stays exact.
+_MAX_QUANTILE_DENOMINATOR = 10**6
+
+
+@lru_cache(maxsize=4096)
+def _noisy_max_measurement(accounting: Accounting, scale: float, monotonic: bool, k: int) -> dp.Measurement:
+    """Report-noisy-max (k = 1) or one-shot report-noisy-top-k over an i64 score vector.
+
+    Pure: exponential noise (report-noisy-max with exponential noise is permute-and-flip, McKenna &
+    Sheldon 2020), map ε = k·2Δ/scale (k·Δ/scale for monotonic scores). zCDP: Gumbel noise (the
+    exponential mechanism; Durfee & Rogers 2019 for top-k), map ρ = k·(2Δ/scale)²/8, the bounded-range
+    bound of Cesar & Rogers 2021 (a quarter of the ε²/2 that make_pureDP_to_zCDP would charge).
+    """
+    space = (I64_VECTORS, dp.linf_distance(T="i64", monotonic=monotonic))
+    measure = dp.max_divergence() if accounting == Accounting.PURE else dp.zero_concentrated_divergence()
+    if k == 1:
+        return dp.m.make_noisy_max(*space, measure, scale=scale)
+    return dp.m.make_noisy_top_k(*space, measure, k=k, scale=scale)
+
+
+def _selection_tail(scale: float, candidates: int, picks: int = 1) -> float:
+    """x with (candidates − 1)·picks·exp(−x/scale) = ERROR_ALPHA (0 when there is nothing to confuse)."""
+    rivals = (candidates - 1) * picks
+    if rivals <= 0:
+        return 0.0
+    return scale * math.log(rivals / ERROR_ALPHA)
+
+
+def _calibrate_selector(
+    accounting: Accounting, d_in: int, budget: float, *, monotonic: bool = False, k: int = 1
+) -> tuple[float, float]:
+    """(scale, cost) of noisy max/top-k over scores of L∞ sensitivity d_in whose map is <= budget.
+
+    Pure maps are proportional to 1/scale and zCDP maps to 1/scale², so the map at scale 1 gives the
+    starting point exactly; the usual nudging absorbs OpenDP's upward rounding.
+    """
+    if d_in > MAX_L1_SENSITIVITY:
+        raise InvalidParameter(
+            f"score sensitivity {d_in} is too large to calibrate a selection for",
+            hint="tighten max_rows_per_unit in the policy or use a simpler quantile",
+        )
+    unit = _noisy_max_measurement(accounting, 1.0, monotonic, k).map(d_in)
+    start = unit / budget if accounting == Accounting.PURE else math.sqrt(unit / budget)
+    scale = calibrate_scale(
+        start, lambda s: _noisy_max_measurement(accounting, s, monotonic, k).map(d_in), budget
+    )
+    return scale, _noisy_max_measurement(accounting, scale, monotonic, k).map(d_in)
+
+
+def _budget_arguments(epsilon: float | None, rho: float | None) -> tuple[Accounting, float]:
+    """Exactly one of ε (pure accounting) or ρ (zCDP accounting) pays for a selector."""
+    if (epsilon is None) == (rho is None):
+        raise InvalidParameter("a selection is paid for by exactly one of epsilon (pure) or rho (zCDP)")
+    if epsilon is not None:
+        check_positive("epsilon", epsilon)
+        return Accounting.PURE, float(epsilon)
+    assert rho is not None
+    check_positive("rho", rho)
+    return Accounting.ZCDP, float(rho)
+
+
+def _i64_scores(scores: Sequence[int]) -> list[int]:
+    """Scores as OpenDP's i64, keeping their order and differences where they fit.
+
+    Report-noisy-max is invariant under adding one constant to every score, so scores are shifted
+    so that the best is 0, and any below _SCORE_FLOOR raised to it (1-Lipschitz, monotone: the L∞
+    sensitivity, and monotonicity, are unchanged). Values are never shown in errors.
+    """
+    values = [int(s) for s in scores]
+    top, bottom = max(values), min(values)
+    if bottom > -(2**62) and top < 2**62:
+        return values
+    return [max(v - top, _SCORE_FLOOR) for v in values]
+
+
+def _fraction(alpha: Fraction | float) -> Fraction:
+    if isinstance(alpha, bool) or not isinstance(alpha, Fraction | int | float):
+        raise InvalidParameter(f"a quantile must be a number between 0 and 1, not {alpha!r}")
+    if isinstance(alpha, float) and not math.isfinite(alpha):
+        raise InvalidParameter(f"a quantile must be a number between 0 and 1, not {alpha!r}")
+    value = Fraction(alpha)
+    if not 0 <= value <= 1:
+        raise InvalidParameter(f"a quantile must be between 0 and 1, not {float(value):g}")
+    # 0.1 is 3602879701896397/2^55 as a float; the fraction the user meant is the nearest simple one.
+    return value.limit_denominator(_MAX_QUANTILE_DENOMINATOR)
+
+
+@dataclass(frozen=True)
+class QuantileSpec:
+    """One quantile per group, chosen by report-noisy-max over candidates c_0 < … < c_{K−1} (the
+    column's bounded domain on a grid). Used for PERCENTILE_CONT, PERCENTILE_DISC, MEDIAN, MIN and MAX.
+
+    The caller hands one group's histogram: bin_counts[j] = number of values v with c_j <= v < c_{j+1}
+    (the last bin holds the values equal to c_{K−1}), after clipping and contribution bounding. Write
+    rank_j = sum(bin_counts[:j]) (values below c_j), n = the number of values. Bin j covers the ranks
+    [rank_j, rank_{j+1}]: the bin that holds the target rank scores best.
+
+    0 < α = num/den < 1: score(j) = −dist(num·n, [den·rank_j, den·rank_{j+1}]) (dist to an interval,
+    0 inside it). Adding a unit's r values raises n by r and each rank_j by some i in [0, r] (rank_{j+1}
+    by at least as much), so den·rank_j − num·n moves by den·i − num·r ∈ [−num·r, (den−num)·r], and
+    num·n − den·rank_{j+1} likewise within [−(den−num)·r, num·r]: the L∞ sensitivity of the scores is
+    r·max(num, den − num) (removal is the same change backwards). Scoring intervals rather than
+    −|den·rank_j − num·n| costs nothing and keeps the answer right when many values share a grid point
+    (ages): the point that holds the median scores 0, not a neighbour whose rank happens to be closer.
+
+    MIN (α = 0) and MAX (α = 1). Taken literally, every candidate below the minimum would hold the
+    target rank 0 and tie, and the answer would be uniform between the lower bound and the minimum.
+    Width weights à la Smith 2011 do not help: on a regular grid they are equal, and they are what
+    makes an empty stretch win in proportion to its length. What separates the minimum from an empty
+    stretch is only ranks, so MIN targets a small rank t instead of 0: target min(t, n/2) (in half
+    ranks: T = min(2t, n), intervals [2·rank_j, 2·rank_{j+1}]), MAX mirrors it (T = max(2n − 2t, n)).
+    An empty stretch below the data then lies t ranks from the target, and t = ⌈x95⌉, with x95 the
+    rank distance the noise reaches with probability 5% over K candidates (rank_error95's tail). So,
+    in a group of n >= 2t values, with probability >= 95% the answer is not in an empty stretch beyond
+    the data: MIN is at or above the grid floor of the true minimum with at most t + x95 <= 2t values
+    below it (MAX mirrored). MIN/MAX therefore mean "a value near the t-th smallest (largest)", t being
+    public (extreme_rank). For groups of fewer than 2t values the target becomes the median (n/2), and
+    the 95% statement lapses: DP cannot tell the minimum of so few values apart from their middle.
+    Sensitivity in half ranks: T moves by at most r and 2·rank by at most 2r, so 2r (exact).
+
+    Per group, ε_group (or ρ_group) = the selector's share / g: a unit changes at most g groups'
+    histograms and the others' draws are independent of it. `epsilon` / `rho` are the totals over those
+    g groups from OpenDP's map (make_noisy_max: exponential noise under pure accounting, Gumbel noise
+    under zCDP), at d_in = `sensitivity`.
+    """
+
+    alpha: Fraction
+    candidates: int  # K
+    max_contributions: int  # r
+    max_groups: int  # g
+    epsilon: float  # total over a unit's g groups (pure accounting), from the map; 0 under zCDP
+    rho: float  # total over a unit's g groups (zCDP accounting), from the map; 0 under pure
+    accounting: Accounting
+    scale: float  # noise scale on the integer scores (per group)
+    sensitivity: int  # L∞ sensitivity of the scores (the map's input)
+    extreme_rank: int  # MIN/MAX: t, the target rank from the extreme; 0 for 0 < α < 1
+
+    @property
+    def is_extreme(self) -> bool:
+        return self.alpha in (0, 1)
+
+    def _width(self) -> int:
+        """Score units per rank: den for 0 < α < 1, 2 (half ranks) for MIN/MAX."""
+        return 2 if self.is_extreme else self.alpha.denominator
+
+    def scores(self, bin_counts: Sequence[int]) -> list[int]:
+        """The integer score of each candidate for one group's histogram (<= 0; 0 for the best)."""
+        counts = check_histogram(bin_counts, self.candidates, "a quantile histogram")
+        n = sum(counts)
+        width = self._width()
+        if self.alpha == 0:
+            target = min(2 * self.extreme_rank, n)
+        elif self.alpha == 1:
+            target = max(2 * (n - self.extreme_rank), n)
+        else:
+            target = self.alpha.numerator * n
+        scores = []
+        below = 0
+        for count in counts:
+            above = below + count
+            low, high = width * below, width * above
+            distance = low - target if target < low else max(0, target - high)
+            scores.append(max(-distance, _SCORE_FLOOR))
+            below = above
+        return scores
+
+    def select(self, bin_counts: Sequence[int]) -> int:
+        """Index j of the released candidate c_j for ONE group (its histogram, as the class says)."""
+        scores = self.scores(bin_counts)
+        if len(scores) == 1:
+            return 0
+        measurement = _noisy_max_measurement(self.accounting, self.scale, False, 1)
+        return int(measurement(scores))
+
+    def rank_error95(self, n: int | None = None) -> float:
+        """The rank error bound, in ranks, that holds with probability >= 95%.
+
+        0 < α < 1: the released candidate's bin covers ranks within this distance of α·n (±).
+        MIN / MAX: at most this many values lie below the MIN (above the MAX) released.
+        From the union bound over the K − 1 other candidates (see above). `n`, when given, only caps
+        the bound; pass a released (noisy) count, never the true one: the bound is shown to analysts.
+        """
+        tail = _selection_tail(self.scale, self.candidates) / self._width()
+        if self.is_extreme:
+            target = self.extreme_rank if n is None else min(self.extreme_rank, n / 2)
+            bound = target + tail
+            return bound if n is None else min(bound, float(n))
+        if n is None:
+            return tail
+        return min(tail, float(max(self.alpha, 1 - self.alpha) * n))
+
+
+@lru_cache(maxsize=1024)
+def _quantile(
+    alpha: Fraction,
+    candidates: int,
+    max_contributions: int,
+    max_groups: int,
+    accounting: Accounting,
+    budget: float,
+) -> QuantileSpec:
+    check_count("the number of quantile candidates", candidates)
+    check_unit_limits(max_contributions, max_groups)
+    if alpha in (0, 1):
+        sensitivity = 2 * max_contributions
+    else:
+        sensitivity = max_contributions * max(alpha.numerator, alpha.denominator - alpha.numerator)
+    scale, per_group = _calibrate_selector(accounting, sensitivity, even_share(budget, max_groups))
+    total = sum_up([per_group] * max_groups)
+    extreme_rank = 0
+    if alpha in (0, 1):
+        extreme_rank = max(1, math.ceil(_selection_tail(scale, candidates) / 2))
+    epsilon, rho = (total, 0.0) if accounting == Accounting.PURE else (0.0, total)
+    return QuantileSpec(
+        alpha,
+        candidates,
+        max_contributions,
+        max_groups,
+        epsilon,
+        rho,
+        accounting,
+        scale,
+        sensitivity,
+        extreme_rank,
+    )
+
+
+def quantile_mechanism(
+    alpha: Fraction | float,
+    candidates: int,
+    max_contributions: int,
+    max_groups: int,
+    epsilon: float | None = None,
+    *,
+    rho: float | None = None,
+) -> QuantileSpec:
+    """The α-quantile (MIN at α = 0, MAX at α = 1) per group, costing at most epsilon (pure
+    accounting) or rho (zCDP accounting) over the g groups one unit can change. See QuantileSpec."""
+    accounting, budget = _budget_arguments(epsilon, rho)
+    return _quantile(_fraction(alpha), candidates, max_contributions, max_groups, accounting, budget)
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """MODE() WITHIN GROUP per group: report-noisy-max over a candidate value domain.
+
+    The caller hands one group's counts per candidate value (after contribution bounding). Adding a
+    unit adds at most r to those counts (possibly all to one candidate) and lowers none: L∞ sensitivity
+    r, monotonic (OpenDP's monotonic L∞ map, ε = Δ/scale, half the general one). Per group the share
+    is divided by g, as for quantiles; `epsilon` / `rho` are the totals from the map.
+    """
+
+    candidates: int  # K
+    max_contributions: int  # r
+    max_groups: int  # g
+    epsilon: float
+    rho: float
+    accounting: Accounting
+    scale: float
+    sensitivity: int  # = r
+
+    def select(self, counts: Sequence[int]) -> int:
+        """Index of the released candidate for ONE group."""
+        values = check_histogram(counts, self.candidates, "mode counts")
+        if len(values) == 1:
+            return 0
+        return int(_noisy_max_measurement(self.accounting, self.scale, True, 1)(_i64_scores(values)))
+
+    def count_error95(self) -> float:
+        """With probability >= 95%, the released candidate's count is within this of the top count."""
+        return _selection_tail(self.scale, self.candidates)
+
+
+@lru_cache(maxsize=1024)
+def _mode(
+    candidates: int, max_contributions: int, max_groups: int, accounting: Accounting, budget: float
+) -> ModeSpec:
+    check_count("the number of mode candidates", candidates)
+    check_unit_limits(max_contributions, max_groups)
+    scale, per_group = _calibrate_selector(
+        accounting, max_contributions, even_share(budget, max_groups), monotonic=True
+    )
+    total = sum_up([per_group] * max_groups)
+    epsilon, rho = (total, 0.0) if accounting == Accounting.PURE else (0.0, total)
+    return ModeSpec(
+        candidates, max_contributions, max_groups, epsilon, rho, accounting, scale, max_contributions
+    )
+
+
+def mode_mechanism(
+    candidates: int,
+    max_contributions: int,
+    max_groups: int,
+    epsilon: float | None = None,
+    *,
+    rho: float | None = None,
+) -> ModeSpec:
+    """MODE per group over `candidates` values, costing at most epsilon (pure) or rho (zCDP)."""
+    accounting, budget = _budget_arguments(epsilon, rho)
+    return _mode(candidates, max_contributions, max_groups, accounting, budget)
+
+
+@dataclass(frozen=True)
+class TopKSpec:
+    """The k best-scoring candidates by one-shot report-noisy-top-k (Durfee & Rogers 2019; OpenDP
+    make_noisy_top_k), for scores with L∞ sensitivity `sensitivity`: one unit changes any number of
+    scores (e.g. the counts of all g groups it is in) by at most that much each. `monotonic` scores
+    (counts: adding a unit never lowers one) halve the cost. Charged k·(per-pick cost), as the map says.
+    """
+
+    k: int
+    sensitivity: int
+    epsilon: float
+    rho: float
+    accounting: Accounting
+    scale: float
+    monotonic: bool
+
+    def select(self, scores: Sequence[int]) -> list[int]:
+        """Indexes of the chosen candidates, best first (k, or all when there are fewer)."""
+        values = [int(s) for s in scores]
+        if not values:
+            return []
+        if len(values) == 1:
+            return [0]
+        # Fewer picks at the same scale cost less than k picks: the charged cost covers them.
+        picks = min(self.k, len(values))
+        measurement = _noisy_max_measurement(self.accounting, self.scale, self.monotonic, picks)
+        chosen = measurement(_i64_scores(values))
+        return [int(chosen)] if picks == 1 else [int(i) for i in chosen]
+
+    def score_error95(self, candidates: int) -> float:
+        """With probability >= 95%, every chosen candidate's score is within this of the true k-th best.
+
+        A chosen c below the k-th best by x leaves out some true top-k candidate d whose noisy score it
+        beat: noise_c − noise_d > x, probability <= exp(−x/scale) for exponential or Gumbel noise;
+        union over the k·(K − 1) pairs.
+        """
+        return _selection_tail(self.scale, candidates, self.k)
+
+
+@lru_cache(maxsize=1024)
+def _top_k(k: int, sensitivity: int, monotonic: bool, accounting: Accounting, budget: float) -> TopKSpec:
+    check_count("k of a top-k selection", k)
+    check_count("the sensitivity of top-k scores", sensitivity)
+    scale, cost = _calibrate_selector(accounting, sensitivity, budget, monotonic=monotonic, k=k)
+    epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
+    return TopKSpec(k, sensitivity, epsilon, rho, accounting, scale, monotonic)
+
+
+def top_k_mechanism(
+    k: int,
+    sensitivity: int,
+    epsilon: float | None = None,
+    *,
+    rho: float | None = None,
+    monotonic: bool = False,
+) -> TopKSpec:
+    """Top-k by one-shot report-noisy-top-k, costing at most epsilon (pure) or rho (zCDP)."""
+    accounting, budget = _budget_arguments(epsilon, rho)
+    return _top_k(k, sensitivity, monotonic, accounting, budget)
+
+
+@dataclass(frozen=True)
+class QuantileRequest:
+    """A quantile (MIN α = 0, MAX α = 1) per group that a query releases; see QuantileSpec."""
+
+    alpha: Fraction
+    candidates: int
+    max_contributions: int
+    max_groups: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", _fraction(self.alpha))
+
+
+@dataclass(frozen=True)
+class ModeRequest:
+    """MODE() WITHIN GROUP per group that a query releases; see ModeSpec."""
+
+    candidates: int
+    max_contributions: int
+    max_groups: int
+
+
+@dataclass(frozen=True)
+class TopKRequest:
+    """A top-k selection a query releases (e.g. ORDER BY COUNT(*) DESC LIMIT k); see TopKSpec."""
+
+    k: int
+    sensitivity: int
+    monotonic: bool = False
+
+
+SelectorRequest = QuantileRequest | ModeRequest | TopKRequest
+SelectorSpec = QuantileSpec | ModeSpec | TopKSpec
+
+
+def selector_for(request: SelectorRequest, accounting: Accounting, budget: float) -> SelectorSpec:
+    """The selector serving `request`, paid for by `budget`: ε under pure accounting, ρ under zCDP."""
+    if isinstance(request, QuantileRequest):
+        return _quantile(
+            request.alpha,
+            request.candidates,
+            request.max_contributions,
+            request.max_groups,
+            accounting,
+            budget,
+        )
+    if isinstance(request, ModeRequest):
+        return _mode(request.candidates, request.max_contributions, request.max_groups, accounting, budget)
+    if isinstance(request, TopKRequest):
+        return _top_k(request.k, request.sensitivity, request.monotonic, accounting, budget)
+    raise InvalidParameter(f"unknown selection request {request!r}")
