@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dpproxy.backends import Backend, Cancellation, LiveColumn, open_backend  # noqa: E402
-from dpproxy.budget import SQLiteLedger  # noqa: E402
+from dpproxy.budget.sqlite import SQLiteLedger  # noqa: E402
 from dpproxy.demo import build_demo, load_into_postgres  # noqa: E402
 from dpproxy.engine import Engine  # noqa: E402
 from dpproxy.policy import parse_policy  # noqa: E402

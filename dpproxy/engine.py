@@ -1,4 +1,4 @@
-"""The pipeline of one statement (DESIGN §2): the only module that knows all the parts.
+"""The pipeline of one statement (docs/architecture.md): the only module that knows all the parts.
 
     parse → bind → analyze (policy) → rewrite (SQL for the backend) → plan noise and cost
     → budget.reserve → backend.run → measure → select groups → noise → post-process → budget.commit
@@ -12,7 +12,6 @@ the database failed can depend on the data). A query that never reached the data
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
 import hashlib
 import json
@@ -20,7 +19,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 
 from sqlglot import exp
@@ -34,7 +32,7 @@ from dpproxy.backends import (
     QueryCancelled,
     open_backend,
 )
-from dpproxy.budget import Ledger, epsilon_equivalent, open_ledger
+from dpproxy.budget import Ledger, open_ledger
 from dpproxy.errors import (
     BackendUnavailable,
     InvalidParameter,
@@ -44,15 +42,24 @@ from dpproxy.errors import (
     QueryCanceled,
     UnknownAnalyst,
 )
-from dpproxy.mechanisms import (
+from dpproxy.explain import Explanation, explain_plan
+from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
+from dpproxy.privacy import (
     Cost,
     QueryNoise,
     RandomizedResponseCount,
     plan_query_noise,
     randomized_response_count_plan,
 )
-from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
-from dpproxy.release import Measurement, choose_groups, finish_rows, measure, release_aggregates, selectors
+from dpproxy.release import (
+    ExactGroups,
+    choose_groups,
+    exact_groups,
+    post_process,
+    release_aggregates,
+    selectors,
+)
+from dpproxy.results import BudgetStatus, Result, ResultColumn, decode_result, encode_result
 from dpproxy.sql.analyze import (
     analyze,
     answer_subqueries,
@@ -61,86 +68,9 @@ from dpproxy.sql.analyze import (
     parse_statement,
 )
 from dpproxy.sql.literals import placeholder_value
-from dpproxy.sql.numbers import emit
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.types import PgType, from_column_type
-
-
-@dataclass(frozen=True)
-class ResultColumn:
-    name: str
-    type: PgType
-    error95: float | None = None  # ± at 95% of a released aggregate column; None when not one
-    error_note: str | None = None  # the 95% bound of a quantile or mode, which is not a ± in value units
-
-
-@dataclass(frozen=True)
-class BudgetStatus:
-    analyst: str
-    spent: Cost  # ε of pure-DP queries, δ, and ρ of zCDP queries, as the ledger composes them
-    limit: Cost
-
-    @property
-    def epsilon_spent(self) -> float:
-        """Everything spent, in ε against the analyst's δ (ρ converted; equals spent.epsilon without ρ)."""
-        return epsilon_equivalent(self.spent, self.limit)
-
-    @property
-    def remaining(self) -> Cost:
-        return Cost(
-            max(0.0, self.limit.epsilon - self.epsilon_spent), max(0.0, self.limit.delta - self.spent.delta)
-        )
-
-
-@dataclass(frozen=True)
-class Result:
-    columns: tuple[ResultColumn, ...]
-    rows: list[tuple[object, ...]]
-    cost: Cost = Cost.ZERO
-    budget: BudgetStatus | None = None
-    private: bool = False
-    replayed: bool = False  # a stored answer to the same question, returned for free
-
-    @property
-    def notice(self) -> str | None:
-        """What the analyst is told after a private query: cost, budget left, ± error per column."""
-        if not self.private:
-            return None
-        if self.replayed:
-            parts = ["dpproxy: the same question was answered before; its stored answer costs nothing"]
-        else:
-            parts = [f"dpproxy: this query spent ε={_fmt(self.cost.epsilon)}"]
-            if self.cost.rho:
-                parts[0] = (
-                    f"dpproxy: this query spent ρ={_fmt(self.cost.rho)} (ε={_fmt(self.cost.epsilon)} alone)"
-                )
-            if self.cost.delta:
-                parts[0] += f", δ={_fmt(self.cost.delta)}"
-        if self.budget is not None:
-            left = self.budget.remaining
-            parts.append(
-                f"ε remaining {_fmt(left.epsilon)} of {_fmt(self.budget.limit.epsilon)}"
-                + (f" (δ remaining {_fmt(left.delta)})" if self.budget.limit.delta else "")
-            )
-        errors = [
-            f"{c.name} ±{_fmt(c.error95)}" if c.error95 is not None else f"{c.name}: {c.error_note}"
-            for c in self.columns
-            if c.error95 is not None or c.error_note is not None
-        ]
-        if errors:
-            parts.append("95% error: " + ", ".join(errors))
-        return "; ".join(parts)
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e6 or abs(value) < 1e-3:
-        return f"{value:.3g}"
-    return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
 @dataclass(frozen=True)
@@ -191,52 +121,10 @@ class Plan:
     def sensitivities(self) -> tuple[int, ...]:
         return tuple(c.sensitivity(self.query.max_rows) for c in self.query.components)
 
-    def measure(self, *row_sets: Sequence[Sequence[object]]) -> Measurement:
-        """True values per group from each statement's rows (the certificates' seam; see release.py)."""
-        return measure(self.query, *row_sets)
-
-
-@dataclass(frozen=True)
-class Explanation:
-    text: str  # the statement as analyzed
-    kind: str  # "private", "public" or "constant"
-    steps: tuple[tuple[str, str, str], ...] = ()  # (pass, summary, SQL after it)
-    final_sql: str = ""
-    released: tuple[tuple[str, int, int, float, float], ...] = ()  # (component, sensitivity, g, scale, ±95%)
-    selection: str | None = None
-    cost: Cost = Cost.ZERO
-    outputs: tuple[tuple[str, str], ...] = ()  # (name, type)
-    auxiliary: tuple[tuple[str, str, str], ...] = ()  # the row pipeline's statements
-    choices: tuple[str, ...] = ()  # releases by the exponential mechanism
-    subqueries: str | None = None  # how subqueries over public tables were answered, if any
-
-    def render(self) -> str:
-        lines = [f"query: {self.text}", f"kind: {self.kind}"]
-        if self.subqueries:
-            lines.append(f"subqueries: {self.subqueries}")
-        for i, (name, summary, sql) in enumerate(self.steps, 1):
-            lines += ["", f"-- pass {i}: {name} — {summary}", sql]
-        if self.final_sql:
-            lines += ["", "-- final SQL sent to the backend", self.final_sql]
-        elif self.auxiliary:
-            lines += ["", "-- no per-person sums statement: every value comes from the row pipeline"]
-        for name, summary, sql in self.auxiliary:
-            lines += ["", f"-- row pipeline, {name}: {summary}", sql]
-        if self.released:
-            lines += ["", "released values (per group; sensitivity and noise in grid units):"]
-            for name, sensitivity, groups, scale, error in self.released:
-                lines.append(
-                    f"  {name}: sensitivity {sensitivity} per group, ≤ {groups} group(s) per unit, "
-                    f"noise scale {scale:.6g}, ±{error:.6g} at 95%"
-                )
-        if self.choices:
-            lines += ["", "chosen by the exponential mechanism:", *(f"  {c}" for c in self.choices)]
-        if self.selection:
-            lines += ["", f"partition selection: {self.selection}"]
-        lines += ["", f"cost: ε={_fmt(self.cost.epsilon)}, δ={_fmt(self.cost.delta)}"]
-        if self.outputs:
-            lines.append("result columns: " + ", ".join(f"{n} {t}" for n, t in self.outputs))
-        return "\n".join(lines)
+    def measure(self, *row_sets: Sequence[Sequence[object]]) -> ExactGroups:
+        """True values per group from each statement's rows: the certificates' seam (see
+        dpproxy.release.exact); nothing in production shows them."""
+        return exact_groups(self.query, *row_sets)
 
 
 @dataclass
@@ -373,7 +261,7 @@ class Engine:
             placeholder_value(t, contexts[i] if i < len(contexts) else None) for i, t in enumerate(types)
         ]
         query = self._analyze_tree(bind_parameters(tree, placeholders), answer=False)
-        outputs = query.outputs if isinstance(query, PublicQuery) else query.finish.outputs
+        outputs = query.outputs if isinstance(query, PublicQuery) else query.post_processing.outputs
         columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
         return Description(types, columns, isinstance(query, PrivateQuery))
 
@@ -437,7 +325,9 @@ class Engine:
         query = self.analyze(sql, params)
         if isinstance(query, ConstantQuery):
             return Explanation(
-                query.text, "constant", outputs=tuple((o.name, o.type.value) for o in query.finish.outputs)
+                query.text,
+                "constant",
+                outputs=tuple((o.name, o.type.value) for o in query.post_processing.outputs),
             )
         if isinstance(query, PublicQuery):
             return Explanation(
@@ -447,78 +337,7 @@ class Engine:
                 outputs=tuple((o.name, o.type.value) for o in query.outputs),
             )
         plan = self.plan_private(query, self.query_epsilon(epsilon))
-        steps = tuple(
-            (step.name, step.summary, emit(plan.rewrite.query(i), self.dialect, pretty=True))
-            for i, step in enumerate(plan.rewrite.steps)
-        )
-        if plan.responses is not None:
-            tally = plan.responses.tally_noise
-            released: tuple[tuple[str, int, int, float, float], ...] = (
-                (
-                    "tallies of reported ones and of reported zeros (randomized response: each person "
-                    "reports the WHERE condition truthfully with probability 3/4)",
-                    1,
-                    query.max_groups,
-                    tally.scale,
-                    tally.error95(),
-                ),
-            )
-        else:
-            released = tuple(
-                (
-                    c.kind.value + (f"({c.argument.sql('postgres')})" if c.argument is not None else ""),
-                    sensitivity,
-                    query.max_groups,
-                    spec.scale,
-                    spec.error95(),
-                )
-                for c, sensitivity, spec in zip(
-                    query.components, plan.sensitivities, plan.noise.columns, strict=True
-                )
-            )
-        selection = None
-        if plan.noise.selection is not None:
-            s = plan.noise.selection
-            selection = (
-                f"a group is released when its noisy count of units reaches {s.threshold} "
-                f"(Laplace scale {s.scale:.6g}; ε={_fmt(s.epsilon)}, δ={_fmt(s.delta)})"
-            )
-        elif query.keys:
-            selection = (
-                "all keys are public: every combination of their declared values is released (zero-filled)"
-            )
-        chosen = selectors(query)
-        choices = []
-        for a, index in chosen.by_aggregate.items():
-            spec = plan.noise.selectors[index]
-            choices.append(
-                f"{query.aggregates[a].text}: exponential mechanism over {spec.candidates} candidates per "
-                f"group (score sensitivity {spec.sensitivity}, noise scale {spec.scale:.6g})"
-            )
-        if chosen.top_k is not None and query.top_k is not None:
-            spec = plan.noise.selectors[chosen.top_k]
-            choices.append(
-                f"top {query.top_k[1]} groups by report-noisy-top-k on "
-                f"{query.components[query.top_k[0]].kind.value} (score sensitivity {spec.sensitivity}, "
-                f"noise scale {spec.scale:.6g})"
-            )
-        auxiliary = tuple(
-            (step.name, step.summary, emit(step.select, self.dialect, pretty=True))
-            for step in plan.rewrite.auxiliary
-        )
-        return Explanation(
-            query.text,
-            "private",
-            steps,
-            emit(plan.rewrite.query(), self.dialect, pretty=True) if steps else "",
-            released,
-            selection,
-            plan.cost,
-            tuple((o.name, o.type.value) for o in query.finish.outputs),
-            auxiliary,
-            tuple(choices),
-            _subqueries_note(query),
-        )
+        return explain_plan(plan, self.dialect)
 
     # -- execution ---------------------------------------------------------------------------------
 
@@ -556,8 +375,8 @@ class Engine:
         if plan is None:
             query = self.analyze(sql, params)
             if isinstance(query, ConstantQuery):
-                columns = tuple(ResultColumn(o.name, o.type) for o in query.finish.outputs)
-                return Result(columns, finish_rows(query.finish, [], [], [()], [[]]))
+                columns = tuple(ResultColumn(o.name, o.type) for o in query.post_processing.outputs)
+                return Result(columns, post_process(query.post_processing, [], [], [()], [[]]))
             if isinstance(query, PublicQuery):
                 return self._run_public(query, cancel)
             plan = self.plan_private(query, chosen)
@@ -711,18 +530,18 @@ class Engine:
         noise drawn, post-processed. Each call is a new release (tests repeat it to measure the
         privacy loss between neighbouring databases); it charges nothing: `run` charges."""
         query = plan.query
-        groups = choose_groups(query, measure(query, *row_sets), plan.noise)
+        groups = choose_groups(query, exact_groups(query, *row_sets), plan.noise)
         released = release_aggregates(query, groups, plan.noise, plan.responses)
-        finish = query.finish
-        out_rows = finish_rows(
-            finish,
+        post = query.post_processing
+        out_rows = post_process(
+            post,
             [k.type for k in query.keys],
             [a.result_type for a in query.aggregates],
             released.keys,
             released.aggregates,
         )
         columns = []
-        for output in finish.outputs:
+        for output in post.outputs:
             error: float | str | None = None
             node = output.expression
             if node.name.startswith("__agg_") and node.key == "column":
@@ -732,64 +551,6 @@ class Engine:
             else:
                 columns.append(ResultColumn(output.name, output.type, error))
         return Result(tuple(columns), out_rows)
-
-
-def _subqueries_note(query: PrivateQuery) -> str | None:
-    if query.subquery_placeholders:
-        return (
-            "run first over the public tables and inlined as constants; without a backend they are "
-            "shown as placeholder values of their type"
-        )
-    if query.inlined_subqueries:
-        return "run first over the public tables; their rows are inlined as the constants shown"
-    return None
-
-
-_TAGS: dict[type, str] = {Decimal: "numeric", float: "float", dt.date: "date", dt.datetime: "timestamp"}
-
-
-def _encode_value(value: object) -> object:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, dt.datetime):
-        return {"timestamp": value.isoformat()}
-    if isinstance(value, dt.date):
-        return {"date": value.isoformat()}
-    if isinstance(value, Decimal):
-        return {"numeric": str(value)}
-    if isinstance(value, float):
-        return {"float": repr(value)}
-    raise TypeError(f"cannot store a {type(value).__name__} for replay")
-
-
-def _decode_value(value: object) -> object:
-    if not isinstance(value, dict):
-        return value
-    ((tag, text),) = value.items()
-    if tag == "timestamp":
-        return dt.datetime.fromisoformat(text)
-    if tag == "date":
-        return dt.date.fromisoformat(text)
-    if tag == "numeric":
-        return Decimal(text)
-    return float(text)
-
-
-def encode_result(result: Result) -> bytes:
-    """A released answer as bytes for the replay store (noisy values only; never true ones)."""
-    return json.dumps(
-        {
-            "columns": [[c.name, c.type.value, c.error95, c.error_note] for c in result.columns],
-            "rows": [[_encode_value(v) for v in row] for row in result.rows],
-        }
-    ).encode()
-
-
-def decode_result(payload: bytes) -> tuple[tuple[ResultColumn, ...], list[tuple[object, ...]]]:
-    data = json.loads(payload)
-    columns = tuple(ResultColumn(name, PgType(t), error, note) for name, t, error, note in data["columns"])
-    rows = [tuple(_decode_value(v) for v in row) for row in data["rows"]]
-    return columns, rows
 
 
 def connect(

@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from dpproxy.engine import Plan
-from dpproxy.release import Measurement
+from dpproxy.release import ExactGroups
 
 # Runs one statement on D (without=None) or on D minus one person.
 Runner = Callable[[str, "int | None"], Sequence[tuple]]
 
 
-def measure(plan: Plan, run: Runner, without: int | None = None) -> Measurement:
+def measure(plan: Plan, run: Runner, without: int | None = None) -> ExactGroups:
     return plan.measure(*(run(sql, without) for sql in plan.statements))
 
 
-def by_key(m: Measurement) -> dict[tuple, tuple[list[int], int, list[list[int]]]]:
+def by_key(m: ExactGroups) -> dict[tuple, tuple[list[int], int, list[list[int]]]]:
     histograms = m.histograms or [[] for _ in m.keys]
     return {k: (c, u, h) for k, c, u, h in zip(m.keys, m.components, m.units, histograms, strict=True)}
 

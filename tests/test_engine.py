@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from dpproxy.backends import Cancellation, QueryCancelled, open_backend
-from dpproxy.budget import SQLiteLedger
+from dpproxy.budget.sqlite import SQLiteLedger
 from dpproxy.engine import Engine
 from dpproxy.errors import (
     BudgetExhausted,
@@ -241,7 +241,8 @@ def test_backend_failure_gives_one_fixed_message_and_stays_charged(scratch_pg: s
 
 
 def test_unreachable_backend_charges_nothing(scratch_pg: str, pg_cluster, tmp_path: Path) -> None:
-    backend = open_backend(scratch_pg)
+    # A short wait for a pooled connection: the pool's production default is 30 s.
+    backend = open_backend(scratch_pg, acquire_timeout_s=1)
     with Engine(parse_policy(MINIMAL_POLICY), backend, SQLiteLedger(tmp_path / "ledger.sqlite")) as engine:
         with psycopg.connect(pg_cluster.dsn("postgres"), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{scratch_pg.rsplit("/", 1)[1]}" WITH (FORCE)')

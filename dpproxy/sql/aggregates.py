@@ -151,7 +151,7 @@ class AggregateRules:
 
     def _quantile(self, arg: exp.Expression, alpha: Fraction, name: str, *, continuous: bool) -> int:
         """MIN (α = 0), MAX (α = 1), MEDIAN and percentiles per group, by the exponential mechanism
-        over the argument's bounded range (mechanisms.QuantileSpec)."""
+        over the argument's bounded range (dpproxy.privacy.selectors.QuantileSpec)."""
         typed, interval, scale, _within = self._bounded_argument(arg, name.upper())
         lo, hi = interval.on_grid(scale)
         candidates = max(1, min(self.MAX_CANDIDATES, hi - lo + 1))

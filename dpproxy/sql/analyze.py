@@ -22,7 +22,7 @@ from dpproxy.sql.aggregates import known_type
 from dpproxy.sql.inline import expand_ctes, inline
 from dpproxy.sql.private import PrivateAnalyzer
 from dpproxy.sql.public import check_public_sql, exposed_table
-from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, Finish, OutputColumn, PublicQuery
+from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, OutputColumn, PostProcessing, PublicQuery
 from dpproxy.sql.relation import SchemaFacts
 from dpproxy.sql.select_list import limit_of, output_name
 from dpproxy.sql.statement import bind_parameters, infer_parameter_types, parameter_count, parse_statement
@@ -101,7 +101,7 @@ def analyze(
     if from_ is None:
         if tree.args.get("where") or tree.args.get("group") or tree.args.get("with_"):
             raise NotSupported("WHERE, GROUP BY and WITH need a FROM clause")
-        return ConstantQuery(_constant_finish(tree), text)
+        return ConstantQuery(_constant_post_processing(tree), text)
     facts = SchemaFacts(public_columns or {}, unique_columns or {})
     ctes = {c.alias.lower() for c in tree.find_all(exp.CTE)}
     read = [
@@ -120,7 +120,7 @@ def analyze(
     )
 
 
-def _constant_finish(tree: exp.Select) -> Finish:
+def _constant_post_processing(tree: exp.Select) -> PostProcessing:
     outputs = []
     for item in tree.expressions:
         node = item.this if isinstance(item, exp.Alias) else item
@@ -132,7 +132,7 @@ def _constant_finish(tree: exp.Select) -> Finish:
                 output_name(item), node.copy(), PgType.TEXT if pg_type is PgType.UNKNOWN else pg_type
             )
         )
-    return Finish(tuple(outputs), None, (), limit_of(tree, "limit"), limit_of(tree, "offset") or 0)
+    return PostProcessing(tuple(outputs), None, (), limit_of(tree, "limit"), limit_of(tree, "offset") or 0)
 
 
 def analyze_public(

@@ -26,10 +26,10 @@ from dpproxy.sql.query import (
     AggregateKind,
     Component,
     ComponentKind,
-    Finish,
     GroupKey,
     Histogram,
     OutputColumn,
+    PostProcessing,
     PrivateQuery,
     SortKey,
     aggregate_placeholder,
@@ -107,19 +107,19 @@ class PrivateAnalyzer(AggregateRules):
         out_types = {f"__out_{i}": o.type for i, o in enumerate(typed_outputs)}
         for key in order_by:
             postprocess.infer_type(key.expression, {**types, **out_types})
-        finish = Finish(
+        post = PostProcessing(
             typed_outputs, having, tuple(order_by), limit_of(tree, "limit"), limit_of(tree, "offset") or 0
         )
-        top_k = self._top_k(finish)
+        top_k = self._top_k(post)
         if self._answered_by_randomized_response(where_sql):
-            return self._randomized_response(where_sql, finish)
+            return self._randomized_response(where_sql, post)
         return PrivateQuery(
             relation=self.relation,
             where=where_sql,
             keys=tuple(self.keys),
             components=tuple(self.components),
             aggregates=tuple(self.aggregates),
-            finish=finish,
+            post_processing=post,
             text=self.text,
             histograms=tuple(self.histograms),
             top_k=top_k,
@@ -146,9 +146,9 @@ class PrivateAnalyzer(AggregateRules):
             )
         return True
 
-    def _randomized_response(self, where: exp.Expression, finish: Finish) -> PrivateQuery:
+    def _randomized_response(self, where: exp.Expression, post: PostProcessing) -> PrivateQuery:
         """Every person of the table reports whether WHERE holds on one of their rows; the count is
-        estimated from noisy tallies of the reports (mechanisms.RandomizedResponseCount)."""
+        estimated from noisy tallies of the reports (dpproxy.privacy.responses.RandomizedResponseCount)."""
         indicator = exp.Case().when(exp.Paren(this=where), exp.Literal.number(1)).else_(exp.Literal.number(0))
         any_units = Component(
             ComponentKind.ANY_UNITS,
@@ -167,21 +167,21 @@ class PrivateAnalyzer(AggregateRules):
             keys=tuple(self.keys),
             components=(any_units, units),
             aggregates=(aggregate,),
-            finish=finish,
+            post_processing=post,
             text=self.text,
             randomized_response=True,
         )
 
-    def _top_k(self, finish: Finish) -> tuple[int, int] | None:
+    def _top_k(self, post: PostProcessing) -> tuple[int, int] | None:
         """`GROUP BY … ORDER BY <count or sum> DESC LIMIT k`: the k groups by report-noisy-top-k."""
-        if not self.keys or finish.limit is None or finish.offset or not finish.order_by:
+        if not self.keys or post.limit is None or post.offset or not post.order_by:
             return None
-        first = finish.order_by[0]
+        first = post.order_by[0]
         if not first.descending or not isinstance(first.expression, exp.Column):
             return None
         name = first.expression.name
         if name.startswith("__out_"):
-            output = finish.outputs[int(name.removeprefix("__out_"))].expression
+            output = post.outputs[int(name.removeprefix("__out_"))].expression
             name = output.name if isinstance(output, exp.Column) else ""
         if not name.startswith("__agg_"):
             return None
@@ -193,7 +193,7 @@ class PrivateAnalyzer(AggregateRules):
             AggregateKind.SUM,
         ):
             return None
-        return aggregate.components[0], finish.limit
+        return aggregate.components[0], post.limit
 
     def _reject_unsupported_clauses(self) -> None:
         tree = self.tree

@@ -83,7 +83,7 @@ class Component:
         return max_rows * (lo - self.centre), max_rows * (hi - self.centre)
 
     def sensitivity(self, max_rows: int) -> int:
-        """Per-group L∞ sensitivity in grid units under add/remove of one unit (REFERENCES.md): the
+        """Per-group L∞ sensitivity in grid units under add/remove of one unit (docs/privacy.md §4): the
         largest absolute contribution of one unit. COUNT: r. COUNT(DISTINCT unit): 1. SUM over
         [L, U]: r·max(|L|, |U|) — not U − L, which is the replace-one sensitivity. Centred sum:
         r·max(U − c, c − L), i.e. r·(U − L)/2 at the midpoint. Centred sum of squares:
@@ -188,7 +188,7 @@ class SortKey:
 
 
 @dataclass(frozen=True)
-class Finish:
+class PostProcessing:
     """Everything that runs on released values: projection, HAVING, ORDER BY, LIMIT/OFFSET."""
 
     outputs: tuple[OutputColumn, ...]
@@ -205,7 +205,7 @@ class PrivateQuery:
     keys: tuple[GroupKey, ...]
     components: tuple[Component, ...]
     aggregates: tuple[Aggregate, ...]
-    finish: Finish
+    post_processing: PostProcessing
     text: str  # the statement, normalised (parameters bound)
     histograms: tuple[Histogram, ...] = ()
     # ORDER BY <aggregate> DESC LIMIT k over groups: the k groups are chosen by report-noisy-top-k on
@@ -294,7 +294,7 @@ class PublicQuery:
 class ConstantQuery:
     """A SELECT without FROM: evaluated by dpproxy itself."""
 
-    finish: Finish
+    post_processing: PostProcessing
     text: str
 
 

@@ -1,4 +1,4 @@
-"""Sensitivity certificates (DESIGN §8): the test that proves the rewriter.
+"""Sensitivity certificates (docs/privacy.md §3): the test that proves the rewriter.
 
 For generated small databases D, run a plan's rewritten SQL with no noise (the plan's `measure`
 seam: the true per-group components) on D and on D minus each unit u, and check that
@@ -238,9 +238,7 @@ def test_components_are_the_clipped_aggregates_when_nothing_is_dropped(
     plan = engine.plan(
         "SELECT grp, COUNT(*), COUNT(x), SUM(x), SUM(y), COUNT(DISTINCT pid) FROM t GROUP BY grp", salt="s"
     )
-    got = {
-        k: v[:2] for k, v in by_key(plan.measure(loader.run(plan.statements[0]))).items()
-    }
+    got = {k: v[:2] for k, v in by_key(plan.measure(loader.run(plan.statements[0]))).items()}
     expected: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     units: dict[tuple, set[int]] = defaultdict(set)
     for pid, grp, _pub, x, y in flatten(people):

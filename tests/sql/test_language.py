@@ -1,17 +1,17 @@
 """Certify the language, not examples: generated statements against adversarial databases.
 
-Every statement the grammar of tests/language/grammar.py generates must be refused with a documented
+Every statement the grammar of tests/sql/language/grammar.py generates must be refused with a documented
 SQLSTATE before it reads protected data, or be accepted and then run on both backends, give the same
 pre-noise values on both, and pass the sensitivity certificate on every neighbour (see
-tests/language/harness.py for the checks).
+tests/sql/language/harness.py for the checks).
 
 Batches:
   - a fixed batch (seed 0, DPPROXY_FUZZ_FIXED queries, default 2000) in every run, split in chunks so
     pytest-xdist spreads it over the cores;
   - a random batch (DPPROXY_FUZZ_RANDOM queries, default 200) whose seed is printed, or taken from
     DPPROXY_FUZZ_SEED to reproduce a failure;
-  - every statement that ever failed, from tests/language/regressions.sql.
-A long run: `DPPROXY_FUZZ_RANDOM=50000 pytest -m fuzz tests/test_language.py -n auto -s` (README):
+  - every statement that ever failed, from tests/sql/language/regressions.sql.
+A long run: `DPPROXY_FUZZ_RANDOM=50000 pytest -m fuzz tests/sql/test_language.py -n auto -s` (README):
 16 chunks, each a random batch with its own printed seed.
 """
 
@@ -27,11 +27,11 @@ import psycopg
 import pytest
 
 from dpproxy.policy import parse_policy
-from tests.language import schema
-from tests.language.databases import Loaded
-from tests.language.grammar import Generated, generate
-from tests.language.harness import Backends, check
 from tests.pgcluster import PgCluster, create_database, drop_database
+from tests.sql.language import schema
+from tests.sql.language.databases import Loaded
+from tests.sql.language.grammar import Generated, generate
+from tests.sql.language.harness import Backends, check
 
 FIXED_SEED = 0
 FIXED_QUERIES = int(os.environ.get("DPPROXY_FUZZ_FIXED", "2000"))

@@ -1,4 +1,4 @@
-"""Every class of rejected SQL: the SQLSTATE of DESIGN §7 and a message that names the fault and
+"""Every class of rejected SQL: the SQLSTATE of the README's "Errors" and a message that names the fault and
 what is allowed instead. Rejections depend on the query text and the policy only, so these run
 without any database."""
 
@@ -12,7 +12,7 @@ from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
 
-POLICY = Path(__file__).parent.parent / "policies" / "demo.yaml"
+POLICY = Path(__file__).parents[2] / "policies" / "demo.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,11 @@ REJECTIONS = [
         "0A000",
         ["correlated subqueries are not supported"],
     ),
-    ("SELECT COUNT(*) FROM patients WHERE age > ALL (SELECT 30)", "0A000", ["ALL (SELECT …) is not supported"]),
+    (
+        "SELECT COUNT(*) FROM patients WHERE age > ALL (SELECT 30)",
+        "0A000",
+        ["ALL (SELECT …) is not supported"],
+    ),
     (
         "SELECT COUNT(*) FROM patients WHERE zip IN (SELECT zip FROM visits)",
         "0A000",

@@ -1,14 +1,15 @@
 """The classes of the soundness review, one test (or more) named after each, on both backends.
 
-The generated-language tests (tests/test_language.py) look for new members of these classes; the
+The generated-language tests (tests/sql/test_language.py) look for new members of these classes; the
 tests here pin the examples the review found, so each fix is visible on its own:
   1. raw protected values reached the backend through SQL over public tables (subqueries);
   2. a protected table on the nullable side of an outer join;
   8. crashes and silent drops in the analyzer (table functions, TABLESAMPLE, ONLY);
   9. accepted queries that could not run;
  10. PostgreSQL and DuckDB disagreeing on accepted row functions.
-(Classes 3–7 have their own modules: test_release_order, test_replay, test_charge_stands,
-test_error_bars, test_enforced_unique; the catalog part of class 8 is in test_catalog.)
+(Classes 3–7 have their own modules: release/test_canonical_order, budget/test_replay_epoch,
+budget/test_charge_stands, release/test_error_bars, backends/test_enforced_unique; the catalog part of
+class 8 is in wire/test_catalog.)
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
 from dpproxy.sql import subqueries
 from tests.certify import certify
-from tests.language import schema
-from tests.language.databases import Loaded, RawBackend
 from tests.pgcluster import PgCluster, create_database, drop_database
+from tests.sql.language import schema
+from tests.sql.language.databases import Loaded, RawBackend
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +236,7 @@ def test_crashes_and_silent_drops_a_parameter_in_order_by_is_a_value(loaded: dic
     plan = engine(loaded["duckdb"]).plan(
         "SELECT diagnosis, COUNT(*) FROM patients GROUP BY 1 ORDER BY $1", [2]
     )
-    (key,) = plan.query.finish.order_by
+    (key,) = plan.query.post_processing.order_by
     assert "__out_" not in key.expression.sql()  # a constant, not the second output column
 
 

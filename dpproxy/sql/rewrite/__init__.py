@@ -2,8 +2,9 @@
 
 Each pass is a pure function `rule(state, ctx) -> state` over sqlglot expressions; the state is a
 chain of CTEs, so the SQL after any pass can be printed and run (`dpproxy explain` shows each one).
-Together they implement DESIGN §5: clip every value, bound each unit's rows per group and groups,
-pre-aggregate per unit, aggregate exactly per group. Noise is never added here.
+Together they implement the contribution bounding of docs/privacy.md §3: clip every value, bound
+each unit's rows per group and groups, pre-aggregate per unit, aggregate exactly per group. Noise is
+never added here.
 """
 
 from __future__ import annotations

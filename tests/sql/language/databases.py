@@ -15,7 +15,7 @@ from decimal import Decimal
 import duckdb
 
 from dpproxy.backends import Backend, BackendError, Cancellation, LiveColumn, normalise_type
-from tests.language.schema import PROTECTED, TABLES, Database
+from tests.sql.language.schema import PROTECTED, TABLES, Database
 
 
 def _normalise(value: object) -> object:

@@ -1,4 +1,4 @@
-"""What must hold for every generated statement (the checks of tests/test_language.py).
+"""What must hold for every generated statement (the checks of tests/sql/test_language.py).
 
 For a statement S and the adversarial databases:
   1. S is refused with a documented SQLSTATE — the same on both dialects, and before any statement
@@ -26,12 +26,12 @@ from decimal import Decimal
 from dpproxy.engine import Engine, Plan
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import Policy
-from dpproxy.release import Measurement, finish_rows
+from dpproxy.release import ExactGroups, post_process
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.types import PgType
 from tests.certify import certify
-from tests.language.databases import Loaded, RawBackend
-from tests.language.grammar import Generated
+from tests.sql.language.databases import Loaded, RawBackend
+from tests.sql.language.grammar import Generated
 
 # Every SQLSTATE a refusal may carry (README, "Errors").
 DOCUMENTED_SQLSTATES = {
@@ -111,7 +111,7 @@ def _plan(engine: Engine, query: Generated) -> Plan | DPProxyError | None:
         return error
 
 
-def _same_measurement(a: Measurement, b: Measurement) -> str | None:
+def _same_exact_groups(a: ExactGroups, b: ExactGroups) -> str | None:
     left = {
         k: (c, u, h)
         for k, c, u, h in zip(
@@ -166,7 +166,7 @@ def check(
                 failures.append(f"refused on {dialect} with undocumented SQLSTATE {error.sqlstate}: {error}")
         return failures
     for db in databases:
-        measured: dict[str, Measurement] = {}
+        measured: dict[str, ExactGroups] = {}
         for dialect in dialects:
             plan = _plan(db.engines[("limits", dialect)], query)
             high = _plan(db.engines[("high", dialect)], query)
@@ -213,7 +213,7 @@ def check(
                     except Exception as error:
                         failures.append(f"enforced-unique plan fails on {db.name}/{dialect}: {error}")
         if len(measured) == 2:
-            difference = _same_measurement(measured["duckdb"], measured["postgres"])
+            difference = _same_exact_groups(measured["duckdb"], measured["postgres"])
             if difference:
                 failures.append(f"backends disagree on {db.name}: {difference}")
     return failures
@@ -238,7 +238,7 @@ def _stand_in(key: tuple, index: int, pg_type: PgType) -> object:
     return str(h % 7)
 
 
-def _order_of_released_rows(plan: Plan, measured: Measurement, where: str) -> list[str]:
+def _order_of_released_rows(plan: Plan, measured: ExactGroups, where: str) -> list[str]:
     """Released rows come in an order that depends on released values only: the same groups with
     the same values, handed over in the backend's order or in reverse, give the same answer."""
     query = plan.query
@@ -248,8 +248,8 @@ def _order_of_released_rows(plan: Plan, measured: Measurement, where: str) -> li
     types = [a.result_type for a in query.aggregates]
     values = [[_stand_in(k, i, t) for i, t in enumerate(types)] for k in measured.keys]
     try:
-        forward = finish_rows(query.finish, key_types, types, measured.keys, values)
-        backward = finish_rows(query.finish, key_types, types, measured.keys[::-1], values[::-1])
+        forward = post_process(query.post_processing, key_types, types, measured.keys, values)
+        backward = post_process(query.post_processing, key_types, types, measured.keys[::-1], values[::-1])
     except DPProxyError:
         return []  # a post-processing error on stand-in values (an overflowing cast, say)
     except Exception as crash:
@@ -259,7 +259,7 @@ def _order_of_released_rows(plan: Plan, measured: Measurement, where: str) -> li
     return []
 
 
-def _public_keys(plan: Plan, measured: Measurement, where: str) -> list[str]:
+def _public_keys(plan: Plan, measured: ExactGroups, where: str) -> list[str]:
     query = plan.query
     failures = []
     for j, key in enumerate(query.keys):

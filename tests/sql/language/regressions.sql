@@ -1,4 +1,4 @@
--- Statements the query-language generator once found failing; tests/test_language.py runs them all.
+-- Statements the query-language generator once found failing; tests/sql/test_language.py runs them all.
 -- One per line; parameters after ' -- params: ' as a Python list. The comment above each says what broke.
 -- A table function in FROM crashed the analyzer (AttributeError, XX000).
 SELECT AVG(p.income), CAST(MEDIAN(income) AS text), AVG(p.income) AS n FROM patients p CROSS JOIN generate_series(1, 3) g ORDER BY 4 ASC LIMIT 3

@@ -430,7 +430,6 @@ GROUP BY
 """
 
 
-
 @pytest.mark.parametrize(
     ("pass_name", "reads", "golden"),
     [

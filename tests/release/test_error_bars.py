@@ -25,9 +25,9 @@ import pytest
 
 from dpproxy import release
 from dpproxy.engine import Engine, Plan
-from dpproxy.mechanisms import NoiseSpec
 from dpproxy.policy import parse_policy
-from dpproxy.release import Measurement, release_aggregates
+from dpproxy.privacy import NoiseSpec
+from dpproxy.release import ExactGroups, aggregates, release_aggregates
 from dpproxy.sql.query import Aggregate, AggregateKind, ComponentKind
 
 DRAWS = 1500
@@ -113,9 +113,9 @@ def covers(aggregate: Aggregate, value: object, error: float, target: Fraction) 
 
 
 def copies(plan: Plan, components: list[int]) -> release.ReleasedGroups:
-    """DRAWS independent releases of one group: release_aggregates gives each row of a Measurement
+    """DRAWS independent releases of one group: release_aggregates gives each row of an ExactGroups
     its own noise, so DRAWS copies of one group are DRAWS releases of it."""
-    groups = Measurement([()] * DRAWS, [components] * DRAWS, [0] * DRAWS)
+    groups = ExactGroups([()] * DRAWS, [components] * DRAWS, [0] * DRAWS)
     return release_aggregates(plan.query, groups, plan.noise)
 
 
@@ -163,7 +163,7 @@ def test_count_and_sum_errors_cover_95_percent_with_clamping_at_zero() -> None:
     components = true_components(plan, [Decimal("0.5")] * 2)
     shares = coverage(plan, components, copies(plan, components))
     assert all(share >= FLOOR for share in shares.values()), shares
-    released = release_aggregates(plan.query, Measurement([()], [components], [2]), plan.noise)
+    released = release_aggregates(plan.query, ExactGroups([()], [components], [2]), plan.noise)
     assert released.errors == [
         plan.noise.columns[a.components[0]].error95() / 10**a.scale for a in plan.query.aggregates
     ]
@@ -194,13 +194,13 @@ def test_the_old_first_order_stddev_bound_fails_where_the_new_one_holds(monkeypa
     plan = plan_for(SPREADS)
     components = true_components(plan, REGIMES["constant values, at the centre"])
     noisy: list[list[int]] = []
-    original = release.add_noise
+    original = aggregates.add_noise
 
-    def recording(groups: Measurement, noise) -> list[list[int]]:
+    def recording(groups: ExactGroups, noise) -> list[list[int]]:
         noisy[:] = original(groups, noise)
         return noisy
 
-    monkeypatch.setattr(release, "add_noise", recording)
+    monkeypatch.setattr(aggregates, "add_noise", recording)
     released = copies(plan, components)
     stddev = next(a for a, agg in enumerate(plan.query.aggregates) if agg.kind is AggregateKind.STDDEV_POP)
 
@@ -218,7 +218,7 @@ def test_the_column_figure_covers_every_group_and_a_median_would_not() -> None:
     big = true_components(plan, [Decimal(10), Decimal(90)] * 10_000)
     small = true_components(plan, [Decimal(20)] * 40)
     sizes = [big] * (DRAWS * 3 // 2) + [small] * DRAWS
-    groups = Measurement([()] * len(sizes), sizes, [0] * len(sizes))
+    groups = ExactGroups([()] * len(sizes), sizes, [0] * len(sizes))
     released = release_aggregates(plan.query, groups, plan.noise)
     aggregate = plan.query.aggregates[0]
     target = truth(aggregate, small)
@@ -253,6 +253,6 @@ def test_avg_error_reaches_both_bounds_when_the_count_may_be_below_one() -> None
     components = [0, 0]
     components[count] = 1  # so its range, 1 ± its error, reaches below 1
     components[centred] = 1000  # 10.00 above the centre, 50.00
-    released = release_aggregates(plan.query, Measurement([()], [components], [1]), noise)
+    released = release_aggregates(plan.query, ExactGroups([()], [components], [1]), noise)
     assert released.aggregates == [[Decimal("60.000000")]]
     assert released.errors == [60.0]  # to 0, the lower bound

@@ -21,9 +21,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dpproxy.engine import Engine, Plan
-from dpproxy.mechanisms import NoiseSpec
 from dpproxy.policy import parse_policy
-from dpproxy.release import canonical_key, finish_rows
+from dpproxy.privacy import NoiseSpec
+from dpproxy.release import canonical_key, post_process
 from dpproxy.sql.query import ComponentKind
 
 POLICY = """
@@ -149,7 +149,7 @@ def test_the_release_is_the_same_for_every_order_of_the_backends_rows(drawn, ord
 
 
 def released_inputs(drawn):
-    """finish_rows's inputs for drawn groups, as release_aggregates would give them (no noise)."""
+    """post_process's inputs for drawn groups, as release_aggregates would give them (no noise)."""
     keys = [key for key, _count, _units in drawn]
     aggregates = [
         [count, None if count == 0 else Decimal(50) + Decimal(1) / count] for _key, count, _u in drawn
@@ -159,16 +159,16 @@ def released_inputs(drawn):
 
 @settings(max_examples=60, deadline=None)
 @given(drawn=groups, order=st.randoms(use_true_random=False), which=st.sampled_from([*QUERIES, TOP_K]))
-def test_finish_rows_is_the_same_for_every_order_of_the_released_groups(drawn, order, which) -> None:
+def test_post_process_is_the_same_for_every_order_of_the_released_groups(drawn, order, which) -> None:
     query = PLANS[which].query
     key_types = [k.type for k in query.keys]
     aggregate_types = [a.result_type for a in query.aggregates]
     keys, aggregates = released_inputs(drawn)
     pairs = list(zip(keys, aggregates, strict=True))
     order.shuffle(pairs)
-    expected = finish_rows(query.finish, key_types, aggregate_types, keys, aggregates)
-    shuffled = finish_rows(
-        query.finish, key_types, aggregate_types, [k for k, _ in pairs], [a for _, a in pairs]
+    expected = post_process(query.post_processing, key_types, aggregate_types, keys, aggregates)
+    shuffled = post_process(
+        query.post_processing, key_types, aggregate_types, [k for k, _ in pairs], [a for _, a in pairs]
     )
     assert shuffled == expected
 
@@ -186,8 +186,8 @@ def test_canonical_order_sorts_by_key_ascending_with_nulls_last() -> None:
         ("a", 9, 3, dt.date(1999, 1, 1), False),
         ("B", 9, 3, dt.date(1999, 1, 1), False),
     ]
-    rows = finish_rows(
-        query.finish,
+    rows = post_process(
+        query.post_processing,
         [k.type for k in query.keys],
         [a.result_type for a in query.aggregates],
         keys,
@@ -218,7 +218,7 @@ def test_canonical_order_ties_of_order_by_keep_key_order_and_limit_takes_the_fir
     def run(sql: str) -> list[str]:
         query = ENGINE.plan(sql, epsilon=1.0).query
         types = ([k.type for k in query.keys], [a.result_type for a in query.aggregates])
-        return [row[0] for row in finish_rows(query.finish, *types, keys, counts)]
+        return [row[0] for row in post_process(query.post_processing, *types, keys, counts)]
 
     assert run(SELECT + " LIMIT 2") == ["a", "b"]
     assert run(SELECT + " ORDER BY c") == ["b", "c", "d", "a"]

@@ -1,0 +1,50 @@
+"""What a query asks of the exponential mechanism: its selector requests, in one fixed order.
+
+This module owns the order in which a query's quantiles, modes and top-k selection are requested:
+plan_query_noise returns one selector per request in that order (QueryNoise.selectors), and the
+release finds each aggregate's selector, and the top-k one, by its place in it.
+
+It never sees rows, values or noise: only the query's declared aggregates and limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpproxy.privacy import ModeRequest, QuantileRequest, SelectorRequest, TopKRequest
+from dpproxy.sql.query import AggregateKind, PrivateQuery
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """Which exponential-mechanism release (QueryNoise.selectors, in request order) serves what."""
+
+    requests: tuple[SelectorRequest, ...]
+    by_aggregate: dict[int, int]  # aggregate index -> selector index
+    top_k: int | None  # selector index of the top-k selection
+
+
+def selectors(query: PrivateQuery) -> Selectors:
+    """The selector requests of a query, in a fixed order the plan and the release share."""
+    requests: list[SelectorRequest] = []
+    by_aggregate: dict[int, int] = {}
+    r, g = query.max_rows, query.max_groups
+    for a, aggregate in enumerate(query.aggregates):
+        if aggregate.kind is AggregateKind.QUANTILE:
+            assert aggregate.alpha is not None
+            histogram = query.histograms[aggregate.histogram]
+            by_aggregate[a] = len(requests)
+            requests.append(QuantileRequest(aggregate.alpha, histogram.candidates, r, g))
+        elif aggregate.kind is AggregateKind.MODE:
+            histogram = query.histograms[aggregate.histogram]
+            by_aggregate[a] = len(requests)
+            requests.append(ModeRequest(histogram.candidates, r, g))
+    top_k = None
+    if query.top_k is not None:
+        component_index, k = query.top_k
+        component = query.components[component_index]
+        lo, _hi = component.contribution_range(r)
+        top_k = len(requests)
+        # Counts, and sums of non-negative values, only grow when a person is added.
+        requests.append(TopKRequest(k, component.sensitivity(r), monotonic=lo >= 0))
+    return Selectors(tuple(requests), by_aggregate, top_k)

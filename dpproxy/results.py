@@ -1,0 +1,140 @@
+"""What an answer is, as every entry point hands it over: the released rows and columns with their
+95% errors, the cost, the budget left and the notice the analyst reads; and the bytes a stored
+answer is kept as for free replay (released values only, never true ones)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+
+from dpproxy.budget import epsilon_equivalent
+from dpproxy.privacy import (
+    Cost,
+)
+from dpproxy.sql.types import PgType
+
+
+@dataclass(frozen=True)
+class ResultColumn:
+    name: str
+    type: PgType
+    error95: float | None = None  # ± at 95% of a released aggregate column; None when not one
+    error_note: str | None = None  # the 95% bound of a quantile or mode, which is not a ± in value units
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    analyst: str
+    spent: Cost  # ε of pure-DP queries, δ, and ρ of zCDP queries, as the ledger composes them
+    limit: Cost
+
+    @property
+    def epsilon_spent(self) -> float:
+        """Everything spent, in ε against the analyst's δ (ρ converted; equals spent.epsilon without ρ)."""
+        return epsilon_equivalent(self.spent, self.limit)
+
+    @property
+    def remaining(self) -> Cost:
+        return Cost(
+            max(0.0, self.limit.epsilon - self.epsilon_spent), max(0.0, self.limit.delta - self.spent.delta)
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    columns: tuple[ResultColumn, ...]
+    rows: list[tuple[object, ...]]
+    cost: Cost = Cost.ZERO
+    budget: BudgetStatus | None = None
+    private: bool = False
+    replayed: bool = False  # a stored answer to the same question, returned for free
+
+    @property
+    def notice(self) -> str | None:
+        """What the analyst is told after a private query: cost, budget left, ± error per column."""
+        if not self.private:
+            return None
+        if self.replayed:
+            parts = ["dpproxy: the same question was answered before; its stored answer costs nothing"]
+        else:
+            parts = [f"dpproxy: this query spent ε={format_number(self.cost.epsilon)}"]
+            if self.cost.rho:
+                parts[0] = (
+                    f"dpproxy: this query spent ρ={format_number(self.cost.rho)} "
+                    f"(ε={format_number(self.cost.epsilon)} alone)"
+                )
+            if self.cost.delta:
+                parts[0] += f", δ={format_number(self.cost.delta)}"
+        if self.budget is not None:
+            left = self.budget.remaining
+            parts.append(
+                f"ε remaining {format_number(left.epsilon)} of {format_number(self.budget.limit.epsilon)}"
+                + (f" (δ remaining {format_number(left.delta)})" if self.budget.limit.delta else "")
+            )
+        errors = [
+            f"{c.name} ±{format_number(c.error95)}" if c.error95 is not None else f"{c.name}: {c.error_note}"
+            for c in self.columns
+            if c.error95 is not None or c.error_note is not None
+        ]
+        if errors:
+            parts.append("95% error: " + ", ".join(errors))
+        return "; ".join(parts)
+
+
+def format_number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e6 or abs(value) < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+_TAGS: dict[type, str] = {Decimal: "numeric", float: "float", dt.date: "date", dt.datetime: "timestamp"}
+
+
+def _encode_value(value: object) -> object:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, dt.datetime):
+        return {"timestamp": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"numeric": str(value)}
+    if isinstance(value, float):
+        return {"float": repr(value)}
+    raise TypeError(f"cannot store a {type(value).__name__} for replay")
+
+
+def _decode_value(value: object) -> object:
+    if not isinstance(value, dict):
+        return value
+    ((tag, text),) = value.items()
+    if tag == "timestamp":
+        return dt.datetime.fromisoformat(text)
+    if tag == "date":
+        return dt.date.fromisoformat(text)
+    if tag == "numeric":
+        return Decimal(text)
+    return float(text)
+
+
+def encode_result(result: Result) -> bytes:
+    """A released answer as bytes for the replay store (noisy values only; never true ones)."""
+    return json.dumps(
+        {
+            "columns": [[c.name, c.type.value, c.error95, c.error_note] for c in result.columns],
+            "rows": [[_encode_value(v) for v in row] for row in result.rows],
+        }
+    ).encode()
+
+
+def decode_result(payload: bytes) -> tuple[tuple[ResultColumn, ...], list[tuple[object, ...]]]:
+    data = json.loads(payload)
+    columns = tuple(ResultColumn(name, PgType(t), error, note) for name, t, error, note in data["columns"])
+    rows = [tuple(_decode_value(v) for v in row) for row in data["rows"]]
+    return columns, rows
