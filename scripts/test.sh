@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# The cluster's server and psql; javac, java and /usr/share/java/postgresql.jar for tests/test_clients.py.
+# The cluster's server and psql; javac, java and /usr/share/java/postgresql.jar for tests/wire/test_clients.py.
 DEFAULT_APT_PACKAGES="postgresql-15 postgresql-client-15 default-jdk-headless libpostgresql-jdbc-java"
 read -r -a apt_packages <<<"${DPPROXY_APT_PACKAGES:-$DEFAULT_APT_PACKAGES}"
 PYTHON=${PYTHON:-python3}

@@ -5,6 +5,11 @@ peer may send (message lengths, field counts). It knows nothing of SQL, sessions
 session decides what a message means, the server moves the bytes. A frame that cannot be read
 raises ProtocolViolation (08P01), after which the connection must be closed; a well-framed message
 whose text is not UTF-8 decodes to `Undecodable`, an ordinary error the session reports.
+
+Over 600 lines, kept whole on purpose: it is one transcription of PostgreSQL's "Message Formats",
+both directions side by side, and half of it is the declarations of 43 small messages; callers use
+it as one namespace (codec.Query, codec.ErrorResponse). The frontend half (decoding, with the
+limits) and the backend half (encoding) are separate sections below.
 """
 
 from __future__ import annotations

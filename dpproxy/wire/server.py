@@ -42,7 +42,7 @@ from dpproxy.wire.codec import (
     ErrorResponse,
     FrontendDecoder,
 )
-from dpproxy.wire.session import Session, SessionServices
+from dpproxy.wire.session import EngineCatalogAuth, Session
 
 log = logging.getLogger("dpproxy.wire")
 
@@ -101,7 +101,7 @@ class Server:
             self._ssl.minimum_version = ssl.TLSVersion.TLSv1_2
             self._ssl.load_cert_chain(config.tls_cert, config.tls_key)
         self._server: asyncio.Server | None = None
-        self._services: SessionServices | None = None
+        self._shared: EngineCatalogAuth | None = None
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._sessions: dict[int, Session] = {}
@@ -114,7 +114,7 @@ class Server:
         self._loop = asyncio.get_running_loop()
         if self._catalog is None:
             self._catalog = await self.run_blocking(open_catalog, self.engine)
-        self._services = SessionServices(self.engine, self._catalog, self.run_blocking)
+        self._shared = EngineCatalogAuth(self.engine, self._catalog, self.run_blocking)
         self._server = await asyncio.start_server(
             self._accept, self.config.host, self.config.port, limit=_READ_SIZE, backlog=512
         )
@@ -291,9 +291,9 @@ class Server:
             await self._drain_quietly(writer)
             return
 
-        assert self._services is not None
+        assert self._shared is not None
         process_id, secret_key = self._new_key()
-        session = Session(self._services, process_id, secret_key)
+        session = Session(self._shared, process_id, secret_key)
         connection.session = session
         decoder.startup = False
         decoder.max_length = MAX_AUTH_MESSAGE_LENGTH

@@ -1,0 +1,51 @@
+"""What a statement is: the one place that decides where SQL from a client goes (docs/architecture.md).
+
+    SET, SHOW, RESET, DISCARD, DEALLOCATE                → SESSION, answered by the session
+    SELECT set_config(…) [, current_setting(…) …]        → SESSION (set_config: SET as a function)
+    BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE          → TRANSACTION
+    DECLARE … CURSOR, FETCH, MOVE, CLOSE                 → CURSOR
+    EXPLAIN <query on exposed tables>                    → EXPLAIN (engine.explain, never the database)
+    a query reading catalog relations, or no relation    → CATALOG (the shadow catalog)
+    a query reading any other relation                   → ENGINE (which refuses what is not exposed)
+    anything else                                        → refused with a SQLSTATE
+
+The package never runs SQL and never sees data or a session: a decision depends only on the query
+text and the names of the exposed tables. Its parts:
+
+    lexer       tokens, splitting a simple query into statements, quote_identifier
+    statement   Kind and Statement, what the session acts on
+    classify    route(): one statement's kind, and the parsing of session, transaction and cursor commands
+    set_config  recognising SELECT set_config(…) so that the session runs it as SET
+    relations   the relations a query reads (sqlglot's tree, or a token scan where sqlglot fails)
+"""
+
+from dpproxy.wire.router.classify import route
+from dpproxy.wire.router.lexer import (
+    QUOTED_KEYWORDS,
+    LexError,
+    Token,
+    TokenKind,
+    quote_identifier,
+    split_statements,
+    tokenize,
+)
+from dpproxy.wire.router.relations import CATALOG_SCHEMAS, is_catalog_relation
+from dpproxy.wire.router.statement import MAX_PARAMETERS, Argument, Kind, SettingCall, Statement
+
+__all__ = [
+    "CATALOG_SCHEMAS",
+    "MAX_PARAMETERS",
+    "QUOTED_KEYWORDS",
+    "Argument",
+    "Kind",
+    "LexError",
+    "SettingCall",
+    "Statement",
+    "Token",
+    "TokenKind",
+    "is_catalog_relation",
+    "quote_identifier",
+    "route",
+    "split_statements",
+    "tokenize",
+]

@@ -1,0 +1,508 @@
+"""The state machine of one client connection: startup, authentication, simple and extended query.
+
+A Session is fed frontend messages (`start`, then `handle`) and answers with backend messages; it
+never touches a socket (the server moves bytes) and never decides what a statement is (the router
+does). It owns what PostgreSQL keeps per backend: the phase, the transaction status (I/T/E), the
+settings (dpproxy/wire/settings.py: SET/RESET/SHOW with transaction semantics), prepared
+statements, portals and cursors (portals.py), the analyst and the session's `dpproxy.epsilon`.
+Session commands (commands.py), transaction control and cursors are answered by the session;
+catalog statements go to the shadow catalog, queries on exposed tables to the engine, EXPLAIN to
+`engine.explain`. Calls that may block (engine, catalog, budget, routing of long text) run in the
+server's worker threads through `EngineCatalogAuth.run_blocking`.
+
+Nothing reaches the engine or the catalog before authentication succeeds. Errors a client sees are
+DPProxyErrors rendered here once; any other exception becomes a fixed internal-error message, and
+its text (which could hold a value) goes only to the operator's log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from dpproxy.backends import Cancellation
+from dpproxy.errors import (
+    DPProxyError,
+    InFailedTransaction,
+    InternalError,
+    NoActiveTransaction,
+    NotSupported,
+    ProtocolViolation,
+    UnknownAnalyst,
+)
+from dpproxy.policy import AnalystPolicy
+from dpproxy.wire import codec
+from dpproxy.wire.auth import AuthExchange
+from dpproxy.wire.catalog import SessionInfo
+from dpproxy.wire.codec import (
+    BackendMessage,
+    CommandComplete,
+    DataRow,
+    ErrorResponse,
+    ParameterStatus,
+    ReadyForQuery,
+    RowDescription,
+)
+from dpproxy.wire.router import Kind, Statement
+from dpproxy.wire.session.commands import SessionCommands
+from dpproxy.wire.session.portals import PortalCommands
+from dpproxy.wire.session.records import (
+    Outcome,
+    Phase,
+    Portal,
+    PreparedStatement,
+    TransactionStatus,
+    expand_formats,
+)
+from dpproxy.wire.session.shared import EngineCatalogAuth
+from dpproxy.wire.settings import (
+    EPSILON_SETTING,
+    REPORTED,
+    SESSION_DEFAULTS,
+    SessionSettings,
+    canonical,
+    parse_options,
+    zone,
+)
+from dpproxy.wire.types import TEXT_OID, TextFormat, WireColumn, encoder, wire_column
+
+log = logging.getLogger("dpproxy.wire")
+
+INTERNAL_ERROR = "internal error in dpproxy; the operator's log has the details"
+
+
+class Session(SessionCommands, PortalCommands):
+    """One connection's protocol state. `start()` the startup packet, then `handle()` each message;
+    both return the backend messages to send. `closing` turns True when the connection must end."""
+
+    def __init__(self, shared: EngineCatalogAuth, process_id: int, secret_key: int) -> None:
+        self.shared = shared
+        self.engine = shared.engine
+        self.process_id = process_id
+        self.secret_key = secret_key
+        self.phase = Phase.STARTUP
+        self.closing = False
+        self.user = ""
+        self.database = ""
+        self.analyst: AnalystPolicy | None = None
+        self.status = TransactionStatus.IDLE
+        self._startup_parameters: dict[str, str] = {}
+        self._exchange: AuthExchange | None = None
+        self._settings = SessionSettings(SESSION_DEFAULTS, self._check_epsilon)
+        self._reported: dict[str, str] = {}
+        self._statements: dict[str, PreparedStatement] = {}
+        self._portals: dict[str, Portal] = {}
+        self._skipping = False  # after an error in the extended protocol, until Sync
+        self._cancel: Cancellation | None = None
+        self._text_format_key: tuple[str, str] | None = None
+        self._text_format = TextFormat()
+
+    # -- entry points -------------------------------------------------------------------------------
+
+    @property
+    def authenticated(self) -> bool:
+        return self.phase is Phase.READY
+
+    def cancel_running(self) -> None:
+        """Interrupt the query running now, if any (CancelRequest, shutdown). Thread-safe enough:
+        called on the event loop thread; Cancellation.cancel is itself thread-safe."""
+        cancel = self._cancel
+        if cancel is not None:
+            cancel.cancel()
+
+    @property
+    def busy(self) -> bool:
+        return self._cancel is not None
+
+    async def start(self, startup: codec.StartupMessage) -> list[BackendMessage]:
+        out: list[BackendMessage] = []
+        if startup.major != 3:
+            return self._fatal(
+                out,
+                NotSupported(
+                    f"unsupported frontend protocol {startup.major}.{startup.minor}: "
+                    "server supports 3.0 to 3.0"
+                ),
+            )
+        unrecognized = tuple(sorted(k for k in startup.parameters if k.startswith("_pq_.")))
+        if startup.minor > 0 or unrecognized:
+            out.append(codec.NegotiateProtocolVersion(0, unrecognized))
+        parameters = {k: v for k, v in startup.parameters.items() if not k.startswith("_pq_.")}
+        user = parameters.pop("user", "")
+        if not user:
+            return self._fatal(out, UnknownAnalyst("no PostgreSQL user name specified in startup packet"))
+        if parameters.pop("replication", "false").lower() not in ("false", "off", "no", "0"):
+            return self._fatal(out, NotSupported("replication connections are not supported"))
+        self.user = user
+        self.database = parameters.pop("database", "") or user
+        self._startup_parameters = parameters
+        self._exchange = self.shared.authenticator.start(user)
+        self.phase = Phase.AUTHENTICATING
+        out.append(self._exchange.start())
+        return out
+
+    async def handle(self, message: codec.FrontendMessage) -> list[BackendMessage]:
+        out: list[BackendMessage] = []
+        try:
+            if self.phase is Phase.AUTHENTICATING:
+                await self._authenticate(message, out)
+            elif self.phase is Phase.READY:
+                await self._ready(message, out)
+            elif self.phase is Phase.STARTUP:
+                self._fatal(out, ProtocolViolation("expected a startup message"))
+        except ProtocolViolation as error:
+            self._fatal(out, error)
+        except DPProxyError as error:
+            if self.phase is not Phase.READY:
+                self._fatal(out, error)
+            else:
+                out.append(codec.error_from(error))
+        except Exception:
+            log.exception("internal error in session %d", self.process_id)
+            if self.phase is not Phase.READY:
+                self._fatal(out, InternalError(INTERNAL_ERROR))
+            else:
+                # The text of an unexpected exception could hold a value: it stays in the log.
+                out.append(ErrorResponse("ERROR", "XX000", INTERNAL_ERROR))
+                if isinstance(message, codec.EXTENDED):
+                    self._after_error(extended=True)
+                elif not isinstance(message, codec.Sync):
+                    self._after_error(extended=False)
+                    out.append(ReadyForQuery(self.status.value))
+        return out
+
+    def _fatal(self, out: list[BackendMessage], error: DPProxyError) -> list[BackendMessage]:
+        out.append(codec.error_from(error, severity="FATAL"))
+        self.closing = True
+        self.phase = Phase.CLOSED
+        return out
+
+    # -- authentication -------------------------------------------------------------------------
+
+    async def _authenticate(self, message: codec.FrontendMessage, out: list[BackendMessage]) -> None:
+        if isinstance(message, codec.Terminate):
+            self.closing = True
+            self.phase = Phase.CLOSED
+            return
+        if not isinstance(message, codec.AuthenticationResponse):
+            raise ProtocolViolation(f"expected password response, got {type(message).__name__}")
+        exchange = self._exchange
+        assert exchange is not None
+        step = await exchange.respond(message, self.shared.run_blocking)
+        if step.reply is not None:
+            out.append(step.reply)
+        if not step.finished:
+            return
+        if not exchange.authenticated:
+            self._fatal(out, exchange.failure())
+            return
+        self.analyst = self.engine.analyst(self.user)
+        self._exchange = None
+        out.append(codec.AuthenticationOk())
+        self._settings = SessionSettings(
+            {**SESSION_DEFAULTS, "session_authorization": self.user}, self._check_epsilon
+        )
+        for name, value in self._startup_items():
+            try:
+                self._apply_setting(name, value, local=False, startup=True)
+            except DPProxyError as error:
+                self._fatal(out, error)
+                return
+        self.phase = Phase.READY
+        self._report(out, force=True)
+        out.append(codec.BackendKeyData(self.process_id, self.secret_key))
+        out.append(ReadyForQuery(self.status.value))
+
+    def _startup_items(self) -> list[tuple[str, str]]:
+        items: list[tuple[str, str]] = []
+        for name, value in self._startup_parameters.items():
+            if name == "options":
+                items.extend(parse_options(value))
+            else:
+                items.append((name.lower(), value))
+        return items
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def _ready(self, message: codec.FrontendMessage, out: list[BackendMessage]) -> None:
+        if isinstance(message, codec.Terminate):
+            self.closing = True
+            self.phase = Phase.CLOSED
+            return
+        if isinstance(message, codec.Sync):
+            self._sync(out)
+            return
+        if self._skipping:
+            return
+        if isinstance(message, codec.Query):
+            await self._simple_query(message.sql, out)
+        elif isinstance(message, codec.EXTENDED):
+            try:
+                await self._extended(message, out)
+            except DPProxyError as error:
+                out.append(codec.error_from(error))
+                self._after_error(extended=True)
+        elif isinstance(message, codec.Undecodable):
+            out.append(codec.error_from(message.error))
+            if message.type_code == "Q":
+                self._after_error(extended=False)
+                out.append(ReadyForQuery(self.status.value))
+            elif message.type_code in "PBDEC":
+                self._after_error(extended=True)
+        elif isinstance(message, codec.FunctionCall):
+            out.append(
+                codec.error_from(
+                    NotSupported("the function call protocol is not supported", hint="call functions in SQL")
+                )
+            )
+            out.append(ReadyForQuery(self.status.value))
+        elif isinstance(message, (codec.CopyData, codec.CopyDone, codec.CopyFail)):
+            pass  # as PostgreSQL: left over from a failed COPY, ignored
+        else:
+            raise ProtocolViolation(f"unexpected {type(message).__name__} message after startup")
+
+    def _after_error(self, *, extended: bool) -> None:
+        if self.status is TransactionStatus.IN_BLOCK:
+            self.status = TransactionStatus.FAILED
+        if extended:
+            self._skipping = True
+
+    def _sync(self, out: list[BackendMessage]) -> None:
+        self._skipping = False
+        if self.status is TransactionStatus.IDLE:
+            self._end_implicit_transaction()
+        self._report(out)
+        out.append(ReadyForQuery(self.status.value))
+
+    def _end_implicit_transaction(self) -> None:
+        # Outside a transaction block, portals live until the end of the implicit transaction.
+        for name in [n for n, p in self._portals.items() if not p.holdable]:
+            del self._portals[name]
+
+    # -- simple query ---------------------------------------------------------------------------
+
+    async def _simple_query(self, sql: str, out: list[BackendMessage]) -> None:
+        try:
+            texts = await self.shared.split(sql)
+        except DPProxyError as error:
+            out.append(codec.error_from(error))
+            self._after_error(extended=False)
+            out.append(ReadyForQuery(self.status.value))
+            return
+        if not texts:
+            out.append(codec.EmptyQueryResponse())
+            out.append(ReadyForQuery(self.status.value))
+            return
+        implicit_block = len(texts) > 1 and self.status is TransactionStatus.IDLE
+        if implicit_block:
+            self._settings.begin()
+        failed = False
+        for text in texts:
+            try:
+                statement = await self.shared.route(text)
+                self._check_not_aborted(statement)
+                outcome = await self._run(statement, [], in_implicit_block=implicit_block)
+                self._send_outcome(outcome, out)
+            except DPProxyError as error:
+                out.append(codec.error_from(error))
+                self._after_error(extended=False)
+                failed = True
+                break
+        if implicit_block and self.status is TransactionStatus.IDLE:
+            # Statements of one Query string form one transaction, as in PostgreSQL.
+            if failed:
+                self._settings.rollback()
+            else:
+                self._settings.commit()
+        if self.status is TransactionStatus.IDLE:
+            self._end_implicit_transaction()
+        self._report(out)
+        out.append(ReadyForQuery(self.status.value))
+
+    def _send_outcome(self, outcome: Outcome, out: list[BackendMessage]) -> None:
+        if outcome.empty:
+            out.append(codec.EmptyQueryResponse())
+            return
+        out.extend(outcome.notices)
+        if outcome.columns is not None:
+            formats = expand_formats(outcome.formats, len(outcome.columns))
+            out.append(RowDescription(outcome.columns, formats))
+            self._append_rows(outcome.columns, formats, outcome.rows, out)
+        out.append(CommandComplete(self._tag(outcome, len(outcome.rows))))
+        self._report(out)
+
+    @staticmethod
+    def _tag(outcome: Outcome, count: int) -> str:
+        return f"{outcome.tag} {count}" if outcome.counted else outcome.tag
+
+    def _append_rows(
+        self,
+        columns: Sequence[WireColumn],
+        formats: Sequence[int],
+        rows: Sequence[Sequence[object]],
+        out: list[BackendMessage],
+    ) -> None:
+        text_format = self._current_text_format()
+        encoders = [encoder(c.type_oid, f, text_format) for c, f in zip(columns, formats, strict=True)]
+        width = len(encoders)
+        for row in rows:
+            if len(row) != width:
+                raise InternalError(INTERNAL_ERROR)
+            out.append(DataRow([None if v is None else enc(v) for enc, v in zip(encoders, row, strict=True)]))
+
+    def _current_text_format(self) -> TextFormat:
+        key = (self._settings.get("extra_float_digits") or "1", self._settings.get("timezone") or "UTC")
+        if key != self._text_format_key:
+            self._text_format = TextFormat(int(key[0]), zone(key[1]))
+            self._text_format_key = key
+        return self._text_format
+
+    def _report(self, out: list[BackendMessage], *, force: bool = False) -> None:
+        """ParameterStatus for each GUC_REPORT setting whose value the client has not seen yet."""
+        for name in REPORTED:
+            value = self._settings.get(name) or ""
+            if force or self._reported.get(name) != value:
+                self._reported[name] = value
+                out.append(ParameterStatus(canonical(name), value))
+
+    def _check_not_aborted(self, statement: Statement) -> None:
+        if self.status is not TransactionStatus.FAILED:
+            return
+        if statement.kind is Kind.TRANSACTION and statement.action in ("commit", "rollback", "rollback_to"):
+            return
+        raise InFailedTransaction(
+            "current transaction is aborted, commands ignored until end of transaction block",
+            hint="send ROLLBACK (or ROLLBACK TO a savepoint) to continue",
+        )
+
+    # -- running one statement ------------------------------------------------------------------
+
+    async def _run(
+        self, statement: Statement, parameters: Sequence[object], *, in_implicit_block: bool = False
+    ) -> Outcome:
+        kind = statement.kind
+        if kind is Kind.ENGINE:
+            return await self._run_engine(statement.sql, parameters)
+        if kind is Kind.CATALOG:
+            return await self._run_catalog(statement.sql, parameters)
+        if kind is Kind.SESSION:
+            return await self._session_command(statement, parameters)
+        if kind is Kind.TRANSACTION:
+            return self._transaction_command(statement)
+        if kind is Kind.CURSOR:
+            return await self._cursor_command(statement, parameters, in_implicit_block)
+        if kind is Kind.EXPLAIN:
+            return await self._explain(statement, parameters)
+        if kind is Kind.EMPTY:
+            return Outcome("", empty=True)
+        raise NotSupported(f"{statement.tag or 'this statement'} is not supported")
+
+    @property
+    def _epsilon(self) -> float | None:
+        value = self._settings.get(EPSILON_SETTING)
+        return float(value) if value else None
+
+    async def _run_engine(self, sql: str, parameters: Sequence[object]) -> Outcome:
+        cancel = Cancellation()
+        self._cancel = cancel
+        try:
+            result = await self.shared.run_blocking(
+                self.engine.execute,
+                sql,
+                list(parameters),
+                analyst=self.user,
+                epsilon=self._epsilon,
+                cancel=cancel,
+            )
+        finally:
+            self._cancel = None
+        columns = tuple(wire_column(c.name, c.type) for c in result.columns)
+        notices = [codec.notice(result.notice)] if result.notice else []
+        return Outcome("SELECT", columns, list(result.rows), notices, counted=True)
+
+    def session_info(self) -> SessionInfo:
+        settings = self._settings.all()
+        # current_setting('dpproxy.epsilon') reads what SHOW shows: the ε the next query will use.
+        settings[EPSILON_SETTING] = self._effective_epsilon()
+        return SessionInfo(
+            user=self.user,
+            database=self.database,
+            application_name=self._settings.get("application_name") or "",
+            backend_pid=self.process_id,
+            settings=MappingProxyType(settings),
+        )
+
+    async def _run_catalog(self, sql: str, parameters: Sequence[object]) -> Outcome:
+        result = await self.shared.run_blocking(
+            self.shared.catalog.execute, sql, list(parameters), self.session_info()
+        )
+        return Outcome(result.tag, tuple(result.columns), list(result.rows))
+
+    async def _explain(self, statement: Statement, parameters: Sequence[object]) -> Outcome:
+        inner = statement.inner
+        if inner is None or inner.kind not in (Kind.ENGINE, Kind.CATALOG):
+            raise NotSupported("EXPLAIN is available for SELECT queries only")
+        epsilon = self._epsilon
+
+        def render() -> str:
+            return self.engine.explain(inner.sql, list(parameters), epsilon=epsilon).render()
+
+        text = await self.shared.run_blocking(render)
+        rows: list[tuple[object, ...]] = [(line,) for line in text.splitlines()]
+        return Outcome("EXPLAIN", (WireColumn("QUERY PLAN", TEXT_OID),), rows)
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def _transaction_command(self, statement: Statement) -> Outcome:
+        action, tag = statement.action, statement.tag
+        outcome = Outcome(tag)
+        status = self.status
+        if action == "begin":
+            if status is TransactionStatus.IDLE:
+                self.status = TransactionStatus.IN_BLOCK
+                self._settings.begin()
+            else:
+                outcome.notices.append(
+                    codec.notice(
+                        "there is already a transaction in progress", severity="WARNING", code="25001"
+                    )
+                )
+        elif action in ("commit", "rollback"):
+            if status is TransactionStatus.IDLE:
+                outcome.notices.append(
+                    codec.notice("there is no transaction in progress", severity="WARNING", code="25P01")
+                )
+            else:
+                committed = action == "commit" and status is TransactionStatus.IN_BLOCK
+                self._end_transaction(committed=committed)
+                if action == "commit" and not committed:
+                    outcome.tag = "ROLLBACK"
+        elif action in ("savepoint", "release", "rollback_to"):
+            verb = {
+                "savepoint": "SAVEPOINT",
+                "release": "RELEASE SAVEPOINT",
+                "rollback_to": "ROLLBACK TO SAVEPOINT",
+            }
+            if status is TransactionStatus.IDLE:
+                raise NoActiveTransaction(f"{verb[action]} can only be used in transaction blocks")
+            name = statement.name or ""
+            if action == "savepoint":
+                self._settings.savepoint(name)
+            elif action == "release":
+                self._settings.release(name)
+            else:
+                self._settings.rollback_to(name)
+                self.status = TransactionStatus.IN_BLOCK
+        else:
+            raise NotSupported(f"{tag or 'this transaction command'} is not supported")
+        return outcome
+
+    def _end_transaction(self, *, committed: bool) -> None:
+        if committed:
+            self._settings.commit()
+        else:
+            self._settings.rollback()
+        self.status = TransactionStatus.IDLE
+        for name in [n for n, p in self._portals.items() if not p.holdable]:
+            del self._portals[name]

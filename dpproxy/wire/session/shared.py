@@ -1,0 +1,74 @@
+"""What all sessions of one server share: the engine, the shadow catalog, the authenticator that
+admits analysts, and the worker threads every blocking call runs in.
+
+Routing and describing are pure functions of the text (and the policy): their results are cached
+here, touched only from the event loop thread, so repeated statements skip sqlglot. This module
+holds no session's state and never reads or writes a protocol message.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from dpproxy.engine import Engine
+from dpproxy.wire.auth import Authenticator
+from dpproxy.wire.catalog import ShadowCatalog
+from dpproxy.wire.router import Statement, route, split_statements
+
+RunBlocking = Callable[..., Awaitable[Any]]
+
+_ROUTE_CACHE_SIZE = 1024
+_CACHEABLE_TEXT = 8192  # longer statements are routed and described each time
+_INLINE_SPLIT = 4096  # longer query strings are split in a worker thread
+
+
+class EngineCatalogAuth:
+    """The engine, the shadow catalog and the authenticator, reached through the worker threads
+    (`run_blocking`), with the routing and describing caches in front of them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        catalog: ShadowCatalog,
+        run_blocking: RunBlocking,
+        authenticator: Authenticator | None = None,
+    ) -> None:
+        self.engine = engine
+        self.catalog = catalog
+        self.run_blocking = run_blocking
+        self.authenticator = authenticator or Authenticator(engine.policy)
+        self.exposed = frozenset(t.name for t in engine.exposed_tables())
+        self._routes: OrderedDict[str, Statement] = OrderedDict()
+        self._descriptions: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
+
+    async def split(self, sql: str) -> list[str]:
+        if len(sql) <= _INLINE_SPLIT:
+            return split_statements(sql)
+        return await self.run_blocking(split_statements, sql)  # type: ignore[no-any-return]
+
+    async def route(self, sql: str) -> Statement:
+        cached = self._routes.get(sql)
+        if cached is not None:
+            self._routes.move_to_end(sql)
+            return cached
+        statement: Statement = await self.run_blocking(route, sql, self.exposed)
+        if len(sql) <= _CACHEABLE_TEXT:
+            self._routes[sql] = statement
+            if len(self._routes) > _ROUTE_CACHE_SIZE:
+                self._routes.popitem(last=False)
+        return statement
+
+    async def describe(self, sql: str, parameter_types: tuple[Any, ...]) -> Any:
+        key = (sql, parameter_types)
+        cached = self._descriptions.get(key)
+        if cached is not None:
+            self._descriptions.move_to_end(key)
+            return cached
+        description = await self.run_blocking(self.engine.describe, sql, list(parameter_types))
+        if len(sql) <= _CACHEABLE_TEXT:
+            self._descriptions[key] = description
+            if len(self._descriptions) > _ROUTE_CACHE_SIZE:
+                self._descriptions.popitem(last=False)
+        return description
