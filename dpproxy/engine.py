@@ -1,7 +1,7 @@
 """The pipeline of one statement (docs/architecture.md): the only module that knows all the parts.
 
     parse → bind → analyze (policy) → rewrite (SQL for the backend) → plan noise and cost
-    → budget.reserve → backend.run → measure → select groups → noise → post-process → budget.commit
+    → budget.reserve → backend.run → exact groups → choose groups → noise → post-process → budget.commit
 
 Every entry point (CLI, wire server, Python API) calls `Engine.execute`, `Engine.plan` or
 `Engine.explain`; none of them forks this pipeline. No error text from the backend ever leaves a
