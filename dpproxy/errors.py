@@ -154,6 +154,10 @@ class AmbiguousColumn(DPProxyError):
     sqlstate = "42702"  # ambiguous_column
 
 
+class InvalidSchema(DPProxyError):
+    sqlstate = "3F000"  # invalid_schema_name
+
+
 class UndefinedObject(DPProxyError):
     """A type, role, schema or setting that does not exist."""
 
@@ -204,6 +208,10 @@ class InvalidDatetime(DPProxyError):
     sqlstate = "22007"  # invalid_datetime_format
 
 
+class DatetimeFieldOverflow(DPProxyError):
+    sqlstate = "22008"  # datetime_field_overflow
+
+
 class CharacterNotInRepertoire(DPProxyError):
     sqlstate = "22021"  # character_not_in_repertoire
 
@@ -241,6 +249,12 @@ class AuthenticationFailed(DPProxyError):
 
 class InvalidCursorName(DPProxyError):
     sqlstate = "34000"  # invalid_cursor_name
+
+
+class UndefinedDatabase(DPProxyError):
+    """The startup packet names a database other than the one the server serves."""
+
+    sqlstate = "3D000"  # invalid_catalog_name
 
 
 class InvalidSavepoint(DPProxyError):

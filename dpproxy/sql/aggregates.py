@@ -13,6 +13,7 @@ from sqlglot import exp
 from dpproxy.errors import InvalidParameter, NotSupported, PolicyViolation, UndefinedFunction
 from dpproxy.policy import DEFAULT_GRID_SCALE
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.names import function_name
 from dpproxy.sql.query import Aggregate, AggregateKind, Component, ComponentKind, Histogram
 from dpproxy.sql.rowexpr import Typed, constant_value, row_expression
 from dpproxy.sql.types import PgType, avg_result, sum_result
@@ -62,7 +63,7 @@ class AggregateRules:
             return self._sum_or_avg(node)
         if type(node) in self._SPREADS:
             return self._spread(node)
-        name = node.sql_name().upper() if not isinstance(node, exp.Anonymous) else node.name.upper()
+        name = function_name(node).upper()
         raise NotSupported(
             f"aggregate {name} is not supported yet", hint=f"supported aggregates: {SUPPORTED_AGGREGATES}"
         )

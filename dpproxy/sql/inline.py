@@ -242,7 +242,32 @@ def _flatten(
             for item in outer.expressions
         ],
     )
-    for key in ("where", "group", "having", "order", "joins"):
+    # As in PostgreSQL, a bare name in ORDER BY means an output column first (Superset orders a
+    # virtual dataset by `"AVG(income)"`), and in GROUP BY an input column first, then an output one.
+    # Such a reference stays as written: the analyzer resolves it against the select list.
+    outputs = {item.alias.lower() for item in outer.expressions if isinstance(item, exp.Alias)}
+
+    def output_name(node: exp.Expression, *, input_first: bool) -> bool:
+        if not isinstance(node, exp.Column) or node.table or isinstance(node.this, exp.Star):
+            return False
+        name = node.name.lower()
+        return name in outputs and not (input_first and name in projections)
+
+    order = outer.args.get("order")
+    if order is not None:
+        for ordered in order.expressions:
+            if not output_name(ordered.this, input_first=False):
+                ordered.set("this", ordered.this.transform(substitute))
+    group = outer.args.get("group")
+    if group is not None:
+        group.set(
+            "expressions",
+            [
+                key if output_name(key, input_first=True) else key.transform(substitute)
+                for key in group.expressions
+            ],
+        )
+    for key in ("where", "having", "joins"):
         value = outer.args.get(key)
         if value is None:
             continue

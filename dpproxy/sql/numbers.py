@@ -49,6 +49,8 @@ ULP = Decimal(2) ** -53
 
 # Marker functions, spelled per dialect by `emit`.
 ROUND_HALF_EVEN = "__dpproxy_round_half_even"
+EPOCH_MICROSECONDS = "__dpproxy_epoch_us"
+_MARKERS = (ROUND_HALF_EVEN, EPOCH_MICROSECONDS)
 
 
 def cast(value: exp.Expression, type_name: str) -> exp.Expression:
@@ -100,6 +102,13 @@ def round_half_even(value: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this=ROUND_HALF_EVEN, expressions=[value])
 
 
+def epoch_microseconds(value: exp.Expression) -> exp.Expression:
+    """Microseconds from 1970-01-01 00:00:00 (UTC for a timestamptz) to a timestamp, as a bigint:
+    PostgreSQL's exact extract(epoch …) times 10^6, DuckDB's epoch_us (its extract(epoch …) is a
+    double, which cannot hold every microsecond of years 1–9999)."""
+    return exp.Anonymous(this=EPOCH_MICROSECONDS, expressions=[value])
+
+
 def grid_integer(value: exp.Expression, scale: int, *, double: bool, integer: bool) -> exp.Expression:
     """round(value · 10^scale) as a bigint, computed identically on every engine.
 
@@ -127,6 +136,12 @@ def _spell(node: exp.Expression, dialect: str) -> exp.Expression:
             return exp.Anonymous(this="ROUND_EVEN", expressions=[value, exp.Literal.number(0)])
         # PostgreSQL's round(double precision) is rint(): halves to even.
         return exp.Round(this=value)
+    if isinstance(node, exp.Anonymous) and node.name == EPOCH_MICROSECONDS:
+        (value,) = node.expressions
+        if dialect == "duckdb":
+            return exp.Anonymous(this="EPOCH_US", expressions=[value])
+        seconds = exp.Extract(this=exp.Var(this="EPOCH"), expression=value)
+        return cast(exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000)), "BIGINT")
     return node
 
 
@@ -136,10 +151,10 @@ def emit(tree: exp.Expression, dialect: str, **options: object) -> str:
     sqlglot's warnings about constructs that may mean different things per engine are silenced: the
     analyzer emits only constructs whose meaning it fixed (time zones are UTC on every backend),
     and the generated-language tests check that the engines agree on them."""
-    markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name == ROUND_HALF_EVEN]
+    markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name in _MARKERS]
     if markers:
         tree = tree.copy()
-        markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name == ROUND_HALF_EVEN]
+        markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name in _MARKERS]
         # Innermost first (reversed pre-order): a marker may hold another in its argument.
         for marker in reversed(markers):
             marker.replace(_spell(marker, dialect))

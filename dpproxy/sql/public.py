@@ -11,9 +11,7 @@ from sqlglot import exp
 
 from dpproxy.errors import NotSupported, PolicyViolation
 from dpproxy.policy import Policy, TablePolicy
-
-# Names under which an analyst may qualify an exposed table, besides its bare name.
-EXPOSED_SCHEMA = "public"
+from dpproxy.sql.names import check_database, check_schema, function_name, identifier_name, table_schemas
 
 PUBLIC_FUNCTIONS: tuple[type[exp.Expression], ...] = (
     exp.Lower, exp.Upper, exp.Initcap, exp.Length, exp.Substring, exp.Trim, exp.Left, exp.Right,
@@ -25,8 +23,9 @@ PUBLIC_FUNCTIONS: tuple[type[exp.Expression], ...] = (
 )  # fmt: skip
 
 
-def exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:
-    """The policy's table a FROM item names, or 42501 (the same answer whether or not it exists)."""
+def exposed_table(node: exp.Table, policy: Policy, database: str | None = None) -> TablePolicy:
+    """The policy's table a FROM item names, or 42501 (the same answer whether or not it exists); a
+    schema no exposed table is in is 3F000 and another database 0A000, as in PostgreSQL."""
     if not isinstance(node.this, exp.Identifier):
         # generate_series(…), unnest(…) and other set-returning functions parse as tables.
         raise NotSupported(
@@ -35,13 +34,14 @@ def exposed_table(node: exp.Table, policy: Policy) -> TablePolicy:
         )
     name = node.name if node.this.quoted else node.name.lower()
     schema = node.args.get("db")
-    if node.args.get("catalog") is not None:
-        raise PolicyViolation(f"table {node.sql('postgres')} is not exposed by the policy")
+    check_database(node.args.get("catalog"), node.sql("postgres"), database)
+    check_schema(schema, policy)
     table = policy.table(name)
-    if table is None or (schema is not None and schema.name.lower() not in (EXPOSED_SCHEMA, table.schema)):
+    if table is None or (schema is not None and identifier_name(schema) not in table_schemas(table)):
         exposed = ", ".join(t.name for t in policy.tables) or "none"
+        written = ".".join(p.name for p in (schema, node.this) if p is not None)
         raise PolicyViolation(
-            f'table "{node.sql("postgres")}" is not exposed by the policy',
+            f'table "{written}" is not exposed by the policy',
             hint=f"exposed tables: {exposed}",
         )
     return table
@@ -59,7 +59,7 @@ def check_public_sql(tree: exp.Expression, policy: Policy) -> None:
                 )
         elif isinstance(node, exp.Func) and not isinstance(node, (*PUBLIC_FUNCTIONS, exp.Connector)):
             # (AND, OR and XOR are Func nodes in sqlglot, not functions.)
-            name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
+            name = function_name(node)
             raise NotSupported(
                 f"function {name}() is not supported", hint="query public tables with plain SQL"
             )

@@ -8,6 +8,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from dpproxy.errors import DPProxyError, InvalidParameter, SyntaxProblem
+from dpproxy.sql.names import function_name
 from dpproxy.sql.rowexpr import constant_value
 from dpproxy.sql.types import PgType, from_sqlglot
 
@@ -83,7 +84,7 @@ def output_name(item: exp.Expression) -> str:
             exp.StddevSamp: "stddev_samp",
             exp.Stddev: "stddev",
         }
-        return names.get(type(node), node.sql_name().lower())
+        return names.get(type(node), function_name(node))
     if isinstance(node, exp.Boolean):
         return "bool"
     return "?column?"

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from sqlglot import exp
 
+from dpproxy.errors import UndefinedFunction
 from dpproxy.policy import ColumnType
 
 
@@ -163,3 +164,44 @@ def sum_result(argument: PgType) -> PgType:
 def avg_result(argument: PgType) -> PgType:
     """PostgreSQL's type for AVG over a column of this type."""
     return PgType.FLOAT8 if argument.is_float else PgType.NUMERIC
+
+
+def _family(t: PgType) -> str:
+    if t.is_number:
+        return "number"
+    if t.is_text:
+        return "text"
+    if t.is_temporal:
+        return "temporal"
+    return t.value
+
+
+COMPARISON_OPERATORS: dict[type[exp.Expression], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.NullSafeEQ: "=",
+    exp.NullSafeNEQ: "=",
+    exp.In: "=",
+    exp.Between: ">=",
+}
+
+
+def check_comparable(
+    left: PgType, right: PgType, node: exp.Expression, clause: str, written: str | None = None
+) -> None:
+    """The one comparison rule of row expressions (WHERE, ON, CASE …) and of expressions over released
+    values (HAVING, ORDER BY): as in PostgreSQL, values of different kinds (text and a number, a
+    boolean and a number, a date and text) have no comparison operator (42883); an untyped string
+    constant takes the other side's type."""
+    if PgType.UNKNOWN in (left, right) or _family(left) == _family(right):
+        return
+    operator = COMPARISON_OPERATORS.get(type(node), "=")
+    written = written or node.sql("postgres")
+    raise UndefinedFunction(
+        f"operator does not exist: {left.value} {operator} {right.value} ({clause}: {written})",
+        hint="compare values of the same kind, or CAST one side (e.g. a quoted constant for a text column)",
+    )

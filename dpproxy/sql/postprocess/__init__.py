@@ -13,12 +13,13 @@ Split into `inference` (types of expressions), `values` (PostgreSQL semantics of
 """
 
 from dpproxy.sql.postprocess.compiler import compile_expression, evaluate
-from dpproxy.sql.postprocess.inference import Env, TypeEnv, infer_type, literal_type
+from dpproxy.sql.postprocess.inference import Env, TypeEnv, check_comparisons, infer_type, literal_type
 from dpproxy.sql.postprocess.values import convert, to_text
 
 __all__ = [
     "Env",
     "TypeEnv",
+    "check_comparisons",
     "compile_expression",
     "convert",
     "evaluate",

@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping
 from sqlglot import exp
 
 from dpproxy.errors import DatatypeMismatch, NotSupported, UndefinedFunction
-from dpproxy.sql.types import INTEGER_RANGE, PgType, arithmetic_result, from_sqlglot
+from dpproxy.sql.datetimes import parse_temporal
+from dpproxy.sql.types import INTEGER_RANGE, PgType, arithmetic_result, check_comparable, from_sqlglot
 
 Env = Mapping[str, object]
 
@@ -161,3 +162,37 @@ def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
 
 def _operator(node: exp.Expression) -> str:
     return {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}.get(type(node), "?")
+
+
+def check_comparisons(
+    node: exp.Expression, env: TypeEnv, clause: str, originals: Mapping[str, exp.Expression]
+) -> None:
+    """Refuse comparisons of values of different kinds (`sex = 1` on a text key) by the rule row
+    expressions follow (`check_comparable`), naming the expression as written: `originals` maps each
+    placeholder to the expression it stands for."""
+
+    def written(n: exp.Expression) -> str:
+        def restore(m: exp.Expression) -> exp.Expression:
+            if isinstance(m, exp.Column) and m.name in originals:
+                return originals[m.name].copy()
+            return m
+
+        return n.transform(restore, copy=True).sql("postgres")
+
+    for n in node.walk():
+        if isinstance(n, (*_COMPARISONS, exp.NullSafeEQ, exp.NullSafeNEQ)):
+            pairs = [(n.left, n.right)]
+        elif isinstance(n, exp.In):
+            pairs = [(n.this, e) for e in n.expressions]
+        elif isinstance(n, exp.Between):
+            pairs = [(n.this, n.args["low"]), (n.this, n.args["high"])]
+        else:
+            continue
+        for a, b in pairs:
+            left, right = infer_type(a, env), infer_type(b, env)
+            check_comparable(left, right, n, clause, written(n))
+            # A string constant compared with a date or time is read now, as PostgreSQL reads it
+            # (22007 for text it cannot read), never when released values are compared.
+            for one, other in ((a, right), (b, left)):
+                if isinstance(one, exp.Literal) and one.is_string and other.is_temporal:
+                    parse_temporal(one.this, other)

@@ -10,6 +10,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from sqlglot import exp
 
 from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported
+from dpproxy.sql.datetimes import parse_temporal
 from dpproxy.sql.postprocess.inference import literal_type
 from dpproxy.sql.types import INTEGER_RANGE, PgType, boolean_from_text, from_sqlglot
 
@@ -70,13 +71,13 @@ def convert(value: object, target: PgType) -> object:
             return value.date()
         if isinstance(value, dt.date):
             return value
-        return dt.date.fromisoformat(str(value).strip())
+        return parse_temporal(str(value), PgType.DATE)
     if target in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
         if isinstance(value, dt.datetime):
             return value
         if isinstance(value, dt.date):
             return dt.datetime(value.year, value.month, value.day)
-        return dt.datetime.fromisoformat(str(value).strip())
+        return parse_temporal(str(value), target)
     return value
 
 
@@ -173,7 +174,7 @@ def _python_type(value: object) -> PgType:
     if isinstance(value, Decimal):
         return PgType.NUMERIC
     if isinstance(value, dt.datetime):
-        return PgType.TIMESTAMP
+        return PgType.TIMESTAMPTZ if value.tzinfo is not None else PgType.TIMESTAMP
     if isinstance(value, dt.date):
         return PgType.DATE
     return PgType.TEXT

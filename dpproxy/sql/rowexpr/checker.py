@@ -11,6 +11,7 @@ from sqlglot import exp
 
 from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
 from dpproxy.sql import numbers
+from dpproxy.sql.names import function_name
 from dpproxy.sql.rowexpr.arithmetic import ArithmeticRules
 from dpproxy.sql.rowexpr.constants import literal_number
 from dpproxy.sql.rowexpr.dates import DateRules, clamp_temporal
@@ -131,7 +132,7 @@ class RowExpressionChecker(ArithmeticRules, PredicateRules, TextRules, DateRules
                 hint="ask for aggregates, e.g. SELECT COUNT(*) FROM …",
             )
         if isinstance(node, exp.Func):
-            name = node.sql_name().lower() if not isinstance(node, exp.Anonymous) else node.name.lower()
+            name = function_name(node)
             return NotSupported(
                 f"function {name}() is not supported in private queries ({where})",
                 hint=f"allowed functions: {ALLOWED_FUNCTIONS}",

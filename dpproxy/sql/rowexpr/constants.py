@@ -4,13 +4,13 @@ Every decision here depends on the query text only."""
 
 from __future__ import annotations
 
-import datetime as dt
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
 from dpproxy.errors import InvalidParameter, InvalidText, NotSupported
 from dpproxy.sql import numbers
+from dpproxy.sql.datetimes import parse_temporal, temporal_text
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.rowexpr.typed import Typed, number_literal, typed_node
 from dpproxy.sql.types import INTEGER_RANGE, SQLGLOT_SCHEMA_TYPE, PgType, boolean_from_text, from_sqlglot
@@ -117,10 +117,8 @@ def check_castable_text(text: str, target: PgType) -> None:
     try:
         if target.is_number:
             check_constant_digits(Decimal(text.strip()), text)
-        elif target is PgType.DATE:
-            dt.date.fromisoformat(text.strip())
-        elif target in (PgType.TIMESTAMP, PgType.TIMESTAMPTZ):
-            dt.datetime.fromisoformat(text.strip())
+        elif target.is_temporal:
+            parse_temporal(text, target)
         elif target is PgType.BOOL and boolean_from_text(text) is None:
             raise ValueError(text)
     except (ValueError, InvalidOperation) as e:
@@ -177,16 +175,9 @@ def typed_constant(typed: Typed, target: PgType) -> Typed:
         )
     if target is PgType.BOOL:
         return Typed(exp.Boolean(this=bool(boolean_from_text(text))), PgType.BOOL, constant=True)
-    if target is PgType.DATE:
-        value_text = dt.date.fromisoformat(text).isoformat()
-        return Typed(numbers.cast(exp.Literal.string(value_text), "DATE"), PgType.DATE, constant=True)
-    parsed = dt.datetime.fromisoformat(text)
-    if target is PgType.TIMESTAMPTZ:
-        return Typed(
-            numbers.cast(exp.Literal.string(parsed.isoformat(sep=" ")), "TIMESTAMPTZ"), target, constant=True
-        )
+    value = parse_temporal(text, target)
     return Typed(
-        numbers.cast(exp.Literal.string(parsed.replace(tzinfo=None).isoformat(sep=" ")), "TIMESTAMP"),
+        numbers.cast(exp.Literal.string(temporal_text(value)), SQLGLOT_SCHEMA_TYPE[target]),
         target,
         constant=True,
     )

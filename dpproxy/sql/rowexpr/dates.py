@@ -28,7 +28,11 @@ EXTRACT_FIELDS = (
     "hour",
     "minute",
     "isoyear",
+    "epoch",
 )
+
+# extract(epoch …) of a value clamped into years 1–9999 lies within these seconds.
+EPOCH_RANGE = Interval(Decimal(-62135596800), Decimal(253402300800))
 
 
 # Dates and times are read within years 1–9999: what both engines and Python represent. PostgreSQL
@@ -100,6 +104,8 @@ class DateRules:
                 f'unit "{field}" not supported for type date ({self.scope.clause})',
                 hint="a date has no time of day; extract it from a timestamp",
             )
+        if field == "epoch":
+            return self._epoch(inner)
         extract = exp.Extract(this=exp.Var(this=field.upper()), expression=inner.sql)
         # PostgreSQL's extract() is numeric; these fields are whole numbers on every engine.
         sql = exp.Cast(this=extract, to=exp.DataType.build("BIGINT"))
@@ -109,4 +115,37 @@ class DateRules:
             Interval(Decimal(-300000), Decimal(300000)),
             inner.uses_unit,
             inner.constant,
+        )
+
+    def _epoch(self, inner: Typed) -> Typed:
+        """extract(epoch FROM x): seconds since 1970-01-01 00:00:00 (UTC for a timestamptz), numeric
+        as in PostgreSQL. Both engines compute it from whole microseconds (numbers.epoch_microseconds):
+        a date's is a whole number of seconds (a bigint), a timestamp's an exact decimal with six
+        fractional digits, computed as DECIMAL(38, 10)."""
+        source = inner.sql
+        if inner.type is PgType.DATE:
+            source = exp.Cast(this=source, to=exp.DataType.build("TIMESTAMP"))
+        micros = numbers.cast(numbers.epoch_microseconds(source), "BIGINT")
+        if inner.type is PgType.DATE:
+            # Whole days: exact integer division on both engines (the typed, safe flags of integer
+            # arithmetic, as dpproxy.sql.rowexpr.arithmetic writes it).
+            sql = exp.Div(this=micros, expression=exp.Literal.number(1_000_000), typed=True, safe=True)
+            return Typed(
+                typed_node(numbers.cast(sql, "BIGINT"), PgType.INT8),
+                PgType.NUMERIC,
+                EPOCH_RANGE,
+                inner.uses_unit,
+                inner.constant,
+            )
+        scaled = exp.Mul(
+            this=numbers.cast(micros, "DECIMAL(38, 0)"),
+            expression=numbers.cast(exp.Literal.string("0.000001"), numbers.DECIMAL_TYPE),
+        )
+        return Typed(
+            typed_node(numbers.as_decimal(scaled), PgType.NUMERIC),
+            PgType.NUMERIC,
+            EPOCH_RANGE,
+            inner.uses_unit,
+            inner.constant,
+            wide=True,
         )

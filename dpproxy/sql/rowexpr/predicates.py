@@ -14,7 +14,7 @@ from dpproxy.sql.rowexpr.arithmetic import extreme_interval
 from dpproxy.sql.rowexpr.constants import check_castable_text, string_argument, typed_constant
 from dpproxy.sql.rowexpr.text import ASCII_LOWER_TABLE, ascii_lower
 from dpproxy.sql.rowexpr.typed import Typed, type_family, typed_node
-from dpproxy.sql.types import PgType, arithmetic_result
+from dpproxy.sql.types import PgType, arithmetic_result, check_comparable
 
 
 class PredicateRules:
@@ -29,14 +29,7 @@ class PredicateRules:
             ):
                 check_castable_text(one.sql.this, other.type)
                 return
-        if PgType.UNKNOWN in (left.type, right.type):
-            return
-        if type_family(left.type) != type_family(right.type):
-            raise UndefinedFunction(
-                f"cannot compare {left.type.value} with {right.type.value}: {node.sql('postgres')} "
-                f"({self.scope.clause})",
-                hint="compare values of the same kind, or CAST one side",
-            )
+        check_comparable(left.type, right.type, node, self.scope.clause)
 
     def _typed_constants(self, parts: list[Typed]) -> list[Typed]:
         """Untyped string constants next to typed values, as constants of that type written from

@@ -96,15 +96,30 @@ TEXT_LITERALS = (
     "'1e400'",
     "'-0'",
 )
+# Grafana's $__timeFilter writes RFC 3339 text ('2023-01-01T00:00:00Z'); Superset folds its time
+# range into TO_DATE/TO_TIMESTAMP calls (both documented in tests/sql/test_bi_tools.py).
 DATE_LITERALS = (
     "DATE '2023-06-01'",
     "'2023-06-01'",
     "'2023-01-01T00:00:00Z'",
     "CAST('2000-02-29' AS date)",
     "'1999-12-31'",
+    "TO_DATE('2023-01-15', 'YYYY-MM-DD')",
+    "'2023-01-01T23:30:00-05'",
 )
-TS_LITERALS = ("TIMESTAMP '2022-01-01 12:00:00'", "'2021-05-05 10:00:00'", "'2023-01-01T00:00:00Z'")
-TSTZ_LITERALS = ("TIMESTAMPTZ '2023-02-01 12:00:00+00'", "'2023-03-01 00:00:00+02'", "'2023-01-01T00:00:00Z'")
+TS_LITERALS = (
+    "TIMESTAMP '2022-01-01 12:00:00'",
+    "'2021-05-05 10:00:00'",
+    "'2023-01-01T00:00:00Z'",
+    "'2022-07-01T06:30:00.5Z'",
+)
+TSTZ_LITERALS = (
+    "TIMESTAMPTZ '2023-02-01 12:00:00+00'",
+    "'2023-03-01 00:00:00+02'",
+    "'2023-01-01T00:00:00Z'",
+    "TO_TIMESTAMP('2023-01-01 00:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US')",
+    "to_timestamp(1672531200)",
+)
 
 
 @dataclass
@@ -149,6 +164,11 @@ class QueryGenerator:
         unique = sum(1 for s in scope for c in s.columns if c.name == column.name) == 1
         if unique and self.chance(0.4):
             return column.name
+        if source.alias is None and source.table in TABLE_COLUMNS and self.chance(0.15):
+            # schema.table.column, as Metabase and SQLAlchemy (schema='public') write every column.
+            if self.chance(0.5):
+                return f'"public"."{source.table}"."{column.name}"'
+            return f"public.{source.table}.{column.name}"
         if self.chance(0.05):
             return f'"{source.qualifier}"."{column.name}"'
         return f"{source.qualifier}.{column.name}"
@@ -258,6 +278,10 @@ class QueryGenerator:
         if n == 12:
             field = self.pick(("year", "month", "dow", "doy", "quarter", "epoch", "hour", "week"))
             source = self.expr(self.pick(("date", "ts", "tstz")))
+            if self.chance(0.25):
+                # Grafana's $__timeGroup(t, '1h'): floor(extract(epoch from t)/3600)*3600.
+                seconds = self.pick(("60", "3600", "86400", "0.5"))
+                return f"floor(extract(epoch from {source})/{seconds})*{seconds}"
             return (
                 f"extract({field} FROM {source})" if self.chance(0.7) else f"date_part('{field}', {source})"
             )

@@ -46,6 +46,9 @@ DOCUMENTED_SQLSTATES = {
     "42883",  # no such operator or function for these types
     "22023",  # bad parameter value
     "22P02",  # malformed constant
+    "22007",  # malformed date or time constant
+    "22008",  # date or time constant out of range
+    "3F000",  # unknown schema
     "22012",  # division by zero in the query's constants
     "21000",  # a public scalar subquery returned more than one row
     "54000",  # a public subquery returned more rows than can be inlined
@@ -170,6 +173,10 @@ def check(
         for dialect in dialects:
             plan = _plan(db.engines[("limits", dialect)], query)
             high = _plan(db.engines[("high", dialect)], query)
+            if plan is None and high is None:
+                # No private plan on this database: a public subquery's answer made the WHERE
+                # never true (an EmptyQuery, answered from public data alone, touching nothing).
+                continue
             if (
                 plan is None
                 or high is None
@@ -178,7 +185,8 @@ def check(
             ):
                 error = plan if isinstance(plan, DPProxyError) else high
                 failures.append(
-                    f"accepted on the first database but refused on {db.name}/{dialect}: {error.sqlstate} {error}"
+                    f"accepted on the first database but refused on {db.name}/{dialect}: "
+                    f"{getattr(error, 'sqlstate', 'no private plan')} {error}"
                 )
                 continue
             loaded = db.loaded(dialect)
