@@ -32,14 +32,16 @@ from dpproxy.backends import (
     QueryCancelled,
     open_backend,
 )
-from dpproxy.budget import Ledger, open_ledger
+from dpproxy.budget import Ledger, Reservation, open_ledger
 from dpproxy.errors import (
     BackendUnavailable,
     InvalidParameter,
+    NotSupported,
     PolicyError,
     PrivateQueryFailed,
     PublicSubqueryFailed,
     QueryCanceled,
+    UndefinedColumn,
     UnknownAnalyst,
 )
 from dpproxy.explain import Explanation, explain_plan
@@ -59,7 +61,7 @@ from dpproxy.release import (
     release_aggregates,
     selectors,
 )
-from dpproxy.results import BudgetStatus, Result, ResultColumn, decode_result, encode_result
+from dpproxy.results import BudgetStatus, Result, ResultColumn, decode_result, encode_result, format_number
 from dpproxy.sql.analyze import (
     analyze,
     answer_subqueries,
@@ -68,8 +70,10 @@ from dpproxy.sql.analyze import (
     parse_statement,
 )
 from dpproxy.sql.literals import placeholder_value
+from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
+from dpproxy.sql.series import SeriesLimit, series_limit
 from dpproxy.sql.types import PgType, from_column_type
 
 
@@ -142,6 +146,9 @@ class Engine:
     # Per table, the columns the database enforces unique and not NULL; read from the backend at
     # start (a privacy unit among them means one row per person).
     unique_columns: dict[str, frozenset[str]] = field(default_factory=dict)
+    # The served database's name (what current_database() answers): a `db.schema.table` name must
+    # give it. None (the Python API, `dpproxy query`) accepts any database name.
+    database: str | None = None
     _public_columns: dict[str, list[tuple[str, PgType]]] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     # Plans of recent statements: a repeated statement (dashboards) skips parsing and rewriting,
@@ -221,28 +228,133 @@ class Engine:
 
     # -- planning ----------------------------------------------------------------------------------
 
-    def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery:
+    def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery | EmptyQuery:
         return self._analyze_tree(bind_parameters(parse_statement(sql), params), answer=True)
 
-    def _analyze_tree(self, tree: exp.Expression, *, answer: bool) -> AnalyzedQuery:
+    def _analyze_tree(self, tree: exp.Expression, *, answer: bool) -> AnalyzedQuery | EmptyQuery:
         """Analyze a parsed, parameter-bound statement. Its subqueries over public tables are run
         first and inlined (`answer`, with a backend), or replaced by placeholders of their type."""
+        parts = self._series_parts(tree, answer=answer)
+        if parts is not None:
+            # Described or explained (execute runs these itself): the main query, with placeholder
+            # constants for the keys the top-k query would release.
+            series, inner = parts
+            tree = series.restricted([self._placeholder_keys(series, inner)], self._key_types(series, inner))
         run = self._run_subquery if answer and self.backend is not None else None
-        inlined = answer_subqueries(tree, self.policy, self._public_columns, run)
-        query = analyze(inlined.tree, self.policy, self._public_columns, self.unique_columns)
+        inlined = answer_subqueries(tree, self.policy, self._public_columns, run, database=self.database)
+        query = analyze(
+            inlined.tree, self.policy, self._public_columns, self.unique_columns, database=self.database
+        )
         if inlined.subqueries and isinstance(query, PrivateQuery):
             return dataclasses.replace(
                 query, inlined_subqueries=True, subquery_placeholders=inlined.placeholders
             )
         return query
 
+    # -- series limits (dpproxy.sql.series) ---------------------------------------------------------
+
+    def _series_parts(self, tree: exp.Expression, *, answer: bool) -> tuple[SeriesLimit, PrivateQuery] | None:
+        """A series-limited query whose top-k subquery is private, taken apart; None for any other
+        statement (over public tables only, the join runs as written)."""
+        series = series_limit(tree)
+        if series is None:
+            return None
+        inner = self._analyze_tree(series.inner, answer=answer)
+        if not isinstance(inner, PrivateQuery):
+            return None
+        self._key_positions(series, inner)  # every link names a column of the top-k query
+        return series, inner
+
+    @staticmethod
+    def _key_positions(series: SeriesLimit, inner: PrivateQuery) -> list[int]:
+        names = [o.name.lower() for o in inner.post_processing.outputs]
+        for _, name in series.links:
+            if name not in names:
+                raise UndefinedColumn(f'column "{name}" is not an output of the series-limit subquery')
+        return [names.index(name) for _, name in series.links]
+
+    def _key_types(self, series: SeriesLimit, inner: PrivateQuery) -> list[PgType]:
+        outputs = inner.post_processing.outputs
+        return [outputs[i].type for i in self._key_positions(series, inner)]
+
+    def _placeholder_keys(self, series: SeriesLimit, inner: PrivateQuery) -> tuple[object, ...]:
+        return tuple(placeholder_value(t) for t in self._key_types(series, inner))
+
+    def _execute_series(
+        self, series: SeriesLimit, inner: PrivateQuery, text: str, who: AnalystPolicy, epsilon: float,
+        cancel: Cancellation | None,
+    ) -> Result:  # fmt: skip
+        """The top-k query, then the main query restricted to the keys it released; both charged.
+
+        One reservation holds both costs before anything runs: the main query's cost is known before
+        its keys are (it is planned first with placeholder keys; inlined constants change which rows
+        it reads, not its components, contribution bounds or selection), so an analyst whose budget
+        cannot pay for both is refused before either reads data, rather than charged for a top-k
+        whose chart is then refused. The reservation is committed in full once the top-k query was
+        sent, whatever happens next (docs/privacy.md §8); were the main query's real plan to cost
+        more than its estimate, it is not run (PrivateQueryFailed, the top-k part charged).
+        """
+        inner_plan = self.plan_private(inner, epsilon)
+        types = self._key_types(series, inner)
+        estimate = self._analyze_tree(
+            series.restricted([self._placeholder_keys(series, inner)], types), answer=False
+        )
+        if not isinstance(estimate, PrivateQuery):
+            raise NotSupported(
+                "a series limit over a main query on public tables only is not supported",
+                hint="ask the main query and the top-k query separately",
+            )
+        main_cost = self.plan_private(estimate, epsilon).cost
+        total = inner_plan.cost + main_cost
+        reservation = self._reserve(who, total, text)
+        ranked = self._run_reserved(inner_plan, reservation, cancel, sent_before=False)
+        positions = self._key_positions(series, inner)
+        keys = [tuple(row[i] for i in positions) for row in ranked.rows]
+        try:
+            main = self._analyze_tree(series.restricted(keys, types), answer=True)
+            if isinstance(main, EmptyQuery):  # no key released: the join has no rows
+                result = Result(tuple(ResultColumn(o.name, o.type) for o in main.outputs), [])
+                return self._committed(result, total, reservation, who)
+            assert isinstance(main, PrivateQuery)
+            main_plan = self.plan_private(main, epsilon)
+            actual = main_plan.cost
+            if not (actual.fits_within(main_cost) and actual.rho <= main_cost.rho * (1 + 1e-9)):
+                raise PrivateQueryFailed()
+        except BaseException:
+            if reservation is not None:
+                self.ledger.commit(reservation)  # type: ignore[union-attr]
+            raise
+        result = self._run_reserved(main_plan, reservation, cancel, sent_before=True)
+        if not main.needs_selection:
+            # Public keys are released zero-filled, all of them; the join keeps only the top k.
+            result = self._series_rows(series, keys, result)
+        return self._committed(result, total, reservation, who)
+
+    @staticmethod
+    def _series_rows(series: SeriesLimit, keys: Sequence[tuple[object, ...]], result: Result) -> Result:
+        """The released rows whose series columns hold one of the released keys (post-processing
+        of released values), when the main query selects each link expression as a column."""
+        selected = [
+            (item.this if isinstance(item, exp.Alias) else item).sql("postgres")
+            for item in series.main.expressions
+        ]
+        links = [expression.sql("postgres") for expression, _ in series.links]
+        if not all(link in selected for link in links):
+            return result
+        positions = [selected.index(link) for link in links]
+        wanted = set(keys)
+        rows = [row for row in result.rows if tuple(row[i] for i in positions) in wanted]
+        return dataclasses.replace(result, rows=rows)
+
     def _run_subquery(self, query: PublicQuery) -> list[tuple]:
         """Rows of a subquery over public tables, run on its own before the private query is planned."""
         backend = self._backend()
         try:
             return backend.run(query.sql.sql(backend.dialect))
-        except QueryCancelled:
-            raise QueryCanceled("canceling statement due to user request; nothing was charged") from None
+        except QueryCancelled as failure:
+            raise QueryCanceled(
+                f"canceling statement due to {failure.reason}; nothing was charged", hint=failure.hint
+            ) from None
         except BackendUnreachable:
             raise BackendUnavailable("cannot reach the backing database; nothing was charged") from None
         except BackendError:
@@ -261,7 +373,9 @@ class Engine:
             placeholder_value(t, contexts[i] if i < len(contexts) else None) for i, t in enumerate(types)
         ]
         query = self._analyze_tree(bind_parameters(tree, placeholders), answer=False)
-        outputs = query.outputs if isinstance(query, PublicQuery) else query.post_processing.outputs
+        outputs = (
+            query.outputs if isinstance(query, (PublicQuery, EmptyQuery)) else query.post_processing.outputs
+        )
         columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
         return Description(types, columns, isinstance(query, PrivateQuery))
 
@@ -315,6 +429,8 @@ class Engine:
     ) -> Plan:
         """The plan of a private query, without touching data or budget."""
         query = self.analyze(sql, params)
+        if isinstance(query, EmptyQuery):
+            raise InvalidParameter(f"this query has no rows ({query.reason}): it has no private plan")
         if not isinstance(query, PrivateQuery):
             raise InvalidParameter("this query reads no protected table: it has no private plan")
         return self.plan_private(query, self.query_epsilon(epsilon), salt=salt)
@@ -322,12 +438,20 @@ class Engine:
     def explain(
         self, sql: str, params: Sequence[object] = (), *, epsilon: float | None = None
     ) -> Explanation:
-        query = self.analyze(sql, params)
+        tree = bind_parameters(parse_statement(sql), params)
+        parts = self._series_parts(tree, answer=False)
+        query = self._analyze_tree(tree, answer=True)
         if isinstance(query, ConstantQuery):
             return Explanation(
                 query.text,
                 "constant",
                 outputs=tuple((o.name, o.type.value) for o in query.post_processing.outputs),
+            )
+        if isinstance(query, EmptyQuery):
+            return Explanation(
+                query.text,
+                f"empty ({query.reason}): answered with its columns and no rows; no backend call, no cost",
+                outputs=tuple((o.name, o.type.value) for o in query.outputs),
             )
         if isinstance(query, PublicQuery):
             return Explanation(
@@ -336,8 +460,19 @@ class Engine:
                 final_sql=query.sql.sql(self.dialect),
                 outputs=tuple((o.name, o.type.value) for o in query.outputs),
             )
-        plan = self.plan_private(query, self.query_epsilon(epsilon))
-        return explain_plan(plan, self.dialect)
+        chosen = self.query_epsilon(epsilon)
+        explanation = explain_plan(self.plan_private(query, chosen), self.dialect)
+        if parts is None:
+            return explanation
+        top_k = self.plan_private(parts[1], chosen)
+        note = (
+            f"series limit: the top-k query ({parts[1].text}) is asked first as a private query "
+            f"(ε={format_number(top_k.cost.epsilon)}); the keys it releases replace the join, inlined as "
+            "constants (placeholders shown); the cost is both queries'"
+        )
+        return dataclasses.replace(
+            explanation, text=tree.sql("postgres"), cost=explanation.cost + top_k.cost, subqueries=note
+        )
 
     # -- execution ---------------------------------------------------------------------------------
 
@@ -373,10 +508,16 @@ class Engine:
         key = self._plan_key(sql, params, chosen)
         plan = self._cached(key)
         if plan is None:
-            query = self.analyze(sql, params)
+            tree = bind_parameters(parse_statement(sql), params)
+            parts = self._series_parts(tree, answer=True)
+            if parts is not None:  # never cached nor replayed: its second statement follows a release
+                return self._execute_series(*parts, tree.sql("postgres"), who, chosen, cancel)
+            query = self._analyze_tree(tree, answer=True)
             if isinstance(query, ConstantQuery):
                 columns = tuple(ResultColumn(o.name, o.type) for o in query.post_processing.outputs)
                 return Result(columns, post_process(query.post_processing, [], [], [()], [[]]))
+            if isinstance(query, EmptyQuery):  # a probe: its columns, no rows, no backend call, no cost
+                return Result(tuple(ResultColumn(o.name, o.type) for o in query.outputs), [])
             if isinstance(query, PublicQuery):
                 return self._run_public(query, cancel)
             plan = self.plan_private(query, chosen)
@@ -463,8 +604,8 @@ class Engine:
         backend = self._backend()
         try:
             rows = backend.run(query.sql.sql(backend.dialect), cancel=cancel)
-        except QueryCancelled:
-            raise QueryCanceled("canceling statement due to user request") from None
+        except QueryCancelled as failure:
+            raise QueryCanceled(f"canceling statement due to {failure.reason}", hint=failure.hint) from None
         except BackendUnreachable:
             raise BackendUnavailable("cannot reach the backing database") from None
         except BackendError:
@@ -483,47 +624,70 @@ class Engine:
         """
         if plan.query.subquery_placeholders:
             raise InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
+        reservation = self._reserve(analyst, plan.cost, plan.query.text)
+        result = self._run_reserved(plan, reservation, cancel, sent_before=False)
+        return self._committed(result, plan.cost, reservation, analyst)
+
+    def _reserve(self, analyst: AnalystPolicy, cost: Cost, statement: str) -> Reservation | None:
+        if self.ledger is None:
+            return None
+        return self.ledger.reserve(
+            analyst.name,
+            cost,
+            Cost(analyst.epsilon, analyst.delta),
+            statement=statement,
+            accounting=self.policy.defaults.accounting,
+        )
+
+    def _run_reserved(
+        self, plan: Plan, reservation: Reservation | None, cancel: Cancellation | None, *, sent_before: bool
+    ) -> Result:
+        """Run a plan's statements and release its answer under a reservation made for it (and maybe
+        more). On failure the reservation is finished — committed once anything was sent, by this
+        plan or (`sent_before`) an earlier one under the same reservation — and the error raised; on
+        success it is left for `_committed`."""
+        if plan.query.subquery_placeholders:
+            if reservation is not None:
+                finish = self.ledger.commit if sent_before else self.ledger.release  # type: ignore[union-attr]
+                finish(reservation)
+            raise InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
         backend = self._backend()
-        limit = Cost(analyst.epsilon, analyst.delta)
-        reservation = None
-        if self.ledger is not None:
-            reservation = self.ledger.reserve(
-                analyst.name,
-                plan.cost,
-                limit,
-                statement=plan.query.text,
-                accounting=self.policy.defaults.accounting,
-            )
         row_sets: list[list[tuple]] = []
         try:
             for sql in plan.statements:
                 row_sets.append(backend.run(sql, cancel=cancel))
         except (BackendUnreachable, QueryCancelled) as failure:
             # Unreachable and not-started cancels are raised before their statement is sent.
-            sent = bool(row_sets) or (isinstance(failure, QueryCancelled) and failure.started)
+            sent = sent_before or bool(row_sets) or (isinstance(failure, QueryCancelled) and failure.started)
             if reservation is not None:
                 finish = self.ledger.commit if sent else self.ledger.release  # type: ignore[union-attr]
                 finish(reservation)
             charged = "its privacy cost has been charged" if sent else "nothing was charged"
             if isinstance(failure, QueryCancelled):
-                raise QueryCanceled(f"canceling statement due to user request; {charged}") from None
+                raise QueryCanceled(
+                    f"canceling statement due to {failure.reason}; {charged}", hint=failure.hint
+                ) from None
             raise BackendUnavailable(f"cannot reach the backing database; {charged}") from None
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
             raise PrivateQueryFailed() from None
         try:
-            result = self.release(plan, row_sets)
+            return self.release(plan, row_sets)
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
             raise PrivateQueryFailed() from None
+
+    def _committed(
+        self, result: Result, cost: Cost, reservation: Reservation | None, analyst: AnalystPolicy
+    ) -> Result:
         status = None
         if reservation is not None:
             self.ledger.commit(reservation)  # type: ignore[union-attr]
             spent = reservation.spent if reservation.spent is not None else self.ledger.spent(analyst.name)  # type: ignore[union-attr]
-            status = BudgetStatus(analyst.name, spent, limit)
-        return Result(result.columns, result.rows, plan.cost, status, private=True)
+            status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
+        return Result(result.columns, result.rows, cost, status, private=True)
 
     def release(self, plan: Plan, row_sets: Sequence[Sequence[Sequence[object]]]) -> Result:
         """The noisy answer of a plan from the rows its statements returned: groups chosen, fresh
@@ -544,6 +708,8 @@ class Engine:
         for output in post.outputs:
             error: float | str | None = None
             node = output.expression
+            while isinstance(node, (exp.Cast, exp.Paren)):  # COUNT(*)::int4 keeps its ±
+                node = node.this
             if node.name.startswith("__agg_") and node.key == "column":
                 error = released.errors[int(node.name.removeprefix("__agg_"))]
             if isinstance(error, str):

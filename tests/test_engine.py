@@ -8,6 +8,7 @@ persistence, concurrency, and backend failures that never leak the database's te
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -18,7 +19,14 @@ import duckdb
 import psycopg
 import pytest
 
-from dpproxy.backends import Cancellation, QueryCancelled, open_backend
+from dpproxy.backends import (
+    Backend,
+    BackendUnreachable,
+    Cancellation,
+    LiveColumn,
+    QueryCancelled,
+    open_backend,
+)
 from dpproxy.budget.sqlite import SQLiteLedger
 from dpproxy.engine import Engine
 from dpproxy.errors import (
@@ -484,3 +492,200 @@ def test_randomized_response_count_is_unbiased_within_its_bound(
                 "SELECT visit_date, COUNT(DISTINCT patient_id) FROM visits WHERE cost > 10 GROUP BY visit_date"
             )
         assert caught.value.sqlstate == "0A000" and "public GROUP BY keys" in caught.value.message
+
+
+# --- queries BI tools send that are not plain aggregates (dpproxy.sql.probes, dpproxy.sql.series) ---
+
+
+class _Recording(Backend):
+    """A real backend that records every statement sent to it (and every other call), and can be
+    tripped: then each call fails as an unreachable database would."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.dialect = inner.dialect
+        self.default_schema = inner.default_schema
+        self.sent: list[str] = []
+        self.tripped = False
+
+    def _check(self, what: str) -> None:
+        self.sent.append(what)
+        if self.tripped:
+            raise BackendUnreachable("tripwire: the backend was called")
+
+    def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
+        self._check(sql)
+        return self.inner.run(sql, cancel=cancel)
+
+    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+        self._check("unique_columns")
+        return self.inner.unique_columns(schema)
+
+    def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
+        self._check("tables")
+        return self.inner.tables(schema)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def recorded(backend_dsn: str, tmp_path: Path):
+    backend = _Recording(open_backend(backend_dsn))
+    with Engine(load_policy(POLICY), backend, SQLiteLedger(tmp_path / "ledger.sqlite")) as e:
+        backend.sent.clear()
+        yield e, backend
+
+
+# Tableau (`WHERE (1 = 0)`), Metabase (`WHERE 1 <> 1 LIMIT 0`, src/metabase/driver/sql_jdbc/sync/
+# describe_database.clj), jupysql (`WHERE 1 = 0`), and the other spellings tools use.
+PROBES = [
+    ('SELECT * FROM "public"."visits" WHERE (1 = 0)', None),
+    ('SELECT TRUE AS "_" FROM "public"."visits" WHERE 1 <> 1 LIMIT 0', [("_", PgType.BOOL)]),
+    ("SELECT * FROM visits WHERE 1 = 0", None),
+    ("SELECT * FROM visits WHERE false", None),
+    ("SELECT * FROM visits LIMIT 0", None),
+    ("SELECT * FROM (SELECT department, COUNT(*) AS n FROM visits GROUP BY department) AS v LIMIT 0", [
+        ("department", PgType.VARCHAR), ("n", PgType.INT8)
+    ]),
+]  # fmt: skip
+VISITS = [
+    ("visit_id", PgType.INT8),
+    ("patient_id", PgType.INT4),
+    ("visit_date", PgType.DATE),
+    ("department", PgType.VARCHAR),
+    ("cost", PgType.NUMERIC),
+    ("duration_minutes", PgType.INT4),
+]
+
+
+@pytest.mark.parametrize(("sql", "expected"), PROBES)
+def test_a_zero_row_probe_has_its_columns_and_calls_no_backend_and_costs_nothing(
+    recorded, sql: str, expected: list | None
+) -> None:
+    engine, backend = recorded
+    backend.tripped = True
+    result = engine.execute(sql, analyst="alice")
+    assert [(c.name, c.type) for c in result.columns] == (expected or VISITS)
+    assert result.rows == [] and result.cost.epsilon == 0 and not result.private
+    assert [(c.name, c.type) for c in engine.describe(sql).columns] == (expected or VISITS)
+    assert backend.sent == [] and engine.budget("alice").spent.epsilon == 0
+    # SELECT * lists exactly the columns the shadow catalog shows for the table.
+    if expected is None:
+        [visits] = [t for t in engine.exposed_tables() if t.name == "visits"]
+        assert list(visits.columns) == VISITS
+
+
+def test_a_probe_of_a_table_that_is_not_exposed_is_refused(recorded) -> None:
+    engine, backend = recorded
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute('SELECT * FROM "public"."secrets" WHERE (1 = 0)', analyst="alice")
+    assert caught.value.sqlstate == "42501" and backend.sent == []
+
+
+def test_select_distinct_is_answered_and_charged_like_group_by(recorded) -> None:
+    engine, _ = recorded
+    # Superset's filter dropdown (superset/models/helpers.py, values_for_column).
+    distinct = engine.execute(
+        "SELECT DISTINCT diagnosis AS column_values FROM public.patients LIMIT 10000", analyst="alice"
+    )
+    grouped = engine.execute(
+        "SELECT diagnosis AS column_values FROM public.patients GROUP BY diagnosis LIMIT 10000",
+        analyst="alice",
+    )
+    # Public values: all of them, in key order, whether or not a row has them; nothing to noise.
+    expected = [(v,) for v in sorted(["healthy", "flu", "cold", "asthma", "diabetes", "hypertension"])]
+    assert distinct.rows == grouped.rows == expected
+    assert [(c.name, c.type) for c in distinct.columns] == [("column_values", PgType.VARCHAR)]
+    assert distinct.cost == grouped.cost
+    # Keys without public values go through partition selection and are charged as GROUP BY is.
+    before = engine.budget("alice").spent.epsilon
+    zips = engine.execute("SELECT DISTINCT zip FROM patients", analyst="alice")
+    charged = engine.budget("alice").spent.epsilon - before
+    assert (
+        zips.private
+        and charged == pytest.approx(0.5)
+        and zips.cost == engine.plan("SELECT zip FROM patients GROUP BY zip").cost
+    )
+    assert len(zips.rows) == len({r[0] for r in zips.rows})  # distinct keys
+
+
+# Superset's series limit (superset/models/helpers.py, get_sqla_query: the inner metric is labelled
+# `mme_inner__`, each inner key `<column>__`, the subquery `series_limit`).
+SERIES = (
+    "SELECT date_trunc('year', visit_date) AS __timestamp, department AS department, COUNT(*) AS count "
+    "FROM public.visits JOIN (SELECT department AS department__, COUNT(*) AS mme_inner__ "
+    "FROM public.visits GROUP BY department ORDER BY mme_inner__ DESC LIMIT 3) AS series_limit "
+    "ON department = department__ GROUP BY date_trunc('year', visit_date), department "
+    "ORDER BY count DESC LIMIT 10000"
+)
+SERIES_INNER = (
+    "SELECT department AS department__, COUNT(*) AS mme_inner__ FROM public.visits GROUP BY department "
+    "ORDER BY mme_inner__ DESC LIMIT 3"
+)
+SERIES_MAIN = (
+    "SELECT date_trunc('year', visit_date) AS __timestamp, department AS department, COUNT(*) AS count "
+    "FROM public.visits WHERE department IN ('cardiology') GROUP BY date_trunc('year', visit_date), "
+    "department ORDER BY count DESC LIMIT 10000"
+)
+
+
+def test_series_limit_is_a_top_k_then_the_main_query_on_its_keys_both_charged(recorded) -> None:
+    engine, backend = recorded
+    top_k, main = engine.plan(SERIES_INNER), engine.plan(SERIES_MAIN)
+    result = engine.execute(SERIES, analyst="alice")
+    assert result.cost == top_k.cost + main.cost
+    assert engine.budget("alice").spent.epsilon == pytest.approx(top_k.cost.epsilon + main.cost.epsilon)
+    assert [(c.name, c.type) for c in result.columns] == [
+        ("__timestamp", PgType.TIMESTAMP),
+        ("department", PgType.VARCHAR),
+        ("count", PgType.INT8),
+    ]
+    assert [(c.name, c.type) for c in engine.describe(SERIES).columns] == [
+        (c.name, c.type) for c in result.columns
+    ]
+    # Two plans ran: the top-k's statements, then the main query's, which reads only the released
+    # keys (at most 3 departments, inlined as constants); the answer's departments are among them.
+    departments = ["cardiology", "dermatology", "emergency", "general", "neurology", "oncology",
+                   "orthopedics", "pediatrics"]  # fmt: skip
+    restricted = [s for s in backend.sent if "DATE_TRUNC" in s.upper()]
+    assert len(restricted) == 1
+    lists = {
+        frozenset(re.findall(r"'([a-z]+)'", found)) for found in re.findall(r"IN \(([^)]*)\)", restricted[0])
+    }
+    # The rewrite keeps the rows of the public values (all 8); the restriction names the released keys.
+    assert frozenset(departments) in lists
+    [released] = lists - {frozenset(departments)}
+    assert 1 <= len(released) <= 3
+    assert result.rows and {row[1] for row in result.rows} <= released
+
+
+def test_series_limit_reserves_both_costs_before_reading_anything(backend_dsn: str, tmp_path: Path) -> None:
+    policy = load_policy(POLICY)
+    backend = _Recording(open_backend(backend_dsn))
+    with Engine(policy, backend, SQLiteLedger(tmp_path / "ledger.sqlite")) as engine:
+        backend.sent.clear()
+        one = engine.plan(SERIES_INNER).cost.epsilon
+        # bob (2.0) spends all but 1.5 ε: one query (0.5) fits, the pair (1.0) … then only 0.75.
+        engine.execute("SELECT COUNT(*) FROM patients", analyst="bob", epsilon=1.0)
+        engine.execute("SELECT COUNT(*) FROM patients", analyst="bob", epsilon=0.25)
+        left = 2.0 - engine.budget("bob").spent.epsilon
+        assert one <= left < 2 * one
+        backend.sent.clear()
+        with pytest.raises(BudgetExhausted):
+            engine.execute(SERIES, analyst="bob")
+        assert backend.sent == [] and 2.0 - engine.budget("bob").spent.epsilon == pytest.approx(left)
+
+
+def test_series_limit_over_public_keys_keeps_only_the_top_k(recorded) -> None:
+    engine, _ = recorded
+    # A bar chart with a series limit: the main query's keys are all public (zero-filled when
+    # released); the join's answer has the released top-k departments only.
+    result = engine.execute(
+        "SELECT department AS department, SUM(cost) AS total FROM public.visits JOIN (SELECT department "
+        "AS department__, SUM(cost) AS mme_inner__ FROM public.visits GROUP BY department ORDER BY "
+        "SUM(cost) DESC LIMIT 2) AS series_limit ON department = department__ GROUP BY department "
+        "ORDER BY total DESC LIMIT 10000",
+        analyst="alice",
+    )
+    assert len(result.rows) == 2 and len({row[0] for row in result.rows}) == 2

@@ -1,5 +1,6 @@
 """Analyze one statement against the policy: a PrivateQuery (aggregates over protected tables), a
-PublicQuery (public tables only) or a ConstantQuery (no FROM), or a refusal.
+PublicQuery (public tables only), a ConstantQuery (no FROM), an EmptyQuery (a zero-row probe over
+protected tables: dpproxy.sql.probes), or a refusal.
 
 `analyze` takes a parsed statement whose parameters are bound (dpproxy.sql.statement) and whose
 subqueries over public tables are answered (`answer_subqueries`); private queries go to the
@@ -19,8 +20,11 @@ from dpproxy.errors import NotSupported, PolicyViolation, UndefinedColumn, Unres
 from dpproxy.policy import Policy
 from dpproxy.sql import postprocess
 from dpproxy.sql.aggregates import known_type
+from dpproxy.sql.datetimes import fold_constant_calls
 from dpproxy.sql.inline import expand_ctes, inline
+from dpproxy.sql.names import qualify_names
 from dpproxy.sql.private import PrivateAnalyzer
+from dpproxy.sql.probes import EmptyQuery, distinct_as_group_by, empty_query
 from dpproxy.sql.public import check_public_sql, exposed_table
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, OutputColumn, PostProcessing, PublicQuery
 from dpproxy.sql.relation import SchemaFacts
@@ -45,10 +49,13 @@ def answer_subqueries(
     policy: Policy,
     public_columns: Mapping[str, Sequence[tuple[str, PgType]]] | None,
     run: PublicRunner | None,
+    database: str | None = None,
 ) -> Inlined:
     """The statement with its IN / EXISTS / scalar subqueries over public tables answered by `run` and
     inlined as constants (placeholders when `run` is None); see dpproxy.sql.subqueries. CTEs are
-    expanded first, so a subquery may read one."""
+    expanded first, so a subquery may read one. Qualified names are resolved first (`qualify_names`;
+    `database` is the served database's name, when known)."""
+    tree = fold_constant_calls(qualify_names(tree, policy, database))
     if not expression_subqueries(tree):
         return Inlined(tree, 0, False)
     return inline_public_subqueries(
@@ -64,13 +71,19 @@ def analyze(
     policy: Policy,
     public_columns: Mapping[str, Sequence[tuple[str, PgType]]] | None = None,
     unique_columns: Mapping[str, Collection[str]] | None = None,
-) -> AnalyzedQuery:
+    database: str | None = None,
+    *,
+    probes: bool = True,
+) -> AnalyzedQuery | EmptyQuery:
     """Validate a parsed, parameter-bound statement and reduce it to what the engine runs.
 
     `public_columns` gives the columns of public tables whose policy does not list them, and
     `unique_columns` the columns the database enforces unique and not NULL, per table (both read
-    from the backend's schema at start).
+    from the backend's schema at start); `database` the served database's name (what
+    `current_database()` answers), which a `db.schema.table` name must give. Functions of
+    constants (to_date('2020-01-01', 'YYYY-MM-DD')) are folded into constants first.
     """
+    tree = fold_constant_calls(qualify_names(tree, policy, database))
     if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
         raise NotSupported(
             "set operations (UNION, INTERSECT, EXCEPT) are not supported",
@@ -114,7 +127,17 @@ def analyze(
         if ctes:
             raise NotSupported("WITH over public tables only is not supported", hint="write a plain SELECT")
         return analyze_public(tree, policy, public_columns or {}, text)
-    query = PrivateAnalyzer(inline(tree), policy, facts, text).run()
+    if probes:
+        # A probe (no rows by its text alone) is answered with its columns only; see sql/probes.py.
+        empty = empty_query(
+            tree,
+            policy,
+            facts,
+            lambda select: analyze(select, policy, public_columns, unique_columns, database, probes=False),
+        )
+        if empty is not None:
+            return empty
+    query = PrivateAnalyzer(inline(distinct_as_group_by(tree)), policy, facts, text).run()
     return dataclasses.replace(
         query, unit_unique=query.relation.unit_unique, sample_rows=query.relation.sample_rows
     )

@@ -16,11 +16,13 @@ from dpproxy.errors import (
     InvalidParameter,
     NotSupported,
     PolicyViolation,
+    UndefinedColumn,
 )
 from dpproxy.policy import Policy
 from dpproxy.sql import postprocess
 from dpproxy.sql.aggregates import SUPPORTED_AGGREGATES, AggregateRules, known_type
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.probes import aggregate_view
 from dpproxy.sql.query import (
     Aggregate,
     AggregateKind,
@@ -63,6 +65,8 @@ class PrivateAnalyzer(AggregateRules):
         self.aggregates: list[Aggregate] = []
         self.keys: list[GroupKey] = []
         self.histograms: list[Histogram] = []
+        # What each placeholder stands for, as written: messages about post-processing name it.
+        self.originals: dict[str, exp.Expression] = {}
 
     def run(self) -> PrivateQuery:
         tree = self.tree
@@ -81,12 +85,13 @@ class PrivateAnalyzer(AggregateRules):
         ) or any(isinstance(i, exp.Column) and isinstance(i.this, exp.Star) for i in items):
             raise PolicyViolation(
                 f'SELECT * would return raw rows of the protected table "{self.relation.label}"',
-                hint=f"ask for aggregates, e.g. SELECT COUNT(*) FROM {self.relation.sources[0].label}",
+                hint=aggregate_view(self.relation),
             )
         if not any(i.find(exp.AggFunc) for i in items) and not self.keys:
             raise PolicyViolation(
                 f'this query would return raw rows of the protected table "{self.relation.label}"',
-                hint=f"dpproxy only answers aggregates: {SUPPORTED_AGGREGATES}, optionally with GROUP BY",
+                hint=f"{aggregate_view(self.relation)} (dpproxy answers {SUPPORTED_AGGREGATES}, optionally "
+                "with GROUP BY)",
             )
         outputs = []
         for item in items:
@@ -98,14 +103,20 @@ class PrivateAnalyzer(AggregateRules):
             having = self._finish_expression(tree.args["having"].this, "HAVING")
         order_by = self._order_by([name for name, _ in outputs])
         types = self._placeholder_types()
+        for _, expression in outputs:
+            postprocess.check_comparisons(expression, types, "SELECT", self.originals)
         typed_outputs = tuple(
             OutputColumn(name, expression, known_type(postprocess.infer_type(expression, types)))
             for name, expression in outputs
         )
-        if having is not None and postprocess.infer_type(having, types) not in (PgType.BOOL, PgType.UNKNOWN):
-            raise DatatypeMismatch("argument of HAVING must be boolean")
+        if having is not None:
+            postprocess.check_comparisons(having, types, "HAVING", self.originals)
+            if postprocess.infer_type(having, types) not in (PgType.BOOL, PgType.UNKNOWN):
+                raise DatatypeMismatch("argument of HAVING must be boolean")
         out_types = {f"__out_{i}": o.type for i, o in enumerate(typed_outputs)}
+        self.originals.update({f"__out_{i}": exp.column(name) for i, (name, _) in enumerate(outputs)})
         for key in order_by:
+            postprocess.check_comparisons(key.expression, {**types, **out_types}, "ORDER BY", self.originals)
             postprocess.infer_type(key.expression, {**types, **out_types})
         post = PostProcessing(
             typed_outputs, having, tuple(order_by), limit_of(tree, "limit"), limit_of(tree, "offset") or 0
@@ -298,11 +309,16 @@ class PrivateAnalyzer(AggregateRules):
 
         def substitute(n: exp.Expression) -> exp.Expression:
             if isinstance(n, (exp.AggFunc, exp.Filter, exp.WithinGroup)):
-                return aggregate_placeholder(self._aggregate(n))
+                placeholder = aggregate_placeholder(self._aggregate(n))
+                self.originals.setdefault(placeholder.name, n.copy())
+                return placeholder
             j = self._key_index(n, clause)
             if j is not None:
-                return key_placeholder(j)
+                placeholder = key_placeholder(j)
+                self.originals.setdefault(placeholder.name, n.copy())
+                return placeholder
             if isinstance(n, exp.Column):
+                self._check_not_alias(n, clause)
                 _, column = self.scope.in_clause(clause).resolve(n)
                 if column.is_unit:
                     raise PolicyViolation(
@@ -323,6 +339,23 @@ class PrivateAnalyzer(AggregateRules):
             return n
 
         return substitute(node.copy())
+
+    def _check_not_alias(self, node: exp.Column, clause: str) -> None:
+        """An output alias is not a column: in HAVING, or inside an ORDER BY expression, PostgreSQL
+        answers 42703 (only a bare `ORDER BY alias` and `GROUP BY alias` may name one)."""
+        name = node.name if node.this.quoted else node.name.lower()
+        if node.table or any(s.column(name) for s in self.relation.sources):
+            return
+        aliases = [output_name(i) for i in self.tree.expressions if isinstance(i, exp.Alias)]
+        if name not in aliases:
+            return
+        where = "in HAVING" if clause == "HAVING" else f"inside an expression in {clause}"
+        raise UndefinedColumn(
+            f'column "{name}" does not exist ({clause}: "{name}" is an output alias, which cannot be used '
+            f"{where})",
+            hint=f"an output alias may stand alone in ORDER BY or GROUP BY (ORDER BY {name}); elsewhere "
+            "repeat its expression, e.g. HAVING COUNT(*) > 5",
+        )
 
     def _order_by(self, output_names: list[str]) -> list[SortKey]:
         order = self.tree.args.get("order")
