@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from dpproxy import __version__
-from dpproxy.errors import DPProxyError
+from dpproxy.backends import BackendError
+from dpproxy.errors import BackendUnavailable, DPProxyError
 
 if TYPE_CHECKING:
     from dpproxy.engine import Engine
@@ -196,6 +198,7 @@ def budget() -> None:
 def budget_show(policy_path: Path, ledger: str | None, analysts: tuple[str, ...]) -> None:
     """Spent and remaining budget per analyst (all analysts of the policy by default)."""
     from dpproxy.engine import Engine
+    from dpproxy.results import budget_figure, remaining_figure, spent_figure
 
     def action() -> None:
         with Engine.open(policy_path, None, _ledger_spec(ledger)) as engine:
@@ -205,16 +208,18 @@ def budget_show(policy_path: Path, ledger: str | None, analysts: tuple[str, ...]
             for name in names:
                 status = engine.budget(name)
                 left = status.remaining
+                limit = status.limit
+                # Six significant digits: spent rounded up, left rounded down (results.budget_figure).
                 row = [
                     name,
-                    status.epsilon_spent,
-                    left.epsilon,
-                    status.limit.epsilon,
-                    status.spent.delta,
-                    status.limit.delta,
+                    Decimal(spent_figure(status.epsilon_spent, limit.epsilon)),
+                    Decimal(remaining_figure(left.epsilon, limit.epsilon)),
+                    limit.epsilon,
+                    Decimal(spent_figure(status.spent.delta, limit.delta)),
+                    limit.delta,
                 ]
                 if zcdp:
-                    row.append(status.spent.rho)
+                    row.append(Decimal(budget_figure(status.spent.rho, up=True)))
                 rows.append(tuple(row))
         headers = ["analyst", "ε spent", "ε left", "ε budget", "δ spent", "δ budget"]
         # Under zCDP the ledger composes ρ; ε spent is its conversion at the analyst's δ.
@@ -349,6 +354,70 @@ def _serve(engine: Engine, config: ServerConfig, announce: Callable[[Server], No
     sys.exit(status)
 
 
+backend_timeout_option = click.option(
+    "--backend-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds one backend query may run before it is stopped (57014; a private query that had started "
+    "stays charged). 0: no limit. Clients can set a shorter statement_timeout.",
+)
+
+
+def served_database(backend: str) -> str:
+    """The database name `serve` answers to by default: the PostgreSQL DSN's dbname (else libpq's
+    default, the user name), or a DuckDB file's name without its extension."""
+    from dpproxy.backends import _PG_KEYWORDS, _PG_URL
+
+    if _PG_URL.match(backend) or _PG_KEYWORDS.search(backend):
+        import getpass
+
+        import psycopg
+
+        try:
+            params = psycopg.conninfo.conninfo_to_dict(backend)
+        except psycopg.Error:
+            params = {}
+        return str(
+            params.get("dbname")
+            or os.environ.get("PGDATABASE")
+            or params.get("user")
+            or os.environ.get("PGUSER")
+            or getpass.getuser()
+        )
+    return Path(backend.removeprefix("duckdb:")).stem
+
+
+def mask_dsn(dsn: str) -> str:
+    """A DSN as it may be shown: its password replaced by ***, whatever form it was written in."""
+    import psycopg
+
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "the PostgreSQL database (its DSN could not be parsed)"
+    if "password" not in params:
+        return dsn
+    if _URL_PASSWORD.match(dsn):
+        return _URL_PASSWORD.sub(r"\1***@", dsn, count=1)
+    params["password"] = "***"
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def mask_password(text: str, dsn: str) -> str:
+    """`text` (a driver's error, which may quote the DSN) with the DSN's password replaced by ***."""
+    import psycopg
+
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
+    except psycopg.Error:
+        return "the DSN could not be parsed"
+    return text.replace(str(password), "***") if password else text
+
+
+_URL_PASSWORD = re.compile(r"^(postgres(?:ql)?://[^:@/]*:)[^@/]*@", re.IGNORECASE)
+
+
 host_option = click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all)."
 )
@@ -388,6 +457,13 @@ host_option = click.option(
     show_default=True,
     help="On SIGTERM, seconds running queries get to finish before they are cancelled.",
 )
+@backend_timeout_option
+@click.option(
+    "--database",
+    default=None,
+    help="The database name clients connect to (others get 3D000), which current_database() returns "
+    "[default: the backend's: the DSN's dbname for PostgreSQL, the file name without extension for DuckDB].",
+)
 def serve(
     policy_path: Path,
     backend: str,
@@ -398,11 +474,14 @@ def serve(
     tls_key: Path | None,
     idle_timeout: float,
     shutdown_grace: float,
+    backend_timeout: float,
+    database: str | None,
 ) -> None:
     """Serve the PostgreSQL wire protocol: analysts connect with psql, drivers and BI tools.
 
     Stops on SIGTERM or Ctrl-C: running queries get a grace period, then are cancelled.
     """
+    from dpproxy.backends import open_backend
     from dpproxy.engine import Engine
     from dpproxy.wire.server import ServerConfig
 
@@ -414,11 +493,16 @@ def serve(
         tls_key=tls_key,
         idle_timeout=idle_timeout,
         shutdown_grace=shutdown_grace,
+        database=database or served_database(backend),
     )
     try:
-        engine = Engine.open(policy_path, backend, _ledger_spec(ledger))
+        opened = open_backend(backend, statement_timeout_s=backend_timeout)
+        engine = Engine.open(policy_path, opened, _ledger_spec(ledger))
+        engine.database = config.database  # a `db.schema.table` name must name the served database
     except DPProxyError as e:
         fail(e)
+    except BackendError as e:  # its text names where the DSN points, never its password
+        fail(BackendUnavailable(str(e)))
     except ValueError as e:  # an unrecognised DSN (never echoed: it may hold a password)
         raise click.UsageError(str(e)) from None
 
@@ -437,6 +521,7 @@ def _address(host: str, port: int) -> str:
 
 
 DEMO_ANALYSTS = (("alice", "alice-demo"), ("bob", "bob-demo"))
+DEMO_DATABASE = "demo"  # the database name `dpproxy demo` serves (current_database())
 
 
 def default_demo_dir() -> Path:
@@ -488,6 +573,7 @@ def demo_policy_path() -> Iterator[Path]:
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
 )
+@backend_timeout_option
 def demo(
     init_dir: Path | None,
     data_dir: Path | None,
@@ -496,23 +582,35 @@ def demo(
     postgres_dsn: str | None,
     host: str,
     port: int,
+    backend_timeout: float,
 ) -> None:
     """Serve generated sample data (patients, visits, zip_info) for psql and other clients.
 
     Builds the data on first use, then serves it on embedded DuckDB with the demo policy. With
     --init DIR, only builds the data (and with --postgres, loads it into PostgreSQL too).
     """
+    import psycopg
+
     from dpproxy.demo import load_into_postgres
 
     if init_dir is not None:
         path = _build_demo(init_dir, persons, seed)
         if postgres_dsn:
-            load_into_postgres(path, postgres_dsn, progress=_delayed_progress("loading into PostgreSQL"))
-            click.echo(f"loaded into {postgres_dsn}")
+            try:
+                load_into_postgres(path, postgres_dsn, progress=_delayed_progress("loading into PostgreSQL"))
+            except psycopg.Error as e:
+                target = mask_dsn(postgres_dsn)
+                click.echo(
+                    f"ERROR: could not load the demo into {target}: {mask_password(str(e), postgres_dsn)}",
+                    err=True,
+                )
+                sys.exit(1)
+            click.echo(f"loaded into {mask_dsn(postgres_dsn)}")
         return
     if postgres_dsn:
         raise click.UsageError("--postgres is only used with --init")
 
+    from dpproxy.backends import open_backend
     from dpproxy.engine import Engine
     from dpproxy.wire.server import ServerConfig
 
@@ -523,7 +621,9 @@ def demo(
     ledger = directory / "ledger.sqlite"
     try:
         with demo_policy_path() as policy_path:
-            engine = Engine.open(policy_path, str(path), str(ledger))
+            opened = open_backend(str(path), statement_timeout_s=backend_timeout)
+            engine = Engine.open(policy_path, opened, str(ledger))
+            engine.database = DEMO_DATABASE
     except DPProxyError as e:
         fail(e)
 
@@ -539,13 +639,13 @@ def demo(
             f"  budgets are kept in {ledger}",
             "",
             "Connect with:",
-            f'  psql "postgresql://{DEMO_ANALYSTS[0][0]}@{address}/demo"',
+            f'  psql "postgresql://{DEMO_ANALYSTS[0][0]}@{address}/{DEMO_DATABASE}"',
             "then try: SELECT diagnosis, COUNT(*), AVG(income) FROM patients GROUP BY diagnosis;",
             "Ctrl-C stops the server.",
         ]
         click.echo("\n".join(lines))
 
-    _serve(engine, ServerConfig(host=host, port=port), announce)
+    _serve(engine, ServerConfig(host=host, port=port, database=DEMO_DATABASE), announce)
 
 
 def _build_demo(directory: Path, persons: int, seed: int) -> Path:

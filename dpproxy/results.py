@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from dpproxy.budget import epsilon_equivalent
 from dpproxy.privacy import (
     Cost,
 )
+from dpproxy.privacy.accounting import FIT_RELATIVE_TOLERANCE
 from dpproxy.sql.types import PgType
 
 
@@ -59,19 +61,20 @@ class Result:
         if self.replayed:
             parts = ["dpproxy: the same question was answered before; its stored answer costs nothing"]
         else:
-            parts = [f"dpproxy: this query spent ε={format_number(self.cost.epsilon)}"]
+            parts = [f"dpproxy: this query spent ε={budget_figure(self.cost.epsilon, up=True)}"]
             if self.cost.rho:
                 parts[0] = (
-                    f"dpproxy: this query spent ρ={format_number(self.cost.rho)} "
-                    f"(ε={format_number(self.cost.epsilon)} alone)"
+                    f"dpproxy: this query spent ρ={budget_figure(self.cost.rho, up=True)} "
+                    f"(ε={budget_figure(self.cost.epsilon, up=True)} alone)"
                 )
             if self.cost.delta:
-                parts[0] += f", δ={format_number(self.cost.delta)}"
+                parts[0] += f", δ={budget_figure(self.cost.delta, up=True)}"
         if self.budget is not None:
-            left = self.budget.remaining
+            left, limit = self.budget.remaining, self.budget.limit
+            remaining = remaining_figure(left.epsilon, limit.epsilon)
             parts.append(
-                f"ε remaining {format_number(left.epsilon)} of {format_number(self.budget.limit.epsilon)}"
-                + (f" (δ remaining {format_number(left.delta)})" if self.budget.limit.delta else "")
+                f"ε remaining {remaining} of {format_number(limit.epsilon)}"
+                + (f" (δ remaining {remaining_figure(left.delta, limit.delta)})" if limit.delta else "")
             )
         errors = [
             f"{c.name} ±{format_number(c.error95)}" if c.error95 is not None else f"{c.name}: {c.error_note}"
@@ -81,6 +84,50 @@ class Result:
         if errors:
             parts.append("95% error: " + ", ".join(errors))
         return "; ".join(parts)
+
+
+BUDGET_DIGITS = 6  # significant digits of a budget figure shown to an analyst or operator
+
+
+def _round6(value: float, *, up: bool) -> Decimal:
+    # repr: the shortest decimal that is this float, so 1e-05 is 0.00001, not 0.0000100000000000000008.
+    exact = Decimal(repr(value))
+    step = Decimal(1).scaleb(exact.adjusted() - BUDGET_DIGITS + 1)
+    return exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR)
+
+
+def budget_figure(value: float, *, up: bool, slack: float = 0.0) -> str:
+    """A budget amount to BUDGET_DIGITS significant digits, rounded up (`up`, for what was spent)
+    or down (for what is left), so that a figure shown never promises more than the ledger holds.
+    `slack`: a distance to the other neighbour the ledger forgives as float rounding (0.49999999999999967
+    left of 1 shows as 0.5, which a query of ε=0.5 fits in). The ledger keeps exact sums; display only."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    rounded = _round6(value, up=up)
+    other = _round6(value, up=not up)
+    if abs(Decimal(repr(value)) - other) <= Decimal(repr(slack)):
+        rounded = other
+    if rounded == 0:
+        return "0"
+    if -5 <= rounded.adjusted() < 15:
+        text = format(rounded, "f")
+        return text if "." not in text else text.rstrip("0").rstrip(".")
+    return f"{float(rounded):.{BUDGET_DIGITS}g}"
+
+
+def spent_figure(spent: float, limit: float) -> str:
+    """What was spent against `limit`, rounded up but for the float rounding the ledger forgives
+    (FIT_RELATIVE_TOLERANCE of the limit): 0.5000000000000003 of 1 shows as 0.5."""
+    return budget_figure(spent, up=True, slack=_slack(limit))
+
+
+def remaining_figure(left: float, limit: float) -> str:
+    """What is left of `limit`, rounded down but for the same forgiveness."""
+    return budget_figure(left, up=False, slack=_slack(limit))
+
+
+def _slack(limit: float) -> float:
+    return limit * FIT_RELATIVE_TOLERANCE if math.isfinite(limit) else 0.0
 
 
 def format_number(value: float | None) -> str:

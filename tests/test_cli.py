@@ -203,3 +203,35 @@ def test_help_lists_every_command() -> None:
     assert code == 0
     for command in ("budget", "demo", "explain", "policy", "query", "serve"):
         assert command in out
+
+
+def test_budget_show_rounds_to_meaningful_digits(demo_copy: Path, tmp_path: Path) -> None:
+    ledger = str(tmp_path / "ledger.sqlite")
+    base = ["--policy", str(POLICY), "--ledger", ledger]
+    for age in (20, 30, 40):  # 0.1 + 0.1 + 0.1 is 0.30000000000000004 in floats
+        code, out, _ = run(
+            "query", *base, "--backend", str(demo_copy), "--analyst", "bob", "--epsilon", "0.1",
+            f"SELECT COUNT(*) FROM patients WHERE age > {age}",
+        )  # fmt: skip
+        assert code == 0, out
+    assert "spent ε=0.1;" in out and "ε remaining 1.7 of 2" in out
+    code, out, _ = run("budget", "show", *base, "bob")
+    assert code == 0
+    cells = [c.strip() for c in out.splitlines()[2].split("|")]
+    assert cells[:3] == ["bob", "0.3", "1.7"]
+
+
+def test_demo_init_never_shows_the_postgres_password(pg_dsn: str, tmp_path: Path) -> None:
+    # The test cluster trusts local connections, so any password works; it must never be echoed.
+    with_password = pg_dsn.replace("@", ":hunter2@", 1)
+    assert "hunter2" in with_password
+    code, out, err = run(
+        "demo", "--init", str(tmp_path / "d"), "--persons", "100", "--postgres", with_password
+    )
+    assert code == 0, out + err
+    assert "hunter2" not in out + err
+    assert ":***@" in out and "loaded into" in out
+    from dpproxy.cli import mask_dsn
+
+    masked = mask_dsn("host=db dbname=demo user=bob password=hunter2")
+    assert "hunter2" not in masked and "password=***" in masked and "dbname=demo" in masked

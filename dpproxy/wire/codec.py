@@ -640,6 +640,32 @@ class PortalSuspended(BackendMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class CopyOutResponse(BackendMessage):
+    """The start of COPY … TO STDOUT: overall format 0 (text, which CSV is too), one code per column."""
+
+    columns: int
+
+    def encode(self) -> bytes:
+        return _frame(b"H", struct.pack(f"!bh{self.columns}h", 0, self.columns, *([0] * self.columns)))
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOutData(BackendMessage):
+    """One CopyData message of COPY … TO STDOUT: a row (or the header line), newline included."""
+
+    data: bytes
+
+    def encode(self) -> bytes:
+        return _frame(b"d", self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOutDone(BackendMessage):
+    def encode(self) -> bytes:
+        return b"c\x00\x00\x00\x04"
+
+
+@dataclass(frozen=True, slots=True)
 class ParameterDescription(BackendMessage):
     type_oids: tuple[int, ...]
 

@@ -48,6 +48,7 @@ log = logging.getLogger("dpproxy.wire")
 
 _READ_SIZE = 65536
 _WRITE_HIGH_WATER = 256 * 1024
+_WATCH_BUFFER = 1024 * 1024  # pipelined bytes read while a statement runs, at most
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ class ServerConfig:
     max_message_length: int = codec.DEFAULT_MAX_MESSAGE_LENGTH  # after authentication
     workers: int = 64  # threads for engine and catalog calls
     max_connections: int = 1000
+    # The database name clients must connect to (3D000 otherwise), which current_database()
+    # returns; None accepts any name (and echoes it). `dpproxy serve --database` sets it.
+    database: str | None = None
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -114,7 +118,9 @@ class Server:
         self._loop = asyncio.get_running_loop()
         if self._catalog is None:
             self._catalog = await self.run_blocking(open_catalog, self.engine)
-        self._shared = EngineCatalogAuth(self.engine, self._catalog, self.run_blocking)
+        self._shared = EngineCatalogAuth(
+            self.engine, self._catalog, self.run_blocking, database=self.config.database
+        )
         self._server = await asyncio.start_server(
             self._accept, self.config.host, self.config.port, limit=_READ_SIZE, backlog=512
         )
@@ -336,7 +342,11 @@ class Server:
                             ).encode()
                         break
                     continue
-                for reply in await session.handle(message):
+                if authenticated and isinstance(message, (codec.Query, codec.Execute)):
+                    replies = await self._handle_watching(connection, decoder, session, message)
+                else:
+                    replies = await session.handle(message)
+                for reply in replies:
                     out += reply.encode()
                 if not authenticated and session.authenticated:
                     authenticated = True
@@ -350,6 +360,36 @@ class Server:
             if out and not writer.is_closing():
                 writer.write(bytes(out))
                 await self._drain_quietly(writer)
+
+    async def _handle_watching(
+        self, connection: _Connection, decoder: FrontendDecoder, session: Session, message: Any
+    ) -> list[codec.BackendMessage]:
+        """session.handle(message), watching the socket meanwhile: a client that disconnects has
+        its running query cancelled (a private query that had started stays charged, as any cancel).
+        Bytes the client pipelines meanwhile are kept for the decoder, up to _WATCH_BUFFER."""
+        handling = asyncio.ensure_future(session.handle(message))
+        reader = connection.reader
+        while not handling.done():
+            if decoder.pending > _WATCH_BUFFER:
+                break  # enough pipelined input: stop reading, so TCP pushes back on the client
+            reading = asyncio.ensure_future(reader.read(_READ_SIZE))
+            await asyncio.wait({handling, reading}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                reading.cancel()
+            try:
+                data: bytes | None = await reading
+            except asyncio.CancelledError:
+                data = None
+            except (ConnectionError, OSError, ssl.SSLError):
+                data = b""
+            if data is None:
+                continue
+            if not data:
+                # The peer closed (or reset) the connection: nobody is waiting for this answer.
+                threading.Thread(target=session.abandon, name="dpproxy-cancel", daemon=True).start()
+                break
+            decoder.feed(data)
+        return await handling
 
     @staticmethod
     async def _drain_quietly(writer: asyncio.StreamWriter) -> None:

@@ -171,6 +171,82 @@ def _check_boolean(name: str) -> Callable[[str], str]:
     return check
 
 
+# client_min_messages, as PostgreSQL ranks its levels for the client (LOG below NOTICE there).
+CLIENT_MESSAGE_LEVELS = (
+    "debug5",
+    "debug4",
+    "debug3",
+    "debug2",
+    "debug1",
+    "log",
+    "notice",
+    "warning",
+    "error",
+)
+_MESSAGE_LEVEL_ALIASES = {"debug": "debug2", "info": "notice"}
+# The rank of a notice's severity, against the levels above: INFO is always sent, as in PostgreSQL.
+_SEVERITY_RANK = {"DEBUG": 0, "LOG": 5, "NOTICE": 6, "WARNING": 7, "ERROR": 8}
+
+
+def _check_client_min_messages(value: str) -> str:
+    level = value.strip().lower()
+    level = _MESSAGE_LEVEL_ALIASES.get(level, level)
+    if level not in CLIENT_MESSAGE_LEVELS:
+        raise _invalid_value(
+            "client_min_messages", value, hint="Available values: " + ", ".join(CLIENT_MESSAGE_LEVELS) + "."
+        )
+    return level
+
+
+def notice_visible(severity: str, client_min_messages: str | None) -> bool:
+    """Whether a notice of `severity` (NOTICE, WARNING, …) reaches a client at this level."""
+    if severity.upper() == "INFO":
+        return True
+    rank = _SEVERITY_RANK.get(severity.upper(), _SEVERITY_RANK["NOTICE"])
+    level = (client_min_messages or "notice").lower()
+    threshold = CLIENT_MESSAGE_LEVELS.index(level) if level in CLIENT_MESSAGE_LEVELS else 6
+    return rank >= threshold
+
+
+# statement_timeout's units, as PostgreSQL reads a time setting whose base unit is ms.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_TIME_VALUE = re.compile(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([a-z]*)\s*")
+_MAX_TIMEOUT_MS = 2_147_483_647
+
+
+def timeout_ms(value: str) -> int:
+    """A time setting's value in milliseconds (after its check: always valid)."""
+    match = _TIME_VALUE.fullmatch(value)
+    if match is None:
+        return 0
+    return round(float(match[1]) * _TIME_UNITS_MS[match[2] or "ms"])
+
+
+def _check_timeout(name: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        match = _TIME_VALUE.fullmatch(value)
+        if match is None or (match[2] and match[2] not in _TIME_UNITS_MS):
+            raise _invalid_value(
+                name, value, hint='Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".'
+            )
+        milliseconds = round(float(match[1]) * _TIME_UNITS_MS[match[2] or "ms"])
+        if not 0 <= milliseconds <= _MAX_TIMEOUT_MS:
+            raise InvalidParameter(
+                f'{milliseconds} ms is outside the valid range for parameter "{name}" '
+                f"(0 .. {_MAX_TIMEOUT_MS})"
+            )
+        # As SHOW shows it: the largest unit that divides the value exactly.
+        if milliseconds == 0:
+            return "0"
+        for unit in ("d", "h", "min", "s"):
+            size = int(_TIME_UNITS_MS[unit])
+            if milliseconds % size == 0:
+                return f"{milliseconds // size}{unit}"
+        return f"{milliseconds}ms"
+
+    return check
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +273,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("block_size", "8192", read_only=True),
     Setting("bytea_output", "hex"),
     Setting("client_encoding", "UTF8", reported=True, check=_check_client_encoding),
-    Setting("client_min_messages", "notice"),
+    Setting("client_min_messages", "notice", check=_check_client_min_messages),
     Setting("DateStyle", "ISO, MDY", reported=True, check=_check_datestyle),
     # SQLAlchemy's table reflection reads it.
     Setting("default_table_access_method", "heap", per_session=False),
@@ -217,7 +293,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("escape_string_warning", "on"),
     Setting("extra_float_digits", "1", check=_check_extra_float_digits),
-    Setting("idle_in_transaction_session_timeout", "0"),
+    Setting(
+        "idle_in_transaction_session_timeout",
+        "0",
+        check=_check_timeout("idle_in_transaction_session_timeout"),
+    ),
     Setting("in_hot_standby", "off", read_only=True, reported=True),
     Setting("integer_datetimes", "on", read_only=True, reported=True),
     Setting("IntervalStyle", "postgres", reported=True, check=_check_intervalstyle),
@@ -229,7 +309,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lc_monetary", "C"),
     Setting("lc_numeric", "C"),
     Setting("lc_time", "C"),
-    Setting("lock_timeout", "0"),
+    Setting("lock_timeout", "0", check=_check_timeout("lock_timeout")),
     Setting("max_connections", "100", per_session=False),
     Setting("max_function_args", "100", per_session=False),
     Setting("max_identifier_length", "63", read_only=True),
@@ -244,7 +324,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("session_authorization", "", reported=True),
     Setting("ssl", "off", per_session=False),
     Setting("standard_conforming_strings", "on", reported=True, check=_check_standard_conforming_strings),
-    Setting("statement_timeout", "0"),
+    Setting("statement_timeout", "0", check=_check_timeout("statement_timeout")),
     Setting("temp_tablespaces", "", per_session=False),
     Setting("TimeZone", "UTC", reported=True, check=_check_timezone),
     Setting("timezone_abbreviations", "Default", per_session=False),

@@ -1418,7 +1418,8 @@ def test_sigterm_cancels_a_running_query_after_the_grace_period(
     ledger = tmp_path / "ledger.sqlite"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     args = ["--policy", str(people.policy), "--backend", people.dsn, "--ledger", str(ledger)]
-    process, port = _start_serve([*args, "--shutdown-grace", "1"], env)
+    # The clients of these tests connect to "demo"; serve answers to the backing database's name otherwise.
+    process, port = _start_serve([*args, "--shutdown-grace", "1", "--database", "demo"], env)
     try:
         proxy = Proxy(port, None, "postgres")  # type: ignore[arg-type]
         with people.locked(), psycopg.connect(proxy.dsn(), autocommit=True) as conn:

@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dpproxy.errors import DPProxyError
-from dpproxy.wire.router import Kind, SettingCall, Statement, quote_identifier, route, split_statements
+from dpproxy.wire.router import (
+    CopyOptions,
+    Kind,
+    SettingCall,
+    Statement,
+    quote_identifier,
+    route,
+    split_statements,
+)
 
 EXPOSED = ("patients", "visits", "zip_info")
 CAPTURED = Path(__file__).parent / "catalog_queries" / "captured.json"
@@ -222,6 +230,38 @@ def test_empty_statements() -> None:
         assert routed(sql).kind is Kind.EMPTY
 
 
+# --- COPY, PREPARE, EXECUTE ----------------------------------------------------------------------
+
+
+def test_copy_routes_its_query_with_its_options() -> None:
+    statement = routed(
+        "COPY (SELECT sex, COUNT(*) FROM patients GROUP BY sex) TO STDOUT WITH (FORMAT csv, HEADER)"
+    )
+    assert (statement.kind, statement.tag) == (Kind.COPY, "COPY")
+    assert statement.inner is not None and statement.inner.kind is Kind.ENGINE
+    assert statement.inner.sql == "SELECT sex, COUNT(*) FROM patients GROUP BY sex"
+    assert statement.copy == CopyOptions(format="csv", delimiter=",", null="", header=True)
+    # psql's \copy passes the old option syntax on as written.
+    old = routed("COPY  ( select 1 ) TO STDOUT csv header delimiter as ';' force quote *")
+    assert old.copy == CopyOptions(format="csv", delimiter=";", null="", header=True, force_quote_all=True)
+    assert old.inner is not None and old.inner.kind is Kind.CATALOG
+    # The table form is SELECT of its columns, which the engine judges like any query.
+    table = routed('COPY public.patients (age, "sex") TO STDOUT')
+    assert table.inner is not None and table.inner.sql == "SELECT age, sex FROM public.patients"
+    assert table.copy == CopyOptions()  # text: tab, \N, no header
+
+
+def test_prepare_and_execute_route() -> None:
+    prepare = routed("PREPARE by_age (integer, character varying(3), timestamp with time zone) AS SELECT 1")
+    assert (prepare.kind, prepare.action, prepare.name) == (Kind.PREPARED, "prepare", "by_age")
+    assert prepare.type_names == ("int4", "varchar", "timestamptz")
+    assert prepare.inner is not None and prepare.inner.sql == "SELECT 1"
+    execute = routed("EXECUTE by_age(-4.5, 'F', DATE '2024-01-01', NULL, TRUE, '7'::int, $1)")
+    assert (execute.kind, execute.action, execute.name) == (Kind.PREPARED, "execute", "by_age")
+    assert execute.arguments == ("-4.5", "F", "2024-01-01", None, "true", "7", 1)
+    assert routed("EXECUTE q").arguments == ()
+
+
 # --- rejections ---------------------------------------------------------------------------------
 
 REJECTED = [
@@ -237,15 +277,26 @@ REJECTED = [
     ("COMMENT ON TABLE patients IS 'x'", "42501", "read-only"),
     ("WITH d AS (DELETE FROM visits RETURNING *) SELECT COUNT(*) FROM d", "42501", "read-only"),
     ("SELECT * INTO copy_of_patients FROM patients", "42501", "read-only"),
-    ("COPY patients TO STDOUT", "0A000", "COPY"),
-    ("COPY (SELECT 1) TO STDOUT", "0A000", "COPY"),
+    ("COPY patients FROM STDIN", "42501", "read-only"),
+    ("COPY (SELECT 1) TO '/tmp/out.csv'", "42501", "file"),
+    ("COPY (SELECT 1) TO PROGRAM 'cat'", "42501", "program"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT binary)", "0A000", "BINARY"),
+    ("COPY BINARY patients TO STDOUT", "0A000", "BINARY"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT xml)", "42601", "xml"),
+    ("COPY (SELECT 1) TO STDOUT (FORCE_NULL (a))", "0A000", "COPY TO"),
+    ("COPY (SELECT 1) TO STDOUT (DELIMITER ',,')", "22023", "one-byte"),
+    ("COPY (SELECT 1) TO STDOUT (DELIMITER ',', DELIMITER ';')", "42601", "redundant"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT csv, DELIMITER ',', QUOTE ',')", "22023", "different"),
+    ("COPY (SHOW ALL) TO STDOUT", "42601", "query"),
     ("LISTEN channel", "0A000", "LISTEN"),
     ("NOTIFY channel", "0A000", "NOTIFY"),
     ("VACUUM patients", "0A000", "VACUUM"),
     ("ANALYZE patients", "0A000", "ANALYZE"),
     ("LOCK TABLE patients", "0A000", "LOCK"),
-    ("PREPARE q AS SELECT 1", "0A000", "PREPARE"),
-    ("EXECUTE q", "0A000", "EXECUTE"),
+    ("PREPARE q (money) AS SELECT 1", "42704", "money"),
+    ("PREPARE q AS SHOW ALL", "42601", "query"),
+    ("PREPARE TRANSACTION 'x'", "0A000", "two-phase"),
+    ("EXECUTE q(now())", "0A000", "constants"),
     ("CALL proc()", "0A000", "CALL"),
     ("DO $$ BEGIN END $$", "0A000", "DO"),
     ("SET ROLE admin", "0A000", "SET ROLE"),

@@ -70,6 +70,14 @@ def test_demo_builds_serves_and_prints_how_to_connect(tmp_path: Path) -> None:
             # The query the banner suggests works as printed.
             suggested = re.search(r"then try: (.*);", output)
             assert suggested and len(conn.execute(suggested[1]).fetchall()) == 6  # public diagnoses
+            assert conn.execute("SELECT current_database()").fetchone() == ("demo",)
+            # A name qualified with the served database is the table; another database is not.
+            assert conn.execute('SELECT COUNT(*) FROM "demo"."public"."patients"').fetchone()
+            with pytest.raises(psycopg.errors.FeatureNotSupported, match="cross-database references"):
+                conn.execute("SELECT COUNT(*) FROM other.public.patients")
+        # The demo serves the database "demo" only, as PostgreSQL would answer for another name.
+        with pytest.raises(psycopg.OperationalError, match='database "postgres" does not exist'):
+            psycopg.connect(dsn.replace("dbname=demo", "dbname=postgres"))
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:
@@ -98,6 +106,8 @@ def test_serve_help_lists_its_options() -> None:
         "--tls-key",
         "--idle-timeout",
         "--shutdown-grace",
+        "--backend-timeout",
+        "--database",
     ):
         assert option in result.output
 

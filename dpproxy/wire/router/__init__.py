@@ -5,6 +5,8 @@
     BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE          → TRANSACTION
     DECLARE … CURSOR, FETCH, MOVE, CLOSE                 → CURSOR
     EXPLAIN <query on exposed tables>                    → EXPLAIN (engine.explain, never the database)
+    COPY (query) TO STDOUT, COPY table TO STDOUT         → COPY (the query's answer in COPY's format)
+    PREPARE name AS query, EXECUTE name(…)               → PREPARED (the session's prepared statements)
     a query reading catalog relations, or no relation    → CATALOG (the shadow catalog)
     a query reading any other relation                   → ENGINE (which refuses what is not exposed)
     anything else                                        → refused with a SQLSTATE
@@ -30,13 +32,21 @@ from dpproxy.wire.router.lexer import (
     tokenize,
 )
 from dpproxy.wire.router.relations import CATALOG_SCHEMAS, is_catalog_relation
-from dpproxy.wire.router.statement import MAX_PARAMETERS, Argument, Kind, SettingCall, Statement
+from dpproxy.wire.router.statement import (
+    MAX_PARAMETERS,
+    Argument,
+    CopyOptions,
+    Kind,
+    SettingCall,
+    Statement,
+)
 
 __all__ = [
     "CATALOG_SCHEMAS",
     "MAX_PARAMETERS",
     "QUOTED_KEYWORDS",
     "Argument",
+    "CopyOptions",
     "Kind",
     "LexError",
     "SettingCall",

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from dpproxy.errors import NotSupported, PolicyViolation, SyntaxProblem, UndefinedParameter
+from dpproxy.errors import (
+    InvalidParameter,
+    NotSupported,
+    PolicyViolation,
+    SyntaxProblem,
+    UndefinedObject,
+    UndefinedParameter,
+)
 from dpproxy.wire.router.lexer import (
     LexError,
     Token,
@@ -26,7 +33,14 @@ from dpproxy.wire.router.lexer import (
 )
 from dpproxy.wire.router.relations import is_catalog_relation, relations_read
 from dpproxy.wire.router.set_config import SettingCallReader
-from dpproxy.wire.router.statement import ALLOWED, MAX_PARAMETERS, Kind, Statement
+from dpproxy.wire.router.statement import (
+    ALLOWED,
+    MAX_PARAMETERS,
+    Argument,
+    CopyOptions,
+    Kind,
+    Statement,
+)
 
 _WRITES = {
     "insert": "INSERT",
@@ -51,7 +65,6 @@ _WRITES = {
 }
 
 _UNSUPPORTED = {
-    "copy": "COPY",
     "listen": "LISTEN",
     "notify": "NOTIFY",
     "unlisten": "UNLISTEN",
@@ -59,8 +72,6 @@ _UNSUPPORTED = {
     "analyze": "ANALYZE",
     "analyse": "ANALYZE",
     "lock": "LOCK",
-    "prepare": "PREPARE",
-    "execute": "EXECUTE",
     "call": "CALL",
     "do": "DO",
     "load": "LOAD",
@@ -151,6 +162,9 @@ class _Router(TokenReader):
             "move": self.fetch,
             "close": self.close,
             "explain": self.explain,
+            "copy": self.copy,
+            "prepare": self.prepare,
+            "execute": self.execute,
         }.get(word)
         if handler is not None:
             return handler()
@@ -544,6 +558,276 @@ class _Router(TokenReader):
             )
         return Statement(Kind.EXPLAIN, self.sql, "EXPLAIN", inner=inner)
 
+    # -- COPY ----------------------------------------------------------------------------------
+
+    def copy(self) -> Statement:
+        """COPY (query) TO STDOUT and COPY table [(columns)] TO STDOUT, which psql's \\copy sends too.
+
+        The table form is `SELECT columns FROM table`, routed like any query (so a protected
+        table is refused as SELECT * is). COPY FROM, and COPY to a server file or program, are refused.
+        """
+        self.expect("copy")
+        if self.accept("binary"):
+            raise NotSupported(_COPY_BINARY, hint=_COPY_FORMATS)
+        token = self.peek()
+        if token is not None and token.kind is TokenKind.OP and token.text == "(":
+            inner_sql = self._parenthesized_text()
+            inner = route(inner_sql, self.exposed)
+            if inner.kind not in (Kind.ENGINE, Kind.CATALOG):
+                raise SyntaxProblem(
+                    "COPY (…) TO needs a query (SELECT) inside the parentheses",
+                    hint="write COPY (SELECT …) TO STDOUT",
+                )
+        else:
+            inner = route(self._copy_table_query(), self.exposed)
+        direction = self.expect("to", "from").value
+        if direction == "from":
+            raise PolicyViolation(
+                "dpproxy is read-only: COPY FROM is not allowed",
+                hint="export with COPY (SELECT …) TO STDOUT or psql's \\copy (SELECT …) TO 'file'",
+            )
+        if self.at_word("program") or ((t := self.peek()) is not None and t.kind is TokenKind.STRING):
+            raise PolicyViolation(
+                "COPY to a file or program on the server is not allowed",
+                hint="COPY … TO STDOUT sends the rows to you; psql's \\copy … TO 'file' writes your file",
+            )
+        self.expect("stdout")
+        options = self._copy_options()
+        return Statement(Kind.COPY, self.sql, "COPY", "copy", inner=inner, copy=options)
+
+    def _parenthesized_text(self) -> str:
+        """The text between a '(' at the current token and its matching ')', which is consumed."""
+        opening = self.peek()
+        assert opening is not None
+        depth = 0
+        while (token := self.peek()) is not None:
+            self.pos += 1
+            if token.kind is TokenKind.OP and token.text == "(":
+                depth += 1
+            elif token.kind is TokenKind.OP and token.text == ")":
+                depth -= 1
+                if depth == 0:
+                    return self.sql[opening.end : token.start].strip()
+        self.syntax_error(None)
+        raise AssertionError("unreachable")
+
+    def _copy_table_query(self) -> str:
+        parts = [quote_identifier(self.name())]
+        while (token := self.peek()) is not None and token.kind is TokenKind.OP and token.text == ".":
+            self.pos += 1
+            parts.append(quote_identifier(self.name()))
+        columns = "*"
+        token = self.peek()
+        if token is not None and token.kind is TokenKind.OP and token.text == "(":
+            self.pos += 1
+            names = [quote_identifier(self.name())]
+            while self._accept_op(","):
+                names.append(quote_identifier(self.name()))
+            if not self._accept_op(")"):
+                self.syntax_error(self.peek())
+            columns = ", ".join(names)
+        return f"SELECT {columns} FROM {'.'.join(parts)}"
+
+    def _accept_op(self, op: str) -> bool:
+        token = self.peek()
+        if token is not None and token.kind is TokenKind.OP and token.text == op:
+            self.pos += 1
+            return True
+        return False
+
+    def _copy_options(self) -> CopyOptions:
+        given: dict[str, object] = {}
+
+        def put(name: str, value: object) -> None:
+            if name in given:
+                raise SyntaxProblem("conflicting or redundant options", hint=f"give {name.upper()} once")
+            given[name] = value
+
+        self.accept("with")
+        if self._accept_op("("):  # (option [value], …), PostgreSQL 9.0's syntax
+            while True:
+                name = self.name().lower()
+                put(name, self._copy_option_value())
+                if self._accept_op(")"):
+                    break
+                if not self._accept_op(","):
+                    self.syntax_error(self.peek())
+        else:  # the older syntax, which psql's \\copy passes on as written: CSV HEADER DELIMITER ','
+            while not self.at_end():
+                word = self.name().lower()
+                if word in ("binary", "csv"):
+                    put("format", word)
+                elif word == "header":
+                    put("header", True)
+                elif word in ("delimiter", "null", "quote", "escape", "encoding"):
+                    self.accept("as")
+                    put(word, self._copy_string())
+                elif word == "force":
+                    if self.accept("not"):
+                        self.expect("null")
+                        put("force_not_null", True)
+                    else:
+                        self.expect("quote")
+                        put("force_quote", self._copy_columns())
+                elif word == "oids":
+                    raise NotSupported("COPY … OIDS is not supported", hint="remove OIDS")
+                else:
+                    raise SyntaxProblem(f'option "{word}" not recognized', hint=_COPY_OPTIONS)
+        self.expect_end()
+        return _copy_options(given)
+
+    def _copy_option_value(self) -> object:
+        """An option's value in the parenthesized syntax: a word, string, number, list, * or nothing."""
+        token = self.peek()
+        if token is None or (token.kind is TokenKind.OP and token.text in (",", ")")):
+            return True
+        if token.kind is TokenKind.OP and token.text == "*":
+            self.pos += 1
+            return "*"
+        if token.kind is TokenKind.OP and token.text == "(":
+            return self._copy_columns()
+        if token.kind in (TokenKind.IDENT, TokenKind.QUOTED, TokenKind.STRING, TokenKind.NUMBER):
+            self.pos += 1
+            return token.value
+        self.syntax_error(token)
+        raise AssertionError("unreachable")
+
+    def _copy_string(self) -> str:
+        token = self.peek()
+        if token is None or token.kind is not TokenKind.STRING:
+            self.syntax_error(token)
+        self.pos += 1
+        return token.value  # type: ignore[union-attr]
+
+    def _copy_columns(self) -> tuple[str, ...] | str:
+        if self._accept_op("*"):
+            return "*"
+        parenthesized = self._accept_op("(")
+        names = [self.name()]
+        while self._accept_op(","):
+            names.append(self.name())
+        if parenthesized and not self._accept_op(")"):
+            self.syntax_error(self.peek())
+        return tuple(names)
+
+    # -- PREPARE and EXECUTE ---------------------------------------------------------------------
+
+    def prepare(self) -> Statement:
+        """PREPARE name [(type, …)] AS statement: a named prepared statement, shared with Parse's."""
+        self.expect("prepare")
+        if self.at_word("transaction"):
+            raise NotSupported("two-phase commit (PREPARE TRANSACTION) is not supported", hint=ALLOWED)
+        name = self.name()
+        types: list[str] = []
+        if self._accept_op("("):
+            while True:
+                types.append(self._type_name())
+                if self._accept_op(")"):
+                    break
+                if not self._accept_op(","):
+                    self.syntax_error(self.peek())
+        self.expect("as")
+        inner_sql = self.rest()
+        if not inner_sql:
+            self.syntax_error(None)
+        inner = route(inner_sql, self.exposed)
+        if inner.kind not in (Kind.ENGINE, Kind.CATALOG) and inner.action != "set_config":
+            raise SyntaxProblem(
+                "PREPARE … AS needs a query (SELECT)", hint="prepare a SELECT; run session commands directly"
+            )
+        return Statement(
+            Kind.PREPARED, self.sql, "PREPARE", "prepare", name, inner=inner, type_names=tuple(types)
+        )
+
+    def _type_name(self) -> str:
+        """A parameter type of PREPARE, as the wire type it names (int4, text, timestamptz …)."""
+        words: list[str] = []
+        while (token := self.peek()) is not None:
+            if token.kind is TokenKind.OP and token.text in (",", ")"):
+                break
+            if token.kind is TokenKind.OP and token.text == "(":  # a modifier: varchar(20), numeric(10,2)
+                self._parenthesized_text()
+                continue
+            if token.kind is TokenKind.OP and token.text in (".", "[", "]"):
+                words.append(token.text)
+            elif token.kind in (TokenKind.IDENT, TokenKind.QUOTED):
+                words.append(token.value)
+            else:
+                self.syntax_error(token)
+            self.pos += 1
+        written = " ".join(words).replace(" . ", ".").removeprefix("pg_catalog.")
+        if not written:
+            self.syntax_error(self.peek())
+        found = _TYPE_NAMES.get(written)
+        if found is None:
+            raise UndefinedObject(
+                f'type "{written}" does not exist',
+                hint="parameter types dpproxy takes: " + ", ".join(sorted(set(_TYPE_NAMES.values()))),
+            )
+        return found
+
+    def execute(self) -> Statement:
+        """EXECUTE name [(argument, …)]: each argument a constant (or $n), typed by the statement."""
+        self.expect("execute")
+        name = self.name()
+        arguments: list[Argument] = []
+        if self._accept_op("("):
+            while True:
+                arguments.append(self._argument())
+                if self._accept_op(")"):
+                    break
+                if not self._accept_op(","):
+                    self.syntax_error(self.peek())
+        self.expect_end()
+        return Statement(Kind.PREPARED, self.sql, "EXECUTE", "execute", name, arguments=tuple(arguments))
+
+    def _argument(self) -> Argument:
+        token = self.peek()
+        if token is None:
+            self.syntax_error(None)
+        assert token is not None
+        value: Argument
+        sign = ""
+        if token.kind is TokenKind.OP and token.text in ("+", "-"):
+            sign = "-" if token.text == "-" else ""
+            self.pos += 1
+            token = self.peek()
+            if token is None or token.kind is not TokenKind.NUMBER:
+                self.syntax_error(token)
+            assert token is not None
+        if token.kind is TokenKind.NUMBER:
+            value = sign + token.value
+        elif token.kind is TokenKind.STRING:
+            value = token.value
+        elif token.kind is TokenKind.PARAM:
+            value = int(token.text[1:])
+        elif token.is_word("null"):
+            value = None
+        elif token.is_word("true", "false"):
+            value = token.value
+        elif token.kind is TokenKind.IDENT and (nxt := self.peek(1)) is not None and nxt.kind is STRING:
+            self.pos += 1  # a typed literal, DATE '2024-01-01': the statement's parameter type decides
+            value = nxt.value
+            token = nxt
+        else:
+            raise NotSupported(
+                "EXECUTE takes constants as its arguments",
+                hint="write each argument as a literal, e.g. EXECUTE q(42, 'text', DATE '2024-01-01')",
+            )
+        self.pos += 1
+        if self._accept_op("::"):  # a cast: the statement's parameter type decides
+            self._type_name_tokens()
+        return value
+
+    def _type_name_tokens(self) -> None:
+        while (token := self.peek()) is not None:
+            if token.kind is TokenKind.OP and token.text in (",", ")"):
+                return
+            if token.kind is TokenKind.OP and token.text == "(":
+                self._parenthesized_text()
+                continue
+            self.pos += 1
+
     # -- queries -------------------------------------------------------------------------------
 
     def query(self) -> Statement:
@@ -567,3 +851,109 @@ class _Router(TokenReader):
             )
         kind = Kind.ENGINE if exposed or other else Kind.CATALOG
         return Statement(kind, self.sql, "SELECT")
+
+
+# -- COPY's options --------------------------------------------------------------------------------
+
+STRING = TokenKind.STRING
+_COPY_BINARY = "COPY … BINARY is not supported by dpproxy"
+_COPY_FORMATS = "use FORMAT text (the default) or FORMAT csv"
+_COPY_OPTIONS = "COPY … TO STDOUT takes FORMAT, DELIMITER, NULL, HEADER, QUOTE, ESCAPE, FORCE_QUOTE, ENCODING"
+_COPY_TO_OPTIONS = ("format", "delimiter", "null", "header", "quote", "escape", "force_quote", "encoding")
+_COPY_FROM_ONLY = {"force_not_null", "force_null", "freeze", "default", "on_error"}
+_TRUE = {"true", "on", "1", "yes"}
+_FALSE = {"false", "off", "0", "no"}
+
+
+def _copy_boolean(name: str, value: object) -> bool:
+    if value is True:
+        return True
+    text = str(value).lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SyntaxProblem(f"{name} requires a Boolean value")
+
+
+def _copy_character(name: str, value: object, *, what: str) -> str:
+    text = value if isinstance(value, str) and value is not True else None
+    if text is None:
+        raise SyntaxProblem(f"{name} requires a string value")
+    if len(text.encode()) != 1:
+        raise InvalidParameter(f"COPY {what} must be a single one-byte character")
+    return text
+
+
+def _copy_options(given: dict[str, object]) -> CopyOptions:
+    """COPY TO's options checked as PostgreSQL's ProcessCopyOptions checks them."""
+    for name in given:
+        if name in _COPY_FROM_ONLY:
+            raise NotSupported(f"COPY {name.upper()} cannot be used with COPY TO", hint=_COPY_OPTIONS)
+        if name not in _COPY_TO_OPTIONS:
+            raise SyntaxProblem(f'option "{name}" not recognized', hint=_COPY_OPTIONS)
+    fmt = str(given.get("format", "text")).lower()
+    if fmt == "binary":
+        raise NotSupported(_COPY_BINARY, hint=_COPY_FORMATS)
+    if fmt not in ("text", "csv"):
+        raise SyntaxProblem(f'COPY format "{fmt}" not recognized', hint=_COPY_FORMATS)
+    csv = fmt == "csv"
+    if "encoding" in given:
+        encoding = "".join(c for c in str(given["encoding"]).lower() if c.isalnum())
+        if encoding not in ("utf8", "unicode", "sqlascii"):
+            raise NotSupported(f'COPY ENCODING "{given["encoding"]}" is not supported', hint="use UTF8")
+    delimiter = (
+        _copy_character("delimiter", given["delimiter"], what="delimiter")
+        if "delimiter" in given
+        else ("," if csv else "\t")
+    )
+    null_value = given.get("null", "" if csv else "\\N")
+    if not isinstance(null_value, str):
+        raise SyntaxProblem("null requires a string value")
+    header = _copy_boolean("header", given["header"]) if "header" in given else False
+    if delimiter in ("\r", "\n"):
+        raise InvalidParameter("COPY delimiter cannot be newline or carriage return")
+    if "\r" in null_value or "\n" in null_value:
+        raise InvalidParameter("COPY null representation cannot use newline or carriage return")
+    if not csv and delimiter in "\\.abcdefghijklmnopqrstuvwxyz0123456789":
+        raise InvalidParameter(f'COPY delimiter cannot be "{delimiter}"')
+    if delimiter in null_value:
+        raise InvalidParameter("COPY delimiter must not appear in the NULL specification")
+    for option in ("quote", "escape", "force_quote"):
+        if option in given and not csv:
+            raise NotSupported(f"COPY {option.upper()} requires CSV mode", hint="add FORMAT csv")
+    quote = _copy_character("quote", given["quote"], what="quote") if "quote" in given else '"'
+    escape = _copy_character("escape", given["escape"], what="escape") if "escape" in given else quote
+    if csv and delimiter == quote:
+        raise InvalidParameter("COPY delimiter and quote must be different")
+    if csv and quote in null_value:
+        raise InvalidParameter("CSV quote character must not appear in the NULL specification")
+    force = given.get("force_quote", ())
+    return CopyOptions(
+        format=fmt,
+        delimiter=delimiter,
+        null=null_value,
+        header=header,
+        quote=quote,
+        escape=escape,
+        force_quote=force if isinstance(force, tuple) else (),
+        force_quote_all=force == "*",
+    )
+
+
+# PREPARE's parameter types, as written (lower case, pg_catalog. dropped) → the wire type's name.
+_TYPE_NAMES = {
+    **{n: "int2" for n in ("smallint", "int2")},
+    **{n: "int4" for n in ("integer", "int", "int4")},
+    **{n: "int8" for n in ("bigint", "int8")},
+    **{n: "numeric" for n in ("numeric", "decimal")},
+    **{n: "float4" for n in ("real", "float4")},
+    **{n: "float8" for n in ("double precision", "float8", "float")},
+    **{n: "text" for n in ("text", "name", "unknown")},
+    **{n: "varchar" for n in ("varchar", "character varying")},
+    **{n: "bpchar" for n in ("char", "character", "bpchar")},
+    **{n: "bool" for n in ("boolean", "bool")},
+    "date": "date",
+    **{n: "timestamp" for n in ("timestamp", "timestamp without time zone")},
+    **{n: "timestamptz" for n in ("timestamptz", "timestamp with time zone")},
+}

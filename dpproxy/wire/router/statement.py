@@ -21,6 +21,8 @@ class Kind(StrEnum):
     EXPLAIN = "explain"
     CATALOG = "catalog"
     ENGINE = "engine"
+    COPY = "copy"  # COPY (query) TO STDOUT: the inner query's rows in COPY's text or CSV format
+    PREPARED = "prepared"  # SQL-level PREPARE and EXECUTE (DEALLOCATE is a SESSION command)
 
 
 # A constant argument as text (None for NULL), or the number of the $n parameter that gives it.
@@ -39,6 +41,20 @@ class SettingCall:
 
 
 @dataclass(frozen=True)
+class CopyOptions:
+    """The options of COPY … TO STDOUT, checked and defaulted as PostgreSQL does for its format."""
+
+    format: str = "text"  # "text" | "csv"
+    delimiter: str = "\t"
+    null: str = "\\N"
+    header: bool = False
+    quote: str = '"'
+    escape: str = '"'
+    force_quote: tuple[str, ...] = ()  # column names whose non-NULL values are always quoted (CSV)
+    force_quote_all: bool = False  # FORCE_QUOTE *
+
+
+@dataclass(frozen=True)
 class Statement:
     kind: Kind
     sql: str  # this one statement, without the trailing ';'
@@ -52,10 +68,14 @@ class Statement:
     count: int | None = None  # FETCH/MOVE count; None means ALL
     inner: Statement | None = None  # DECLARE … FOR <inner>, EXPLAIN <inner>
     calls: tuple[SettingCall, ...] = ()  # SESSION set_config: the SELECT list, in order
+    copy: CopyOptions | None = None  # COPY: how the inner query's rows are written
+    type_names: tuple[str, ...] = ()  # PREPARE name (types): each a wire type name (int4, text …)
+    arguments: tuple[Argument, ...] = ()  # EXECUTE name (arguments): constants as text, or $n
 
 
 # The hint of every refusal: what dpproxy does answer.
 ALLOWED = (
     "dpproxy answers queries (SELECT) on the exposed tables, catalog queries and session commands "
-    "(SET, SHOW, RESET, BEGIN, COMMIT, ROLLBACK, DECLARE/FETCH/CLOSE, EXPLAIN)"
+    "(SET, SHOW, RESET, BEGIN, COMMIT, ROLLBACK, DECLARE/FETCH/CLOSE, PREPARE/EXECUTE/DEALLOCATE, EXPLAIN, "
+    "COPY (SELECT …) TO STDOUT)"
 )

@@ -26,6 +26,7 @@ from dpproxy.errors import (
     UndefinedObject,
     UndefinedParameter,
 )
+from dpproxy.results import remaining_figure, spent_figure
 from dpproxy.sql.types import boolean_from_text
 from dpproxy.wire.router import Argument, SettingCall, Statement
 from dpproxy.wire.session.records import Outcome, Portal, PreparedStatement, TransactionStatus
@@ -172,12 +173,13 @@ class SessionCommands:
             return Outcome(tag, columns, rows)
         if name == BUDGET_SETTING:
             status = await self.shared.run_blocking(self.engine.budget, self.user)
-            left = status.remaining
+            left, limit = status.remaining, status.limit
+            # Six significant digits, spent rounded up and remaining down (results.budget_figure).
             row = (
-                float_text(status.spent.epsilon),
-                float_text(left.epsilon),
-                float_text(status.spent.delta),
-                float_text(left.delta),
+                spent_figure(status.epsilon_spent, limit.epsilon),
+                remaining_figure(left.epsilon, limit.epsilon),
+                spent_figure(status.spent.delta, limit.delta),
+                remaining_figure(left.delta, limit.delta),
             )
             names = ("epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining")
             return Outcome(tag, tuple(WireColumn(n, TEXT_OID) for n in names), [row])

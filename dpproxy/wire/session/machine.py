@@ -4,7 +4,8 @@ A Session is fed frontend messages (`start`, then `handle`) and answers with bac
 never touches a socket (the server moves bytes) and never decides what a statement is (the router
 does). It owns what PostgreSQL keeps per backend: the phase, the transaction status (I/T/E), the
 settings (dpproxy/wire/settings.py: SET/RESET/SHOW with transaction semantics), prepared
-statements, portals and cursors (portals.py), the analyst and the session's `dpproxy.epsilon`.
+statements, portals and cursors (portals.py), the analyst and the session's `dpproxy.epsilon`,
+which notices reach the client (client_min_messages) and the statement_timeout of engine queries.
 Session commands (commands.py), transaction control and cursors are answered by the session;
 catalog statements go to the shadow catalog, queries on exposed tables to the engine, EXPLAIN to
 `engine.explain`. Calls that may block (engine, catalog, budget, routing of long text) run in the
@@ -21,7 +22,7 @@ import logging
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from dpproxy.backends import Cancellation
+from dpproxy.backends import STATEMENT_TIMEOUT, Cancellation
 from dpproxy.errors import (
     DPProxyError,
     InFailedTransaction,
@@ -29,6 +30,7 @@ from dpproxy.errors import (
     NoActiveTransaction,
     NotSupported,
     ProtocolViolation,
+    UndefinedDatabase,
     UnknownAnalyst,
 )
 from dpproxy.policy import AnalystPolicy
@@ -62,7 +64,9 @@ from dpproxy.wire.settings import (
     SESSION_DEFAULTS,
     SessionSettings,
     canonical,
+    notice_visible,
     parse_options,
+    timeout_ms,
     zone,
 )
 from dpproxy.wire.types import TEXT_OID, TextFormat, WireColumn, encoder, wire_column
@@ -95,6 +99,7 @@ class Session(SessionCommands, PortalCommands):
         self._portals: dict[str, Portal] = {}
         self._skipping = False  # after an error in the extended protocol, until Sync
         self._cancel: Cancellation | None = None
+        self._abandoned = False  # the client disconnected while a statement was being handled
         self._text_format_key: tuple[str, str] | None = None
         self._text_format = TextFormat()
 
@@ -103,6 +108,12 @@ class Session(SessionCommands, PortalCommands):
     @property
     def authenticated(self) -> bool:
         return self.phase is Phase.READY
+
+    def abandon(self) -> None:
+        """The client went away: cancel the query running now and any this connection still starts
+        (the rest of a multi-statement Query). Called from a thread of its own, like cancel_running."""
+        self._abandoned = True
+        self.cancel_running()
 
     def cancel_running(self) -> None:
         """Interrupt the query running now, if any (CancelRequest, shutdown). Thread-safe enough:
@@ -200,6 +211,17 @@ class Session(SessionCommands, PortalCommands):
         self.analyst = self.engine.analyst(self.user)
         self._exchange = None
         out.append(codec.AuthenticationOk())
+        served = self.shared.database
+        if served is not None and self.database != served:
+            # As PostgreSQL: the database is looked up once the client has authenticated.
+            self._fatal(
+                out,
+                UndefinedDatabase(
+                    f'database "{self.database}" does not exist',
+                    hint=f'this server serves the database "{served}": connect to it (dbname={served})',
+                ),
+            )
+            return
         self._settings = SessionSettings(
             {**SESSION_DEFAULTS, "session_authorization": self.user}, self._check_epsilon
         )
@@ -324,13 +346,30 @@ class Session(SessionCommands, PortalCommands):
         if outcome.empty:
             out.append(codec.EmptyQueryResponse())
             return
-        out.extend(outcome.notices)
+        out.extend(self._visible(outcome.notices))
+        if outcome.copy is not None:
+            self._append_copy(outcome, out)
+            return
         if outcome.columns is not None:
             formats = expand_formats(outcome.formats, len(outcome.columns))
             out.append(RowDescription(outcome.columns, formats))
             self._append_rows(outcome.columns, formats, outcome.rows, out)
         out.append(CommandComplete(self._tag(outcome, len(outcome.rows))))
         self._report(out)
+
+    def _append_copy(self, outcome: Outcome, out: list[BackendMessage]) -> None:
+        """COPY … TO STDOUT: CopyOutResponse, one CopyData per line, CopyDone, then "COPY n"."""
+        assert outcome.copy is not None
+        out.append(codec.CopyOutResponse(outcome.copy_width))
+        out.extend(codec.CopyOutData(line) for line in outcome.copy)
+        out.append(codec.CopyOutDone())
+        out.append(CommandComplete(self._tag(outcome, len(outcome.rows))))
+        self._report(out)
+
+    def _visible(self, notices: Sequence[ErrorResponse]) -> list[ErrorResponse]:
+        """The notices client_min_messages lets through (SET, or -c client_min_messages=… at startup)."""
+        level = self._settings.get("client_min_messages")
+        return [n for n in notices if notice_visible(n.severity, level)]
 
     @staticmethod
     def _tag(outcome: Outcome, count: int) -> str:
@@ -394,6 +433,10 @@ class Session(SessionCommands, PortalCommands):
             return await self._cursor_command(statement, parameters, in_implicit_block)
         if kind is Kind.EXPLAIN:
             return await self._explain(statement, parameters)
+        if kind is Kind.COPY:
+            return await self._copy(statement, parameters)
+        if kind is Kind.PREPARED:
+            return await self._prepared_command(statement, parameters)
         if kind is Kind.EMPTY:
             return Outcome("", empty=True)
         raise NotSupported(f"{statement.tag or 'this statement'} is not supported")
@@ -406,6 +449,13 @@ class Session(SessionCommands, PortalCommands):
     async def _run_engine(self, sql: str, parameters: Sequence[object]) -> Outcome:
         cancel = Cancellation()
         self._cancel = cancel
+        if self._abandoned:
+            cancel.cancel()
+        # statement_timeout, as PostgreSQL: from the statement's start, planning included (a query
+        # cancelled before its first backend statement is not charged; one cancelled after is).
+        timeout = timeout_ms(self._settings.get("statement_timeout") or "0")
+        if timeout:
+            cancel.cancel_after(timeout / 1000, STATEMENT_TIMEOUT)
         try:
             result = await self.shared.run_blocking(
                 self.engine.execute,
@@ -416,6 +466,7 @@ class Session(SessionCommands, PortalCommands):
                 cancel=cancel,
             )
         finally:
+            cancel.disarm()
             self._cancel = None
         columns = tuple(wire_column(c.name, c.type) for c in result.columns)
         notices = [codec.notice(result.notice)] if result.notice else []

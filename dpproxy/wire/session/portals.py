@@ -1,6 +1,8 @@
 """Prepared statements, portals and cursors: the extended query protocol and DECLARE/FETCH/MOVE/CLOSE.
 
-Parse, Bind, Describe, Execute and Close keep prepared statements and portals; DECLARE makes a
+Parse, Bind, Describe, Execute and Close keep prepared statements and portals, which SQL-level
+PREPARE and EXECUTE share (one namespace, as in PostgreSQL); COPY … TO STDOUT runs its query here
+and hands the rows to copyout.py to format; DECLARE makes a
 cursor, a portal of the same namespace (as in PostgreSQL) that FETCH and MOVE page through. A
 statement is run once, when first executed (a cursor's when declared), and its released rows are
 kept: paging never runs, nor charges, a private query again. Parameters are decoded here, with the
@@ -24,11 +26,13 @@ from dpproxy.errors import (
     ObjectNotInState,
     ProtocolViolation,
     SyntaxProblem,
+    UndefinedParameter,
 )
 from dpproxy.wire import codec
 from dpproxy.wire.codec import BackendMessage, CommandComplete, RowDescription
 from dpproxy.wire.router import Kind, Statement
 from dpproxy.wire.session.commands import setting_parameter_types
+from dpproxy.wire.session.copyout import copy_lines
 from dpproxy.wire.session.records import (
     FROM_CURSOR,
     Outcome,
@@ -38,7 +42,16 @@ from dpproxy.wire.session.records import (
     expand_formats,
 )
 from dpproxy.wire.settings import BUDGET_SETTING, canonical
-from dpproxy.wire.types import TEXT_OID, WireColumn, decoder, pg_type_of, wire_column, wire_type
+from dpproxy.wire.types import (
+    BY_NAME,
+    BY_OID,
+    TEXT_OID,
+    WireColumn,
+    decoder,
+    pg_type_of,
+    wire_column,
+    wire_type,
+)
 
 if TYPE_CHECKING:
     from dpproxy.wire.session.shared import EngineCatalogAuth
@@ -125,6 +138,54 @@ class PortalCommands:
         )
         return Outcome(statement.tag or "DECLARE CURSOR", notices=outcome.notices)
 
+    # -- COPY … TO STDOUT, PREPARE and EXECUTE ----------------------------------------------------
+
+    async def _copy(self, statement: Statement, parameters: Sequence[object]) -> Outcome:
+        """The inner query's answer, run (and charged) once as the SELECT would be, written as COPY."""
+        inner, options = statement.inner, statement.copy
+        assert inner is not None and options is not None
+        outcome = await self._run(inner, parameters)
+        columns = outcome.columns or ()
+        lines = copy_lines(columns, outcome.rows, options, self._current_text_format())
+        return Outcome(
+            "COPY", None, outcome.rows, outcome.notices, counted=True, copy=lines, copy_width=len(columns)
+        )
+
+    async def _prepared_command(self, statement: Statement, parameters: Sequence[object]) -> Outcome:
+        """SQL-level PREPARE and EXECUTE, over the same prepared statements as Parse and Bind."""
+        name = statement.name or ""
+        if statement.action == "prepare":
+            inner = statement.inner
+            assert inner is not None
+            if name in self._statements:
+                raise DuplicatePreparedStatement(f'prepared statement "{name}" already exists')
+            given = tuple(BY_NAME[t].oid for t in statement.type_names)
+            oids, columns = await self._describe_statement(inner, given)
+            self._statements[name] = PreparedStatement(name, inner, oids, columns)
+            return Outcome("PREPARE")
+        prepared = self._statements.get(name)
+        if prepared is None or not name:
+            raise InvalidStatementName(f'prepared statement "{name}" does not exist')
+        oids = prepared.parameter_oids
+        if len(statement.arguments) != len(oids):
+            raise SyntaxProblem(
+                f'wrong number of parameters for prepared statement "{name}"',
+                hint=f"expected {len(oids)} parameters but got {len(statement.arguments)}",
+            )
+        text_format = self._current_text_format()
+        values: list[object] = []
+        for argument, oid in zip(statement.arguments, oids, strict=True):
+            if argument is None:
+                values.append(None)
+            elif isinstance(argument, int):
+                if not 1 <= argument <= len(parameters):
+                    raise UndefinedParameter(f"there is no parameter ${argument}")
+                values.append(parameters[argument - 1])
+            else:
+                values.append(decoder(oid if oid in BY_OID else TEXT_OID, 0, text_format)(argument.encode()))
+        self._check_not_aborted(prepared.statement)
+        return await self._run(prepared.statement, values)
+
     # -- extended query -------------------------------------------------------------------------
 
     async def _extended(self, message: codec.FrontendMessage, out: list[BackendMessage]) -> None:
@@ -191,6 +252,18 @@ class PortalCommands:
                     return tuple(oids), None
             if statement.action == "fetch":
                 return given, FROM_CURSOR
+            return given, None
+        if kind is Kind.COPY:
+            inner = statement.inner
+            if inner is not None and inner.kind is Kind.ENGINE:
+                oids, _ = await self._describe_engine(inner.sql, given, with_columns=False)
+                return oids, None
+            return given, None
+        if kind is Kind.PREPARED:
+            if statement.action == "execute":
+                prepared = self._statements.get(statement.name or "")
+                if prepared is not None:
+                    return given, self._statement_columns(prepared)
             return given, None
         if kind is Kind.SESSION and statement.action == "show":
             name = (statement.name or "").lower()
@@ -304,7 +377,11 @@ class PortalCommands:
                 portal.done = True
                 out.append(codec.EmptyQueryResponse())
                 return
-            out.extend(outcome.notices)
+            out.extend(self._visible(outcome.notices))
+            if outcome.copy is not None:
+                portal.done = True
+                self._append_copy(outcome, out)
+                return
             if portal.columns is None or (
                 outcome.columns is not None and len(outcome.columns) != len(portal.columns)
             ):
@@ -312,6 +389,9 @@ class PortalCommands:
         outcome = portal.outcome
         if outcome.empty:
             out.append(codec.EmptyQueryResponse())
+            return
+        if outcome.copy is not None:  # as PostgreSQL: a finished portal completes with no rows
+            out.append(CommandComplete("COPY 0"))
             return
         if outcome.columns is None or portal.columns is None:
             out.append(CommandComplete(outcome.tag))

@@ -39,6 +39,8 @@ class Outcome:
     empty: bool = False  # an empty query string: EmptyQueryResponse
     formats: tuple[int, ...] = ()  # result formats chosen by the statement itself (BINARY cursors)
     counted: bool = False  # tag takes the row count ("SELECT n", "FETCH n")
+    copy: list[bytes] | None = None  # COPY … TO STDOUT: CopyData payloads (header line, then rows)
+    copy_width: int = 0  # COPY: the number of columns CopyOutResponse announces
 
 
 # A prepared statement's result columns when they depend on a cursor (FETCH): resolved late.

@@ -34,8 +34,13 @@ class EngineCatalogAuth:
         catalog: ShadowCatalog,
         run_blocking: RunBlocking,
         authenticator: Authenticator | None = None,
+        *,
+        database: str | None = None,
     ) -> None:
         self.engine = engine
+        # The one database name this server answers to (ServerConfig.database): a startup packet
+        # naming another is refused with 3D000, and current_database() returns it. None: any name.
+        self.database = database
         self.catalog = catalog
         self.run_blocking = run_blocking
         self.authenticator = authenticator or Authenticator(engine.policy)
