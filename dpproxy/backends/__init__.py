@@ -41,6 +41,51 @@ class LiveColumn:
     sql_type: str
 
 
+@dataclass(frozen=True)
+class LiveConstraint:
+    """A PRIMARY KEY, UNIQUE or FOREIGN KEY constraint as the backing database declares it.
+
+    Structure only: names, columns and rules. CHECK and exclusion constraints are not read (their
+    expressions may hold literals chosen from the data), nor is any column DEFAULT."""
+
+    table: str
+    name: str
+    kind: str  # "p" primary key, "u" unique, "f" foreign key: pg_constraint.contype
+    columns: tuple[str, ...]
+    referenced_schema: str | None = None  # foreign keys: the table and columns referenced
+    referenced_table: str | None = None
+    referenced_columns: tuple[str, ...] = ()
+    update_rule: str = "a"  # pg_constraint.confupdtype / confdeltype / confmatchtype letters
+    delete_rule: str = "a"
+    match: str = "s"
+    deferrable: bool = False
+    deferred: bool = False
+    index: str | None = None  # the index that enforces a primary key or unique constraint
+
+
+@dataclass(frozen=True)
+class LiveIndex:
+    """An index on plain columns (no expression, no predicate: those may hold literals)."""
+
+    table: str
+    name: str
+    columns: tuple[str, ...]  # key columns, then INCLUDE columns
+    key_count: int
+    unique: bool
+    primary: bool
+    method: str = "btree"  # pg_am.amname
+    options: tuple[int, ...] = ()  # per key column: pg_index.indoption (1 DESC, 2 NULLS FIRST)
+
+
+@dataclass(frozen=True)
+class LiveStructure:
+    """The declared structure of one schema's tables: never a statistic, a size or a value."""
+
+    not_null: dict[str, frozenset[str]]  # per table, its NOT NULL columns
+    constraints: tuple[LiveConstraint, ...]
+    indexes: tuple[LiveIndex, ...]
+
+
 class BackendError(Exception):
     """The backing database failed. Wraps the driver's exception; its text is for operators only."""
 
@@ -49,32 +94,81 @@ class BackendUnreachable(BackendError):
     """No connection to the backing database could be had, so nothing ran."""
 
 
-class QueryCancelled(BackendError):
-    """The query was cancelled through its Cancellation. `started`: it had begun reading data."""
+# Why a query was cancelled, as PostgreSQL words it after "canceling statement due to …".
+USER_REQUEST = "user request"
+STATEMENT_TIMEOUT = "statement timeout"
 
-    def __init__(self, message: str, *, started: bool) -> None:
+
+def backend_timeout_reason(seconds: float) -> str:
+    """The reason of a query stopped by the backend's own time limit (`statement_timeout_s`)."""
+    return f"dpproxy's time limit on backend queries ({seconds:g} s)"
+
+
+BACKEND_TIMEOUT_HINT = (
+    "the operator of dpproxy sets this limit (dpproxy serve --backend-timeout SECONDS); ask them to raise "
+    "it, or ask a query that reads fewer rows"
+)
+
+
+class QueryCancelled(BackendError):
+    """The query was cancelled through its Cancellation, or stopped by the backend's time limit.
+
+    `started`: it had begun reading data. `reason` completes "canceling statement due to …" (the
+    Cancellation's, or the backend's time limit); `hint` says what to do about it."""
+
+    def __init__(
+        self, message: str, *, started: bool, reason: str = USER_REQUEST, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.started = started
+        self.reason = reason
+        self.hint = hint
+
+    @classmethod
+    def of(cls, cancel: Cancellation, *, started: bool) -> QueryCancelled:
+        """The exception for a query interrupted (or never started) through `cancel`."""
+        message = "cancelled while running" if started else "cancelled before it started"
+        return cls(message, started=started, reason=cancel.reason, hint=cancel.hint)
 
 
 class Cancellation:
     """Lets another thread interrupt a running `Backend.run` (a client's CancelRequest, shutdown).
 
     The backend attaches an interrupt function while its query runs; `cancel()` calls it, or marks
-    the query cancelled before it starts so that it never runs.
+    the query cancelled before it starts so that it never runs. The first cancel's `reason` (and
+    `hint`) is the one reported. `cancel_after` arms a timer (statement_timeout); `disarm` stops it.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._interrupt: Callable[[], None] | None = None
+        self._timers: list[threading.Timer] = []
         self.cancelled = False
+        self.reason = USER_REQUEST
+        self.hint: str | None = None
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str = USER_REQUEST, hint: str | None = None) -> None:
         with self._lock:
+            if not self.cancelled:
+                self.reason, self.hint = reason, hint
             self.cancelled = True
             interrupt = self._interrupt
         if interrupt is not None:
             interrupt()
+
+    def cancel_after(self, seconds: float, reason: str, hint: str | None = None) -> None:
+        """Cancel with `reason` once `seconds` have passed, unless `disarm` comes first."""
+        timer = threading.Timer(seconds, self.cancel, kwargs={"reason": reason, "hint": hint})
+        timer.daemon = True
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
+
+    def disarm(self) -> None:
+        with self._lock:
+            timers, self._timers = self._timers, []
+        for timer in timers:
+            timer.cancel()
 
     def attach(self, interrupt: Callable[[], None]) -> None:
         with self._lock:
@@ -114,6 +208,12 @@ class Backend(ABC):
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
         """Base tables and views of `schema` (default: `default_schema`), columns in ordinal order."""
 
+    def structure(self, schema: str | None = None) -> LiveStructure:
+        """The keys, unique constraints, NOT NULL columns and plain indexes of `schema`'s tables
+        (default: `default_schema`), read once at start for the shadow catalog. A backend that cannot
+        say reports none."""
+        return LiveStructure({}, (), ())
+
     @abstractmethod
     def close(self) -> None: ...
 
@@ -133,26 +233,35 @@ _PG_URL = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 _PG_KEYWORDS = re.compile(r"(^|\s)(dbname|host)\s*=")
 _DUCKDB_SUFFIXES = (".duckdb", ".db")
 
+# The longest one backend query may run by default (`dpproxy serve --backend-timeout`).
+DEFAULT_STATEMENT_TIMEOUT_S = 30.0
+
 DSN_FORMS = (
     "a PostgreSQL URL (postgresql://user@host:5432/db), a libpq string (host=… dbname=…), "
     "or a DuckDB file (duckdb:PATH, or a path ending in .duckdb or .db)"
 )
 
 
-def open_backend(dsn: str, *, acquire_timeout_s: float | None = None) -> Backend:
+def open_backend(
+    dsn: str, *, acquire_timeout_s: float | None = None, statement_timeout_s: float | None = None
+) -> Backend:
     """Open the backend a DSN names; DuckDB files are opened read-only and locked down.
 
     `acquire_timeout_s`: how long a PostgreSQL query waits for a pooled connection before the
     database counts as unreachable (None: `postgres.DEFAULT_ACQUIRE_TIMEOUT_S`). DuckDB has no pool
-    and ignores it.
+    and ignores it. `statement_timeout_s`: the longest one backend query may run before it is
+    stopped with QueryCancelled (None: DEFAULT_STATEMENT_TIMEOUT_S; 0: no limit).
     """
+    timeout_ms: int | None = round(
+        (DEFAULT_STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s) * 1000
+    )
     # Imported here so that a DuckDB-only deployment never loads psycopg and vice versa.
     if _PG_URL.match(dsn) or _PG_KEYWORDS.search(dsn):
         from dpproxy.backends.postgres import DEFAULT_ACQUIRE_TIMEOUT_S, PostgresBackend
 
         if acquire_timeout_s is None:
             acquire_timeout_s = DEFAULT_ACQUIRE_TIMEOUT_S
-        return PostgresBackend(dsn, acquire_timeout_s=acquire_timeout_s)
+        return PostgresBackend(dsn, acquire_timeout_s=acquire_timeout_s, statement_timeout_ms=timeout_ms or 0)
     path: str | None = None
     if dsn.startswith("duckdb:"):
         path = dsn.removeprefix("duckdb:")
@@ -161,19 +270,27 @@ def open_backend(dsn: str, *, acquire_timeout_s: float | None = None) -> Backend
     if path:
         from dpproxy.backends.duckdb import DuckDBBackend
 
-        return DuckDBBackend(Path(path))
+        return DuckDBBackend(Path(path), statement_timeout_ms=timeout_ms or None)
     # The DSN is not echoed: it may carry a password.
     raise ValueError(f"the backend DSN is not recognised: give {DSN_FORMS}")
 
 
 __all__ = [
+    "BACKEND_TIMEOUT_HINT",
+    "DEFAULT_STATEMENT_TIMEOUT_S",
     "DSN_FORMS",
+    "STATEMENT_TIMEOUT",
+    "USER_REQUEST",
     "Backend",
     "BackendError",
     "BackendUnreachable",
     "Cancellation",
     "LiveColumn",
+    "LiveConstraint",
+    "LiveIndex",
+    "LiveStructure",
     "QueryCancelled",
+    "backend_timeout_reason",
     "normalise_type",
     "open_backend",
 ]

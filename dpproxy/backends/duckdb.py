@@ -18,14 +18,22 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
+import sqlglot
+from sqlglot import exp
 
 from dpproxy.backends import (
+    BACKEND_TIMEOUT_HINT,
+    DEFAULT_STATEMENT_TIMEOUT_S,
     Backend,
     BackendError,
     BackendUnreachable,
     Cancellation,
     LiveColumn,
+    LiveConstraint,
+    LiveIndex,
+    LiveStructure,
     QueryCancelled,
+    backend_timeout_reason,
 )
 from dpproxy.policy.types import normalise_type
 
@@ -46,7 +54,7 @@ LOCKDOWN: dict[str, bool | str] = {
     "TimeZone": "UTC",
 }
 
-DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
+DEFAULT_STATEMENT_TIMEOUT_MS = round(DEFAULT_STATEMENT_TIMEOUT_S * 1000)
 
 _SCALE_ZERO_DECIMAL = re.compile(r"^DECIMAL\(\d+,\s*0\)$")
 
@@ -61,6 +69,24 @@ WHERE c.table_catalog = current_database()
 ORDER BY c.table_name, c.ordinal_position
 """
 
+
+# The structure the shadow catalog shows (dpproxy/wire/catalog/structure.py): PRIMARY KEY, UNIQUE,
+# FOREIGN KEY and NOT NULL constraints (never CHECK: its expression may hold literals), and indexes
+# on plain columns. Names, columns and rules only, never a statistic.
+_STRUCTURE_CONSTRAINTS_SQL = """
+SELECT table_name, constraint_type, constraint_column_names, referenced_table, referenced_column_names
+FROM duckdb_constraints()
+WHERE database_name = current_database() AND schema_name = ?
+  AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY', 'NOT NULL')
+ORDER BY table_name, constraint_index
+"""
+
+_STRUCTURE_INDEXES_SQL = """
+SELECT table_name, index_name, is_unique, is_primary, sql
+FROM duckdb_indexes()
+WHERE database_name = current_database() AND schema_name = ?
+ORDER BY table_name, index_name
+"""
 
 # One-column PRIMARY KEY, UNIQUE and NOT NULL constraints, each with whether its column may compare
 # under a collation. DuckDB's unique indexes compare the bytes while GROUP BY and joins compare under
@@ -140,9 +166,10 @@ class DuckDBBackend(Backend):
 
     def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
         if cancel is not None and cancel.cancelled:
-            raise QueryCancelled("cancelled before it started", started=False)
+            raise QueryCancelled.of(cancel, started=False)
         cursor = self._checkout()
         finished = threading.Event()
+        timed_out = threading.Event()
         timer: threading.Timer | None = None
         interrupt_lock = threading.Lock()
 
@@ -152,12 +179,16 @@ class DuckDBBackend(Backend):
                 if not finished.is_set():
                     cursor.interrupt()
 
+        def time_out() -> None:
+            timed_out.set()
+            interrupt()
+
         try:
             statements = cursor.extract_statements(sql)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise BackendError("the backend runs exactly one SELECT statement per call")
             if self._statement_timeout_ms is not None:
-                timer = threading.Timer(self._statement_timeout_ms / 1000, interrupt)
+                timer = threading.Timer(self._statement_timeout_ms / 1000, time_out)
                 timer.daemon = True
                 timer.start()
             if cancel is not None:
@@ -167,7 +198,14 @@ class DuckDBBackend(Backend):
             rows = result.fetchall()
         except duckdb.Error as exc:
             if cancel is not None and cancel.cancelled:
-                raise QueryCancelled("cancelled while running", started=True) from exc
+                raise QueryCancelled.of(cancel, started=True) from exc
+            if timed_out.is_set() and self._statement_timeout_ms is not None:
+                raise QueryCancelled(
+                    "stopped by the backend time limit",
+                    started=True,
+                    reason=backend_timeout_reason(self._statement_timeout_ms / 1000),
+                    hint=BACKEND_TIMEOUT_HINT,
+                ) from exc
             raise BackendError(f"DuckDB failed: {exc}") from exc
         finally:
             if cancel is not None:
@@ -209,6 +247,46 @@ class DuckDBBackend(Backend):
         enforced = {t: cols & not_null.get(t, set()) for t, cols in unique.items()}
         return {t: cols for t, cols in enforced.items() if cols}
 
+    def structure(self, schema: str | None = None) -> LiveStructure:
+        """DuckDB's constraints under the names PostgreSQL would give them (`patients_pkey`,
+        `visits_patient_id_fkey`, `t_a_b_key`), each primary key and unique constraint with the
+        index PostgreSQL would create for it; DuckDB's ART indexes are shown as btree indexes."""
+        not_null: dict[str, set[str]] = {}
+        constraints: list[LiveConstraint] = []
+        indexes: list[LiveIndex] = []
+        own_schema = schema or self.default_schema
+        for table, kind, columns, referenced, referenced_columns in self._catalog_rows(
+            _STRUCTURE_CONSTRAINTS_SQL, schema, "constraints"
+        ):
+            columns = tuple(columns)
+            if kind == "NOT NULL":
+                not_null.setdefault(table, set()).update(columns)
+            elif kind in ("PRIMARY KEY", "UNIQUE"):
+                primary = kind == "PRIMARY KEY"
+                name = f"{table}_pkey" if primary else f"{table}_{'_'.join(columns)}_key"
+                constraints.append(LiveConstraint(table, name, "p" if primary else "u", columns, index=name))
+                indexes.append(LiveIndex(table, name, columns, len(columns), True, primary))
+            elif referenced:
+                constraints.append(
+                    LiveConstraint(
+                        table,
+                        f"{table}_{'_'.join(columns)}_fkey",
+                        "f",
+                        columns,
+                        referenced_schema=own_schema,
+                        referenced_table=referenced,
+                        referenced_columns=tuple(referenced_columns),
+                    )
+                )
+        found = self._catalog_rows(_STRUCTURE_INDEXES_SQL, schema, "indexes")
+        for table, name, unique, primary, sql in found:
+            columns = _plain_index_columns(sql)
+            if columns:
+                indexes.append(LiveIndex(table, name, columns, len(columns), bool(unique), bool(primary)))
+        return LiveStructure(
+            {t: frozenset(c) for t, c in not_null.items()}, tuple(constraints), tuple(indexes)
+        )
+
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
         found = self._catalog_rows(_TABLES_SQL, schema, "tables")
         tables: dict[str, list[LiveColumn]] = {}
@@ -244,6 +322,24 @@ class DuckDBBackend(Backend):
                 self._idle_cursors.append(cursor)
                 return
         cursor.close()
+
+
+def _plain_index_columns(sql: str | None) -> tuple[str, ...]:
+    """The columns of `CREATE [UNIQUE] INDEX … ON t (a, "b")`; empty when any key is an expression
+    (its text may hold literals) or the statement cannot be read."""
+    try:
+        created = sqlglot.parse_one(sql or "", read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return ()
+    params = created.this.args.get("params") if isinstance(created, exp.Create) else None
+    keys = params.args.get("columns") if params is not None else None
+    columns: list[str] = []
+    for key in keys or ():
+        column = key.this if isinstance(key, exp.Ordered) else key
+        if not isinstance(column, exp.Column) or column.table:
+            return ()
+        columns.append(column.name)
+    return tuple(columns)
 
 
 def _lock_down(conn: duckdb.DuckDBPyConnection) -> None:

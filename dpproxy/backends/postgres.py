@@ -22,16 +22,22 @@ from psycopg.pq import Format
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dpproxy.backends import (
+    BACKEND_TIMEOUT_HINT,
+    DEFAULT_STATEMENT_TIMEOUT_S,
     Backend,
     BackendError,
     BackendUnreachable,
     Cancellation,
     LiveColumn,
+    LiveConstraint,
+    LiveIndex,
+    LiveStructure,
     QueryCancelled,
+    backend_timeout_reason,
 )
 from dpproxy.policy.types import normalise_type
 
-DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
+DEFAULT_STATEMENT_TIMEOUT_MS = round(DEFAULT_STATEMENT_TIMEOUT_S * 1000)
 # How long a query waits for a free pooled connection (all busy, or being replaced after the server
 # dropped them) before the database counts as unreachable and the query fails without running.
 DEFAULT_ACQUIRE_TIMEOUT_S = 30.0
@@ -81,6 +87,57 @@ WHERE n.nspname = %s
   AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL
   AND o.opcdefault AND i.indcollation[0] = a.attcollation
   AND a.attnotnull AND NOT a.attisdropped
+"""
+
+# The structure the shadow catalog shows (dpproxy/wire/catalog/structure.py), of ordinary and
+# partitioned tables: PRIMARY KEY, UNIQUE and FOREIGN KEY constraints (never CHECK or exclusion
+# constraints, whose expressions may hold literals), NOT NULL columns, and indexes on plain columns
+# (never an expression or partial index: its text may hold literals). Names, columns and rules only:
+# no reltuples, relpages, pg_stats or sizes.
+_STRUCTURE_CONSTRAINTS_SQL = """
+SELECT t.relname, c.conname, c.contype,
+       ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, i)
+             JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+             ORDER BY k.i),
+       rn.nspname, rt.relname,
+       ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY AS k(attnum, i)
+             JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.confrelid AND a.attnum = k.attnum
+             ORDER BY k.i),
+       c.confupdtype, c.confdeltype, c.confmatchtype, c.condeferrable, c.condeferred,
+       CASE WHEN c.contype IN ('p', 'u') THEN ci.relname END
+FROM pg_catalog.pg_constraint AS c
+JOIN pg_catalog.pg_class AS t ON t.oid = c.conrelid
+JOIN pg_catalog.pg_namespace AS n ON n.oid = t.relnamespace
+LEFT JOIN pg_catalog.pg_class AS rt ON rt.oid = c.confrelid
+LEFT JOIN pg_catalog.pg_namespace AS rn ON rn.oid = rt.relnamespace
+LEFT JOIN pg_catalog.pg_class AS ci ON ci.oid = c.conindid
+WHERE n.nspname = %s AND t.relkind IN ('r', 'p') AND c.contype IN ('p', 'u', 'f')
+ORDER BY t.relname, c.conname
+"""
+
+_STRUCTURE_NOT_NULL_SQL = """
+SELECT c.relname, a.attname
+FROM pg_catalog.pg_attribute AS a
+JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull
+"""
+
+_STRUCTURE_INDEXES_SQL = """
+SELECT t.relname, ci.relname, i.indisunique, i.indisprimary, am.amname, i.indnkeyatts,
+       ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, i)
+             JOIN pg_catalog.pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+             ORDER BY k.i),
+       i.indoption::int2[]
+FROM pg_catalog.pg_index AS i
+JOIN pg_catalog.pg_class AS t ON t.oid = i.indrelid
+JOIN pg_catalog.pg_class AS ci ON ci.oid = i.indexrelid
+JOIN pg_catalog.pg_namespace AS n ON n.oid = t.relnamespace
+JOIN pg_catalog.pg_am AS am ON am.oid = ci.relam
+WHERE n.nspname = %s AND t.relkind IN ('r', 'p')
+  AND i.indexprs IS NULL AND i.indpred IS NULL AND NOT (0 = ANY (i.indkey::int2[]))
+  AND i.indisvalid AND i.indislive AND NOT i.indisexclusion
+ORDER BY t.relname, ci.relname
 """
 
 _NUMERIC_HEAD = struct.Struct("!HhHH")  # ndigits, weight, sign, dscale
@@ -159,7 +216,7 @@ class PostgresBackend(Backend):
     ) -> list[tuple] | psycopg.OperationalError:
         """The rows, or the error of a connection found dead before the query was sent."""
         if cancel is not None and cancel.cancelled:
-            raise QueryCancelled("cancelled before it started", started=False)
+            raise QueryCancelled.of(cancel, started=False)
         try:
             with self._pool.connection() as conn:
                 try:
@@ -173,7 +230,15 @@ class PostgresBackend(Backend):
                     return conn.execute(sql, binary=True).fetchall()
                 except psycopg.Error as exc:
                     if cancel is not None and cancel.cancelled:
-                        raise QueryCancelled("cancelled while running", started=True) from exc
+                        raise QueryCancelled.of(cancel, started=True) from exc
+                    if isinstance(exc, psycopg.errors.QueryCanceled) and self._statement_timeout_ms:
+                        # Nobody cancelled it: the session's statement_timeout (set in _configure).
+                        raise QueryCancelled(
+                            "stopped by the backend time limit",
+                            started=True,
+                            reason=backend_timeout_reason(self._statement_timeout_ms / 1000),
+                            hint=BACKEND_TIMEOUT_HINT,
+                        ) from exc
                     raise BackendError(f"PostgreSQL failed: {exc}") from exc
                 finally:
                     if cancel is not None:
@@ -209,6 +274,43 @@ class PostgresBackend(Backend):
                 LiveColumn(name=column_name, type=normalise_type(sql_type), sql_type=sql_type)
             )
         return tables
+
+    def structure(self, schema: str | None = None) -> LiveStructure:
+        not_null: dict[str, set[str]] = {}
+        for table_name, column_name in self._catalog_rows(_STRUCTURE_NOT_NULL_SQL, schema, "columns"):
+            not_null.setdefault(table_name, set()).add(column_name)
+        constraints = tuple(
+            LiveConstraint(
+                table=row[0],
+                name=row[1],
+                kind=row[2],
+                columns=tuple(row[3]),
+                referenced_schema=row[4],
+                referenced_table=row[5],
+                referenced_columns=tuple(row[6]),
+                update_rule=row[7] or "a",
+                delete_rule=row[8] or "a",
+                match=row[9] or "s",
+                deferrable=row[10],
+                deferred=row[11],
+                index=row[12],
+            )
+            for row in self._catalog_rows(_STRUCTURE_CONSTRAINTS_SQL, schema, "constraints")
+        )
+        indexes = tuple(
+            LiveIndex(
+                table=row[0],
+                name=row[1],
+                unique=row[2],
+                primary=row[3],
+                method=row[4],
+                key_count=row[5],
+                columns=tuple(row[6]),
+                options=tuple(row[7][: row[5]]),
+            )
+            for row in self._catalog_rows(_STRUCTURE_INDEXES_SQL, schema, "indexes")
+        )
+        return LiveStructure({t: frozenset(c) for t, c in not_null.items()}, constraints, indexes)
 
     def close(self) -> None:
         self._pool.close()

@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from dpproxy.backends import BackendError, open_backend
+from dpproxy.backends import BackendError, QueryCancelled, open_backend
 from dpproxy.backends.duckdb import LOCKDOWN, DuckDBBackend
 from tests.backends.people import SETUP
 
@@ -102,9 +102,11 @@ def test_duckdb_locks_a_connection_it_is_given(tmp_path: Path) -> None:
 def test_duckdb_statement_timeout_interrupts_and_recovers() -> None:
     with DuckDBBackend.from_statements([], statement_timeout_ms=200) as backend:
         started = time.monotonic()
-        with pytest.raises(BackendError):
+        with pytest.raises(BackendError) as caught:
             backend.run("SELECT count(*) FROM range(1000000000000) AS a(i) WHERE i % 7 = 3")
         assert time.monotonic() - started < 5
+        assert isinstance(caught.value, QueryCancelled) and caught.value.started
+        assert caught.value.reason == "dpproxy's time limit on backend queries (0.2 s)"
         assert backend.run("SELECT 42") == [(42,)]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from dpproxy.backends import BackendError, BackendUnreachable, open_backend
+from dpproxy.backends import BackendError, BackendUnreachable, QueryCancelled, open_backend
 from dpproxy.backends.postgres import PostgresBackend
 
 
@@ -38,6 +38,9 @@ def test_postgres_statement_timeout(pg_dsn: str) -> None:
             backend.run("SELECT pg_sleep(10)")
         assert time.monotonic() - started < 5
         assert not isinstance(caught.value, BackendUnreachable)
+        # Its own limit: a started, cancelled query whose reason names the limit (57014 at the edge).
+        assert isinstance(caught.value, QueryCancelled) and caught.value.started
+        assert caught.value.reason == "dpproxy's time limit on backend queries (0.2 s)"
         assert backend.run("SELECT 1") == [(1,)]
 
 

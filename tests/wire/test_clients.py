@@ -672,9 +672,12 @@ def test_sqlalchemy_reflects_tables_and_binds_parameters(served: Served, driver:
                 strict=True,
             )
         )
-        # Both send CAST(… AS REGCLASS) parameters; the shadow's tables have no keys.
-        assert inspector.get_pk_constraint("patients")["constrained_columns"] == []
-        assert inspector.get_foreign_keys("visits") == []
+        # Both send CAST(… AS REGCLASS) parameters; the shadow reflects the backing database's keys.
+        assert inspector.get_pk_constraint("patients")["constrained_columns"] == ["patient_id"]
+        assert [
+            (fk["constrained_columns"], fk["referred_table"], fk["referred_columns"])
+            for fk in inspector.get_foreign_keys("visits")
+        ] == [(["patient_id"], "patients", ["patient_id"])]
         # Full reflection, as ORMs and pandas do it (table options read default_table_access_method).
         patients = Table("patients", MetaData(), autoload_with=engine)
         assert [c.name for c in patients.columns] == PATIENT_COLUMNS
@@ -839,7 +842,7 @@ def test_jdbc_database_metadata_lists_tables_and_columns(jdbc: ClientRun) -> Non
         "8 enrolled date 91",
     ]
     assert [s[0] for s in jdbc.all("schema")] == ["information_schema", "pg_catalog", "public"]
-    assert jdbc.one("primary_keys") == "0"
+    assert jdbc.one("primary_keys") == "1"  # patients_pkey (patient_id), reflected from the backend
     count, has_int4 = jdbc.one("type_info").split()
     assert int(count) > 50 and has_int4 == "true"
     assert [i[0] for i in jdbc.all("isolation")] == ["2", "8"]  # READ COMMITTED, then SERIALIZABLE as set

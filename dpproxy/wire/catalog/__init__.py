@@ -8,7 +8,8 @@ tables named as the policy names them (schema `public`) and a PostgreSQL 15 cata
 statistic (reltuples, pg_stats, sizes) can describe real data, and no object outside the policy:
 another table, schema, database or analyst of the real server does not exist here.
 
-It must never touch the data backend or the real database, never hold a row of an exposed table,
+It must never query the data backend or the real database (the one exception: the exposed tables'
+declared keys and indexes, read once at start by `open_catalog`), never hold a row of an exposed table,
 and never show DuckDB's internals. Nor may it answer as if it had done what it cannot do: a
 function that would act is refused by name with what to do instead, never answered with a made-up
 value.
@@ -23,6 +24,7 @@ value.
     build        building the database: built-in rows, exposed tables, lookups, macros, views
     builtin      PostgreSQL 15's built-in catalog as dumped in data/pg15.json (by dump_pg15.py)
     objects      what the shadow holds beyond the built-in catalog: the exposed tables' OIDs, roles
+    structure    the exposed tables' keys, NOT NULL columns and plain indexes: what is shown of them
     data/        pg15.json, macros.sql (functions as DuckDB macros), views.sql (computed relations)
 """
 
@@ -34,6 +36,7 @@ from dpproxy.wire.catalog.interface import CatalogResult, SessionInfo, ShadowCat
 from dpproxy.wire.catalog.objects import VERSION_STRING, shadow_tables
 from dpproxy.wire.catalog.pg_types import parse_pg_array
 from dpproxy.wire.catalog.shadow import DuckDBShadowCatalog, RegValue
+from dpproxy.wire.catalog.structure import ExposedStructure, expose_structure, read_structure
 from dpproxy.wire.settings import SERVER_VERSION
 
 if TYPE_CHECKING:
@@ -41,8 +44,11 @@ if TYPE_CHECKING:
 
 
 def open_catalog(engine: Engine) -> ShadowCatalog:
-    """The shadow catalog of an engine's policy: its exposed tables' structure, never their data."""
-    return DuckDBShadowCatalog(engine.exposed_tables())
+    """The shadow catalog of an engine's policy: its exposed tables' structure, never their data.
+
+    Their keys, NOT NULL columns and plain indexes are read from the backing database here, once,
+    through the engine's backend (structure.py says what is shown); nothing else ever is."""
+    return DuckDBShadowCatalog(engine.exposed_tables(), structure=read_structure(engine))
 
 
 __all__ = [
@@ -50,9 +56,11 @@ __all__ = [
     "VERSION_STRING",
     "CatalogResult",
     "DuckDBShadowCatalog",
+    "ExposedStructure",
     "RegValue",
     "SessionInfo",
     "ShadowCatalog",
+    "expose_structure",
     "open_catalog",
     "parse_pg_array",
     "shadow_tables",

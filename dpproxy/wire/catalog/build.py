@@ -28,6 +28,7 @@ from dpproxy.wire.catalog.objects import (
     ShadowTable,
 )
 from dpproxy.wire.catalog.pg_types import TYPE_NAMES, duck_type, parse_pg_array
+from dpproxy.wire.catalog.structure import EQUALITY_OPERATORS, NO_NUMBERED_STRUCTURE, NumberedStructure
 from dpproxy.wire.router import QUOTED_KEYWORDS, Token, quote_identifier, split_statements, tokenize
 
 
@@ -49,16 +50,20 @@ class Lookups:
     descriptions: tuple[tuple[int, int, int, str], ...]  # (objoid, classoid, objsubid, text)
 
 
-def make_lookups(data: PgData, tables: Sequence[ShadowTable]) -> Lookups:
+def make_lookups(
+    data: PgData, tables: Sequence[ShadowTable], structure: NumberedStructure = NO_NUMBERED_STRUCTURE
+) -> Lookups:
     namespace_ids = {name: oid for oid, name in data.namespaces.items()}
 
     def display(schema: str, name: str) -> str:
         on_path = schema in ("pg_catalog", "public")
         return quote_identifier(name) if on_path else f"{quote_identifier(schema)}.{quote_identifier(name)}"
 
-    entries = [(r.schema, r.name, r.oid) for r in data.relations] + [
-        ("public", t.name, t.oid) for t in tables
-    ]
+    entries = (
+        [(r.schema, r.name, r.oid) for r in data.relations]
+        + [("public", t.name, t.oid) for t in tables]
+        + [("public", i.name, i.oid) for i in structure.indexes]
+    )
     relations = {oid: display(schema, name) for schema, name, oid in entries}
     relation_keys = {f"{schema}.{name}": oid for schema, name, oid in entries}
     # An unqualified name finds pg_catalog first, then public: PostgreSQL's implicit search path.
@@ -136,7 +141,11 @@ _STATIC = (
 
 
 def build_database(
-    conn: duckdb.DuckDBPyConnection, data: PgData, tables: Sequence[ShadowTable], lookups: Lookups
+    conn: duckdb.DuckDBPyConnection,
+    data: PgData,
+    tables: Sequence[ShadowTable],
+    lookups: Lookups,
+    structure: NumberedStructure = NO_NUMBERED_STRUCTURE,
 ) -> None:
     conn.execute("CREATE SCHEMA public")
     conn.execute("CREATE SCHEMA pg_information_schema")
@@ -151,8 +160,9 @@ def build_database(
         columns = ", ".join(f"{_quote(c.name)} {duck_type(c.type_oid, data)}" for c in relation.columns)
         computed = (relation.schema, relation.name) in early or (relation.schema, relation.name) in late
         conn.execute(f"CREATE TABLE {_base(relation) if computed else _target(relation)} ({columns})")
-    _load_static(conn, data, tables, by_name)
-    _load_lookups(conn, data, lookups)
+    _load_static(conn, data, tables, by_name, structure)
+    _load_structure(conn, data, by_name, structure)
+    _load_lookups(conn, data, lookups, structure)
     # Views and macros refer to each other: the views over stored tables, the macros, then the
     # views that call macros.
     for statement in (*early.values(), *macro_statements(), *late.values()):
@@ -194,8 +204,10 @@ def _load_static(
     data: PgData,
     tables: Sequence[ShadowTable],
     by_name: Mapping[tuple[str, str], PgRelation],
+    structure: NumberedStructure,
 ) -> None:
-    """PostgreSQL's built-in rows, and pg_class / pg_type / pg_attribute rows for the exposed tables."""
+    """PostgreSQL's built-in rows, and pg_class / pg_type / pg_attribute rows for the exposed tables
+    and their indexes."""
     for name in _STATIC:
         columns, rows = data.tables[name]
         relation = by_name[("pg_catalog", name)]
@@ -207,8 +219,20 @@ def _load_static(
             cleaned += _exposed_type_rows(columns, rows, tables)
         _insert(conn, _target(relation), columns, cleaned)
 
-    # pg_roles: the built-in roles; the view adds the session's analyst.
+    # pg_roles: the built-in roles; the view adds the session's analyst. The owner of the exposed
+    # tables and of the catalog is an ordinary role that cannot log in: no one connects as it, and
+    # \du must not show a superuser that does not exist.
     columns, rows = data.tables["pg_roles"]
+    ordinary = dict.fromkeys(
+        ("rolsuper", "rolcreaterole", "rolcreatedb", "rolcanlogin", "rolreplication", "rolbypassrls"), False
+    )
+    rows = [
+        [
+            ordinary.get(c, v) if row[columns.index("oid")] == BOOTSTRAP_ROLE_OID else v
+            for c, v in zip(columns, row, strict=True)
+        ]
+        for row in rows
+    ]
     _insert(conn, _base(by_name[("pg_catalog", "pg_roles")]), columns, rows)
 
     # pg_class: the catalog relations and the exposed tables, all with an empty table's statistics.
@@ -216,6 +240,12 @@ def _load_static(
     empty = {"reltuples": -1.0, "relpages": 0, "relallvisible": 0, "reloptions": None, "relpartbound": None}
     class_rows = [[empty.get(c, v) for c, v in zip(columns, row, strict=True)] for row in rows]
     template = dict(zip(columns, rows[0], strict=True))
+    indexed = {i.table.oid for i in structure.indexes}
+    # PostgreSQL enforces a foreign key with triggers on both tables (psql's \d reads this flag
+    # before it lists "Foreign-key constraints" and "Referenced by").
+    triggered = {c.table.oid for c in structure.constraints if c.kind == "f"} | {
+        c.referenced.oid for c in structure.constraints if c.kind == "f" and c.referenced is not None
+    }
     for table in tables:
         values = {
             **template,
@@ -230,14 +260,14 @@ def _load_static(
             "relfilenode": table.oid,
             "reltablespace": 0,
             "reltoastrelid": 0,
-            "relhasindex": False,
+            "relhasindex": table.oid in indexed,
             "relisshared": False,
             "relpersistence": "p",
             "relkind": "r",
             "relnatts": len(table.columns),
             "relchecks": 0,
             "relhasrules": False,
-            "relhastriggers": False,
+            "relhastriggers": table.oid in triggered,
             "relhassubclass": False,
             "relrowsecurity": False,
             "relforcerowsecurity": False,
@@ -247,6 +277,41 @@ def _load_static(
             "relrewrite": 0,
             "relfrozenxid": 0,
             "relminmxid": 1,
+            "relacl": None,
+        }
+        class_rows.append([values[c] for c in columns])
+    for index in structure.indexes:
+        values = {
+            **template,
+            **empty,
+            "oid": index.oid,
+            "relname": index.name,
+            "relnamespace": PUBLIC_NAMESPACE_OID,
+            "reltype": 0,
+            "reloftype": 0,
+            "relowner": BOOTSTRAP_ROLE_OID,
+            "relam": index.method,
+            "relfilenode": index.oid,
+            "reltablespace": 0,
+            "reltuples": 0.0,
+            "reltoastrelid": 0,
+            "relhasindex": False,
+            "relisshared": False,
+            "relpersistence": "p",
+            "relkind": "i",
+            "relnatts": len(index.attnums),
+            "relchecks": 0,
+            "relhasrules": False,
+            "relhastriggers": False,
+            "relhassubclass": False,
+            "relrowsecurity": False,
+            "relforcerowsecurity": False,
+            "relispopulated": True,
+            "relreplident": "n",
+            "relispartition": False,
+            "relrewrite": 0,
+            "relfrozenxid": 0,
+            "relminmxid": 0,
             "relacl": None,
         }
         class_rows.append([values[c] for c in columns])
@@ -288,10 +353,116 @@ def _load_static(
     for table in tables:
         for i, (name, type_oid) in enumerate(table.columns):
             row = data.types.get(type_oid)
+            notnull = (table.oid, i + 1) in structure.not_null
             att_rows.append(
-                attribute(table.oid, i + 1, PgColumn(name, type_oid, -1, False, row.collation if row else 0))
+                attribute(
+                    table.oid, i + 1, PgColumn(name, type_oid, -1, notnull, row.collation if row else 0)
+                )
+            )
+    for index in structure.indexes:
+        # An index's columns, named and typed as the table's it indexes.
+        for i, attnum in enumerate(index.attnums):
+            name, type_oid = index.table.columns[attnum - 1]
+            row = data.types.get(type_oid)
+            att_rows.append(
+                attribute(index.oid, i + 1, PgColumn(name, type_oid, -1, False, row.collation if row else 0))
             )
     _insert(conn, _target(relation), att_columns, att_rows)
+
+
+def _load_structure(
+    conn: duckdb.DuckDBPyConnection,
+    data: PgData,
+    by_name: Mapping[tuple[str, str], PgRelation],
+    structure: NumberedStructure,
+) -> None:
+    """pg_index and pg_constraint rows for the exposed tables' indexes and keys (structure.py)."""
+    opclass_columns, opclass_rows = data.tables["pg_opclass"]
+    at = {c: i for i, c in enumerate(opclass_columns)}
+    default_opclass = {
+        (row[at["opcmethod"]], row[at["opcintype"]]): row[at["oid"]]
+        for row in opclass_rows
+        if row[at["opcdefault"]]
+    }
+
+    def opclass(method: int, type_oid: int) -> int:
+        # varchar and bpchar compare with text's operator class, as in PostgreSQL.
+        key = 25 if type_oid in (1043, 1042) else type_oid
+        return default_opclass.get((method, key), 0)
+
+    relation = by_name[("pg_catalog", "pg_index")]
+    index_columns = [c.name for c in relation.columns]
+    index_rows = []
+    for index in structure.indexes:
+        types = [index.table.columns[n - 1][1] for n in index.attnums]
+        collations = [data.types[t].collation if t in data.types else 0 for t in types]
+        values = {
+            "indexrelid": index.oid,
+            "indrelid": index.table.oid,
+            "indnatts": len(index.attnums),
+            "indnkeyatts": index.key_count,
+            "indisunique": index.unique,
+            "indnullsnotdistinct": False,
+            "indisprimary": index.primary,
+            "indisexclusion": False,
+            "indimmediate": True,
+            "indisclustered": False,
+            "indisvalid": True,
+            "indcheckxmin": False,
+            "indisready": True,
+            "indislive": True,
+            "indisreplident": False,
+            "indkey": list(index.attnums),
+            "indcollation": collations[: index.key_count],
+            "indclass": [opclass(index.method, t) for t in types[: index.key_count]],
+            "indoption": list(index.options),
+            "indexprs": None,
+            "indpred": None,
+        }
+        index_rows.append([values[c] for c in index_columns])
+    _insert(conn, _target(relation), index_columns, index_rows)
+
+    relation = by_name[("pg_catalog", "pg_constraint")]
+    constraint_columns = [c.name for c in relation.columns]
+    constraint_rows = []
+    for constraint in structure.constraints:
+        live = constraint.live
+        foreign = constraint.kind == "f"
+        operators = [_equality(constraint.table.columns[n - 1][1]) for n in constraint.attnums]
+        values = {
+            "oid": constraint.oid,
+            "conname": constraint.name,
+            "connamespace": PUBLIC_NAMESPACE_OID,
+            "contype": constraint.kind,
+            "condeferrable": live.deferrable,
+            "condeferred": live.deferred,
+            "convalidated": True,
+            "conrelid": constraint.table.oid,
+            "contypid": 0,
+            "conindid": constraint.index_oid,
+            "conparentid": 0,
+            "confrelid": constraint.referenced.oid if foreign and constraint.referenced else 0,
+            "confupdtype": live.update_rule if foreign else " ",
+            "confdeltype": live.delete_rule if foreign else " ",
+            "confmatchtype": live.match if foreign else " ",
+            "conislocal": True,
+            "coninhcount": 0,
+            "connoinherit": True,
+            "conkey": list(constraint.attnums),
+            "confkey": list(constraint.referenced_attnums) if foreign else None,
+            "conpfeqop": operators if foreign and all(operators) else None,
+            "conppeqop": operators if foreign and all(operators) else None,
+            "conffeqop": operators if foreign and all(operators) else None,
+            "confdelsetcols": None,
+            "conexclop": None,
+            "conbin": None,
+        }
+        constraint_rows.append([values[c] for c in constraint_columns])
+    _insert(conn, _target(relation), constraint_columns, constraint_rows)
+
+
+def _equality(type_oid: int) -> int:
+    return EQUALITY_OPERATORS.get(type_oid, 0)
 
 
 def _stored(value: Any, oid: int, data: PgData) -> Any:
@@ -343,9 +514,25 @@ def _exposed_type_rows(
     return out
 
 
-def _load_lookups(conn: duckdb.DuckDBPyConnection, data: PgData, lookups: Lookups) -> None:
+def _load_lookups(
+    conn: duckdb.DuckDBPyConnection, data: PgData, lookups: Lookups, structure: NumberedStructure
+) -> None:
     """The tables behind the macros. Their columns are __-prefixed: see data/macros.sql."""
     tables = {
+        "__condef": (
+            "__oid UINTEGER, __text VARCHAR",
+            [[c.oid, c.definition] for c in structure.constraints],
+        ),
+        # pg_get_indexdef(oid, n): the whole definition for n = 0, else the nth column's name.
+        "__idxdef": (
+            "__oid UINTEGER, __n INTEGER, __text VARCHAR",
+            [[i.oid, 0, i.definition] for i in structure.indexes]
+            + [
+                [i.oid, k + 1, quote_identifier(i.table.columns[n - 1][0])]
+                for i in structure.indexes
+                for k, n in enumerate(i.attnums)
+            ],
+        ),
         "__rel": (
             "__oid UINTEGER, __nsp UINTEGER, __display VARCHAR",
             [[o, lookups.relation_namespace[o], d] for o, d in lookups.relations.items()],

@@ -184,6 +184,8 @@ TYPE_NAMES = {
     '"char"': 18,
     "oid": 26,
     "__pg_oid": 26,  # what the token pass turns `oid[]` into, which sqlglot cannot parse
+    # …and `regtype[]` and the other reg* arrays.
+    **{f"__pg_{name}": oid for oid, name in REG_TYPES.items()},
 }
 
 

@@ -39,8 +39,14 @@ from dpproxy.errors import (
 from dpproxy.wire.catalog.build import build_database, make_lookups, sql_string
 from dpproxy.wire.catalog.builtin import PgColumn, load_pg_data
 from dpproxy.wire.catalog.interface import CatalogResult, SessionInfo, ShadowCatalog
-from dpproxy.wire.catalog.objects import ANALYST_ROLE_OID, shadow_tables
+from dpproxy.wire.catalog.objects import (
+    ANALYST_ROLE_OID,
+    FIRST_TABLE_OID,
+    TABLE_OID_STRIDE,
+    shadow_tables,
+)
 from dpproxy.wire.catalog.pg_types import RECORD, compatible, parse_pg_array, pg_oid_of_duck
+from dpproxy.wire.catalog.structure import NO_STRUCTURE, ExposedStructure, number_structure
 from dpproxy.wire.catalog.translator import Translation, Translator
 from dpproxy.wire.catalog.typer import TypedColumn, TypedRelation
 from dpproxy.wire.router import quote_identifier
@@ -80,11 +86,19 @@ class DuckDBShadowCatalog(ShadowCatalog):
     """
 
     def __init__(
-        self, exposed: Sequence[ExposedTable], *, statement_timeout_s: float = STATEMENT_TIMEOUT_S
+        self,
+        exposed: Sequence[ExposedTable],
+        *,
+        structure: ExposedStructure = NO_STRUCTURE,
+        statement_timeout_s: float = STATEMENT_TIMEOUT_S,
     ) -> None:
         self.data = load_pg_data()
         self.tables = shadow_tables(exposed)
-        self.lookups = make_lookups(self.data, self.tables)
+        # The exposed tables' keys and indexes (structure.py), numbered after the tables.
+        self.structure = number_structure(
+            structure, self.tables, FIRST_TABLE_OID + TABLE_OID_STRIDE * len(self.tables)
+        )
+        self.lookups = make_lookups(self.data, self.tables, self.structure)
         self._reg_names: dict[int, Mapping[int, str]] = {
             24: self.lookups.procs,
             2205: self.lookups.relations,
@@ -100,7 +114,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
         self._started = datetime.datetime.now(datetime.UTC).isoformat()
         self._conn = duckdb.connect(":memory:", config=dict(_LOCKDOWN))
         try:
-            build_database(self._conn, self.data, self.tables, self.lookups)
+            build_database(self._conn, self.data, self.tables, self.lookups, self.structure)
             self._conn.execute("SET GLOBAL lock_configuration = true")
         except BaseException:
             self._conn.close()
@@ -302,6 +316,10 @@ class DuckDBShadowCatalog(ShadowCatalog):
             names = {**self.lookups.roles, ANALYST_ROLE_OID: session.user}
         if names is not None:
             return lambda v: RegValue("-" if v == 0 else names.get(v, str(v)), v)
+        element = self.data.element(oid) if oid not in (22, 30) else None
+        if element is not None and element in self._reg_names:  # regtype[] …: each OID's name
+            names = self._reg_names[element]
+            return lambda v: [None if e is None else RegValue(names.get(e, str(e)), e) for e in v]
         if oid == RECORD:
             return _record_text
         if oid in (114, 3802):

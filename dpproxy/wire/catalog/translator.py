@@ -71,7 +71,7 @@ _RESERVED_LABELS = frozenset(
         references grant check column constraint create default desc asc distinct do else end except for
         foreign full join left right natural only or and primary some then to unique using when window both
         case fetch in is like ilike user analyse analyze array current_user session_user returning
-        symmetric tablesample trailing leading variadic verbose lateral"""
+        symmetric tablesample trailing leading variadic verbose lateral collate"""
     )
 )
 
@@ -82,7 +82,8 @@ def normalise_tokens(sql: str) -> str:
     OPERATOR(pg_catalog.~) → ~. COLLATE x → dropped (the shadow compares bytewise, as "C" does).
     pg_catalog.x → x (the shadow's catalog relations and functions are unqualified).
     information_schema.x → pg_information_schema.x, or __x( for its functions (_pg_expandarray).
-    ::oid[] → ::__pg_oid[] (sqlglot cannot parse it). AS select → AS "select".
+    ::oid[] → ::__pg_oid[], ::regtype[] → ::__pg_regtype[] (sqlglot cannot parse them).
+    AS select → AS "select"; AS collate → AS "collate" (a label, not a COLLATE clause).
     """
     tokens = tokenize(sql)
     out: list[str] = []
@@ -105,7 +106,9 @@ def normalise_tokens(sql: str) -> str:
                 replace(token.start, " " + tokens[close - 1].text + " ", tokens[close].end)
                 i = close + 1
                 continue
-        if token.is_word("collate") and nxt is not None:
+        previous = tokens[i - 1] if i else None
+        label = previous is not None and previous.is_word("as")
+        if token.is_word("collate") and nxt is not None and not label:
             j = i + 1
             while j + 2 < len(tokens) and tokens[j + 1].text == ".":
                 j += 2
@@ -130,7 +133,6 @@ def normalise_tokens(sql: str) -> str:
                 replace(token.start, "pg_information_schema.", after.start)
                 i += 2
             continue
-        previous = tokens[i - 1] if i else None
         if (
             token.kind is TokenKind.IDENT
             and token.value in _RESERVED_LABELS
@@ -142,13 +144,14 @@ def normalise_tokens(sql: str) -> str:
             i += 1
             continue
         if (
-            token.is_word("oid")
+            token.kind is TokenKind.IDENT
+            and token.value in ("oid", *REG_TYPES.values())
             and previous is not None
             and (previous.text == "::" or previous.is_word("as"))
             and nxt is not None
             and nxt.text == "["
         ):
-            replace(token.start, "__pg_oid", token.end)
+            replace(token.start, "__pg_" + token.value, token.end)
         i += 1
     out.append(sql[last:])
     return "".join(out)
@@ -282,6 +285,12 @@ class Translator:
             # array_column = '{0}': PostgreSQL reads the literal as an array.
             for side, other in ((node.this, node.expression), (node.expression, node.this)):
                 oid = side.meta.get("pg_type")
+                # x = ANY('{a,b}'): PostgreSQL reads the literal as an array of x's type.
+                listed = other.this.unnest() if isinstance(other, exp.Any) else None
+                if isinstance(listed, exp.Literal) and listed.is_string and listed.this.startswith("{"):
+                    array = self.data.array_of(oid) if oid and oid in self.data.types else None
+                    listed.replace(self.array_literal(listed.this, array or 1009))
+                    continue
                 literal = isinstance(other, exp.Literal) and other.is_string and other.this.startswith("{")
                 if literal and oid and self.data.element(oid) is not None:
                     other.replace(self.array_literal(other.this, oid))
@@ -328,13 +337,22 @@ class Translator:
         ):
             # PostgreSQL reads a scalar function in FROM as a one-row relation whose one column is
             # named after the alias; DuckDB has only table functions there.
+            # `f(…) WITH ORDINALITY AS a(value, n)`: the column names come from the alias list.
             alias_node = node.args.get("alias")
             name = (
                 ident(alias_node.this)
                 if alias_node is not None and alias_node.this
                 else (function_name(node.this) or "f")
             )
-            select = exp.select(exp.alias_(node.this.copy(), name, quoted=True))
+            listed = [ident(c) for c in alias_node.columns] if alias_node is not None else []
+            value = listed[0] if listed else name
+            select = exp.select(exp.alias_(node.this.copy(), value, quoted=True))
+            if node.args.get("ordinality"):
+                number = exp.Window(this=exp.RowNumber())
+                select = exp.select(
+                    exp.column(value, quoted=True),
+                    exp.alias_(number, listed[1] if len(listed) > 1 else "ordinality", quoted=True),
+                ).from_(select.subquery("__f"))
             return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)))
         if isinstance(node, exp.Parameter):
             oid = typer.params.get(param_index(node))
@@ -362,6 +380,15 @@ class Translator:
             inner_type = RETURNS.get(str(inner.this).lower())
         if target is None:
             return exp.Cast(this=inner, to=exp.DataType.build("VARCHAR"))
+        element = data.element(target) if target not in (22, 30) else None
+        if element in REG_TYPES:
+            # oidvector or oid[] as regtype[] …: OIDs inside, named when cast to text[].
+            return exp.Cast(this=inner, to=exp.DataType.build("UINTEGER[]", dialect="duckdb"))
+        inner_element = (
+            data.element(inner_type) if inner_type is not None and inner_type not in (22, 30) else None
+        )
+        if inner_element in REG_TYPES and element in TEXT_TYPES:
+            return exp.Anonymous(this=f"__{REG_TYPES[inner_element]}_array_out", expressions=[inner])
         if target in REG_TYPES:
             if inner_type in OID_LIKE or inner_type in INTEGER_TYPES:
                 # Already an OID: no lookup, and no nested macro (DuckDB would expand it again and again).

@@ -161,6 +161,19 @@ CREATE MACRO __regproc_out(o) AS
          ELSE coalesce((SELECT __x17.__display FROM main.__proc __x17 WHERE __x17.__oid = o),
                        CAST(o AS VARCHAR)) END;
 CREATE MACRO __regprocedure_out(o) AS CAST(o AS VARCHAR);
+-- regtype[]::text[] and friends: each OID's name, in order.
+CREATE MACRO __regtype_array_out(a) AS
+    CASE WHEN a IS NOT NULL THEN coalesce((SELECT list(coalesce(__x23.__fmt_null, CAST(__g.__v AS VARCHAR)) ORDER BY __g.__i)
+        FROM (SELECT unnest(a) AS __v, generate_subscripts(a, 1) AS __i) __g
+        LEFT JOIN main.__typ __x23 ON __x23.__oid = __g.__v), CAST([] AS VARCHAR[])) END;
+CREATE MACRO __regclass_array_out(a) AS
+    CASE WHEN a IS NOT NULL THEN coalesce((SELECT list(coalesce(__x24.__display, CAST(__g.__v AS VARCHAR)) ORDER BY __g.__i)
+        FROM (SELECT unnest(a) AS __v, generate_subscripts(a, 1) AS __i) __g
+        LEFT JOIN main.__rel __x24 ON __x24.__oid = __g.__v), CAST([] AS VARCHAR[])) END;
+CREATE MACRO __regproc_array_out(a) AS
+    CASE WHEN a IS NOT NULL THEN coalesce((SELECT list(coalesce(__x25.__display, CAST(__g.__v AS VARCHAR)) ORDER BY __g.__i)
+        FROM (SELECT unnest(a) AS __v, generate_subscripts(a, 1) AS __i) __g
+        LEFT JOIN main.__proc __x25 ON __x25.__oid = __g.__v), CAST([] AS VARCHAR[])) END;
 
 -- Arrays as text (::text, ::varchar), as array_out writes them: {a,"b c",NULL}, each element quoted
 -- when it is empty, NULL-like or holds a delimiter, brace, quote, backslash or space; int2vector
@@ -173,6 +186,12 @@ CREATE MACRO __array_out(a) AS list_transform([a], lambda __a:
                   THEN '"' || replace(replace(__t, '\', '\\'), '"', '\"') || '"'
              ELSE __t END)[1]), ',') || '}')[1];
 CREATE MACRO __vector_out(a) AS array_to_string(a, ' ');
+
+-- parse_ident('a."B c"') → {a,"B c"}: dot-separated names, unquoted ones folded to lower case.
+CREATE MACRO parse_ident(s) AS list_transform(regexp_extract_all(CAST(s AS VARCHAR), '"(?:[^"]|"")*"|[^."]+'),
+        lambda __p: __name_part(trim(__p))),
+    (s, strict) AS list_transform(regexp_extract_all(CAST(s AS VARCHAR), '"(?:[^"]|"")*"|[^."]+'),
+        lambda __p: __name_part(trim(__p)));
 
 CREATE MACRO to_regclass(x) AS __relation_oid(CAST(x AS VARCHAR));
 CREATE MACRO to_regtype(x) AS __type_oid(CAST(x AS VARCHAR));
@@ -224,8 +243,13 @@ CREATE MACRO col_description(t, c) AS
      WHERE __x15.__objoid = t AND __x15.__objsubid = c AND __x15.__classoid = 1259);
 CREATE MACRO shobj_description(o, c) AS CAST(NULL AS VARCHAR);
 CREATE MACRO pg_get_expr(e, r) AS CAST(NULL AS VARCHAR), (e, r, p) AS CAST(NULL AS VARCHAR);
-CREATE MACRO pg_get_constraintdef(o) AS CAST(NULL AS VARCHAR), (o, p) AS CAST(NULL AS VARCHAR);
-CREATE MACRO pg_get_indexdef(o) AS CAST(NULL AS VARCHAR), (o, c, p) AS CAST(NULL AS VARCHAR);
+-- Keys and plain indexes of the exposed tables (structure.py): their definitions as PostgreSQL
+-- prints them. pg_get_indexdef(o, n, pretty) is the whole definition for n = 0, else the nth column.
+CREATE MACRO pg_get_constraintdef(o) AS (SELECT __x19.__text FROM main.__condef __x19 WHERE __x19.__oid = o),
+    (o, p) AS (SELECT __x20.__text FROM main.__condef __x20 WHERE __x20.__oid = o);
+CREATE MACRO pg_get_indexdef(o) AS
+    (SELECT __x21.__text FROM main.__idxdef __x21 WHERE __x21.__oid = o AND __x21.__n = 0),
+    (o, c, p) AS (SELECT __x22.__text FROM main.__idxdef __x22 WHERE __x22.__oid = o AND __x22.__n = c);
 CREATE MACRO pg_get_viewdef(v) AS CAST(NULL AS VARCHAR), (v, p) AS CAST(NULL AS VARCHAR);
 CREATE MACRO pg_get_triggerdef(o) AS CAST(NULL AS VARCHAR), (o, p) AS CAST(NULL AS VARCHAR);
 CREATE MACRO pg_get_ruledef(o) AS CAST(NULL AS VARCHAR), (o, p) AS CAST(NULL AS VARCHAR);
@@ -237,6 +261,9 @@ CREATE MACRO pg_get_statisticsobjdef_columns(o) AS CAST(NULL AS VARCHAR);
 CREATE MACRO pg_get_partkeydef(o) AS CAST(NULL AS VARCHAR);
 CREATE MACRO pg_get_serial_sequence(t, c) AS CAST(NULL AS VARCHAR);
 CREATE MACRO pg_relation_is_publishable(o) AS false;
+-- No table of the shadow is a partition: none has ancestors or a partition root.
+CREATE MACRO pg_partition_ancestors(o) AS unnest(CAST([] AS UINTEGER[]));
+CREATE MACRO pg_partition_root(o) AS CAST(NULL AS UINTEGER);
 CREATE MACRO pg_tablespace_location(o) AS '';
 
 -- Sizes and statistics of empty tables: any other value would describe the data ----------------

@@ -201,3 +201,102 @@ FROM main.pg_attribute a JOIN main.pg_class c ON c.oid = a.attrelid
 JOIN main.pg_namespace n ON n.oid = c.relnamespace JOIN main.pg_type t ON t.oid = a.atttypid
 LEFT JOIN main.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
 WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'f');
+
+CREATE VIEW pg_catalog.pg_indexes AS SELECT
+    n.nspname AS schemaname,
+    c.relname AS tablename,
+    i.relname AS indexname,
+    NULL AS tablespace,
+    pg_get_indexdef(i.oid) AS indexdef
+FROM main.pg_index x JOIN main.pg_class c ON c.oid = x.indrelid JOIN main.pg_class i ON i.oid = x.indexrelid
+JOIN main.pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'm', 'p') AND i.relkind IN ('i', 'I');
+
+-- The constraint views of information_schema, as PostgreSQL 15 computes them. One difference on
+-- purpose: PostgreSQL shows a table's constraints only to its owner or to a role holding a privilege
+-- other than SELECT on it; the shadow shows the exposed tables' keys to the analyst, who reads them
+-- in pg_constraint anyway. NOT NULL columns appear as CHECK constraints named
+-- <namespace oid>_<table oid>_<column number>_not_null, as in PostgreSQL.
+CREATE VIEW information_schema.table_constraints AS SELECT
+    getvariable('dp_database') AS constraint_catalog,
+    'public' AS constraint_schema,
+    k.constraint_name AS constraint_name,
+    getvariable('dp_database') AS table_catalog,
+    'public' AS table_schema,
+    r.relname AS table_name,
+    k.constraint_type AS constraint_type,
+    k.is_deferrable AS is_deferrable,
+    k.initially_deferred AS initially_deferred,
+    'YES' AS enforced,
+    k.nulls_distinct AS nulls_distinct
+FROM (SELECT c.conname AS constraint_name, c.conrelid AS relid,
+             CASE c.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE' WHEN 'f' THEN 'FOREIGN KEY' END AS constraint_type,
+             CASE WHEN c.condeferrable THEN 'YES' ELSE 'NO' END AS is_deferrable,
+             CASE WHEN c.condeferred THEN 'YES' ELSE 'NO' END AS initially_deferred,
+             CASE WHEN c.contype IN ('p', 'u') THEN 'YES' END AS nulls_distinct
+      FROM main.pg_constraint c
+      UNION ALL
+      SELECT CAST(${public_namespace_oid} AS VARCHAR) || '_' || CAST(a.attrelid AS VARCHAR) || '_' || CAST(a.attnum AS VARCHAR) || '_not_null',
+             a.attrelid, 'CHECK', 'NO', 'NO', NULL
+      FROM main.pg_attribute a JOIN main.pg_class ar ON ar.oid = a.attrelid
+      WHERE a.attnotnull AND a.attnum > 0 AND NOT a.attisdropped AND ar.relkind IN ('r', 'p')
+            AND ar.relnamespace = ${public_namespace_oid}) k
+JOIN main.pg_class r ON r.oid = k.relid;
+
+CREATE VIEW information_schema.check_constraints AS SELECT
+    getvariable('dp_database') AS constraint_catalog,
+    'public' AS constraint_schema,
+    CAST(${public_namespace_oid} AS VARCHAR) || '_' || CAST(a.attrelid AS VARCHAR) || '_' || CAST(a.attnum AS VARCHAR) || '_not_null' AS constraint_name,
+    quote_ident(a.attname) || ' IS NOT NULL' AS check_clause
+FROM main.pg_attribute a JOIN main.pg_class ar ON ar.oid = a.attrelid
+WHERE a.attnotnull AND a.attnum > 0 AND NOT a.attisdropped AND ar.relkind IN ('r', 'p')
+      AND ar.relnamespace = ${public_namespace_oid};
+
+CREATE VIEW information_schema.key_column_usage AS SELECT
+    getvariable('dp_database') AS constraint_catalog,
+    'public' AS constraint_schema,
+    c.conname AS constraint_name,
+    getvariable('dp_database') AS table_catalog,
+    'public' AS table_schema,
+    r.relname AS table_name,
+    a.attname AS column_name,
+    k.n AS ordinal_position,
+    CASE WHEN c.contype = 'f' THEN (SELECT CAST(p.n AS INTEGER) FROM main.pg_index ix,
+         (SELECT unnest(ix.indkey) AS attnum, generate_subscripts(ix.indkey, 1) AS n) p
+         WHERE ix.indexrelid = c.conindid AND p.attnum = c.confkey[k.n]) END AS position_in_unique_constraint
+FROM main.pg_constraint c
+JOIN (SELECT cc.oid AS oid, unnest(cc.conkey) AS attnum, generate_subscripts(cc.conkey, 1) AS n
+      FROM main.pg_constraint cc) k ON k.oid = c.oid
+JOIN main.pg_class r ON r.oid = c.conrelid
+JOIN main.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+WHERE c.contype IN ('p', 'u', 'f');
+
+CREATE VIEW information_schema.referential_constraints AS SELECT
+    getvariable('dp_database') AS constraint_catalog,
+    'public' AS constraint_schema,
+    c.conname AS constraint_name,
+    CASE WHEN u.conname IS NOT NULL THEN getvariable('dp_database') END AS unique_constraint_catalog,
+    CASE WHEN u.conname IS NOT NULL THEN 'public' END AS unique_constraint_schema,
+    u.conname AS unique_constraint_name,
+    CASE c.confmatchtype WHEN 'f' THEN 'FULL' WHEN 'p' THEN 'PARTIAL' ELSE 'NONE' END AS match_option,
+    CASE c.confupdtype WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT'
+         WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END AS update_rule,
+    CASE c.confdeltype WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT'
+         WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END AS delete_rule
+FROM main.pg_constraint c
+LEFT JOIN main.pg_constraint u ON u.conindid = c.conindid AND u.contype IN ('p', 'u') AND u.conrelid = c.confrelid
+WHERE c.contype = 'f';
+
+-- A key's own columns; a foreign key's referenced columns (in the referenced table).
+CREATE VIEW information_schema.constraint_column_usage AS SELECT
+    getvariable('dp_database') AS table_catalog,
+    'public' AS table_schema,
+    r.relname AS table_name,
+    a.attname AS column_name,
+    getvariable('dp_database') AS constraint_catalog,
+    'public' AS constraint_schema,
+    k.conname AS constraint_name
+FROM (SELECT c.conname AS conname, CASE WHEN c.contype = 'f' THEN c.confrelid ELSE c.conrelid END AS relid,
+             unnest(CASE WHEN c.contype = 'f' THEN c.confkey ELSE c.conkey END) AS attnum
+      FROM main.pg_constraint c WHERE c.contype IN ('p', 'u', 'f')) k
+JOIN main.pg_class r ON r.oid = k.relid
+JOIN main.pg_attribute a ON a.attrelid = k.relid AND a.attnum = k.attnum;
