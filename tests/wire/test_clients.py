@@ -733,33 +733,29 @@ class ClientRun:
         return self
 
 
-@pytest.fixture(scope="session")
-def jdbc_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """JdbcCheck compiled once per session against Debian's pgjdbc."""
-    java, javac = shutil.which("java"), shutil.which("javac")
-    if java is None or javac is None:
-        _missing_tool("java and javac are needed for the JDBC client test (a JDK)")
+def compile_with_pgjdbc(source: Path, into: Path) -> Path:
+    """Compile one Java client against Debian's pgjdbc into `into` (its classpath entry); a missing
+    JDK or pgjdbc skips locally and fails under CI, where scripts/test.sh installs them."""
+    javac = shutil.which("javac")
+    if shutil.which("java") is None or javac is None:
+        _missing_tool(f"java and javac are needed to run {source.name} (a JDK)")
     if not PGJDBC_JAR.is_file():
-        _missing_tool(f"pgjdbc is needed for the JDBC client test ({PGJDBC_JAR} is missing)")
+        _missing_tool(f"pgjdbc is needed to run {source.name} ({PGJDBC_JAR} is missing)")
     assert javac is not None
-    classes = tmp_path_factory.mktemp("jdbc-classes")
     compiled = subprocess.run(
-        [
-            javac,
-            "-encoding",
-            "UTF-8",
-            "-cp",
-            str(PGJDBC_JAR),
-            "-d",
-            str(classes),
-            str(CLIENTS / "JdbcCheck.java"),
-        ],
+        [javac, "-encoding", "UTF-8", "-cp", str(PGJDBC_JAR), "-d", str(into), str(source)],
         capture_output=True,
         text=True,
         timeout=SUBPROCESS_TIMEOUT,
     )
     assert compiled.returncode == 0, compiled.stderr
-    return classes
+    return into
+
+
+@pytest.fixture(scope="session")
+def jdbc_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """JdbcCheck compiled once per session against Debian's pgjdbc."""
+    return compile_with_pgjdbc(CLIENTS / "JdbcCheck.java", tmp_path_factory.mktemp("jdbc-classes"))
 
 
 @pytest.fixture

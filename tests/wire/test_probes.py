@@ -27,7 +27,7 @@ from tests.wire.test_clients import (
     SUBPROCESS_TIMEOUT,
     Served,
     Truth,
-    _missing_tool,
+    compile_with_pgjdbc,
     compute_truth,
     serving,
 )
@@ -145,30 +145,7 @@ def test_psycopg_superset_filter_dropdown_and_series_limit(served: Served) -> No
 
 @pytest.fixture(scope="session")
 def probe_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    java, javac = shutil.which("java"), shutil.which("javac")
-    if java is None or javac is None:
-        _missing_tool("java and javac are needed for the JDBC client test (a JDK)")
-    if not PGJDBC_JAR.is_file():
-        _missing_tool(f"pgjdbc is needed for the JDBC client test ({PGJDBC_JAR} is missing)")
-    assert javac is not None
-    classes = tmp_path_factory.mktemp("probe-classes")
-    compiled = subprocess.run(
-        [
-            javac,
-            "-encoding",
-            "UTF-8",
-            "-cp",
-            str(PGJDBC_JAR),
-            "-d",
-            str(classes),
-            str(CLIENTS / "ProbeCheck.java"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_TIMEOUT,
-    )
-    assert compiled.returncode == 0, compiled.stderr
-    return classes
+    return compile_with_pgjdbc(CLIENTS / "ProbeCheck.java", tmp_path_factory.mktemp("probe-classes"))
 
 
 def test_jdbc_probes_of_tableau_and_metabase(served: Served, probe_classes: Path) -> None:

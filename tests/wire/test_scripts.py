@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.wire.test_clients import PGJDBC_JAR, compile_with_pgjdbc
 from tests.wire.test_protocol import (
     ALICE,
     Proxy,
@@ -324,21 +325,10 @@ def test_a_wrong_database_name_is_refused_like_postgresql(duck_proxy: Proxy) -> 
 
 # --- pgjdbc's CopyManager -----------------------------------------------------------------------------
 
-PGJDBC_JAR = Path("/usr/share/java/postgresql.jar")
-
 
 def test_pgjdbc_copy_manager_exports_a_query(proxy: Proxy, tmp_path: Path) -> None:
-    java, javac = shutil.which("java"), shutil.which("javac")
-    if java is None or javac is None or not PGJDBC_JAR.is_file():
-        pytest.skip("a JDK and Debian's pgjdbc are needed (scripts/test.sh installs them)")
-    source = Path(__file__).parent / "clients" / "JdbcCopy.java"
-    compiled = subprocess.run(
-        [javac, "-encoding", "UTF-8", "-cp", str(PGJDBC_JAR), "-d", str(tmp_path), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert compiled.returncode == 0, compiled.stderr
+    compile_with_pgjdbc(Path(__file__).parent / "clients" / "JdbcCopy.java", tmp_path)
+    java = shutil.which("java")
     url = f"jdbc:postgresql://127.0.0.1:{proxy.port}/demo?sslmode=disable"
 
     def copy_out(sql: str) -> list[str]:

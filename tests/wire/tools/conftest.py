@@ -10,18 +10,15 @@ SQL the tools send, not another way of serving.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.wire.test_clients import (
-    PGJDBC_JAR,
-    SUBPROCESS_TIMEOUT,
     Served,
     Truth,
-    _missing_tool,
+    compile_with_pgjdbc,
     compute_truth,
     serving,
 )
@@ -62,27 +59,4 @@ def served(request: pytest.FixtureRequest) -> Served:
 @pytest.fixture(scope="session")
 def replay_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ToolReplay.java compiled once per session against Debian's pgjdbc."""
-    javac = shutil.which("javac")
-    if shutil.which("java") is None or javac is None:
-        _missing_tool("java and javac are needed for the JVM tool replays (a JDK)")
-    if not PGJDBC_JAR.is_file():
-        _missing_tool(f"pgjdbc is needed for the JVM tool replays ({PGJDBC_JAR} is missing)")
-    assert javac is not None
-    classes = tmp_path_factory.mktemp("tool-replay-classes")
-    compiled = subprocess.run(
-        [
-            javac,
-            "-encoding",
-            "UTF-8",
-            "-cp",
-            str(PGJDBC_JAR),
-            "-d",
-            str(classes),
-            str(HERE / "ToolReplay.java"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_TIMEOUT,
-    )
-    assert compiled.returncode == 0, compiled.stderr
-    return classes
+    return compile_with_pgjdbc(HERE / "ToolReplay.java", tmp_path_factory.mktemp("tool-replay-classes"))
