@@ -174,6 +174,15 @@ def test_constant_and_public_queries_cost_nothing(engine: Engine) -> None:
     assert engine.budget("alice").spent.epsilon == 0
 
 
+def test_public_aggregates_are_named_as_postgresql_names_them(engine: Engine) -> None:
+    sql = "SELECT state, COUNT(*), AVG(population), max(city), population / 2, 1 + 1 FROM zip_info GROUP BY 1, 5"
+    result = engine.execute(sql, analyst="alice")
+    assert [c.name for c in result.columns] == ["state", "count", "avg", "max", "?column?", "?column?"]
+    assert [c.name for c in engine.execute("SELECT * FROM zip_info LIMIT 1", analyst="alice").columns] == [
+        "zip", "city", "state", "population",
+    ]  # fmt: skip
+
+
 def test_per_query_epsilon_within_the_policy_limits(engine: Engine) -> None:
     assert engine.execute("SELECT COUNT(*) FROM patients", analyst="alice", epsilon=0.2).cost.epsilon <= 0.2
     with pytest.raises(InvalidParameter) as caught:

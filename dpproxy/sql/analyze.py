@@ -184,6 +184,10 @@ def analyze_public(
         table_node.set("db", exp.to_identifier(table.schema) if table.schema else None)
         if table.schema:
             schema.setdefault(table.schema, {})
+    # Names as PostgreSQL gives them (`count`, `avg`), taken before qualify aliases unnamed items
+    # `_col_1`…; with a `*` the expanded columns name themselves.
+    stars = any(item.find(exp.Star) is not None for item in rewritten.expressions if not item.find(exp.Func))
+    written_names = None if stars else [output_name(item) for item in rewritten.expressions]
     try:
         from sqlglot.optimizer.annotate_types import annotate_types
         from sqlglot.optimizer.qualify import qualify
@@ -201,8 +205,15 @@ def analyze_public(
         table = policy.table(table_node.name)
         if table is not None and table.schema:
             table_node.set("db", exp.to_identifier(table.schema, quoted=True))
+    names = (
+        written_names
+        if written_names is not None and len(written_names) == len(annotated.expressions)
+        else None
+    )
     outputs = tuple(
-        OutputColumn(output_name(item), item, known_type(from_sqlglot(item.type)))
-        for item in annotated.expressions
+        OutputColumn(
+            names[i] if names is not None else output_name(item), item, known_type(from_sqlglot(item.type))
+        )
+        for i, item in enumerate(annotated.expressions)
     )
     return PublicQuery(annotated, outputs, text)
