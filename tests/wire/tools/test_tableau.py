@@ -110,8 +110,9 @@ def test_tableau_date_parts_and_date_literals(tableau: dict[str, Result]) -> Non
 
 
 def test_tableau_countd_and_filter_domain(tableau: dict[str, Result]) -> None:
-    (countd,) = tableau["countd"].ok().rows
-    assert 0 <= int(countd[0] or 0) <= 12
+    distinct = tableau["countd"].ok()
+    # The demo's 3000 patients have all six diagnoses; the count is noisy: within its stated error.
+    assert_close(distinct.rows[0][0], len(DIAGNOSES), distinct, "ctd:diagnosis:ok")
     domain = tableau["filter_domain"].ok()
     assert domain.names == ["diagnosis"] and set(domain.column("diagnosis")) <= DIAGNOSES
 
