@@ -2,7 +2,8 @@
 
 This module owns the demo schema (`patients`, `visits`, `zip_info`: the demo policy and the SQL
 engine rely on these exact names and types), its generation inside DuckDB, and copying it into a
-PostgreSQL database. It is trusted operator code: it opens DuckDB without the backend's lock-down.
+PostgreSQL database or a Spark database. It is trusted operator code: it opens DuckDB without the
+backend's lock-down.
 
 Generation is SQL inside DuckDB, in chunks of persons so progress can be reported. Random draws are
 hashes of (row id, draw number, seed) instead of random(): hashes give the same data for the same
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -23,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -386,3 +389,65 @@ def load_into_postgres(duckdb_path: Path, dsn: str, *, progress: Progress | None
             conn.execute("CREATE INDEX visits_patient_id ON visits (patient_id)")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"ANALYZE {', '.join(t.name for t in DEMO_TABLES)}")
+
+
+# Rows per Arrow batch sent to Spark Connect: well under its default 128 MiB message limit.
+_SPARK_BATCH_ROWS = 250_000
+
+
+def load_into_spark(
+    duckdb_path: Path, url: str, *, database: str = "demo", progress: Progress | None = None
+) -> None:
+    """Copy the demo tables from a DuckDB file into the Spark database `database` (created if
+    missing), replacing them, through a Spark Connect session at `url`.
+
+    Rows travel as Arrow batches (the client needs no access to the cluster's storage); each table is
+    written as a managed table of the session's catalog. Spark keeps no keys: none are declared.
+    `progress(rows_done, rows_total)` is called after each batch.
+    """
+    from dpproxy.backends.spark import connect_session
+
+    if not _SPARK_DATABASE_NAME.fullmatch(database):
+        raise ValueError("the Spark database name must be letters, digits and underscores")
+    session = connect_session(url)
+    try:
+        with duckdb.connect(str(duckdb_path), read_only=True) as source:
+            counts = {t.name: _count(source, t.name) for t in DEMO_TABLES}
+            total, done = sum(counts.values()), 0
+            if progress:
+                progress(0, total)
+            session.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`").collect()
+            for table in DEMO_TABLES:
+                target = f"`{database}`.`{table.name}`"
+                reader = source.execute(
+                    f"SELECT {', '.join(table.column_names)} FROM {table.name} ORDER BY {table.primary_key}"
+                ).fetch_record_batch(_SPARK_BATCH_ROWS)
+                mode = "overwrite"
+                for batch in reader:
+                    frame = session.createDataFrame(_arrow_table(batch))
+                    frame.write.mode(mode).saveAsTable(target)
+                    mode = "append"
+                    done += batch.num_rows
+                    if progress:
+                        progress(done, total)
+                if mode == "overwrite":  # no rows at all: still create the table, empty
+                    session.createDataFrame(_arrow_table(reader.schema.empty_table())).write.mode(
+                        "overwrite"
+                    ).saveAsTable(target)
+    finally:
+        session.stop()
+
+
+_SPARK_DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _count(conn: duckdb.DuckDBPyConnection, table: str) -> int:
+    (rows,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone() or (0,)
+    return int(rows)
+
+
+def _arrow_table(batch: Any) -> Any:
+    """A pyarrow Table of one record batch (pyarrow is imported only on the Spark path)."""
+    import pyarrow as pa
+
+    return batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])

@@ -45,3 +45,19 @@ ensure_venv() {
         echo "$wanted" >"$stamp"
     fi
 }
+
+# ensure_spark_server — install the full pyspark package (the Spark Connect server's jars and
+# bin/spark-submit) into .spark/pyspark-VERSION, VERSION being that of the pyspark-client in .venv,
+# so the tests' local Connect server and dpproxy's client speak the same release. Kept out of .venv:
+# pyspark and pyspark-client both install the `pyspark` package.
+ensure_spark_server() {
+    local version
+    version="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("pyspark-client"))')"
+    if [[ ! -x .spark/pyspark-$version/pyspark/bin/spark-submit ]]; then
+        log "installing the Spark $version distribution (pyspark) into .spark/pyspark-$version"
+        rm -rf ".spark/pyspark-$version.partial"
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+            --target ".spark/pyspark-$version.partial" "pyspark==$version"
+        mv ".spark/pyspark-$version.partial" ".spark/pyspark-$version"
+    fi
+}

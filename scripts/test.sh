@@ -6,8 +6,10 @@
 #      client: the tests start throwaway clusters of their own, no system cluster is used; a JDK and
 #      Debian's pgjdbc for the JDBC client test, which fails rather than skips under CI=true);
 #   2. creates .venv if missing and installs dpproxy with its test extras into it, again whenever
-#      pyproject.toml changes;
-#   3. runs ruff, then pytest on all cores (pytest-xdist), passing the arguments through.
+#      pyproject.toml changes, and the full pyspark of the same release into .spark/ (the Spark
+#      Connect server the Spark tests start; Java comes from the JDK of step 1);
+#   3. runs ruff, then pytest on all cores (pytest-xdist; tests marked xdist_group("spark") share
+#      one worker and so one Spark server), passing the arguments through.
 #
 # Environment:
 #   DPPROXY_APT_PACKAGES  Debian packages to ensure (default: postgresql-15 postgresql-client-15
@@ -26,11 +28,13 @@ PYTHON=${PYTHON:-python3}
 source scripts/lib.sh
 
 ensure_debian_packages "${apt_packages[@]}"
-# The test extras: hypothesis, pytest, ruff, and the clients the wire tests drive.
+# The test extras: hypothesis, pytest, ruff, the clients the wire tests drive, pyspark-client.
 ensure_venv '.[test]'
+# The Spark Connect server the Spark tests start (tests/sparkserver.py), from the full pyspark.
+ensure_spark_server
 
 # --- 3. lint and tests --------------------------------------------------------------------------
 log "ruff check"
 .venv/bin/ruff check .
 log "pytest"
-exec .venv/bin/python -m pytest -n auto "$@"
+exec .venv/bin/python -m pytest -n auto --dist loadgroup "$@"

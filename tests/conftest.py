@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from dpproxy.demo import build_demo, load_into_postgres
+from dpproxy.demo import build_demo, load_into_postgres, load_into_spark
 from tests.pgcluster import (
     MissingPostgres,
     PgCluster,
@@ -28,8 +28,9 @@ from tests.pgcluster import (
     find_pg_bindir,
     start_cluster,
 )
+from tests.sparkserver import MissingSpark, SparkServer, start_spark_server
 
-__all__ = ["PgCluster", "create_database", "drop_database"]
+__all__ = ["PgCluster", "SparkServer", "create_database", "drop_database"]
 
 # --- hypothesis -------------------------------------------------------------------------------
 
@@ -107,3 +108,30 @@ def demo_pg_dsn(pg_cluster: PgCluster, demo_duckdb: Path) -> Iterator[str]:
         yield dsn
     finally:
         drop_database(pg_cluster, name)
+
+
+# --- Spark Connect server -------------------------------------------------------------------------
+# One server per session, started by the first test that asks for it. Every test using it is marked
+# `pytest.mark.xdist_group("spark")` (scripts/test.sh runs pytest with --dist loadgroup), so all of
+# them run in one worker and only that worker pays the server's start (~15 s) and memory.
+
+SPARK = pytest.mark.xdist_group("spark")
+
+
+@pytest.fixture(scope="session")
+def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkServer]:
+    try:
+        with start_spark_server(tmp_path_factory.mktemp("spark")) as server:
+            yield server
+    except MissingSpark as exc:
+        message = f"a Spark Connect server is needed for this test: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def spark_demo_url(spark_server: SparkServer, demo_duckdb: Path) -> str:
+    """URL of the test Spark server, with `demo_duckdb` loaded into its database `demo`. Do not modify."""
+    load_into_spark(demo_duckdb, spark_server.url, database="demo")
+    return spark_server.url

@@ -1,9 +1,9 @@
 """Backends: run one SQL statement on the backing database and hand back its rows.
 
-This package owns the connection to the backing database (embedded DuckDB or PostgreSQL), the
-lock-down of that connection (read-only, no file or network access from SQL), and the list of live
-tables and columns with their types normalised to `ColumnType` (by `normalise_type`, which lives with
-the type names in `dpproxy.policy.types` and is re-exported here).
+This package owns the connection to the backing database (embedded DuckDB, PostgreSQL, or Apache
+Spark through Spark Connect), the lock-down of that connection (read-only, no file or network access
+from SQL), and the list of live tables and columns with their types normalised to `ColumnType` (by
+`normalise_type`, which lives with the type names in `dpproxy.policy.types` and is re-exported here).
 
 A backend must never see noise, policies, budgets or analysts: it runs the SQL the engine wrote and
 returns the true rows. Its exceptions (`BackendError`) carry the driver's text for the operator's
@@ -238,6 +238,7 @@ DEFAULT_STATEMENT_TIMEOUT_S = 30.0
 
 DSN_FORMS = (
     "a PostgreSQL URL (postgresql://user@host:5432/db), a libpq string (host=… dbname=…), "
+    "a Spark Connect URL (sc://host:15002/;token=…;use_ssl=true), "
     "or a DuckDB file (duckdb:PATH, or a path ending in .duckdb or .db)"
 )
 
@@ -255,7 +256,11 @@ def open_backend(
     timeout_ms: int | None = round(
         (DEFAULT_STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s) * 1000
     )
-    # Imported here so that a DuckDB-only deployment never loads psycopg and vice versa.
+    # Imported here so that a DuckDB-only deployment never loads psycopg or pyspark, and vice versa.
+    if dsn.strip().lower().startswith("sc://"):
+        from dpproxy.backends.spark import SparkBackend
+
+        return SparkBackend(dsn, statement_timeout_ms=timeout_ms or None)
     if _PG_URL.match(dsn) or _PG_KEYWORDS.search(dsn):
         from dpproxy.backends.postgres import DEFAULT_ACQUIRE_TIMEOUT_S, PostgresBackend
 

@@ -2,8 +2,9 @@
 
 This module owns `ColumnType` and the one table from type names to it: the names a data owner may
 write in a policy (PostgreSQL's names and their common aliases), and the further names PostgreSQL
-and DuckDB report for live columns. `read_policy_type` and `column_type_from_sql` read a policy's
-spelling; `normalise_type` reads a database's (the backends use it to type their live columns).
+and DuckDB report for live columns, and the few Spark names that mean something else.
+`read_policy_type` and `column_type_from_sql` read a policy's spelling; `normalise_type` and
+`normalise_spark_type` read a database's (the backends use them to type their live columns).
 
 It must never see a policy file, a YAML node or a database connection: it only maps text to types,
 so that the policy loader and the backends, which must not know each other, agree on what a name
@@ -132,6 +133,32 @@ _TYPES_WITH_MODIFIERS = (ColumnType.NUMERIC, ColumnType.VARCHAR)
 
 # A database's type text may carry parameters anywhere: numeric(12,2), timestamp(3) with time zone.
 _DATABASE_TYPE_PARAMETERS = re.compile(r"\s*\([^)]*\)")
+
+
+# Spark's names (DataType.simpleString) where they differ from what the same name means above: its
+# TIMESTAMP is an instant (PostgreSQL's timestamptz), TIMESTAMP_NTZ a wall-clock time; FLOAT is 4
+# bytes, as in DuckDB. Arrays, maps, structs, intervals, binary and variant are not supported.
+_SPARK_TYPE_NAMES: dict[str, ColumnType] = {
+    "timestamp": ColumnType.TIMESTAMPTZ,
+    "timestamp_ltz": ColumnType.TIMESTAMPTZ,
+    "timestamp_ntz": ColumnType.TIMESTAMP,
+    "byte": ColumnType.SMALLINT,
+}
+_SPARK_UNSUPPORTED = re.compile(r"^(array|map|struct|interval|binary|variant|void|null|calendar)\b|[<>]")
+
+
+def normalise_spark_type(sql_type: str) -> ColumnType | None:
+    """Map a Spark type name (`int`, `decimal(12,2)`, `string`, `timestamp`, `array<int>`, …) to a
+    ColumnType; None if unsupported.
+
+    >>> [normalise_spark_type(t) for t in ("timestamp", "string", "map<string,int>")]
+    [<ColumnType.TIMESTAMPTZ: 'timestamptz'>, <ColumnType.TEXT: 'text'>, None]
+    """
+    text = " ".join(sql_type.strip().lower().split())
+    if _SPARK_UNSUPPORTED.search(text):
+        return None
+    bare = _DATABASE_TYPE_PARAMETERS.sub("", text)
+    return _SPARK_TYPE_NAMES.get(bare) or normalise_type(text)
 
 
 def column_type_from_sql(sql_type: str) -> ColumnType | None:

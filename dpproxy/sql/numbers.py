@@ -24,6 +24,16 @@ Rounding to an integer grid (the fixed-point values sums are computed on) is exp
 numbers by a cast to `DECIMAL(38, s)` (half away from zero on both), doubles by floor(x·10^s + 0.5)
 in double precision. Functions spelled differently per engine are emitted as markers that `emit`
 spells for the backend's dialect. Nothing here reads data.
+
+Spark (run with ANSI mode on, in UTC) differs again, and `emit` spells the difference out rather
+than trusting sqlglot's transpilation: `/` of integers is a double there, so PostgreSQL's integer
+division is `DIV`; `sum(bigint)` is a bigint that overflows (an error under ANSI) where PostgreSQL
+and DuckDB widen, so sums of integers are summed as `DECIMAL(38, 0)` (|value| < 2^63 per row and
+fewer than 2^63 rows stay below 10^38); `round` of a double is half-up, so half-to-even is `BROUND`;
+its TIMESTAMP is an instant, so PostgreSQL's timestamp (no time zone) is `TIMESTAMP_NTZ`; extract()
+numbers days of the week from 1 and names the ISO fields differently; a bare DECIMAL means
+DECIMAL(10, 0), so none is ever emitted; its strings compare bytewise by default, which is what
+PostgreSQL's COLLATE "C" asks for.
 """
 
 from __future__ import annotations
@@ -50,7 +60,8 @@ ULP = Decimal(2) ** -53
 # Marker functions, spelled per dialect by `emit`.
 ROUND_HALF_EVEN = "__dpproxy_round_half_even"
 EPOCH_MICROSECONDS = "__dpproxy_epoch_us"
-_MARKERS = (ROUND_HALF_EVEN, EPOCH_MICROSECONDS)
+WIDE_INTEGER = "__dpproxy_wide_integer"
+_MARKERS = (ROUND_HALF_EVEN, EPOCH_MICROSECONDS, WIDE_INTEGER)
 
 
 def cast(value: exp.Expression, type_name: str) -> exp.Expression:
@@ -109,6 +120,12 @@ def epoch_microseconds(value: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this=EPOCH_MICROSECONDS, expressions=[value])
 
 
+def summable_integer(value: exp.Expression) -> exp.Expression:
+    """An integer (bigint) argument of SUM, widened where the engine's sum of bigints could overflow
+    (Spark): SUM(summable_integer(x)) is exact on every engine."""
+    return exp.Anonymous(this=WIDE_INTEGER, expressions=[value])
+
+
 def grid_integer(value: exp.Expression, scale: int, *, double: bool, integer: bool) -> exp.Expression:
     """round(value · 10^scale) as a bigint, computed identically on every engine.
 
@@ -134,14 +151,49 @@ def _spell(node: exp.Expression, dialect: str) -> exp.Expression:
         (value,) = node.expressions
         if dialect == "duckdb":
             return exp.Anonymous(this="ROUND_EVEN", expressions=[value, exp.Literal.number(0)])
+        if dialect == "spark":
+            return exp.Anonymous(this="BROUND", expressions=[value, exp.Literal.number(0)])
         # PostgreSQL's round(double precision) is rint(): halves to even.
         return exp.Round(this=value)
     if isinstance(node, exp.Anonymous) and node.name == EPOCH_MICROSECONDS:
         (value,) = node.expressions
         if dialect == "duckdb":
             return exp.Anonymous(this="EPOCH_US", expressions=[value])
+        if dialect == "spark":
+            # A date or timestamp without time zone read as UTC (the session's time zone).
+            return exp.Anonymous(this="UNIX_MICROS", expressions=[cast(value, "TIMESTAMP")])
         seconds = exp.Extract(this=exp.Var(this="EPOCH"), expression=value)
         return cast(exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000)), "BIGINT")
+    if isinstance(node, exp.Anonymous) and node.name == WIDE_INTEGER:
+        (value,) = node.expressions
+        return cast(value, "DECIMAL(38, 0)") if dialect == "spark" else value
+    return node
+
+
+# PostgreSQL's extract() fields under Spark's names (dow: Spark counts Sunday as 1, PostgreSQL as 0).
+_SPARK_EXTRACT = {"ISODOW": "DAYOFWEEK_ISO", "ISOYEAR": "YEAROFWEEK", "DOW": "DAYOFWEEK"}
+
+
+def _spark_node(node: exp.Expression) -> exp.Expression:
+    """One node of a rewritten tree with PostgreSQL's meaning, in Spark SQL (module docstring)."""
+    if isinstance(node, exp.Div) and node.args.get("typed"):
+        return exp.IntDiv(this=node.this, expression=node.expression)
+    if isinstance(node, exp.DataType):
+        if node.this is exp.DataType.Type.TIMESTAMP:
+            return exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")
+        if node.this is exp.DataType.Type.TIMESTAMPTZ:
+            return exp.DataType.build("TIMESTAMP", dialect="spark")
+        if node.this is exp.DataType.Type.DECIMAL and not node.expressions:
+            return exp.DataType.build(DECIMAL_TYPE)
+    if isinstance(node, exp.Collate) and node.expression.name.upper() == "C":
+        return node.this  # Spark compares strings bytewise (UTF8_BINARY) unless told otherwise
+    if isinstance(node, exp.Extract) and isinstance(node.this, exp.Var):
+        field = node.this.name.upper()
+        if field in _SPARK_EXTRACT:
+            spelled = exp.Extract(this=exp.Var(this=_SPARK_EXTRACT[field]), expression=node.expression)
+            if field == "DOW":
+                return exp.Paren(this=exp.Sub(this=spelled, expression=exp.Literal.number(1)))
+            return spelled
     return node
 
 
@@ -152,10 +204,12 @@ def emit(tree: exp.Expression, dialect: str, **options: object) -> str:
     analyzer emits only constructs whose meaning it fixed (time zones are UTC on every backend),
     and the generated-language tests check that the engines agree on them."""
     markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name in _MARKERS]
-    if markers:
+    if markers or dialect == "spark":
         tree = tree.copy()
         markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name in _MARKERS]
         # Innermost first (reversed pre-order): a marker may hold another in its argument.
         for marker in reversed(markers):
             marker.replace(_spell(marker, dialect))
+        if dialect == "spark":
+            tree = tree.transform(_spark_node, copy=False)
     return tree.sql(dialect, unsupported_level=ErrorLevel.IGNORE, **options)

@@ -30,6 +30,7 @@ from sqlglot import exp
 
 from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy
+from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.public import exposed_table
 from dpproxy.sql.rowexpr import Typed, row_expression
@@ -494,8 +495,10 @@ def _derived_aggregate(
             interval = Interval(-INFINITY, Decimal(0))
         else:
             interval = None
+        # A sum of integers is a bigint on Spark (overflowing where PostgreSQL widens): widened there.
+        summed = numbers.summable_integer(typed.sql) if typed.type.is_integer else typed.sql
         return SourceColumn(column_name, result, interval, grid_scale=scale, fractional=fractional), exp.Sum(
-            this=typed.sql
+            this=summed
         )
     if isinstance(node, exp.Avg):
         return (

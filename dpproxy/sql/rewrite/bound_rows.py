@@ -21,13 +21,15 @@ from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, c
 def salted_hash(salt: str, columns: list[str], dialect: str) -> exp.Expression:
     """A per-row pseudo-random order key from the salt and some columns.
 
-    DuckDB: its native hash() of all arguments. PostgreSQL: hashtextextended (≥ 11; a 64-bit hash,
-    five times cheaper than md5, which doubled the row pipeline's time) of
-    salt || '|' || coalesce(c::text, '') || …. Neither needs to be cryptographic: the choice is a
-    function of one unit's own rows and the plan's salt, which is all the bound relies on.
+    DuckDB: its native hash() of all arguments; Spark: xxhash64 of all arguments. PostgreSQL:
+    hashtextextended (≥ 11; a 64-bit hash, five times cheaper than md5, which doubled the row
+    pipeline's time) of salt || '|' || coalesce(c::text, '') || …. None needs to be cryptographic:
+    the choice is a function of one unit's own rows and the plan's salt, which is all the bound
+    relies on.
     """
-    if dialect == "duckdb":
-        return exp.Anonymous(this="hash", expressions=[exp.Literal.string(salt), *[col(c) for c in columns]])
+    if dialect in ("duckdb", "spark"):
+        name = "hash" if dialect == "duckdb" else "xxhash64"
+        return exp.Anonymous(this=name, expressions=[exp.Literal.string(salt), *[col(c) for c in columns]])
     text: exp.Expression = exp.Literal.string(salt)
     for c in columns:
         value = exp.Coalesce(

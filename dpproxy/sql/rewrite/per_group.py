@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.numbers import summable_integer
 from dpproxy.sql.query import ComponentKind
 from dpproxy.sql.rewrite.state import ROWS, UNITS, RewriteContext, RewriteState, col, component_column
 
@@ -29,9 +30,9 @@ def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         elif component.kind is ComponentKind.UNITS or (component.kind is ComponentKind.ROWS and row_table):
             value = exp.Count(this=exp.Star())
         elif component.kind is ComponentKind.ROWS:
-            value = _zero_if_empty(exp.Sum(this=col(ROWS)))
+            value = _zero_if_empty(exp.Sum(this=summable_integer(col(ROWS))))
         else:
-            value = _zero_if_empty(exp.Sum(this=col(component_column(i))))
+            value = _zero_if_empty(exp.Sum(this=summable_integer(col(component_column(i)))))
         projections.append(exp.alias_(value, component_column(i), quoted=True))
     projections.append(exp.alias_(exp.Count(this=exp.Star()), UNITS, quoted=True))
     final = exp.select(*projections, copy=False).from_(state.current, copy=False)

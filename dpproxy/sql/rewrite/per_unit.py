@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.numbers import summable_integer
 from dpproxy.sql.query import ComponentKind
 from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, col, component_column
 from dpproxy.sql.rowexpr import number_literal
@@ -42,7 +43,7 @@ def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     for i in ctx.valued_components:
         component = query.components[i]
         name = component_column(i)
-        total: exp.Expression = exp.Sum(this=col(name))
+        total: exp.Expression = exp.Sum(this=summable_integer(col(name)))
         lo, hi = component.contribution_range(r)
         if component.kind is ComponentKind.VALUES:
             value: exp.Expression = exp.Least(

@@ -1,0 +1,298 @@
+"""The Apache Spark backend, reached through Spark Connect (`sc://host:port/;token=…;use_ssl=true`).
+
+This module owns the Spark Connect session and the rules every query follows: the session runs with
+`spark.sql.ansi.enabled=true` (overflow and invalid casts fail instead of wrapping or turning NULL)
+and `spark.sql.session.timeZone=UTC` (timestamps truncated, extracted and compared in UTC, as on
+the other backends); each query is one SELECT (checked before it is sent), tagged so that a cancel
+or the time limit interrupts its Spark job (`interruptTag`); results come back as Arrow and are
+turned into the Python values every backend returns (exact decimals kept exact).
+
+It must never add noise or know about policies, and never put the URL's token in a message: a
+Spark error's text is for operators, and even there the token is masked. Spark keeps no unique
+constraints, so `unique_columns` is empty: a policy may vouch for a unique unit itself
+(`unique_unit: true`, docs/backends.md).
+
+The client is `pyspark-client` (the optional extra `dpproxy[spark]`), imported only when a Spark
+backend is opened.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+import uuid
+import warnings
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import sqlglot
+from sqlglot import exp
+
+from dpproxy.backends import (
+    BACKEND_TIMEOUT_HINT,
+    DEFAULT_STATEMENT_TIMEOUT_S,
+    Backend,
+    BackendError,
+    BackendUnreachable,
+    Cancellation,
+    LiveColumn,
+    QueryCancelled,
+    backend_timeout_reason,
+)
+from dpproxy.policy.types import normalise_spark_type
+
+if TYPE_CHECKING:
+    import pyarrow
+
+DEFAULT_STATEMENT_TIMEOUT_MS = round(DEFAULT_STATEMENT_TIMEOUT_S * 1000)
+
+# Settings of the dpproxy session on the Connect server (session-scoped SQL confs).
+SESSION_CONF: dict[str, str] = {
+    "spark.sql.ansi.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    # A rewritten query is one plan: never let Spark fall back to a cartesian-product refusal.
+    "spark.sql.crossJoin.enabled": "true",
+}
+
+# How often the client retries a call the server did not answer (connection refused, server
+# restarting) before the backend counts as unreachable: a few tries within about two seconds,
+# rather than the client's default of 15 tries over minutes.
+_RETRIES = {"max_retries": 4, "initial_backoff": 100, "max_backoff": 1000, "backoff_multiplier": 2.0}
+
+EXTRA_HINT = "install the Spark Connect client with: pip install 'dpproxy[spark]'"
+
+_URL = re.compile(r"^sc://(?P<host>\[[^\]]+\]|[^:/;]+)(?::(?P<port>\d+))?/?(?P<params>(;[^;]*)*)$")
+_TOKEN_PARAM = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)
+
+log = logging.getLogger(__name__)
+
+
+def is_spark_url(dsn: str) -> bool:
+    return dsn.lower().startswith("sc://")
+
+
+def mask_url(url: str) -> str:
+    """The URL with its token replaced by `***`, for messages and logs."""
+    return _TOKEN_PARAM.sub(r"\1***", url)
+
+
+def describe_url(url: str) -> str:
+    """Where a Spark Connect URL points, without its token, for operator messages."""
+    match = _URL.match(url.strip())
+    if match is None:
+        return "the Spark Connect server (unparsable URL)"
+    return f"Spark Connect server at {match['host']}:{match['port'] or 15002}"
+
+
+class SparkBackend(Backend):
+    """One Spark Connect session to a Spark cluster, used by every query (thread-safe: each query
+    carries a tag of its own, set in its own thread)."""
+
+    dialect = "spark"
+    default_schema = "default"
+
+    def __init__(self, url: str, *, statement_timeout_ms: int | None = DEFAULT_STATEMENT_TIMEOUT_MS) -> None:
+        self.description = describe_url(url)
+        self._statement_timeout_ms = statement_timeout_ms or None
+        self._token = _token_of(url)
+        self._errors = client_errors()
+        try:
+            self._session = connect_session(url)
+            # A first round trip: a wrong token or an unreachable server fails here, not mid-query.
+            self._session.sql("SELECT 1").collect()
+        except self._errors as exc:
+            raise BackendUnreachable(
+                f"could not connect to {self.description}: {self._operator_text(exc)}"
+            ) from exc
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _operator_text(self, exc: BaseException) -> str:
+        """An exception's text for the operator's log: its first line, the token masked."""
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if self._token:
+            text = text.replace(self._token, "***")
+        return text[:500]
+
+    def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
+        if cancel is not None and cancel.cancelled:
+            raise QueryCancelled.of(cancel, started=False)
+        _check_single_select(sql)
+        with self._lock:
+            if self._closed:
+                raise BackendUnreachable(f"the connection to {self.description} is closed")
+        tag = f"dpproxy-{uuid.uuid4().hex}"
+        finished = threading.Event()
+        timed_out = threading.Event()
+        timer: threading.Timer | None = None
+        interrupt_lock = threading.Lock()
+
+        def interrupt() -> None:
+            with interrupt_lock:
+                if finished.is_set():
+                    return
+            try:
+                self._session.interruptTag(tag)
+            except self._errors as exc:  # the query then runs to its end or its own failure
+                log.warning("could not interrupt a Spark query: %s", self._operator_text(exc))
+
+        def time_out() -> None:
+            timed_out.set()
+            interrupt()
+
+        self._session.addTag(tag)
+        try:
+            if self._statement_timeout_ms is not None:
+                timer = threading.Timer(self._statement_timeout_ms / 1000, time_out)
+                timer.daemon = True
+                timer.start()
+            if cancel is not None:
+                cancel.attach(interrupt)
+            table = self._session.sql(sql).toArrow()
+        except self._errors as exc:
+            if cancel is not None and cancel.cancelled:
+                raise QueryCancelled.of(cancel, started=True) from exc
+            if timed_out.is_set() and self._statement_timeout_ms is not None:
+                raise QueryCancelled(
+                    "stopped by the backend time limit",
+                    started=True,
+                    reason=backend_timeout_reason(self._statement_timeout_ms / 1000),
+                    hint=BACKEND_TIMEOUT_HINT,
+                ) from exc
+            if _unreachable(exc):
+                raise BackendUnreachable(
+                    f"lost the connection to {self.description}: {self._operator_text(exc)}"
+                ) from exc
+            raise BackendError(f"Spark failed: {self._operator_text(exc)}") from exc
+        finally:
+            if cancel is not None:
+                cancel.detach()
+            with interrupt_lock:
+                finished.set()
+            if timer is not None:
+                timer.cancel()
+            self._session.removeTag(tag)
+        return arrow_rows(table)
+
+    def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
+        """Spark declares no unique or primary keys that it enforces: none."""
+        return {}
+
+    def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
+        """Tables and views of the Spark database `schema` (default: `default`), from the catalog."""
+        database = schema or self.default_schema
+        try:
+            catalog = self._session.catalog
+            if not catalog.databaseExists(database):
+                return {}
+            found: dict[str, list[LiveColumn]] = {}
+            for table in catalog.listTables(database):
+                if table.isTemporary:
+                    continue
+                columns = catalog.listColumns(table.name, database)
+                found[table.name] = [
+                    LiveColumn(c.name, normalise_spark_type(c.dataType), c.dataType) for c in columns
+                ]
+            return found
+        except self._errors as exc:
+            if _unreachable(exc):
+                raise BackendUnreachable(
+                    f"lost the connection to {self.description}: {self._operator_text(exc)}"
+                ) from exc
+            raise BackendError(f"Spark failed to list tables: {self._operator_text(exc)}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._session.stop()
+        except self._errors as exc:
+            log.warning("closing the Spark Connect session failed: %s", self._operator_text(exc))
+
+
+def client_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a Spark Connect call raises (the client's own, and socket errors)."""
+    try:
+        from pyspark.errors import PySparkException
+    except ImportError as exc:
+        raise BackendUnreachable(
+            f"the Spark backend needs the Spark Connect client, which is not installed; {EXTRA_HINT}"
+        ) from exc
+    return (PySparkException, OSError)
+
+
+def connect_session(url: str) -> Any:
+    """A new Spark Connect session at `url` (never a shared one), with SESSION_CONF set and a short
+    retry policy. Raises BackendUnreachable naming the extra when the client is not installed."""
+    if _URL.match(url.strip()) is None:
+        raise ValueError(
+            "the Spark Connect URL is not recognised: give sc://HOST[:PORT][/;token=TOKEN][;use_ssl=true]"
+        )
+    errors = client_errors()
+    with warnings.catch_warnings():
+        # pyspark warns about pandas versions it has not been tested with; dpproxy does not use pandas.
+        warnings.simplefilter("ignore")
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+        from pyspark.sql.connect.session import SparkSession
+    # The client logs every failed query's server stack trace (and its text, which may quote values)
+    # on its own logger; dpproxy logs one masked line per failure instead.
+    logging.getLogger("SQLQueryContextLogger").disabled = True
+    try:
+        session = SparkSession.builder.remote(url.strip()).create()
+    except errors as exc:
+        token = _token_of(url)
+        text = str(exc).replace(token, "***") if token else str(exc)
+        raise BackendUnreachable(f"could not connect to {describe_url(url)}: {text[:300]}") from exc
+    session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
+    for key, value in SESSION_CONF.items():
+        session.conf.set(key, value)
+    return session
+
+
+def _token_of(url: str) -> str | None:
+    for param in url.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "token" and value:
+            return value
+    return None
+
+
+def _check_single_select(sql: str) -> None:
+    """Refuse anything but one query statement: the Spark session could otherwise write."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
+    except sqlglot.errors.SqlglotError as exc:
+        raise BackendError(f"the Spark backend could not read its statement: {exc}") from exc
+    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+        raise BackendError("the backend runs exactly one SELECT statement per call")
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether an error says the server could not be reached (rather than that the query failed)."""
+    status = getattr(exc, "getGrpcStatusCode", None)
+    code = status() if callable(status) else None
+    name = getattr(code, "name", "") or ""
+    text = str(exc)
+    return name in ("UNAVAILABLE", "UNAUTHENTICATED", "PERMISSION_DENIED") or any(
+        marker in text for marker in ("UNAVAILABLE", "failed to connect", "Connection refused")
+    )
+
+
+def arrow_rows(table: pyarrow.Table) -> list[tuple]:
+    """Rows of an Arrow result as the Python values every backend returns: int for integers and for
+    decimals of scale 0, Decimal for other decimals (exact), float, str, bool, date and datetime."""
+    import pyarrow as pa
+
+    columns: list[list[Any]] = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        values = column.to_pylist()
+        if pa.types.is_decimal(field.type) and field.type.scale == 0:
+            values = [int(v) if isinstance(v, Decimal) else v for v in values]
+        elif pa.types.is_timestamp(field.type) and field.type.tz is not None:
+            values = [v.astimezone(dt.UTC) if isinstance(v, dt.datetime) else v for v in values]
+        columns.append(values)
+    return list(zip(*columns, strict=True)) if columns else [() for _ in range(table.num_rows)]
