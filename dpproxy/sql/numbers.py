@@ -33,7 +33,8 @@ fewer than 2^63 rows stay below 10^38); `round` of a double is half-up, so half-
 its TIMESTAMP is an instant, so PostgreSQL's timestamp (no time zone) is `TIMESTAMP_NTZ`; extract()
 numbers days of the week from 1 and names the ISO fields differently; a bare DECIMAL means
 DECIMAL(10, 0), so none is ever emitted; its strings compare bytewise by default, which is what
-PostgreSQL's COLLATE "C" asks for.
+PostgreSQL's COLLATE "C" asks for; its casts to integer types truncate, so a cast of a non-integer
+rounds first (`BROUND` for doubles, `ROUND` — half away from zero — for exact numbers).
 """
 
 from __future__ import annotations
@@ -61,7 +62,14 @@ ULP = Decimal(2) ** -53
 ROUND_HALF_EVEN = "__dpproxy_round_half_even"
 EPOCH_MICROSECONDS = "__dpproxy_epoch_us"
 WIDE_INTEGER = "__dpproxy_wide_integer"
-_MARKERS = (ROUND_HALF_EVEN, EPOCH_MICROSECONDS, WIDE_INTEGER)
+WIDE_DECIMAL = "__dpproxy_wide_decimal"
+ROUNDED_INTEGER = "__dpproxy_rounded_integer"
+_MARKERS = (ROUND_HALF_EVEN, EPOCH_MICROSECONDS, WIDE_INTEGER, WIDE_DECIMAL, ROUNDED_INTEGER)
+
+# No engine counts more rows than a bigint holds: a sum of values below L in magnitude stays below
+# L · 2^63. A sum of decimals is computed in at most 38 digits (DuckDB, and Spark once widened).
+MAX_ROWS = 2**63
+DECIMAL_SUM_LIMIT = Decimal(10) ** (38 - DECIMAL_SCALE) / MAX_ROWS
 
 
 def cast(value: exp.Expression, type_name: str) -> exp.Expression:
@@ -126,6 +134,20 @@ def summable_integer(value: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this=WIDE_INTEGER, expressions=[value])
 
 
+def summable_decimal(value: exp.Expression) -> exp.Expression:
+    """An exact-decimal argument of SUM or AVG (|value| < DECIMAL_SUM_LIMIT, checked by the caller),
+    summed in DECIMAL(38, 10) where the engine would sum it in fewer digits (Spark: p + 10)."""
+    return exp.Anonymous(this=WIDE_DECIMAL, expressions=[value])
+
+
+def integer_cast(value: exp.Expression, to: exp.DataType, *, double: bool) -> exp.Expression:
+    """CAST(value AS an integer type) of a non-integer with PostgreSQL's meaning on every engine: a
+    double rounds half to even, an exact number half away from zero (as PostgreSQL and DuckDB cast;
+    Spark's cast truncates, so there the value is rounded first)."""
+    kind = exp.Literal.string("double" if double else "exact")
+    return exp.Anonymous(this=ROUNDED_INTEGER, expressions=[exp.Cast(this=value, to=to), kind])
+
+
 def grid_integer(value: exp.Expression, scale: int, *, double: bool, integer: bool) -> exp.Expression:
     """round(value · 10^scale) as a bigint, computed identically on every engine.
 
@@ -160,13 +182,28 @@ def _spell(node: exp.Expression, dialect: str) -> exp.Expression:
         if dialect == "duckdb":
             return exp.Anonymous(this="EPOCH_US", expressions=[value])
         if dialect == "spark":
-            # A date or timestamp without time zone read as UTC (the session's time zone).
-            return exp.Anonymous(this="UNIX_MICROS", expressions=[cast(value, "TIMESTAMP")])
+            # A date or timestamp without time zone read as an instant in UTC (the session's time
+            # zone): TIMESTAMPTZ is spelled as Spark's TIMESTAMP, an instant (`_spark_node`).
+            return exp.Anonymous(this="UNIX_MICROS", expressions=[cast(value, "TIMESTAMPTZ")])
         seconds = exp.Extract(this=exp.Var(this="EPOCH"), expression=value)
         return cast(exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000)), "BIGINT")
     if isinstance(node, exp.Anonymous) and node.name == WIDE_INTEGER:
         (value,) = node.expressions
         return cast(value, "DECIMAL(38, 0)") if dialect == "spark" else value
+    if isinstance(node, exp.Anonymous) and node.name == WIDE_DECIMAL:
+        (value,) = node.expressions
+        return cast(value, DECIMAL_TYPE) if dialect == "spark" else value
+    if isinstance(node, exp.Anonymous) and node.name == ROUNDED_INTEGER:
+        integer, kind = node.expressions
+        if dialect == "spark":
+            value = integer.this
+            rounded = (
+                exp.Anonymous(this="BROUND", expressions=[value, exp.Literal.number(0)])
+                if kind.name == "double"
+                else exp.Round(this=value, decimals=exp.Literal.number(0))  # half away from zero
+            )
+            integer.set("this", rounded)
+        return integer
     return node
 
 
@@ -174,8 +211,17 @@ def _spell(node: exp.Expression, dialect: str) -> exp.Expression:
 _SPARK_EXTRACT = {"ISODOW": "DAYOFWEEK_ISO", "ISOYEAR": "YEAROFWEEK", "DOW": "DAYOFWEEK"}
 
 
+# Where a condition stands: Spark refuses an untyped NULL there (PostgreSQL reads it as unknown).
+_CONDITIONS = ((exp.Where, "this"), (exp.Having, "this"), (exp.If, "this"), (exp.Join, "on"))
+
+
 def _spark_node(node: exp.Expression) -> exp.Expression:
     """One node of a rewritten tree with PostgreSQL's meaning, in Spark SQL (module docstring)."""
+    for kind, arg in _CONDITIONS:
+        if isinstance(node, kind) and node.args.get(arg) is not None:
+            condition = node.args[arg].unnest()
+            if isinstance(condition, exp.Null):
+                node.set(arg, cast(exp.Null(), "BOOLEAN"))
     if isinstance(node, exp.Div) and node.args.get("typed"):
         return exp.IntDiv(this=node.this, expression=node.expression)
     if isinstance(node, exp.DataType):
@@ -185,6 +231,25 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
             return exp.DataType.build("TIMESTAMP", dialect="spark")
         if node.this is exp.DataType.Type.DECIMAL and not node.expressions:
             return exp.DataType.build(DECIMAL_TYPE)
+    if isinstance(node, (exp.Left, exp.Right)):
+        count = _integer_constant(node.expression)
+        if count is not None and count < 0:
+            # PostgreSQL: all but the last (left) or first (right) |n| characters; Spark: ''.
+            if isinstance(node, exp.Right):
+                return exp.Substring(this=node.this, start=exp.Literal.number(1 - count))
+            kept = exp.Sub(this=exp.Length(this=node.this.copy()), expression=exp.Literal.number(-count))
+            return exp.Substring(
+                this=node.this,
+                start=exp.Literal.number(1),
+                length=exp.Greatest(this=kept, expressions=[exp.Literal.number(0)]),
+            )
+    if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like):
+        pattern, escape = node.this.expression, node.expression
+        if isinstance(pattern, exp.Literal) and isinstance(escape, exp.Literal) and len(escape.name) == 1:
+            node.this.set("expression", exp.Literal.string(_spark_like_pattern(pattern.name, escape.name)))
+    if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.TEXT_TYPES) and _is_instant(node.this):
+        # PostgreSQL writes a timestamptz with its offset (UTC here: +00); Spark writes none.
+        return exp.Concat(expressions=[node, exp.Literal.string("+00")], safe=True)
     if isinstance(node, exp.Collate) and node.expression.name.upper() == "C":
         return node.this  # Spark compares strings bytewise (UTF8_BINARY) unless told otherwise
     if isinstance(node, exp.Extract) and isinstance(node.this, exp.Var):
@@ -195,6 +260,50 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
                 return exp.Paren(this=exp.Sub(this=spelled, expression=exp.Literal.number(1)))
             return spelled
     return node
+
+
+def _integer_constant(node: exp.Expression) -> int | None:
+    negative = isinstance(node, exp.Neg)
+    literal = node.this if negative else node
+    if isinstance(literal, exp.Literal) and literal.is_int:
+        return -int(literal.name) if negative else int(literal.name)
+    return None
+
+
+def _spark_like_pattern(pattern: str, escape: str) -> str:
+    """A LIKE pattern with PostgreSQL's meaning on Spark, which refuses an escape character before
+    anything but a wildcard or itself (PostgreSQL reads it as the character that follows)."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == escape and i + 1 < len(pattern):
+            following = pattern[i + 1]
+            out.append(char + following if following in ("%", "_", escape) else following)
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _is_instant(node: exp.Expression) -> bool:
+    """Whether a node is typed as PostgreSQL's timestamptz (`typed_node`)."""
+    return node.type is not None and node.type.this is exp.DataType.Type.TIMESTAMPTZ
+
+
+def _spark_tree(tree: exp.Expression) -> exp.Expression:
+    """`_spark_node` on every node, children before their parent (so a node replaced keeps its
+    subtree spelled too; sqlglot's transform skips the subtree of a node it replaced)."""
+    for node in reversed(list(tree.walk())):
+        parent, key, index = node.parent, node.arg_key, node.index
+        spelled = _spark_node(node)  # may hold `node` itself, which then has a new parent
+        if spelled is node:
+            continue
+        if parent is None:
+            tree = spelled
+        else:
+            parent.set(key, spelled, index)
+    return tree
 
 
 def emit(tree: exp.Expression, dialect: str, **options: object) -> str:
@@ -211,5 +320,5 @@ def emit(tree: exp.Expression, dialect: str, **options: object) -> str:
         for marker in reversed(markers):
             marker.replace(_spell(marker, dialect))
         if dialect == "spark":
-            tree = tree.transform(_spark_node, copy=False)
+            tree = _spark_tree(tree)
     return tree.sql(dialect, unsupported_level=ErrorLevel.IGNORE, **options)

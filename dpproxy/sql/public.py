@@ -2,7 +2,8 @@
 
 Used for queries that read public tables only, and for `… IN (SELECT col FROM public_table …)`
 inside a private query: public data is fixed, so filtering by it adds no sensitivity. Such SQL
-may call the functions listed here and nothing else (it runs on the backend as written).
+may call the functions listed here and nothing else (it runs on the backend as written, in the
+backend's dialect: `backend_sql`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from sqlglot import exp
 
 from dpproxy.errors import NotSupported, PolicyViolation
 from dpproxy.policy import Policy, TablePolicy
+from dpproxy.sql import numbers
 from dpproxy.sql.names import check_database, check_schema, function_name, identifier_name, table_schemas
 
 PUBLIC_FUNCTIONS: tuple[type[exp.Expression], ...] = (
@@ -75,3 +77,25 @@ def physical_tables(tree: exp.Expression, policy: Policy) -> exp.Expression:
             table = exposed_table(node, policy)
             node.set("db", exp.to_identifier(table.schema, quoted=True) if table.schema else None)
     return tree
+
+
+def backend_sql(tree: exp.Expression, dialect: str) -> str:
+    """The SQL text a public query runs as on a backend of `dialect` (`tree` typed by
+    annotate_types, as analyze_public leaves it). On Spark, spelled with PostgreSQL's meaning where
+    the transpiled text would change it: a quotient of integers is integer division (`DIV`), a cast
+    of a non-integer to an integer type rounds (half away from zero) instead of truncating, and the
+    spellings of `numbers.emit` (timestamp types, extract fields, NULL conditions)."""
+    if dialect != "spark":
+        return tree.sql(dialect)
+    tree = tree.copy()
+    for node in list(tree.find_all(exp.Div)):
+        integers = all(_typed(side, exp.DataType.INTEGER_TYPES) for side in (node.this, node.expression))
+        node.set("typed", integers)
+    for node in list(tree.find_all(exp.Cast)):
+        if node.to.is_type(*exp.DataType.INTEGER_TYPES) and _typed(node.this, exp.DataType.REAL_TYPES):
+            node.set("this", exp.Round(this=node.this, decimals=exp.Literal.number(0)))
+    return numbers.emit(tree, "spark")
+
+
+def _typed(node: exp.Expression, kinds: set[exp.DataType.Type]) -> bool:
+    return node.type is not None and node.type.is_type(*kinds)

@@ -487,6 +487,20 @@ def _derived_aggregate(
     scale = DEFAULT_GRID_SCALE if typed.type.is_float or typed.type is PgType.NUMERIC else 0
     fractional = scale > 0
     interval = typed.interval if typed.interval is not None and typed.interval.finite else None
+    argument = typed.sql
+    if typed.type.is_integer and isinstance(node, exp.Sum):
+        # A sum of integers is a bigint on Spark (overflowing where PostgreSQL widens): widened there.
+        argument = numbers.summable_integer(typed.sql)
+    elif typed.type is PgType.NUMERIC and isinstance(node, (exp.Sum, exp.Avg)):
+        # Whether a sum of decimals overflows (DuckDB's and Spark's 38 digits) must not depend on
+        # the data: the bound alone has to keep it in range, however many rows the person has.
+        if interval is None or interval.magnitude >= numbers.DECIMAL_SUM_LIMIT:
+            raise NotSupported(
+                f"{node.sql('postgres')} in a per-person subquery could overflow",
+                hint=f"bound what it sums below {numbers.DECIMAL_SUM_LIMIT:.0f} in magnitude "
+                "(declare tighter column bounds in the policy)",
+            )
+        argument = numbers.summable_decimal(typed.sql)
     if isinstance(node, exp.Sum):
         result = sum_result(typed.type)
         if interval is not None and interval.lo >= 0:
@@ -495,17 +509,15 @@ def _derived_aggregate(
             interval = Interval(-INFINITY, Decimal(0))
         else:
             interval = None
-        # A sum of integers is a bigint on Spark (overflowing where PostgreSQL widens): widened there.
-        summed = numbers.summable_integer(typed.sql) if typed.type.is_integer else typed.sql
         return SourceColumn(column_name, result, interval, grid_scale=scale, fractional=fractional), exp.Sum(
-            this=summed
+            this=argument
         )
     if isinstance(node, exp.Avg):
         return (
             SourceColumn(
                 column_name, avg_result(typed.type), interval, grid_scale=scale, fractional=fractional
             ),
-            exp.Avg(this=typed.sql),
+            exp.Avg(this=argument),
         )
     aggregate = exp.Min(this=typed.sql) if isinstance(node, exp.Min) else exp.Max(this=typed.sql)
     return SourceColumn(column_name, typed.type, interval, grid_scale=scale, fractional=fractional), aggregate

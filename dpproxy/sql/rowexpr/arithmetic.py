@@ -397,8 +397,12 @@ class ArithmeticRules:
                     f"({self.scope.clause})",
                     hint="declare bounds for the column in the policy, or cast to numeric",
                 )
-            # Doubles round halves to even, exact numbers away from zero: alike on both engines.
+            # Doubles round halves to even, exact numbers away from zero: alike on every engine.
             sql = exp.Cast(this=inner.sql, to=canonical_type(to, target))
+            if inner.double or not inner.type.is_integer:
+                sql = numbers.integer_cast(
+                    inner.sql, canonical_type(to, target), double=inner.double or inner.type.is_float
+                )
             return Typed(typed_node(sql, target), target, interval, inner.uses_unit, inner.constant)
         if target.is_float:
             return dataclasses.replace(

@@ -1,15 +1,20 @@
-"""Generated databases loaded into raw (test-only, unlocked) DuckDB and PostgreSQL connections.
+"""Generated databases loaded into raw (test-only, unlocked) DuckDB, PostgreSQL and Spark connections.
 
 `Loaded.run(sql, without)` runs one statement on the database D, or on D minus one person (their
 rows deleted inside a transaction that is rolled back), which is how the sensitivity certificate
-walks the neighbours. `RawBackend` lets an Engine use such a connection for the public queries it
+walks the neighbours. Spark has no transactions: a database is loaded into a Spark database of its
+own (`lang_<name>`), and the session reads it through temporary views named like the tables
+(unqualified names resolve to a temporary view first), which leave out the rows of the person a
+session variable names (none: D itself). `RawBackend` lets an Engine use such a connection for the public queries it
 runs itself (subqueries over public tables are answered first), and records every statement, so a
 test can tell whether a refused query reached the data.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import re
 from decimal import Decimal
 
 import duckdb
@@ -25,19 +30,42 @@ def _normalise(value: object) -> object:
     return value
 
 
+# The schema's column types as Spark spells them (PostgreSQL's timestamp has no time zone).
+SPARK_TYPES = {
+    "INTEGER": "INT",
+    "BIGINT": "BIGINT",
+    "NUMERIC(12, 2)": "DECIMAL(12, 2)",
+    "DOUBLE PRECISION": "DOUBLE",
+    "REAL": "FLOAT",
+    "VARCHAR": "STRING",
+    "DATE": "DATE",
+    "BOOLEAN": "BOOLEAN",
+    "TIMESTAMP": "TIMESTAMP_NTZ",
+    "TIMESTAMPTZ": "TIMESTAMP",
+}
+
+
+def _unit_column(table: str) -> str:
+    return "rid" if table == "survey" else "patient_id"
+
+
 class Loaded:
-    """One database in one engine."""
+    """One database in one engine (for Spark, `conn` is a Spark Connect session of its own)."""
 
     def __init__(self, kind: str, conn) -> None:
         self.kind = kind
         self.conn = conn
         self.db: Database | None = None
+        self._without: int | None = None  # the person the Spark views leave out
 
     @property
     def mark(self) -> str:
         return "%s" if self.kind == "postgres" else "?"
 
     def load(self, db: Database) -> None:
+        if self.kind == "spark":
+            self._load_spark(db)
+            return
         run = self.conn.execute
         if self.kind == "postgres":
             run("SET TIME ZONE 'UTC'")
@@ -55,20 +83,80 @@ class Loaded:
                 self.conn.executemany(sql, rows)
         self.db = db
 
+    def _load_spark(self, db: Database) -> None:
+        """Each table written into the Spark database `lang_<name>` (replaced), from Arrow columns of
+        Spark's types; values Spark cannot hold (infinite dates, years past 9999) are refused."""
+        import pyarrow as pa
+
+        arrow_types = {
+            "INTEGER": pa.int32(),
+            "BIGINT": pa.int64(),
+            "NUMERIC(12, 2)": pa.decimal128(12, 2),
+            "DOUBLE PRECISION": pa.float64(),
+            "REAL": pa.float32(),
+            "VARCHAR": pa.string(),
+            "DATE": pa.date32(),
+            "BOOLEAN": pa.bool_(),
+            "TIMESTAMP": pa.timestamp("us"),
+            "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
+        }
+        database = "lang_" + re.sub(r"\W", "_", db.name)
+        self.conn.sql(f"CREATE DATABASE IF NOT EXISTS {database}").collect()
+        for table, columns in TABLES.items():
+            for row in db.rows[table]:
+                for value, (column, pg_type) in zip(row, columns, strict=True):
+                    # Dates and times given as text are the ones Python cannot hold (schema.py).
+                    if pg_type in ("DATE", "TIMESTAMP", "TIMESTAMPTZ") and isinstance(value, str):
+                        raise ValueError(f"Spark cannot hold {table}.{column} = {value!r} ({db.name})")
+            target = f"{database}.{table}"
+            self.conn.sql(f"DROP TABLE IF EXISTS {target}").collect()
+            spelled = ", ".join(f"{c} {SPARK_TYPES[t]}" for c, t in columns)
+            self.conn.sql(f"CREATE TABLE {target} ({spelled}) USING parquet").collect()
+            rows = db.rows[table]
+            if rows:
+                arrays = [
+                    pa.array([self._spark_value(r[i], t) for r in rows], type=arrow_types[t])
+                    for i, (_, t) in enumerate(columns)
+                ]
+                data = pa.Table.from_arrays(arrays, names=[c for c, _ in columns])
+                self.conn.createDataFrame(data).write.insertInto(target)
+        self.conn.sql("DECLARE OR REPLACE VARIABLE lang_without INT DEFAULT NULL").collect()
+        for table in TABLES:
+            source = f"SELECT * FROM {database}.{table}"
+            if table in PROTECTED:
+                source += f" WHERE lang_without IS NULL OR NOT ({_unit_column(table)} <=> lang_without)"
+            self.conn.sql(f"CREATE OR REPLACE TEMPORARY VIEW {table} AS {source}").collect()
+        self._without = None
+        self.db = db
+
+    @staticmethod
+    def _spark_value(value: object, pg_type: str) -> object:
+        if pg_type == "TIMESTAMPTZ" and isinstance(value, dt.datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value
+
+    def _spark_views(self, without: int | None) -> None:
+        """The temporary views over D, or over D minus person `without`."""
+        if self._without != without:
+            value = "NULL" if without is None else str(int(without))
+            self.conn.sql(f"SET VARIABLE lang_without = {value}").collect()
+            self._without = without
+
     def _row(self, row: tuple) -> tuple:
         # PostgreSQL's float8 takes NaN and infinities from psycopg as floats already.
         return tuple(float(v) if isinstance(v, float) and not math.isfinite(v) else v for v in row)
 
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         """Rows of `sql` on D, or on D minus person `without` (a patient id or a survey rid)."""
+        if self.kind == "spark":
+            from dpproxy.backends.spark import arrow_rows
+
+            self._spark_views(without)
+            return [tuple(_normalise(v) for v in row) for row in arrow_rows(self.conn.sql(sql).toArrow())]
         if without is None:
             return [tuple(_normalise(v) for v in row) for row in self.conn.execute(sql).fetchall()]
         deletes = [
-            (
-                f"DELETE FROM {table} WHERE {'rid' if table == 'survey' else 'patient_id'} = {self.mark}",
-                without,
-            )
-            for table in PROTECTED
+            (f"DELETE FROM {table} WHERE {_unit_column(table)} = {self.mark}", without) for table in PROTECTED
         ]
         if self.kind == "postgres":
             with self.conn.transaction(force_rollback=True):
@@ -92,7 +180,7 @@ class RawBackend(Backend):
     def __init__(self, loaded: Loaded) -> None:
         self.loaded = loaded
         self.dialect = loaded.kind
-        self.default_schema = "public" if loaded.kind == "postgres" else "main"
+        self.default_schema = {"postgres": "public", "spark": "default"}.get(loaded.kind, "main")
         self.statements: list[str] = []
 
     def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:

@@ -1,11 +1,13 @@
 """What must hold for every generated statement (the checks of tests/sql/test_language.py).
 
 For a statement S and the adversarial databases:
-  1. S is refused with a documented SQLSTATE — the same on both dialects, and before any statement
-     that reads a protected table reached a backend — or it is accepted on both;
-  2. accepted, its rewritten SQL runs without error on DuckDB and on PostgreSQL, on every database;
-  3. with limits no generated person reaches (so no per-person choice drops anything), DuckDB and
-     PostgreSQL give identical pre-noise values and group sets;
+  1. S is refused with a documented SQLSTATE — the same on every dialect, and before any statement
+     that reads a protected table reached a backend — or it is accepted on all; Spark alone may
+     refuse a construct it cannot give PostgreSQL's meaning (0A000, "… on the Spark backend");
+  2. accepted, its rewritten SQL runs without error on DuckDB and on PostgreSQL (and Spark, when the
+     databases are loaded there too), on every database;
+  3. with limits no generated person reaches (so no per-person choice drops anything), every
+     backend gives the pre-noise values and group sets DuckDB gives;
   4. the sensitivity certificate holds on neighbouring databases (each person removed, including the
      person with very many rows and the person alone in a group): every pre-noise component moves
      by at most its declared sensitivity, no person changes more than max_groups groups;
@@ -57,18 +59,25 @@ DOCUMENTED_SQLSTATES = {
 
 @dataclass
 class Backends:
-    """One database loaded in both engines, with an Engine per policy and dialect over it."""
+    """One database loaded in each engine, with an Engine per policy and dialect over it."""
 
     name: str
     duckdb: Loaded
     postgres: Loaded | None
+    spark: Loaded | None = None
     engines: dict[tuple[str, str], Engine] = field(default_factory=dict)  # (policy, dialect)
 
     @staticmethod
-    def build(name: str, duckdb: Loaded, postgres: Loaded | None, policies: dict[str, Policy]) -> Backends:
-        backends = Backends(name, duckdb, postgres)
+    def build(
+        name: str,
+        duckdb: Loaded,
+        postgres: Loaded | None,
+        policies: dict[str, Policy],
+        spark: Loaded | None = None,
+    ) -> Backends:
+        backends = Backends(name, duckdb, postgres, spark)
         for label, policy in policies.items():
-            for loaded in (duckdb, postgres):
+            for loaded in (duckdb, postgres, spark):
                 if loaded is not None:
                     backends.engines[(label, loaded.kind)] = Engine(policy, RawBackend(loaded))
         db = duckdb.db
@@ -76,7 +85,7 @@ class Backends:
         if db.one_row_per_person:
             # The database keeps one row per person in each protected table: the plans that trust an
             # enforced-unique unit (no per-person bounding, r = g = 1) are certified on it too.
-            for loaded in (duckdb, postgres):
+            for loaded in (duckdb, postgres, spark):
                 if loaded is not None:
                     backends.engines[("unique", loaded.kind)] = Engine(
                         policies["limits"],
@@ -89,7 +98,7 @@ class Backends:
         return backends
 
     def loaded(self, dialect: str) -> Loaded:
-        chosen = self.duckdb if dialect == "duckdb" else self.postgres
+        chosen = {"duckdb": self.duckdb, "postgres": self.postgres, "spark": self.spark}[dialect]
         assert chosen is not None
         return chosen
 
@@ -114,7 +123,7 @@ def _plan(engine: Engine, query: Generated) -> Plan | DPProxyError | None:
         return error
 
 
-def _same_exact_groups(a: ExactGroups, b: ExactGroups) -> str | None:
+def _same_exact_groups(a: ExactGroups, b: ExactGroups, names: tuple[str, str]) -> str | None:
     left = {
         k: (c, u, h)
         for k, c, u, h in zip(
@@ -128,10 +137,10 @@ def _same_exact_groups(a: ExactGroups, b: ExactGroups) -> str | None:
         )
     }
     if set(left) != set(right):
-        return f"group sets differ: only duckdb {sorted(map(repr, set(left) - set(right)))[:5]}, only postgres {sorted(map(repr, set(right) - set(left)))[:5]}"
+        return f"group sets differ: only {names[0]} {sorted(map(repr, set(left) - set(right)))[:5]}, only {names[1]} {sorted(map(repr, set(right) - set(left)))[:5]}"
     for key, value in left.items():
         if value != right[key]:
-            return f"group {key!r}: duckdb {value} != postgres {right[key]}"
+            return f"group {key!r}: {names[0]} {value} != {names[1]} {right[key]}"
     return None
 
 
@@ -141,7 +150,7 @@ def check(
     """The failures of one statement over the databases (see the module docstring)."""
     failures: list[str] = []
     first = databases[0]
-    dialects = [d for d in ("duckdb", "postgres") if (("limits", d) in first.engines)]
+    dialects = [d for d in ("duckdb", "postgres", "spark") if (("limits", d) in first.engines)]
     outcomes: dict[str, Plan | DPProxyError | None] = {}
     for dialect in dialects:
         engine = first.engines[("limits", dialect)]
@@ -153,6 +162,15 @@ def check(
         assert isinstance(backend, RawBackend)
         if isinstance(outcomes[dialect], DPProxyError) and backend.touched_protected_data():
             failures.append(f"refused on {dialect} after reading protected data: {backend.statements}")
+    spark = outcomes.get("spark")
+    if isinstance(spark, DPProxyError) and len(outcomes) > 1:
+        others = [o for d, o in outcomes.items() if d != "spark"]
+        if not any(isinstance(o, DPProxyError) for o in others):
+            if spark.sqlstate != "0A000" or "on the Spark backend" not in str(spark):
+                return [*failures, f"refused on Spark only, not as a Spark limit: {spark.sqlstate} {spark}"]
+            # A construct Spark cannot give PostgreSQL's meaning: the others still agree.
+            dialects.remove("spark")
+            del outcomes["spark"]
     refused = {d: o for d, o in outcomes.items() if isinstance(o, DPProxyError)}
     if all(o is None for o in outcomes.values()):
         return failures
@@ -190,9 +208,13 @@ def check(
                 )
                 continue
             loaded = db.loaded(dialect)
+            # Spark queries are slow: the plan that bounds persons runs there on the first database
+            # (the one with persons to bound) and where it is certified; agreement needs `high` only.
+            bounded = dialect != "spark" or db is first or dialect in certify_on
             try:
-                rows = [loaded.run(sql) for sql in plan.statements]
-                plan.measure(*rows)
+                rows = [loaded.run(sql) for sql in plan.statements] if bounded else []
+                if bounded:
+                    plan.measure(*rows)
                 measured[dialect] = high.measure(*(loaded.run(sql) for sql in high.statements))
             except Exception as error:
                 failures.append(
@@ -200,7 +222,8 @@ def check(
                 )
                 continue
             failures.extend(_public_keys(plan, measured[dialect], f"{db.name}/{dialect}"))
-            failures.extend(_order_of_released_rows(plan, plan.measure(*rows), f"{db.name}/{dialect}"))
+            if bounded:
+                failures.extend(_order_of_released_rows(plan, plan.measure(*rows), f"{db.name}/{dialect}"))
             if dialect in certify_on:
                 try:
                     certify(plan, loaded.run, db.persons())
@@ -220,10 +243,11 @@ def check(
                         failures.append(f"certificate fails with enforced-unique units on {db.name}: {error}")
                     except Exception as error:
                         failures.append(f"enforced-unique plan fails on {db.name}/{dialect}: {error}")
-        if len(measured) == 2:
-            difference = _same_exact_groups(measured["duckdb"], measured["postgres"])
-            if difference:
-                failures.append(f"backends disagree on {db.name}: {difference}")
+        if "duckdb" in measured:
+            for other in (d for d in dialects if d != "duckdb" and d in measured):
+                difference = _same_exact_groups(measured["duckdb"], measured[other], ("duckdb", other))
+                if difference:
+                    failures.append(f"backends disagree on {db.name}: {difference}")
     return failures
 
 

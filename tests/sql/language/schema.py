@@ -293,3 +293,26 @@ def one_row_each(seed: int) -> Database:
     ]
     db.rows["zip_info"] = adversarial(seed).rows["zip_info"]
     return db
+
+
+def representable_in_spark(db: Database) -> Database:
+    """The database with the dates and times Spark cannot hold (±infinity, years past 9999) moved to
+    the ends of Spark's range (years 1 and 9999), which every engine holds: the same extremes, loaded
+    alike into DuckDB, PostgreSQL and Spark."""
+    latest = {"DATE": dt.date(9999, 12, 31), "TIMESTAMP": dt.datetime(9999, 12, 31, 23, 59, 59, 999999)}
+    earliest = {"DATE": dt.date(1, 1, 1), "TIMESTAMP": dt.datetime(1, 1, 1)}
+
+    def held(value: object, pg_type: str) -> object:
+        if pg_type not in latest or not isinstance(value, str):
+            return value
+        if value.startswith("-infinity") or value.startswith("0001-"):
+            return earliest[pg_type]
+        return latest[pg_type]
+
+    rows = {
+        table: [
+            tuple(held(v, t) for v, (_, t) in zip(row, TABLES[table], strict=True)) for row in db.rows[table]
+        ]
+        for table in TABLES
+    }
+    return Database(db.name, rows, db.one_row_per_person)
