@@ -49,6 +49,8 @@ def _run(action: Callable[[], None]) -> None:
         action()
     except DPProxyError as e:
         fail(e)
+    except BackendError as e:  # its text names where the DSN points, never its password or token
+        fail(BackendUnavailable(str(e)))
 
 
 def parse_param(text: str) -> object:
@@ -89,6 +91,10 @@ def format_table(names: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+BACKEND_HELP = (
+    "postgresql://… DSN, a DuckDB file path, or a Spark Connect URL sc://HOST:15002/;token=…;use_ssl=true."
+)
+
 policy_option = click.option(
     "--policy",
     "policy_path",
@@ -111,7 +117,7 @@ def _ledger_spec(ledger: str | None) -> str:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="dpproxy")
 def main() -> None:
-    """dpproxy: differentially private SQL over PostgreSQL or DuckDB.
+    """dpproxy: differentially private SQL over PostgreSQL, DuckDB or Apache Spark.
 
     Analysts send ordinary SQL; dpproxy bounds each person's contribution, adds calibrated noise and
     charges the analyst's privacy budget. Start with `dpproxy demo` and connect with psql, or serve
@@ -121,7 +127,7 @@ def main() -> None:
 
 @main.command()
 @policy_option
-@click.option("--backend", required=True, help="postgresql://… DSN, or a DuckDB file path.")
+@click.option("--backend", required=True, help=BACKEND_HELP)
 @click.option("--analyst", required=True, help="Analyst name from the policy (whose budget is charged).")
 @click.option("--epsilon", type=float, default=None, help="Per-query ε, within the policy's limits.")
 @click.option("--param", "params", multiple=True, help="Value for $1, $2, … (repeat in order).")
@@ -151,10 +157,14 @@ def query(
 
 @main.command()
 @policy_option
-@click.option("--backend", default=None, help="Optional: check the policy against it and emit its dialect.")
+@click.option(
+    "--backend",
+    default=None,
+    help="Optional: check the policy against it and emit its dialect (PostgreSQL, DuckDB or sc://… Spark).",
+)
 @click.option(
     "--dialect",
-    type=click.Choice(["postgres", "duckdb"]),
+    type=click.Choice(["postgres", "duckdb", "spark"]),
     default=None,
     help="SQL dialect to show when no backend is given [default: postgres].",
 )
@@ -256,7 +266,11 @@ def policy() -> None:
 
 @policy.command("check")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--backend", default=None, help="Also check tables, columns and types against this database.")
+@click.option(
+    "--backend",
+    default=None,
+    help="Also check tables, columns and types against this database (a DSN, DuckDB file or sc://… URL).",
+)
 def policy_check(file: Path, backend: str | None) -> None:
     """Validate a policy file (and, with --backend, against the live schema)."""
     from dpproxy.backends import open_backend
@@ -265,6 +279,10 @@ def policy_check(file: Path, backend: str | None) -> None:
     def action() -> None:
         loaded = load_policy(file)
         click.echo(f"{file}: OK ({len(loaded.tables)} table(s), {len(loaded.analysts)} analyst(s))")
+        for table in loaded.tables:
+            vouched = table.vouched()
+            if vouched:
+                click.echo(f"  note: {vouched}")
         if backend:
             with open_backend(backend) as db:
                 live = {}
@@ -282,7 +300,7 @@ def policy_check(file: Path, backend: str | None) -> None:
                 for p in problems:
                     click.echo(f"  - {p}", err=True)
                 raise SystemExit(1)
-            click.echo(f"{file}: matches the schema of {backend}")
+            click.echo(f"{file}: matches the schema of {_shown_backend(backend)}")
 
     _run(action)
 
@@ -319,8 +337,16 @@ def policy_passwd(password_stdin: bool, md5_user: str | None) -> None:
 
 
 @policy.command("init")
-@click.option("--backend", required=True, help="Database to read tables and columns from.")
-@click.option("--schema", default=None, help="Schema to read [default: the backend's default].")
+@click.option(
+    "--backend",
+    required=True,
+    help="Database to read tables and columns from (a DSN, DuckDB file or sc://… URL).",
+)
+@click.option(
+    "--schema",
+    default=None,
+    help="Schema to read (on Spark: the database) [default: the backend's default: public, main or default].",
+)
 def policy_init(backend: str, schema: str | None) -> None:
     """Print a draft policy for a database's tables, to edit and check."""
     from dpproxy.backends import open_backend
@@ -328,7 +354,10 @@ def policy_init(backend: str, schema: str | None) -> None:
 
     def action() -> None:
         with open_backend(backend) as db:
-            click.echo(draft_policy(db.tables(schema)))
+            tables = db.tables(schema)
+            if schema and schema != db.default_schema:  # the draft names the schema on each table
+                tables = {f"{schema}.{name}": columns for name, columns in tables.items()}
+            click.echo(draft_policy(tables))
 
     _run(action)
 
@@ -366,8 +395,12 @@ backend_timeout_option = click.option(
 
 def served_database(backend: str) -> str:
     """The database name `serve` answers to by default: the PostgreSQL DSN's dbname (else libpq's
-    default, the user name), or a DuckDB file's name without its extension."""
+    default, the user name), `spark` for a Spark Connect URL (which names no database), or a DuckDB
+    file's name without its extension."""
     from dpproxy.backends import _PG_KEYWORDS, _PG_URL
+
+    if _is_spark(backend):
+        return SPARK_DATABASE
 
     if _PG_URL.match(backend) or _PG_KEYWORDS.search(backend):
         import getpass
@@ -386,6 +419,27 @@ def served_database(backend: str) -> str:
             or getpass.getuser()
         )
     return Path(backend.removeprefix("duckdb:")).stem
+
+
+SPARK_DATABASE = "spark"  # what `serve --backend sc://…` answers to without --database
+
+
+def _is_spark(backend: str) -> bool:
+    return backend.strip().lower().startswith("sc://")
+
+
+def _shown_backend(backend: str) -> str:
+    """A backend DSN as it may be printed: a PostgreSQL password or a Spark token masked."""
+    if _is_spark(backend):
+        from dpproxy.backends.spark import mask_url
+
+        return mask_url(backend)
+    if _PG_DSN.match(backend) or "=" in backend:
+        return mask_dsn(backend)
+    return backend
+
+
+_PG_DSN = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 
 
 def mask_dsn(dsn: str) -> str:
@@ -425,7 +479,7 @@ host_option = click.option(
 
 @main.command()
 @policy_option
-@click.option("--backend", required=True, help="postgresql://… DSN, or a DuckDB file path.")
+@click.option("--backend", required=True, help=BACKEND_HELP)
 @host_option
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
@@ -462,7 +516,8 @@ host_option = click.option(
     "--database",
     default=None,
     help="The database name clients connect to (others get 3D000), which current_database() returns "
-    "[default: the backend's: the DSN's dbname for PostgreSQL, the file name without extension for DuckDB].",
+    "[default: the backend's: the DSN's dbname for PostgreSQL, the file name without extension for DuckDB, "
+    "spark for Spark].",
 )
 def serve(
     policy_path: Path,
@@ -505,6 +560,11 @@ def serve(
         fail(BackendUnavailable(str(e)))
     except ValueError as e:  # an unrecognised DSN (never echoed: it may hold a password)
         raise click.UsageError(str(e)) from None
+
+    for table in engine.policy.tables:
+        vouched = table.vouched()
+        if vouched:
+            click.echo(f"dpproxy: note: {vouched}", err=True)
 
     def announce(server: Server) -> None:
         tls = "TLS available" if tls_cert else "no TLS"
@@ -569,6 +629,20 @@ def demo_policy_path() -> Iterator[Path]:
     default=None,
     help="With --init: also load the demo tables into this PostgreSQL database.",
 )
+@click.option(
+    "--spark",
+    "spark_url",
+    default=None,
+    metavar="URL",
+    help="With --init: also load the demo tables into a Spark database (--spark-database) through this "
+    "Spark Connect URL (sc://HOST:15002/;token=…), and write DIR/demo-spark.yaml, the demo policy for it.",
+)
+@click.option(
+    "--spark-database",
+    default="demo",
+    show_default=True,
+    help="With --spark: the Spark database the demo tables are loaded into (replaced if present).",
+)
 @host_option
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
@@ -580,6 +654,8 @@ def demo(
     persons: int,
     seed: int,
     postgres_dsn: str | None,
+    spark_url: str | None,
+    spark_database: str,
     host: str,
     port: int,
     backend_timeout: float,
@@ -587,7 +663,8 @@ def demo(
     """Serve generated sample data (patients, visits, zip_info) for psql and other clients.
 
     Builds the data on first use, then serves it on embedded DuckDB with the demo policy. With
-    --init DIR, only builds the data (and with --postgres, loads it into PostgreSQL too).
+    --init DIR, only builds the data (and with --postgres or --spark, loads it into PostgreSQL or
+    Spark too).
     """
     import psycopg
 
@@ -606,9 +683,13 @@ def demo(
                 )
                 sys.exit(1)
             click.echo(f"loaded into {mask_dsn(postgres_dsn)}")
+        if spark_url:
+            _demo_into_spark(path, init_dir, spark_url, spark_database)
         return
     if postgres_dsn:
         raise click.UsageError("--postgres is only used with --init")
+    if spark_url:
+        raise click.UsageError("--spark is only used with --init")
 
     from dpproxy.backends import open_backend
     from dpproxy.engine import Engine
@@ -646,6 +727,62 @@ def demo(
         click.echo("\n".join(lines))
 
     _serve(engine, ServerConfig(host=host, port=port, database=DEMO_DATABASE), announce)
+
+
+SPARK_DEMO_POLICY = "demo-spark.yaml"
+
+
+def _demo_into_spark(path: Path, directory: Path, url: str, database: str) -> None:
+    """Load the demo into the Spark database `database`, write the demo policy pointing at it, and
+    say how to serve it (the token masked: the operator puts their own back)."""
+    from dpproxy.backends.spark import client_errors, mask_url, operator_text, token_of
+    from dpproxy.demo import load_into_spark
+    from dpproxy.policy.model import is_valid_name
+
+    if not is_valid_name(database):
+        raise click.UsageError("--spark-database must be lowercase letters, digits and _")
+    shown = mask_url(url)
+    try:
+        errors = client_errors()
+    except BackendError as e:
+        fail(BackendUnavailable(str(e)))
+    try:
+        load_into_spark(path, url, database=database, progress=_delayed_progress("loading into Spark"))
+    except (BackendError, ValueError) as e:  # neither text holds the token
+        click.echo(f"ERROR: could not load the demo into Spark: {e}", err=True)
+        sys.exit(1)
+    except errors as e:
+        click.echo(f"ERROR: could not load the demo into Spark: {operator_text(e, token_of(url))}", err=True)
+        sys.exit(1)
+    policy = directory / SPARK_DEMO_POLICY
+    policy.write_text(spark_demo_policy(database))
+    click.echo(f"loaded into {shown} (Spark database {database})")
+    click.echo(f"wrote {policy}, the demo policy for it (each table has schema: {database})")
+    token_note = "  (write your token in place of ***)" if ";token=***" in shown.lower() else ""
+    click.echo(
+        f"serve it with:\n  dpproxy serve --policy {policy} --backend '{shown}' "
+        f"--database {DEMO_DATABASE} --ledger {directory / 'ledger.sqlite'}{token_note}"
+    )
+
+
+def spark_demo_policy(database: str) -> str:
+    """The demo policy with `schema: <database>` on each table: on Spark the demo tables live in
+    that database, not in the backend's default one."""
+    with demo_policy_path() as shipped:
+        text = shipped.read_text()
+    header = (
+        "# The demo policy for the demo data loaded into Spark (`dpproxy demo --init DIR --spark URL`):\n"
+        f"# the tables live in the Spark database {database}.\n"
+    )
+    for old, new in (
+        ("  patients:\n", f"  patients:\n    schema: {database}\n"),
+        ("  visits:\n", f"  visits:\n    schema: {database}\n"),
+        ("  zip_info: {public: true}", f"  zip_info: {{public: true, schema: {database}}}"),
+    ):
+        if text.count(old) != 1:
+            raise RuntimeError("the shipped demo policy does not have the expected table entries")
+        text = text.replace(old, new)
+    return header + text
 
 
 def _build_demo(directory: Path, persons: int, seed: int) -> Path:

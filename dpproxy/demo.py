@@ -419,9 +419,12 @@ def load_into_spark(
             session.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`").collect()
             for table in DEMO_TABLES:
                 target = f"`{database}`.`{table.name}`"
-                reader = source.execute(
+                relation = source.sql(
                     f"SELECT {', '.join(table.column_names)} FROM {table.name} ORDER BY {table.primary_key}"
-                ).fetch_record_batch(_SPARK_BATCH_ROWS)
+                )
+                # DuckDB 2 renamed the relation's fetch_arrow_reader to to_arrow_reader.
+                to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+                reader = to_reader(_SPARK_BATCH_ROWS)
                 mode = "overwrite"
                 for batch in reader:
                     frame = session.createDataFrame(_arrow_table(batch))
@@ -442,7 +445,8 @@ _SPARK_DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _count(conn: duckdb.DuckDBPyConnection, table: str) -> int:
-    (rows,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone() or (0,)
+    # fetchall, not fetchone: DuckDB 2 refuses further work while a result is left unfinished.
+    ((rows,),) = conn.execute(f"SELECT count(*) FROM {table}").fetchall()
     return int(rows)
 
 

@@ -71,6 +71,7 @@ from dpproxy.sql.analyze import (
 )
 from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.probes import EmptyQuery
+from dpproxy.sql.public import backend_sql
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.series import SeriesLimit, series_limit
@@ -143,8 +144,9 @@ class Engine:
     backend: Backend | None
     ledger: Ledger | None = None
     dialect: str = ""
-    # Per table, the columns the database enforces unique and not NULL; read from the backend at
-    # start (a privacy unit among them means one row per person).
+    # Per table, the columns the database enforces unique and not NULL, read from the backend at
+    # start, and the privacy units the policy vouches unique (`unit_unique: true`): a privacy unit
+    # among them means one row per person.
     unique_columns: dict[str, frozenset[str]] = field(default_factory=dict)
     # The served database's name (what current_database() answers): a `db.schema.table` name must
     # give it. None (the Python API, `dpproxy query`) accepts any database name.
@@ -160,6 +162,11 @@ class Engine:
             self.dialect = self.backend.dialect if self.backend is not None else "postgres"
         if self.backend is not None:
             self._check_schema()
+        # The policy's word adds to what the database enforces, never takes from it.
+        for table in self.policy.tables:
+            if table.unit_unique and table.privacy_unit is not None:
+                known = self.unique_columns.get(table.name, frozenset())
+                self.unique_columns[table.name] = known | {table.privacy_unit}
 
     @classmethod
     def open(
@@ -350,7 +357,7 @@ class Engine:
         """Rows of a subquery over public tables, run on its own before the private query is planned."""
         backend = self._backend()
         try:
-            return backend.run(query.sql.sql(backend.dialect))
+            return backend.run(backend_sql(query.sql, backend.dialect))
         except QueryCancelled as failure:
             raise QueryCanceled(
                 f"canceling statement due to {failure.reason}; nothing was charged", hint=failure.hint
@@ -457,7 +464,7 @@ class Engine:
             return Explanation(
                 query.text,
                 "public (no noise, no cost)",
-                final_sql=query.sql.sql(self.dialect),
+                final_sql=backend_sql(query.sql, self.dialect),
                 outputs=tuple((o.name, o.type.value) for o in query.outputs),
             )
         chosen = self.query_epsilon(epsilon)
@@ -603,7 +610,7 @@ class Engine:
     def _run_public(self, query: PublicQuery, cancel: Cancellation | None = None) -> Result:
         backend = self._backend()
         try:
-            rows = backend.run(query.sql.sql(backend.dialect), cancel=cancel)
+            rows = backend.run(backend_sql(query.sql, backend.dialect), cancel=cancel)
         except QueryCancelled as failure:
             raise QueryCanceled(f"canceling statement due to {failure.reason}", hint=failure.hint) from None
         except BackendUnreachable:

@@ -8,8 +8,7 @@
 #   2. creates .venv if missing and installs dpproxy with its test extras into it, again whenever
 #      pyproject.toml changes, and the full pyspark of the same release into .spark/ (the Spark
 #      Connect server the Spark tests start; Java comes from the JDK of step 1);
-#   3. runs ruff, then pytest on all cores (pytest-xdist; tests marked xdist_group("spark") share
-#      one worker and so one Spark server), passing the arguments through.
+#   3. runs ruff, then pytest on all cores (pytest-xdist), passing the arguments through.
 #
 # Environment:
 #   DPPROXY_APT_PACKAGES  Debian packages to ensure (default: postgresql-15 postgresql-client-15
@@ -37,4 +36,4 @@ ensure_spark_server
 log "ruff check"
 .venv/bin/ruff check .
 log "pytest"
-exec .venv/bin/python -m pytest -n auto --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n auto "$@"

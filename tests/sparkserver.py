@@ -68,8 +68,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def start_spark_server(directory: Path) -> Iterator[SparkServer]:
-    """Start a Spark Connect server with its warehouse under `directory`; stop it on exit."""
+def start_spark_server(directory: Path, *, driver_memory: str = "1g") -> Iterator[SparkServer]:
+    """Start a Spark Connect server with its warehouse under `directory`; stop it on exit.
+
+    `driver_memory` is the JVM heap of the local[2] driver (which also runs the executors): 1g holds
+    the tests' data; bench/engine.py asks for more."""
     home = find_spark_home()
     if home is None:
         raise MissingSpark(
@@ -93,7 +96,7 @@ def start_spark_server(directory: Path) -> Iterator[SparkServer]:
         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
         "--name", "dpproxy tests",
         "--master", "local[2]",
-        "--driver-memory", "1g",
+        "--driver-memory", driver_memory,
         "--conf", f"spark.connect.grpc.binding.port={port}",
         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
         "--conf", f"spark.connect.authenticate.token={token}",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from click.testing import CliRunner
 from dpproxy.cli import main
 from dpproxy.policy import load_policy
 from dpproxy.scram import parse_verifier
+from tests.conftest import SPARK, SparkServer
 
 POLICY = Path(__file__).parent.parent / "policies" / "demo.yaml"
 
@@ -235,3 +238,100 @@ def test_demo_init_never_shows_the_postgres_password(pg_dsn: str, tmp_path: Path
 
     masked = mask_dsn("host=db dbname=demo user=bob password=hunter2")
     assert "hunter2" not in masked and "password=***" in masked and "dbname=demo" in masked
+
+
+# --- Apache Spark (sc://…) ----------------------------------------------------------------------------
+
+
+def test_help_names_the_spark_connect_url() -> None:
+    for command in ("serve", "query", "explain", "policy check", "policy init"):
+        code, out, _ = run(*command.split(), "--help")
+        assert code == 0 and "sc://" in out, command
+    code, out, _ = run("demo", "--help")
+    assert "--spark URL" in out and "--spark-database" in out
+
+
+def test_policy_check_says_what_a_unit_unique_table_vouches_for(tmp_path: Path) -> None:
+    policy = tmp_path / "vouched.yaml"
+    policy.write_text(
+        POLICY.read_text().replace(
+            "    max_groups_per_unit: 1\n", "    unit_unique: true\n    max_groups_per_unit: 1\n", 1
+        )
+    )
+    code, out, err = run("policy", "check", str(policy))
+    assert code == 0, err
+    assert (
+        "note: tables.patients.unit_unique: the policy vouches that patient_id is unique and never NULL in patients"
+        in out
+    )
+    assert "visits.unit_unique" not in out
+
+
+def test_a_missing_spark_client_names_the_extra(tmp_path: Path) -> None:
+    # The client's import fails as when pyspark-client is not installed.
+    code = "import sys; sys.modules['pyspark'] = None; from dpproxy.cli import main; main()"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "query", "--policy", str(POLICY), "--backend", "sc://localhost:1/;token=abc",
+         "--analyst", "alice", "--ledger", str(tmp_path / "l.sqlite"), "SELECT COUNT(*) FROM patients"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "ERROR 08006: the Spark backend needs the Spark Connect client (pyspark-client), which is not "
+        "installed: pip install 'dpproxy[spark]'"
+    )
+
+
+@SPARK
+def test_policy_init_and_check_on_spark(spark_demo_url: str, tmp_path: Path) -> None:
+    token = spark_demo_url.rpartition("token=")[2]
+    code, out, err = run("policy", "init", "--backend", spark_demo_url, "--schema", "demo")
+    assert code == 0, err
+    # Spark's types, as policy types; each table in the Spark database demo.
+    assert out.count("    schema: demo\n") == 3
+    assert "      income:     {type: numeric, summable: false}" in out
+    assert "      sex:        {type: text}" in out and "      enrolled:   {type: date}" in out
+    assert "      visit_id:         {type: bigint, summable: false}" in out
+    draft = tmp_path / "draft.yaml"
+    draft.write_text(out)
+    assert {(t.name, t.schema) for t in load_policy(draft).tables} == {
+        ("patients", "demo"), ("visits", "demo"), ("zip_info", "demo"),
+    }  # fmt: skip
+    code, out, err = run("policy", "check", str(draft), "--backend", spark_demo_url)
+    assert code == 0, err
+    assert out.splitlines()[-1] == f"{draft}: matches the schema of {spark_demo_url.replace(token, '***')}"
+    assert token not in out + err
+
+
+@SPARK
+def test_demo_init_loads_spark_and_prints_a_serve_line_without_the_token(
+    spark_server: SparkServer, tmp_path: Path
+) -> None:
+    directory = tmp_path / "d"
+    code, out, err = run(
+        "demo", "--init", str(directory), "--persons", "100", "--spark", spark_server.url,
+        "--spark-database", "demo_cli",
+    )  # fmt: skip
+    assert code == 0, err
+    assert spark_server.token not in out + err
+    policy = directory / "demo-spark.yaml"
+    masked = f"sc://localhost:{spark_server.port}/;token=***"
+    assert out.splitlines()[-3:] == [
+        f"wrote {policy}, the demo policy for it (each table has schema: demo_cli)",
+        "serve it with:",
+        f"  dpproxy serve --policy {policy} --backend '{masked}' --database demo --ledger "
+        f"{directory / 'ledger.sqlite'}  (write your token in place of ***)",
+    ]
+    assert {t.schema for t in load_policy(policy).tables} == {"demo_cli"}
+    ledger = str(tmp_path / "ledger.sqlite")
+    code, out, err = run(
+        "query", "--policy", str(policy), "--backend", spark_server.url, "--analyst", "alice", "--ledger", ledger,
+        "SELECT COUNT(*) FROM zip_info",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[2].strip() == "2000"  # a public table: exact
+    code, out, err = run(
+        "explain", "--policy", str(policy), "--backend", spark_server.url, "SELECT COUNT(*) FROM patients"
+    )
+    assert code == 0, err
+    assert "FROM `demo_cli`.`patients`" in out and "cost: ε=0.5" in out

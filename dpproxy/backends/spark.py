@@ -10,7 +10,7 @@ turned into the Python values every backend returns (exact decimals kept exact).
 It must never add noise or know about policies, and never put the URL's token in a message: a
 Spark error's text is for operators, and even there the token is masked. Spark keeps no unique
 constraints, so `unique_columns` is empty: a policy may vouch for a unique unit itself
-(`unique_unit: true`, docs/backends.md).
+(`unit_unique: true`, the README's policy reference).
 
 The client is `pyspark-client` (the optional extra `dpproxy[spark]`), imported only when a Spark
 backend is opened.
@@ -18,12 +18,16 @@ backend is opened.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
+import os
 import re
+import sys
 import threading
 import uuid
 import warnings
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -61,10 +65,16 @@ SESSION_CONF: dict[str, str] = {
 # rather than the client's default of 15 tries over minutes.
 _RETRIES = {"max_retries": 4, "initial_backoff": 100, "max_backoff": 1000, "backoff_multiplier": 2.0}
 
-EXTRA_HINT = "install the Spark Connect client with: pip install 'dpproxy[spark]'"
+MISSING_CLIENT = (
+    "the Spark backend needs the Spark Connect client (pyspark-client), which is not installed: "
+    "pip install 'dpproxy[spark]'"
+)
 
 _URL = re.compile(r"^sc://(?P<host>\[[^\]]+\]|[^:/;]+)(?::(?P<port>\d+))?/?(?P<params>(;[^;]*)*)$")
 _TOKEN_PARAM = re.compile(r"(;\s*token\s*=)[^;]*", re.IGNORECASE)
+
+# How often a stopped query's interrupt is repeated until the query is over (see Backend.run).
+_INTERRUPT_REPEAT_S = 0.2
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +106,14 @@ class SparkBackend(Backend):
     def __init__(self, url: str, *, statement_timeout_ms: int | None = DEFAULT_STATEMENT_TIMEOUT_MS) -> None:
         self.description = describe_url(url)
         self._statement_timeout_ms = statement_timeout_ms or None
-        self._token = _token_of(url)
+        self._token = token_of(url)
         self._errors = client_errors()
         try:
             self._session = connect_session(url)
             # A first round trip: a wrong token or an unreachable server fails here, not mid-query.
             self._session.sql("SELECT 1").collect()
+        except BackendUnreachable:
+            raise
         except self._errors as exc:
             raise BackendUnreachable(
                 f"could not connect to {self.description}: {self._operator_text(exc)}"
@@ -110,11 +122,8 @@ class SparkBackend(Backend):
         self._closed = False
 
     def _operator_text(self, exc: BaseException) -> str:
-        """An exception's text for the operator's log: its first line, the token masked."""
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if self._token:
-            text = text.replace(self._token, "***")
-        return text[:500]
+        """An exception's text for the operator's log: one line, the token masked."""
+        return operator_text(exc, self._token)
 
     def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
         if cancel is not None and cancel.cancelled:
@@ -125,18 +134,25 @@ class SparkBackend(Backend):
                 raise BackendUnreachable(f"the connection to {self.description} is closed")
         tag = f"dpproxy-{uuid.uuid4().hex}"
         finished = threading.Event()
+        stopping = threading.Event()  # a cancel or the time limit asked the query to stop
         timed_out = threading.Event()
         timer: threading.Timer | None = None
-        interrupt_lock = threading.Lock()
+
+        def keep_interrupting() -> None:
+            # interruptTag stops only operations the server has registered under the tag: one sent
+            # before the query reached the server finds nothing, and the query would then run to its
+            # end. So the interrupt is repeated until the query is over.
+            while not finished.is_set():
+                try:
+                    self._session.interruptTag(tag)
+                except self._errors as exc:  # the query then runs to its end or its own failure
+                    log.warning("could not interrupt a Spark query: %s", self._operator_text(exc))
+                finished.wait(_INTERRUPT_REPEAT_S)
 
         def interrupt() -> None:
-            with interrupt_lock:
-                if finished.is_set():
-                    return
-            try:
-                self._session.interruptTag(tag)
-            except self._errors as exc:  # the query then runs to its end or its own failure
-                log.warning("could not interrupt a Spark query: %s", self._operator_text(exc))
+            if not finished.is_set() and not stopping.is_set():
+                stopping.set()
+                threading.Thread(target=keep_interrupting, name="dpproxy-interrupt", daemon=True).start()
 
         def time_out() -> None:
             timed_out.set()
@@ -151,7 +167,11 @@ class SparkBackend(Backend):
             if cancel is not None:
                 cancel.attach(interrupt)
             table = self._session.sql(sql).toArrow()
-        except self._errors as exc:
+            if stopping.is_set():
+                # Stopped too late to interrupt, or the interrupt was lost: the answer is discarded
+                # all the same, as a cancelled query's is on the other backends.
+                raise _Stopped()
+        except (*self._errors, _Stopped) as exc:
             if cancel is not None and cancel.cancelled:
                 raise QueryCancelled.of(cancel, started=True) from exc
             if timed_out.is_set() and self._statement_timeout_ms is not None:
@@ -169,8 +189,7 @@ class SparkBackend(Backend):
         finally:
             if cancel is not None:
                 cancel.detach()
-            with interrupt_lock:
-                finished.set()
+            finished.set()
             if timer is not None:
                 timer.cancel()
             self._session.removeTag(tag)
@@ -191,7 +210,7 @@ class SparkBackend(Backend):
             for table in catalog.listTables(database):
                 if table.isTemporary:
                     continue
-                columns = catalog.listColumns(table.name, database)
+                columns = catalog.listColumns(f"{_quoted(database)}.{_quoted(table.name)}")
                 found[table.name] = [
                     LiveColumn(c.name, normalise_spark_type(c.dataType), c.dataType) for c in columns
                 ]
@@ -214,14 +233,36 @@ class SparkBackend(Backend):
             log.warning("closing the Spark Connect session failed: %s", self._operator_text(exc))
 
 
+class _Stopped(Exception):
+    """A query that returned although a cancel or the time limit had asked it to stop."""
+
+
+@contextlib.contextmanager
+def _not_taken_for_doctests() -> Iterator[None]:
+    """While pyspark's Connect client is first imported, give a `__main__` without a file one.
+
+    The client takes a process whose `__main__` has neither a spec nor a file (`python -c`, an
+    embedding program, a pytest-xdist worker) for a run of its own doctests, and then imports its
+    test utilities, which need a full Spark distribution and may exit the process."""
+    main = sys.modules.get("__main__")
+    lent = main is not None and getattr(main, "__spec__", None) is None and not hasattr(main, "__file__")
+    if lent:
+        main.__file__ = "<dpproxy>"  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        if lent:
+            del main.__file__  # type: ignore[union-attr]
+
+
 def client_errors() -> tuple[type[BaseException], ...]:
     """The exceptions a Spark Connect call raises (the client's own, and socket errors)."""
+    # gRPC's C core would print TLS handshake failures and the like on stderr, outside logging.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         from pyspark.errors import PySparkException
     except ImportError as exc:
-        raise BackendUnreachable(
-            f"the Spark backend needs the Spark Connect client, which is not installed; {EXTRA_HINT}"
-        ) from exc
+        raise BackendUnreachable(MISSING_CLIENT) from exc
     return (PySparkException, OSError)
 
 
@@ -233,27 +274,65 @@ def connect_session(url: str) -> Any:
             "the Spark Connect URL is not recognised: give sc://HOST[:PORT][/;token=TOKEN][;use_ssl=true]"
         )
     errors = client_errors()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _not_taken_for_doctests():
         # pyspark warns about pandas versions it has not been tested with; dpproxy does not use pandas.
         warnings.simplefilter("ignore")
-        from pyspark.sql.connect.client.retries import DefaultPolicy
-        from pyspark.sql.connect.session import SparkSession
+        try:
+            from pyspark.sql.connect.client.retries import DefaultPolicy
+            from pyspark.sql.connect.session import SparkSession
+        except ImportError as exc:  # a client installed without its dependencies (grpcio, pyarrow)
+            raise BackendUnreachable(f"{MISSING_CLIENT} ({exc})") from exc
     # The client logs every failed query's server stack trace (and its text, which may quote values)
-    # on its own logger; dpproxy logs one masked line per failure instead.
-    logging.getLogger("SQLQueryContextLogger").disabled = True
+    # on its own loggers; dpproxy logs one masked line per failure instead.
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).disabled = True
+    # Its retry loop warns on stderr when it gives up; the BackendUnreachable raised says it instead.
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
     try:
         session = SparkSession.builder.remote(url.strip()).create()
     except errors as exc:
-        token = _token_of(url)
-        text = str(exc).replace(token, "***") if token else str(exc)
-        raise BackendUnreachable(f"could not connect to {describe_url(url)}: {text[:300]}") from exc
+        raise BackendUnreachable(
+            f"could not connect to {describe_url(url)}: {operator_text(exc, token_of(url))}"
+        ) from exc
     session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
     for key, value in SESSION_CONF.items():
         session.conf.set(key, value)
     return session
 
 
-def _token_of(url: str) -> str | None:
+def operator_text(exc: BaseException, token: str | None) -> str:
+    """One line saying why a Spark Connect call failed, for operators, with `token` masked: the
+    gRPC status and its details for a transport failure (a refused token, no server), else the first
+    line of Spark's message."""
+    status = getattr(exc, "getGrpcStatusCode", None)
+    code = status() if callable(status) else None
+    text = str(exc).strip()
+    details = _GRPC_DETAILS.search(text)
+    if code is not None and details is not None:
+        name = getattr(code, "name", str(code))
+        text = f"{_GRPC_MEANING.get(name, name)} ({details[1]})"
+    else:
+        text = (text.splitlines() or [type(exc).__name__])[0]
+    if token:
+        text = text.replace(token, "***")
+    return text[:500]
+
+
+_GRPC_DETAILS = re.compile(r'details = "([^"\n]*)"')
+_GRPC_MEANING = {
+    "UNAUTHENTICATED": "the server refused the token: check the URL's token= against the server's "
+    "spark.connect.authenticate.token",
+    "UNAVAILABLE": "no Spark Connect server answered there",
+    "DEADLINE_EXCEEDED": "the server did not answer in time",
+    "PERMISSION_DENIED": "the server refused access",
+}
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def token_of(url: str) -> str | None:
     for param in url.split(";")[1:]:
         key, _, value = param.partition("=")
         if key.strip().lower() == "token" and value:

@@ -96,6 +96,10 @@ class TablePolicy:
     # COUNT(DISTINCT unit) … WHERE predicate is answered by randomized response (the survey
     # protocol: each person reports whether the predicate holds for them, truthfully with p = 3/4).
     randomized_response: bool = False
+    # The data owner vouches that the privacy unit column is unique and never NULL in this table
+    # (`unit_unique: true`): the engine then takes each row to be a different person, as when the
+    # database enforces it (Spark enforces no keys). Only with a named unit column and limits of 1.
+    unit_unique: bool = False
     _by_name: dict[str, ColumnPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +111,18 @@ class TablePolicy:
     @property
     def unit_is_row(self) -> bool:
         return self.privacy_unit is None
+
+    def vouched(self) -> str | None:
+        """What the operator vouches for when this table says `unit_unique: true`, for `policy check`
+        and `serve` to say; None when it does not."""
+        if not self.unit_unique or self.privacy_unit is None:
+            return None
+        where = f"{self.schema}.{self.name}" if self.schema else self.name
+        return (
+            f"tables.{self.name}.unit_unique: the policy vouches that {self.privacy_unit} is unique and "
+            f"never NULL in {where}, so each of its rows is taken to be a different person; dpproxy "
+            "cannot check this, and a duplicate would let that person count more than once"
+        )
 
 
 @dataclass(frozen=True)

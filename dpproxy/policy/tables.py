@@ -37,6 +37,7 @@ _PROTECTED_TABLE_KEYS = (
     "max_rows_per_unit",
     "row_bounding",
     "randomized_response",
+    "unit_unique",
     "schema",
     "columns",
 )
@@ -92,6 +93,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
                 "max_rows_per_unit",
                 "row_bounding",
                 "randomized_response",
+                "unit_unique",
             )
         }
         check_keys(node, path, p, _PUBLIC_TABLE_KEYS, refused=privacy_keys)
@@ -151,6 +153,9 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
     randomized = False
     if "randomized_response" in entries:
         randomized = bool(read_boolean(entries["randomized_response"], f"{path}.randomized_response", p))
+    unit_unique = False
+    if "unit_unique" in entries:
+        unit_unique = bool(read_boolean(entries["unit_unique"], f"{path}.unit_unique", p))
     row_bounding = "clamp"
     if "row_bounding" in entries:
         child = entries["row_bounding"]
@@ -203,6 +208,8 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
     columns = read_columns(
         columns_node, f"{path}.columns", p, public=False, unit=unit, unit_known=unit_text is not None
     )
+    if unit_unique:
+        _check_unit_unique(entries, path, unit_text, p)
     if not columns or unit_text is None:
         return None
     return TablePolicy(
@@ -215,4 +222,28 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
         schema=schema,
         row_bounding=row_bounding,
         randomized_response=randomized,
+        unit_unique=unit_unique,
     )
+
+
+def _check_unit_unique(entries: dict[str, Node], path: str, unit_text: str | None, p: Problems) -> None:
+    """`unit_unique: true` says each person has exactly one row: it needs a named unit column, and
+    limits above 1 would contradict it."""
+    line = entries["unit_unique"].line
+    if unit_text == "row":
+        p.add(
+            line,
+            f"{path}.unit_unique",
+            "`privacy_unit: row` already takes each row to be a different person",
+            "remove unit_unique",
+        )
+        return
+    for key in ("max_groups_per_unit", "max_rows_per_unit"):
+        child = entries.get(key)
+        if child is not None and isinstance(child.value, int) and child.value != 1:
+            p.add(
+                child.line,
+                f"{path}.{key}",
+                "must be 1 when unit_unique is true (each person then has exactly one row)",
+                f"remove `{key}`, or remove unit_unique if one person can have several rows",
+            )

@@ -106,3 +106,34 @@ def test_randomized_response_is_a_table_switch() -> None:
     with pytest.raises(PolicyError) as caught:
         parse_policy(base.format(extra="    randomized_response: yes please\n"), source="p.yaml")
     assert "p.yaml:5: tables.t.randomized_response: expected true or false" in str(caught.value)
+
+
+def test_unit_unique_is_vouched_for_by_the_data_owner_and_said_so() -> None:
+    vouched = load(TABLE.replace("privacy_unit: pid", "privacy_unit: pid\n        unit_unique: true")).table(
+        "t"
+    )
+    assert vouched.unit_unique and vouched.privacy_unit == "pid"
+    assert vouched.vouched() == (
+        "tables.t.unit_unique: the policy vouches that pid is unique and never NULL in t, so each of its "
+        "rows is taken to be a different person; dpproxy cannot check this, and a duplicate would let "
+        "that person count more than once"
+    )
+    plain = load(TABLE).table("t")
+    assert not plain.unit_unique and plain.vouched() is None
+    only_problem(
+        TABLE.replace("privacy_unit: pid", "privacy_unit: pid\n        unit_unique: maybe"),
+        5,
+        "tables.t.unit_unique",
+        "expected true or false",
+    )
+
+
+def test_unit_unique_contradicting_limits_or_a_row_unit_is_refused() -> None:
+    limits = TABLE.replace(
+        "privacy_unit: pid", "privacy_unit: pid\n        unit_unique: true\n        max_rows_per_unit: 3"
+    )
+    only_problem(limits, 6, "tables.t.max_rows_per_unit", "must be 1 when unit_unique is true")
+    row = "version: 1\ntables:\n  t:\n    privacy_unit: row\n    unit_unique: true\n    columns: {a: {type: text}}\n"
+    only_problem(row, 5, "tables.t.unit_unique", "`privacy_unit: row` already", "remove unit_unique")
+    public = "version: 1\ntables:\n  t: {public: true, unit_unique: true}\n"
+    only_problem(public, 3, "tables.t.unit_unique", "a public table has no privacy unit")
