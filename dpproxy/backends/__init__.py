@@ -125,6 +125,16 @@ class QueryCancelled(BackendError):
         self.hint = hint
 
     @classmethod
+    def by_time_limit(cls, seconds: float) -> QueryCancelled:
+        """The exception for a query stopped by the backend's own time limit (`statement_timeout_s`)."""
+        return cls(
+            "stopped by the backend time limit",
+            started=True,
+            reason=backend_timeout_reason(seconds),
+            hint=BACKEND_TIMEOUT_HINT,
+        )
+
+    @classmethod
     def of(cls, cancel: Cancellation, *, started: bool) -> QueryCancelled:
         """The exception for a query interrupted (or never started) through `cancel`."""
         message = "cancelled while running" if started else "cancelled before it started"

@@ -22,7 +22,6 @@ import sqlglot
 from sqlglot import exp
 
 from dpproxy.backends import (
-    BACKEND_TIMEOUT_HINT,
     DEFAULT_STATEMENT_TIMEOUT_S,
     Backend,
     BackendError,
@@ -33,7 +32,6 @@ from dpproxy.backends import (
     LiveIndex,
     LiveStructure,
     QueryCancelled,
-    backend_timeout_reason,
 )
 from dpproxy.policy.types import normalise_type
 
@@ -200,12 +198,7 @@ class DuckDBBackend(Backend):
             if cancel is not None and cancel.cancelled:
                 raise QueryCancelled.of(cancel, started=True) from exc
             if timed_out.is_set() and self._statement_timeout_ms is not None:
-                raise QueryCancelled(
-                    "stopped by the backend time limit",
-                    started=True,
-                    reason=backend_timeout_reason(self._statement_timeout_ms / 1000),
-                    hint=BACKEND_TIMEOUT_HINT,
-                ) from exc
+                raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
             raise BackendError(f"DuckDB failed: {exc}") from exc
         finally:
             if cancel is not None:

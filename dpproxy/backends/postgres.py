@@ -22,7 +22,6 @@ from psycopg.pq import Format
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dpproxy.backends import (
-    BACKEND_TIMEOUT_HINT,
     DEFAULT_STATEMENT_TIMEOUT_S,
     Backend,
     BackendError,
@@ -33,7 +32,6 @@ from dpproxy.backends import (
     LiveIndex,
     LiveStructure,
     QueryCancelled,
-    backend_timeout_reason,
 )
 from dpproxy.policy.types import normalise_type
 
@@ -233,12 +231,7 @@ class PostgresBackend(Backend):
                         raise QueryCancelled.of(cancel, started=True) from exc
                     if isinstance(exc, psycopg.errors.QueryCanceled) and self._statement_timeout_ms:
                         # Nobody cancelled it: the session's statement_timeout (set in _configure).
-                        raise QueryCancelled(
-                            "stopped by the backend time limit",
-                            started=True,
-                            reason=backend_timeout_reason(self._statement_timeout_ms / 1000),
-                            hint=BACKEND_TIMEOUT_HINT,
-                        ) from exc
+                        raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
                     raise BackendError(f"PostgreSQL failed: {exc}") from exc
                 finally:
                     if cancel is not None:

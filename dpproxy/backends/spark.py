@@ -35,7 +35,6 @@ import sqlglot
 from sqlglot import exp
 
 from dpproxy.backends import (
-    BACKEND_TIMEOUT_HINT,
     DEFAULT_STATEMENT_TIMEOUT_S,
     Backend,
     BackendError,
@@ -43,7 +42,6 @@ from dpproxy.backends import (
     Cancellation,
     LiveColumn,
     QueryCancelled,
-    backend_timeout_reason,
 )
 from dpproxy.policy.types import normalise_spark_type
 
@@ -175,12 +173,7 @@ class SparkBackend(Backend):
             if cancel is not None and cancel.cancelled:
                 raise QueryCancelled.of(cancel, started=True) from exc
             if timed_out.is_set() and self._statement_timeout_ms is not None:
-                raise QueryCancelled(
-                    "stopped by the backend time limit",
-                    started=True,
-                    reason=backend_timeout_reason(self._statement_timeout_ms / 1000),
-                    hint=BACKEND_TIMEOUT_HINT,
-                ) from exc
+                raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
             if _unreachable(exc):
                 raise BackendUnreachable(
                     f"lost the connection to {self.description}: {self._operator_text(exc)}"
