@@ -166,7 +166,8 @@ def avg_result(argument: PgType) -> PgType:
     return PgType.FLOAT8 if argument.is_float else PgType.NUMERIC
 
 
-def _family(t: PgType) -> str:
+def type_family(t: PgType) -> str:
+    """The family of types PostgreSQL compares with each other: number, text, temporal, or the type."""
     if t.is_number:
         return "number"
     if t.is_text:
@@ -197,7 +198,7 @@ def check_comparable(
     values (HAVING, ORDER BY): as in PostgreSQL, values of different kinds (text and a number, a
     boolean and a number, a date and text) have no comparison operator (42883); an untyped string
     constant takes the other side's type."""
-    if PgType.UNKNOWN in (left, right) or _family(left) == _family(right):
+    if PgType.UNKNOWN in (left, right) or type_family(left) == type_family(right):
         return
     operator = COMPARISON_OPERATORS.get(type(node), "=")
     written = written or node.sql("postgres")

@@ -13,8 +13,8 @@ from dpproxy.sql.intervals import hull
 from dpproxy.sql.rowexpr.arithmetic import extreme_interval
 from dpproxy.sql.rowexpr.constants import check_castable_text, string_argument, typed_constant
 from dpproxy.sql.rowexpr.text import ASCII_LOWER_TABLE, ascii_lower
-from dpproxy.sql.rowexpr.typed import Typed, type_family, typed_node
-from dpproxy.sql.types import PgType, arithmetic_result, check_comparable
+from dpproxy.sql.rowexpr.typed import Typed, typed_node
+from dpproxy.sql.types import PgType, arithmetic_result, check_comparable, type_family
 
 
 class PredicateRules:

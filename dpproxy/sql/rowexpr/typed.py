@@ -94,13 +94,3 @@ def clip_sql(
 
 def literal_interval(value: Decimal) -> Interval:
     return Interval.point(value)
-
-
-def type_family(t: PgType) -> str:
-    if t.is_number:
-        return "number"
-    if t.is_text:
-        return "text"
-    if t.is_temporal:
-        return "temporal"
-    return t.value

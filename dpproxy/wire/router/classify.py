@@ -12,7 +12,8 @@ their own modules.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 from dpproxy.errors import (
     InvalidParameter,
@@ -41,6 +42,8 @@ from dpproxy.wire.router.statement import (
     Kind,
     Statement,
 )
+
+T = TypeVar("T")
 
 _WRITES = {
     "insert": "INSERT",
@@ -718,14 +721,7 @@ class _Router(TokenReader):
         if self.at_word("transaction"):
             raise NotSupported("two-phase commit (PREPARE TRANSACTION) is not supported", hint=ALLOWED)
         name = self.name()
-        types: list[str] = []
-        if self._accept_op("("):
-            while True:
-                types.append(self._type_name())
-                if self._accept_op(")"):
-                    break
-                if not self._accept_op(","):
-                    self.syntax_error(self.peek())
+        types = self._parenthesized_list(self._type_name)
         self.expect("as")
         inner_sql = self.rest()
         if not inner_sql:
@@ -738,6 +734,18 @@ class _Router(TokenReader):
         return Statement(
             Kind.PREPARED, self.sql, "PREPARE", "prepare", name, inner=inner, type_names=tuple(types)
         )
+
+    def _parenthesized_list(self, item: Callable[[], T]) -> list[T]:
+        """`(item, item, …)` if the next token opens a parenthesis, else nothing."""
+        items: list[T] = []
+        if self._accept_op("("):
+            while True:
+                items.append(item())
+                if self._accept_op(")"):
+                    break
+                if not self._accept_op(","):
+                    self.syntax_error(self.peek())
+        return items
 
     def _type_name(self) -> str:
         """A parameter type of PREPARE, as the wire type it names (int4, text, timestamptz …)."""
@@ -770,14 +778,7 @@ class _Router(TokenReader):
         """EXECUTE name [(argument, …)]: each argument a constant (or $n), typed by the statement."""
         self.expect("execute")
         name = self.name()
-        arguments: list[Argument] = []
-        if self._accept_op("("):
-            while True:
-                arguments.append(self._argument())
-                if self._accept_op(")"):
-                    break
-                if not self._accept_op(","):
-                    self.syntax_error(self.peek())
+        arguments = self._parenthesized_list(self._argument)
         self.expect_end()
         return Statement(Kind.PREPARED, self.sql, "EXECUTE", "execute", name, arguments=tuple(arguments))
 
