@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from decimal import Decimal
 
-import duckdb
-import psycopg
 import pytest
 
 from dpproxy.engine import Engine
@@ -20,28 +18,17 @@ from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
 from dpproxy.sql.analyze import analyze
 from dpproxy.sql.statement import parse_statement
-from tests.pgcluster import PgCluster, create_database, drop_database
+from tests.pgcluster import PgCluster
 from tests.sql.language import schema
-from tests.sql.language.databases import Loaded, RawBackend
+from tests.sql.language.databases import Loaded, RawBackend, adversarial_pair
 
 BACKENDS = ["duckdb", "postgres"]
 
 
 @pytest.fixture(scope="module")
 def loaded(pg_cluster: PgCluster) -> Iterator[dict[str, Loaded]]:
-    db = schema.adversarial(1)
-    duck = Loaded("duckdb", duckdb.connect())
-    duck.load(db)
-    name = create_database(pg_cluster, prefix="bitools")
-    conn = psycopg.connect(pg_cluster.dsn(name), autocommit=True)
-    conn.execute("SET TimeZone = 'UTC'")  # the backends' session time zone
-    pg = Loaded("postgres", conn)
-    pg.load(db)
-    try:
-        yield {"duckdb": duck, "postgres": pg}
-    finally:
-        conn.close()
-        drop_database(pg_cluster, name)
+    with adversarial_pair(pg_cluster, "bitools") as pair:
+        yield pair
 
 
 def engine(loaded: Loaded | None = None) -> Engine:

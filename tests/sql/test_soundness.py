@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import duckdb
-import psycopg
 import pytest
 
 from dpproxy.engine import Engine
@@ -25,26 +23,16 @@ from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
 from dpproxy.sql import subqueries
 from tests.certify import certify
-from tests.pgcluster import PgCluster, create_database, drop_database
+from tests.pgcluster import PgCluster
 from tests.sql.language import schema
-from tests.sql.language.databases import Loaded, RawBackend
+from tests.sql.language.databases import Loaded, RawBackend, adversarial_pair
 
 
 @pytest.fixture(scope="module")
 def loaded(pg_cluster: PgCluster) -> Iterator[dict[str, Loaded]]:
     """The adversarial database of the language tests, in DuckDB and in PostgreSQL."""
-    db = schema.adversarial(1)
-    duck = Loaded("duckdb", duckdb.connect())
-    duck.load(db)
-    name = create_database(pg_cluster, prefix="sound")
-    conn = psycopg.connect(pg_cluster.dsn(name), autocommit=True)
-    pg = Loaded("postgres", conn)
-    pg.load(db)
-    try:
-        yield {"duckdb": duck, "postgres": pg}
-    finally:
-        conn.close()
-        drop_database(pg_cluster, name)
+    with adversarial_pair(pg_cluster, "sound") as pair:
+        yield pair
 
 
 def engine(loaded: Loaded, limits: dict[str, tuple[int, int]] = schema.LIMITS) -> Engine:

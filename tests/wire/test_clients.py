@@ -261,11 +261,8 @@ def served(request: pytest.FixtureRequest) -> Served:
 # --- psql ----------------------------------------------------------------------------------------------
 
 
-def psql(
-    served: Served, *commands: str, variables: tuple[str, ...] = (), stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Debian's psql running `commands` (each a -c), unaligned and tuples-only, stopping at the
-    first error, with verbose errors (SQLSTATE shown). NOTICEs and errors go to stderr."""
+def psql_as_alice(served: Served) -> tuple[str, list[str], dict[str, str]]:
+    """Debian's psql, the arguments that connect it to `served` as alice, and its environment."""
     program = shutil.which("psql")
     if program is None:
         _missing_tool("psql was not found")
@@ -277,7 +274,15 @@ def psql(
         "PGCONNECT_TIMEOUT": "10",
         "LC_ALL": "C.UTF-8",
     }
-    target = ["-h", "127.0.0.1", "-p", str(served.port), "-U", ALICE, "-d", "demo"]
+    return program, ["-h", "127.0.0.1", "-p", str(served.port), "-U", ALICE, "-d", "demo"], env
+
+
+def psql(
+    served: Served, *commands: str, variables: tuple[str, ...] = (), stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Debian's psql running `commands` (each a -c), unaligned and tuples-only, stopping at the
+    first error, with verbose errors (SQLSTATE shown). NOTICEs and errors go to stderr."""
+    program, target, env = psql_as_alice(served)
     options = ["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"]
     options += [arg for variable in variables for arg in ("-v", variable)]
     options += [arg for command in commands for arg in ("-c", command)]

@@ -12,14 +12,19 @@ test can tell whether a refused query reached the data.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import re
+from collections.abc import Iterator
 from decimal import Decimal
 
 import duckdb
+import psycopg
 
 from dpproxy.backends import Backend, BackendError, Cancellation, LiveColumn, normalise_type
+from tests.pgcluster import PgCluster, create_database, drop_database
+from tests.sql.language import schema
 from tests.sql.language.schema import PROTECTED, TABLES, Database
 
 
@@ -206,3 +211,21 @@ class RawBackend(Backend):
 
     def close(self) -> None:
         pass
+
+
+@contextlib.contextmanager
+def adversarial_pair(pg_cluster: PgCluster, prefix: str) -> Iterator[dict[str, Loaded]]:
+    """The adversarial database of the language tests in DuckDB and in PostgreSQL (a database of
+    the test cluster named after `prefix`, dropped on exit), by engine name."""
+    db = schema.adversarial(1)
+    duck = Loaded("duckdb", duckdb.connect())
+    duck.load(db)
+    name = create_database(pg_cluster, prefix=prefix)
+    conn = psycopg.connect(pg_cluster.dsn(name), autocommit=True)
+    try:
+        pg = Loaded("postgres", conn)
+        pg.load(db)
+        yield {"duckdb": duck, "postgres": pg}
+    finally:
+        conn.close()
+        drop_database(pg_cluster, name)

@@ -8,34 +8,21 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.wire.test_clients import ALICE, ALICE_PASSWORD, SUBPROCESS_TIMEOUT, Served, _missing_tool
+from tests.wire.test_clients import SUBPROCESS_TIMEOUT, Served, psql_as_alice
 
 DIAGNOSES = {"healthy", "flu", "cold", "asthma", "diabetes", "hypertension"}
 
 
 def psql(served: Served, *args: str, options: str = "") -> subprocess.CompletedProcess[str]:
     """`psql -X -At -v ON_ERROR_STOP=1 ARGS…` as a script runs it; stderr kept apart."""
-    program = shutil.which("psql")
-    if program is None:
-        _missing_tool("psql was not found")
-    assert program is not None
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PGPASSWORD": ALICE_PASSWORD,
-        "PGSSLMODE": "disable",
-        "PGCONNECT_TIMEOUT": "10",
-        "LC_ALL": "C.UTF-8",
-    }
+    program, target, env = psql_as_alice(served)
     if options:
         env["PGOPTIONS"] = options
-    target = ["-h", "127.0.0.1", "-p", str(served.port), "-U", ALICE, "-d", "demo"]
     return subprocess.run(
         [program, *target, "-X", "-At", "-v", "ON_ERROR_STOP=1", *args],
         capture_output=True,
