@@ -2,9 +2,11 @@
 
 This module owns NoiseSpec, the discrete Laplace or discrete Gaussian noise of one released column:
 its calibration against OpenDP's map (laplace_noise: ε at L1 = g·Δ; gaussian_noise: ρ at
-L2 = √g·Δ), the draws themselves (OpenDP's exact samplers on integers, so no floating-point noise
-and no Mironov-style attacks, drawing from the OS CSPRNG), and the half-widths shown to analysts as
-± at 95% (error_at; component_alpha for a figure derived from several noisy values).
+L2 = √g·Δ), the draws themselves (dpproxy.privacy.sampling's exact, vectorised samplers of the same
+distributions OpenDP's integer measurements sample, so no floating-point noise and no Mironov-style
+attacks, drawing from the OS CSPRNG in bulk; docs/privacy.md, "How noise is drawn"), and the
+half-widths shown to analysts as ± at 95% (error_at; component_alpha for a figure derived from
+several noisy values).
 
 Released values live on an integer grid (counts, integer sums, fixed-point sums scaled by 10^s), so
 noise is an integer vector that callers add with Python ints: no saturation, no rounding.
@@ -16,6 +18,7 @@ how many draws to make.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -25,6 +28,7 @@ import opendp.prelude as dp
 from dpproxy.policy import Mechanism
 from dpproxy.privacy.calibration import I64_VECTORS, calibrate_scale
 from dpproxy.privacy.checks import check_count, check_positive, check_unit_limits
+from dpproxy.privacy.sampling import BytesSource, sample_discrete_gaussian, sample_discrete_laplace
 
 # The two-sided significance of the error bounds shown to analysts: ± covers the noise 95% of the time.
 ERROR_ALPHA = 0.05
@@ -64,20 +68,23 @@ class NoiseSpec:
     epsilon: float  # Laplace: map(d_in); Gaussian: 0 (its cost is rho)
     rho: float  # Gaussian: zCDP ρ = map(d_in); Laplace: 0
 
-    def sample(self, n: int) -> list[int]:
+    def sample(self, n: int, bytes_source: BytesSource = os.urandom) -> list[int]:
         """n independent draws of the noise, as Python ints, to add to the true values.
 
-        OpenDP's measurement on an i64 vector x returns x + Z, Z drawn independently of x
-        (saturating at the i64 range). So M(0) = Z has exactly the noise distribution, and
-        x + M(0) computed with Python ints is distributed as the additive mechanism x + Z whose
-        privacy the map certifies, for every x, without the saturation that values beyond the i64
-        range would hit: the caller's addition is the mechanism, not a post-processing of it.
+        OpenDP's measurement on an i64 vector x returns x + Z, Z drawn independently of x from the
+        discrete Laplace (P(z) ∝ exp(−|z|/b)) or discrete Gaussian (P(z) ∝ exp(−z²/2σ²)) with the
+        scale read as an exact rational; its map certifies that additive mechanism. Z is drawn here
+        from exactly that distribution (dpproxy.privacy.sampling, tested against OpenDP's draws),
+        and x + Z computed with Python ints is the mechanism, for every x, without the saturation at
+        the i64 range OpenDP's output would hit. `bytes_source` is for tests only.
         """
         if n < 0:
             raise ValueError("the number of draws must be >= 0")
         if n == 0:
             return []
-        return [int(z) for z in _vector_measurement(self.mechanism, self.scale)([0] * n)]
+        if self.mechanism == Mechanism.LAPLACE:
+            return sample_discrete_laplace(self.scale, n, bytes_source).tolist()
+        return sample_discrete_gaussian(self.scale, n, bytes_source).tolist()
 
     def error95(self) -> float:
         """Half-width e (grid units) with P(|noise| <= e) >= 0.95, from OpenDP's accuracy helpers."""
