@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from dpproxy import watchdog
 from dpproxy.errors import (
     DPProxyError,
     InvalidParameter,
@@ -225,8 +226,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
                 if not finished.is_set():
                     cursor.interrupt()
 
-        timer = threading.Timer(self._statement_timeout_s, interrupt)
-        timer.daemon = True
+        timer: watchdog.Deadline | None = None
         try:
             key = _session_key(session)
             if applied[0] != key:
@@ -236,7 +236,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
             statements = cursor.extract_statements(translation.sql)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise NotSupported("the catalog answers one SELECT statement at a time")
-            timer.start()
+            timer = watchdog.after(self._statement_timeout_s, interrupt)
             if describe:
                 described = cursor.execute("DESCRIBE " + translation.sql, list(values)).fetchall()
                 return [d[0] for d in described], [str(d[1]) for d in described], []
@@ -250,7 +250,8 @@ class DuckDBShadowCatalog(ShadowCatalog):
         finally:
             with interrupt_lock:
                 finished.set()
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._checkin(cursor, applied)
         return [d[0] for d in description], [str(d[1]) for d in description], rows
 
