@@ -24,7 +24,7 @@ from dpproxy.errors import BackendUnavailable, DPProxyError
 
 if TYPE_CHECKING:
     from dpproxy.engine import Engine
-    from dpproxy.wire.server import Server, ServerConfig
+    from dpproxy.wire.server import ServerConfig
 
 DEFAULT_LEDGER_ENV = "DPPROXY_LEDGER"
 
@@ -367,20 +367,71 @@ def _tls_options(tls_cert: Path | None, tls_key: Path | None) -> None:
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
 
 
-def _serve(engine: Engine, config: ServerConfig, announce: Callable[[Server], None]) -> None:
-    """Run the wire server until SIGTERM/SIGINT; exit 0 after a clean shutdown."""
+def open_served_engine(
+    policy_path: Path, backend: str, ledger: str, backend_timeout: float, database: str
+) -> Engine:
+    """The engine `serve` and `demo` serve; also each worker process's (so: a picklable recipe)."""
+    from dpproxy.backends import open_backend
+    from dpproxy.engine import Engine
+
+    opened = open_backend(backend, statement_timeout_s=backend_timeout)
+    engine = Engine.open(policy_path, opened, ledger)
+    engine.database = database  # a `db.schema.table` name must name the served database
+    return engine
+
+
+def _serve(
+    engine: Engine,
+    config: ServerConfig,
+    announce: Callable[[int], None],
+    workers: int,
+    factory: Callable[[], Engine],
+) -> None:
+    """Run the wire server until SIGTERM/SIGINT; exit 0 after a clean shutdown. One worker: in this
+    process, on `engine`; more: `engine` is closed and each worker process opens its own."""
     import logging
 
     from dpproxy.wire.server import run_server
+    from dpproxy.wire.workers import WorkersFailed, run_workers
 
     logging.basicConfig(level=logging.WARNING, format="dpproxy: %(levelname)s %(message)s", stream=sys.stderr)
     try:
-        status = run_server(engine, config, ready=announce)
+        if workers == 1:
+            status = run_server(engine, config, ready=lambda server: announce(server.port))
+        else:
+            engine.close()
+            status = run_workers(factory, config, workers, ready=announce)
     except OSError as e:  # serve() has closed the engine already
         click.echo(f"ERROR: cannot listen on {config.host}:{config.port}: {e.strerror or e}", err=True)
         sys.exit(1)
+    except WorkersFailed as e:
+        click.echo(f"ERROR: the worker processes could not serve: {e}", err=True)
+        sys.exit(1)
     click.echo("dpproxy: stopped", err=True)
     sys.exit(status)
+
+
+def workers_option(default_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    return click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Worker processes serving connections on the one port, each with its own engine and backend "
+        f"connections, sharing the ledger [default: {default_help}].",
+    )
+
+
+def _worker_count(workers: int | None, ledger: str) -> int:
+    """--workers, checked against the ledger: an in-memory ledger lives in one process."""
+    from dpproxy.wire.workers import default_workers
+
+    if ledger == ":memory:":
+        if workers not in (None, 1):
+            raise click.UsageError(
+                "--ledger :memory: keeps budgets in one process: use --workers 1 or a file"
+            )
+        return 1
+    return workers or default_workers()
 
 
 backend_timeout_option = click.option(
@@ -519,6 +570,7 @@ host_option = click.option(
     "[default: the backend's: the DSN's dbname for PostgreSQL, the file name without extension for DuckDB, "
     "spark for Spark].",
 )
+@workers_option("the number of cores")
 def serve(
     policy_path: Path,
     backend: str,
@@ -531,13 +583,14 @@ def serve(
     shutdown_grace: float,
     backend_timeout: float,
     database: str | None,
+    workers: int | None,
 ) -> None:
     """Serve the PostgreSQL wire protocol: analysts connect with psql, drivers and BI tools.
 
     Stops on SIGTERM or Ctrl-C: running queries get a grace period, then are cancelled.
     """
-    from dpproxy.backends import open_backend
-    from dpproxy.engine import Engine
+    import functools
+
     from dpproxy.wire.server import ServerConfig
 
     _tls_options(tls_cert, tls_key)
@@ -550,10 +603,14 @@ def serve(
         shutdown_grace=shutdown_grace,
         database=database or served_database(backend),
     )
+    assert config.database is not None
+    ledger_spec = _ledger_spec(ledger)
+    processes = _worker_count(workers, ledger_spec)
+    factory = functools.partial(
+        open_served_engine, policy_path, backend, ledger_spec, backend_timeout, config.database
+    )
     try:
-        opened = open_backend(backend, statement_timeout_s=backend_timeout)
-        engine = Engine.open(policy_path, opened, _ledger_spec(ledger))
-        engine.database = config.database  # a `db.schema.table` name must name the served database
+        engine = factory()
     except DPProxyError as e:
         fail(e)
     except BackendError as e:  # its text names where the DSN points, never its password
@@ -566,14 +623,20 @@ def serve(
         if vouched:
             click.echo(f"dpproxy: note: {vouched}", err=True)
 
-    def announce(server: Server) -> None:
+    analysts = len(engine.policy.analysts)
+
+    def announce(bound: int) -> None:
         tls = "TLS available" if tls_cert else "no TLS"
         click.echo(
-            f"dpproxy {__version__} listening on {_address(host, server.port)} "
-            f"(policy {policy_path}, {len(engine.policy.analysts)} analyst(s), {tls}); Ctrl-C stops it"
+            f"dpproxy {__version__} listening on {_address(host, bound)} "
+            f"(policy {policy_path}, {analysts} analyst(s), {tls}, {_processes(processes)}); Ctrl-C stops it"
         )
 
-    _serve(engine, config, announce)
+    _serve(engine, config, announce, processes, factory)
+
+
+def _processes(count: int) -> str:
+    return "1 process" if count == 1 else f"{count} worker processes"
 
 
 def _address(host: str, port: int) -> str:
@@ -648,6 +711,7 @@ def demo_policy_path() -> Iterator[Path]:
     "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
 )
 @backend_timeout_option
+@workers_option("the number of cores")
 def demo(
     init_dir: Path | None,
     data_dir: Path | None,
@@ -659,6 +723,7 @@ def demo(
     host: str,
     port: int,
     backend_timeout: float,
+    workers: int | None,
 ) -> None:
     """Serve generated sample data (patients, visits, zip_info) for psql and other clients.
 
@@ -691,31 +756,46 @@ def demo(
     if spark_url:
         raise click.UsageError("--spark is only used with --init")
 
-    from dpproxy.backends import open_backend
-    from dpproxy.engine import Engine
-    from dpproxy.wire.server import ServerConfig
+    import functools
 
     directory = data_dir or default_demo_dir()
     path = directory / "demo.duckdb"
     if not path.exists():
         _build_demo(directory, persons, seed)
     ledger = directory / "ledger.sqlite"
-    try:
-        with demo_policy_path() as policy_path:
-            opened = open_backend(str(path), statement_timeout_s=backend_timeout)
-            engine = Engine.open(policy_path, opened, str(ledger))
-            engine.database = DEMO_DATABASE
-    except DPProxyError as e:
-        fail(e)
-
-    def announce(server: Server) -> None:
-        address = _address(host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", server.port)
-        analysts = ", ".join(
-            f"{name} / {password} (ε budget {engine.analyst(name).epsilon:g})"
-            for name, password in DEMO_ANALYSTS
+    processes = _worker_count(workers, str(ledger))
+    with demo_policy_path() as policy_path:
+        # Every worker opens the DuckDB file read-only, which DuckDB allows from several processes.
+        factory = functools.partial(
+            open_served_engine, policy_path, str(path), str(ledger), backend_timeout, DEMO_DATABASE
         )
+        try:
+            engine = factory()
+        except DPProxyError as e:
+            fail(e)
+        _demo_serve(engine, host, port, path, ledger, processes, factory)
+
+
+def _demo_serve(
+    engine: Engine,
+    host: str,
+    port: int,
+    path: Path,
+    ledger: Path,
+    processes: int,
+    factory: Callable[[], Engine],
+) -> None:
+    from dpproxy.wire.server import ServerConfig
+
+    analysts = ", ".join(
+        f"{name} / {password} (ε budget {engine.analyst(name).epsilon:g})" for name, password in DEMO_ANALYSTS
+    )
+
+    def announce(bound: int) -> None:
+        address = _address(host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", bound)
         lines = [
-            f"dpproxy {__version__} demo: serving {path} on {_address(host, server.port)}",
+            f"dpproxy {__version__} demo: serving {path} on {_address(host, bound)} "
+            f"({_processes(processes)})",
             f"  analysts (user / password): {analysts}",
             f"  budgets are kept in {ledger}",
             "",
@@ -726,7 +806,7 @@ def demo(
         ]
         click.echo("\n".join(lines))
 
-    _serve(engine, ServerConfig(host=host, port=port, database=DEMO_DATABASE), announce)
+    _serve(engine, ServerConfig(host=host, port=port, database=DEMO_DATABASE), announce, processes, factory)
 
 
 SPARK_DEMO_POLICY = "demo-spark.yaml"

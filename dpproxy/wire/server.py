@@ -13,6 +13,10 @@ guarantees it; the server additionally bounds their messages to a few KiB and th
 08P01 error when there is still someone to tell; SIGTERM stops accepting, lets running queries
 finish for `shutdown_grace` seconds, then cancels them (a private query that had started is
 charged, one that had not is not: the engine's cancellation decides) and closes the engine.
+
+One Server is one process's share of the service: wire/workers.py runs several, each accepting on
+the same inherited listening sockets; their sessions' process ids name the worker, so a cancel
+request that lands on the wrong one is forwarded (`forward_cancel`) to the owner.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import hmac
 import logging
 import os
 import signal
+import socket
 import ssl
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +66,7 @@ class ServerConfig:
     startup_timeout: float = 30.0  # seconds from connect to authenticated
     shutdown_grace: float = 10.0  # seconds running queries get to finish on SIGTERM
     max_message_length: int = codec.DEFAULT_MAX_MESSAGE_LENGTH  # after authentication
-    workers: int = 64  # threads for engine and catalog calls
+    workers: int = 64  # threads for engine and catalog calls (per process: see wire/workers.py)
     max_connections: int = 1000
     # The database name clients must connect to (3D000 otherwise), which current_database()
     # returns; None accepts any name (and echoes it). `dpproxy serve --database` sets it.
@@ -90,21 +95,45 @@ class _ConnectionClosed(Exception):
     pass
 
 
+CancelForward = Callable[[int, codec.CancelRequest], None]
+
+
 class Server:
     """A PostgreSQL protocol server over one Engine. It owns the engine once started: `shutdown`
-    closes the catalog; `close_engine` (called by `serve`, `run_server`, BackgroundServer) the engine."""
+    closes the catalog; `close_engine` (called by `serve`, `run_server`, BackgroundServer) the engine.
 
-    def __init__(self, engine: Engine, config: ServerConfig, *, catalog: ShadowCatalog | None = None) -> None:
+    As one of several worker processes (wire/workers.py): `listen` are the listening sockets the
+    workers share (instead of binding config.host/port), `slot` is (this worker's index, the number
+    of workers): every session's process id is ≡ index (mod count), so a CancelRequest that lands on
+    another worker is handed to `forward_cancel(owner index, request)`, and the owner checks the
+    secret key (`cancel_request`)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: ServerConfig,
+        *,
+        catalog: ShadowCatalog | None = None,
+        listen: Sequence[socket.socket] = (),
+        slot: tuple[int, int] = (0, 1),
+        forward_cancel: CancelForward | None = None,
+    ) -> None:
+        index, count = slot
+        if not 0 <= index < count:
+            raise ValueError("a worker slot is (index, count) with 0 <= index < count")
         self.engine = engine
         self.config = config
         self._catalog = catalog
+        self._listen = tuple(listen)
+        self._slot = slot
+        self._forward_cancel = forward_cancel
         self._executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="dpproxy-worker")
         self._ssl: ssl.SSLContext | None = None
         if config.tls_cert is not None and config.tls_key is not None:
             self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self._ssl.minimum_version = ssl.TLSVersion.TLSv1_2
             self._ssl.load_cert_chain(config.tls_cert, config.tls_key)
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._shared: EngineCatalogAuth | None = None
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -121,19 +150,27 @@ class Server:
         self._shared = EngineCatalogAuth(
             self.engine, self._catalog, self.run_blocking, database=self.config.database
         )
-        self._server = await asyncio.start_server(
-            self._accept, self.config.host, self.config.port, limit=_READ_SIZE, backlog=512
-        )
+        if self._listen:
+            for sock in self._listen:
+                self._servers.append(
+                    await asyncio.start_server(self._accept, sock=sock, limit=_READ_SIZE, backlog=512)
+                )
+        else:
+            self._servers.append(
+                await asyncio.start_server(
+                    self._accept, self.config.host, self.config.port, limit=_READ_SIZE, backlog=512
+                )
+            )
 
     @property
     def port(self) -> int:
-        assert self._server is not None and self._server.sockets
-        return int(self._server.sockets[0].getsockname()[1])
+        assert self._servers and self._servers[0].sockets
+        return int(self._servers[0].sockets[0].getsockname()[1])
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
-        assert self._server is not None
-        return [tuple(s.getsockname()[:2]) for s in self._server.sockets]  # type: ignore[misc]
+        assert self._servers
+        return [tuple(s.getsockname()[:2]) for server in self._servers for s in server.sockets]  # type: ignore[misc]
 
     async def run_blocking(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -143,8 +180,8 @@ class Server:
         """Stop accepting; let running queries finish for the grace period; then cancel them and
         close every connection. Idle clients are told why (57P01) before their connection closes."""
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         self._terminate_idle()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=self.config.shutdown_grace)
@@ -158,9 +195,9 @@ class Server:
                     task.cancel()
                 if pending:
                     await asyncio.wait(pending, timeout=5.0)
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), timeout=5.0)
+                await asyncio.wait_for(server.wait_closed(), timeout=5.0)
         # Worker threads finish what they run (a cancelled query returns promptly); one that does
         # not is left behind after a while: closing the engine then ends it, and the ledger keeps
         # its reservation spent.
@@ -287,7 +324,7 @@ class Server:
                     writer.write(b"N")
                     continue
                 if isinstance(message, codec.CancelRequest):
-                    self._cancel(message)
+                    self._route_cancel(message)
                     return
                 assert isinstance(message, codec.StartupMessage)
                 break
@@ -304,6 +341,18 @@ class Server:
         decoder.startup = False
         decoder.max_length = MAX_AUTH_MESSAGE_LENGTH
         out = bytearray()
+
+        async def send_now(messages: list[codec.BackendMessage]) -> None:
+            # A streamed answer's batch: after whatever is pending, written now, drained (flow control).
+            if writer.is_closing():
+                raise ConnectionResetError("the client connection is closed")
+            for reply in messages:
+                out.extend(reply.encode())
+            writer.write(bytes(out))
+            out.clear()
+            await writer.drain()
+
+        session.send_now = send_now
         for reply in await session.start(message):
             out += reply.encode()
         authenticated = False
@@ -397,14 +446,26 @@ class Server:
             await asyncio.wait_for(writer.drain(), timeout=5.0)
 
     def _new_key(self) -> tuple[int, int]:
+        index, count = self._slot
         while True:
             process_id = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
-            if process_id and process_id not in self._sessions:
+            process_id -= (process_id - index) % count  # ≡ index (mod count): names this worker
+            if process_id > 0 and process_id not in self._sessions:
                 break
         secret_key = int.from_bytes(os.urandom(4), "big", signed=True)
         return process_id, secret_key
 
-    def _cancel(self, request: codec.CancelRequest) -> None:
+    def _route_cancel(self, request: codec.CancelRequest) -> None:
+        index, count = self._slot
+        owner = request.process_id % count
+        if owner != index and self._forward_cancel is not None:
+            self._forward_cancel(owner, request)
+        else:
+            self.cancel_request(request)
+
+    def cancel_request(self, request: codec.CancelRequest) -> None:
+        """Cancel the session's running query if the request names one of this server's sessions
+        with its secret key; otherwise do nothing (PostgreSQL never answers a cancel request)."""
         session = self._sessions.get(request.process_id)
         if session is None:
             log.debug("cancel request for unknown process %d", request.process_id)
@@ -465,8 +526,16 @@ class BackgroundServer:
     ...     psycopg.connect(f"host=127.0.0.1 port={server.port} user=alice password=…")
     """
 
-    def __init__(self, engine: Engine, config: ServerConfig, *, catalog: ShadowCatalog | None = None) -> None:
-        self.server = Server(engine, config, catalog=catalog)
+    def __init__(
+        self,
+        engine: Engine,
+        config: ServerConfig,
+        *,
+        catalog: ShadowCatalog | None = None,
+        slot: tuple[int, int] = (0, 1),
+        forward_cancel: CancelForward | None = None,
+    ) -> None:
+        self.server = Server(engine, config, catalog=catalog, slot=slot, forward_cancel=forward_cancel)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="dpproxy-server", daemon=True)
         self._started = threading.Event()
@@ -493,6 +562,10 @@ class BackgroundServer:
     @property
     def port(self) -> int:
         return self.server.port
+
+    def cancel_request(self, request: codec.CancelRequest) -> None:
+        """Server.cancel_request from any thread (as a forwarded cancel request arrives)."""
+        self._loop.call_soon_threadsafe(self.server.cancel_request, request)
 
     def stop(self) -> None:
         if self._thread.is_alive():
