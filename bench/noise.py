@@ -1,7 +1,7 @@
 """Noise benchmark: values/s of OpenDP's samplers and dpproxy's (dpproxy.privacy.sampling), the exact
 fallback's rate, and the time to release 10,000 groups × 3 aggregates through the real release path.
 
-    python bench/noise.py [--repeat 5] [--draws 200000]
+    python bench/noise.py [--repeat 5] [--draws 200000] [--release-only]
 
 For each mechanism and scale, in one run and interleaved, it reports medians over the repetitions of:
   opendp   values/s of make_laplace / make_gaussian on an i64 vector of zeros (what NoiseSpec.sample
@@ -12,8 +12,10 @@ For each mechanism and scale, in one run and interleaved, it reports medians ove
 Then `release 10k×3`: Engine.plan of `SELECT grp, COUNT(*), SUM(n), AVG(y) … GROUP BY grp` (four
 noisy components, since AVG is a sum and a count), synthetic ExactGroups of 10,000 groups, then
 choose_groups (partition selection), release_aggregates (noise, aggregates, error bars) and
-post_process, as Engine.release does after reading the backend's rows. Machines are shared and
-noisy: read medians and ratios.
+post_process, as Engine.release does after reading the backend's rows: the median CPU time of this
+process (time.process_time: what the engine spends, whatever else the shared cores run) of each
+stage, their total (the plan's printed apart), and the 4 × 10,000 draws alone. Machines are shared
+and noisy: read medians and ratios.
 """
 
 from __future__ import annotations
@@ -76,22 +78,32 @@ def ours(mechanism: str, scale: float):
     return lambda n: sampler(scale, n).tolist()
 
 
-def release_time(repeat: int) -> tuple[float, float]:
+STAGES = ("plan", "choose_groups", "release_aggregates", "post_process")
+
+
+def release_time(repeat: int) -> tuple[dict[str, float], float]:
+    """Medians over `repeat` runs of each stage of the 10k×3 release, and of the noise draws alone."""
     engine = Engine(parse_policy(POLICY), None)
-    plan = engine.plan(RELEASE_SQL, epsilon=1.0)
-    query, noise = plan.query, plan.noise
-    k = len(noise.columns)
+    engine.plan(RELEASE_SQL, epsilon=1.0)  # warm up: imports, caches of OpenDP calibrations
     groups = 10_000
-    exact = ExactGroups(
-        keys=[(f"g{i:05d}",) for i in range(groups)],
-        components=[[1_000 + i % 97] * k for i in range(groups)],
-        units=[1_000 + i % 97 for i in range(groups)],
-    )
-    totals, noise_only = [], []
+    timings: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    noise_only = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
+        plan = engine.plan(RELEASE_SQL, epsilon=1.0)
+        planned = time.process_time()
+        query, noise = plan.query, plan.noise
+        k = len(noise.columns)
+        exact = ExactGroups(
+            keys=[(f"g{i:05d}",) for i in range(groups)],
+            components=[[1_000 + i % 97] * k for i in range(groups)],
+            units=[1_000 + i % 97 for i in range(groups)],
+        )
+        start_release = time.process_time()
         chosen = choose_groups(query, exact, noise)
+        chose = time.process_time()
         released = release_aggregates(query, chosen, noise)
+        noised = time.process_time()
         post_process(
             query.post_processing,
             [key.type for key in query.keys],
@@ -99,12 +111,16 @@ def release_time(repeat: int) -> tuple[float, float]:
             released.keys,
             released.aggregates,
         )
-        totals.append(time.perf_counter() - start)
-        start = time.perf_counter()
+        done = time.process_time()
+        for stage, seconds in zip(
+            STAGES, (planned - start, chose - start_release, noised - chose, done - noised), strict=True
+        ):
+            timings[stage].append(seconds)
+        start = time.process_time()
         for spec in noise.columns:
             spec.sample(groups)
-        noise_only.append(time.perf_counter() - start)
-    return statistics.median(totals), statistics.median(noise_only)
+        noise_only.append(time.process_time() - start)
+    return {stage: statistics.median(t) for stage, t in timings.items()}, statistics.median(noise_only)
 
 
 def main() -> None:
@@ -113,7 +129,14 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--draws", type=int, default=200_000)
+    parser.add_argument("--release-only", action="store_true", help="only the 10k×3 release, per stage")
     args = parser.parse_args()
+    if not args.release_only:
+        samplers(args.repeat, args.draws)
+    release(args.repeat)
+
+
+def samplers(repeat: int, draws: int) -> None:
     header = ("mechanism", "scale", "opendp/s", "ours/s", "×", "exact geo", "exact bern")
     print("{:9} {:>8} {:>12} {:>12} {:>6} {:>10} {:>10}".format(*header))
     for mechanism in ("laplace", "gaussian"):
@@ -122,18 +145,27 @@ def main() -> None:
             ours_fn(1_000)  # warm up
             theirs, mine = [], []
             sampling.STATS.reset()
-            for _ in range(args.repeat):
-                theirs.append(rate(theirs_fn, min(args.draws, 50_000)))
-                mine.append(rate(ours_fn, args.draws))
+            for _ in range(repeat):
+                theirs.append(rate(theirs_fn, min(draws, 50_000)))
+                mine.append(rate(ours_fn, draws))
             stats = sampling.STATS
             geo = stats.geometric_exact / max(stats.geometric, 1)
             bern = stats.bernoulli_exact / max(stats.bernoulli, 1)
             t, o = statistics.median(theirs), statistics.median(mine)
             row = f"{mechanism:9} {scale:>8.3g} {t:>12,.0f} {o:>12,.0f} {o / t:>6.1f}"
             print(f"{row} {geo:>10.2e} {bern:>10.2e}")
-    total, noise_only = release_time(args.repeat)
-    print(f"release 10k groups × 3 aggregates (4 noisy components + selection): {total * 1e3:.1f} ms median")
-    print(f"  of which drawing the 4 × 10,000 component values: {noise_only * 1e3:.1f} ms")
+
+
+def release(repeat: int) -> None:
+    stages, noise_only = release_time(repeat)
+    released = sum(seconds for stage, seconds in stages.items() if stage != "plan")
+    print(
+        "release 10k groups × 3 aggregates (4 noisy components + selection), after the backend's rows: "
+        f"{released * 1e3:.1f} ms median (plan {stages['plan'] * 1e3:.1f} ms more)"
+    )
+    for stage in STAGES[1:]:
+        print(f"  {stage:20} {stages[stage] * 1e3:8.1f} ms")
+    print(f"  drawing the 4 × 10,000 component values alone: {noise_only * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

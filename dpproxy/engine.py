@@ -15,9 +15,11 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
+import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from dpproxy.backends import (
 from dpproxy.budget import Ledger, Reservation, open_ledger
 from dpproxy.errors import (
     BackendUnavailable,
+    DPProxyError,
     InvalidParameter,
     NotSupported,
     PolicyError,
@@ -61,7 +64,17 @@ from dpproxy.release import (
     release_aggregates,
     selectors,
 )
-from dpproxy.results import BudgetStatus, Result, ResultColumn, decode_result, encode_result, format_number
+from dpproxy.release.quantiles import refine_quantiles
+from dpproxy.release.stream import StreamedRelease, StreamOrderError, streamable
+from dpproxy.results import (
+    BudgetStatus,
+    Result,
+    ResultColumn,
+    ResultStream,
+    decode_result,
+    encode_result,
+    format_number,
+)
 from dpproxy.sql.analyze import (
     analyze,
     answer_subqueries,
@@ -74,8 +87,25 @@ from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.public import backend_sql
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
+from dpproxy.sql.rewrite.state import Step, key_column
 from dpproxy.sql.series import SeriesLimit, series_limit
+from dpproxy.sql.shape import (
+    Shape,
+    Template,
+    count_sentinels,
+    parameter_key,
+    parameter_numeral,
+    sentinel,
+    statement_shape,
+    template,
+    token_shape,
+    token_slots,
+    with_sentinels,
+    with_values,
+)
 from dpproxy.sql.types import PgType, from_column_type
+
+log = logging.getLogger("dpproxy.engine")
 
 
 @dataclass(frozen=True)
@@ -156,6 +186,18 @@ class Engine:
     # Plans of recent statements: a repeated statement (dashboards) skips parsing and rewriting,
     # and keeps its salt, so its per-unit selection is the same each time.
     _plans: OrderedDict[tuple[object, ...], Plan] = field(default_factory=OrderedDict, init=False)
+    # Learned statement shapes (dpproxy.sql.shape), by (shape text, ε): a template plan and the
+    # sentinels its constants' slots hold; and public queries with their backend SQL, by exact text.
+    _shapes: OrderedDict[tuple[str, float], _LearnedShape] = field(default_factory=OrderedDict, init=False)
+    # The same shapes by their tokens (dpproxy.sql.shape.token_shape): per (skeleton, ε), the learned
+    # shapes with that skeleton.
+    _token_shapes: OrderedDict[tuple[tuple[object, ...], float], list[_TokenEntry]] = field(
+        default_factory=OrderedDict, init=False
+    )
+    _publics: OrderedDict[tuple[object, ...], tuple[PublicQuery, str]] = field(
+        default_factory=OrderedDict, init=False
+    )
+    _sightings: OrderedDict[tuple[str, float], None] = field(default_factory=OrderedDict, init=False)
 
     def __post_init__(self) -> None:
         if not self.dialect:
@@ -504,18 +546,33 @@ class Engine:
         analyst: str,
         epsilon: float | None = None,
         cancel: Cancellation | None = None,
-    ) -> Result:
+        stream: bool = False,
+    ) -> Result | ResultStream:
         """Answer one statement for an analyst: noisy rows, what it cost, and the budget left.
 
         `cancel` lets another thread interrupt the backend query (57014); a private query that had
-        started reading data stays charged.
+        started reading data stays charged. `stream`: a private query whose release is per group
+        (dpproxy.release.stream) comes back as a ResultStream, released batch by batch in canonical
+        order as the backend returns its rows, never held whole; any other statement as a Result.
         """
         who = self.analyst(analyst)
         chosen = self.query_epsilon(epsilon, who)
         key = self._plan_key(sql, params, chosen)
+        public = self._public_cached(key)
+        if public is not None:  # the public fast path: no parsing, no analysis, no DP work
+            return self._run_public(*public, cancel)
         plan = self._cached(key)
+        if plan is None:  # a learned shape, found from the tokens without parsing
+            plan = self._token_hit(sql, chosen, params)
+            if plan is not None:
+                self._remember(key, plan)
         if plan is None:
             tree = bind_parameters(parse_statement(sql), params)
+            shape = statement_shape(tree)
+            plan = self._shape_hit(shape, chosen) if shape is not None else None
+            if plan is not None:
+                self._remember(key, plan)
+        if plan is None:
             parts = self._series_parts(tree, answer=True)
             if parts is not None:  # never cached nor replayed: its second statement follows a release
                 return self._execute_series(*parts, tree.sql("postgres"), who, chosen, cancel)
@@ -526,16 +583,24 @@ class Engine:
             if isinstance(query, EmptyQuery):  # a probe: its columns, no rows, no backend call, no cost
                 return Result(tuple(ResultColumn(o.name, o.type) for o in query.outputs), [])
             if isinstance(query, PublicQuery):
-                return self._run_public(query, cancel)
-            plan = self.plan_private(query, chosen)
+                public = (query, backend_sql(query.sql, self.dialect))
+                if not _has_subquery(tree):  # an inlined subquery's answer is data of its moment
+                    self._remember_public(key, public)
+                return self._run_public(*public, cancel)
+            salt = secrets.token_hex(8)  # as rewrite draws it; kept to confirm the statement's shape
+            plan = self.plan_private(query, chosen, salt=salt)
+            if shape is not None and not query.inlined_subqueries:
+                self._learn_shape(shape, tree, plan, salt, sql=sql, params=params)
             self._remember(key, plan)
         replay = self._replay_key(plan) if self.policy.defaults.replay and self.ledger is not None else None
         if replay is not None:
             stored = self.ledger.replay_get(who.name, replay)  # type: ignore[union-attr]
             if stored is not None:
                 return self._replayed(stored, who)
+        if stream and streamable(plan.query, len(plan.statements)):
+            return self._stream(plan, who, cancel, replay)
         result = self.run(plan, analyst=who, cancel=cancel)
-        if replay is not None:
+        if replay is not None and len(result.rows) <= self.REPLAY_MAX_ROWS:
             self.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
         return result
 
@@ -607,10 +672,138 @@ class Engine:
             raise BackendUnavailable("no backing database is configured", hint="pass --backend")
         return self.backend
 
-    def _run_public(self, query: PublicQuery, cancel: Cancellation | None = None) -> Result:
+    def _public_cached(self, key: tuple[object, ...] | None) -> tuple[PublicQuery, str] | None:
+        if key is None:
+            return None
+        with self._lock:
+            return self._publics.get(key)
+
+    def _remember_public(self, key: tuple[object, ...] | None, public: tuple[PublicQuery, str]) -> None:
+        """A public query by its exact text and parameters (ε does not matter to it, but is in the
+        key): it reads public tables only, so its SQL depends on the text and the policy alone."""
+        if key is None:
+            return
+        with self._lock:
+            self._publics[key] = public
+            while len(self._publics) > self.PLAN_CACHE_SIZE:
+                self._publics.popitem(last=False)
+
+    def _shape_hit(self, shape: Shape, epsilon: float) -> Plan | None:
+        """The plan of a statement whose shape was learned: the learned plan with this statement's
+        constants in its text, its row filter and its SQL (dpproxy.sql.shape)."""
+        with self._lock:
+            learned = self._shapes.get((shape.text, epsilon))
+            if learned is None:
+                return None
+            self._shapes.move_to_end((shape.text, epsilon))
+        return learned.bind(shape.values)
+
+    def _token_hit(self, sql: str, epsilon: float, params: Sequence[object] = ()) -> Plan | None:
+        """`_shape_hit` without parsing: the statement's tokens equal a learned statement's but for
+        the numerals of its slots (every other numeral equal too), and so do its parameters' constants
+        but for those of parameters that are slots, so its bound tree is the learned one's with
+        these numerals in the slots, and so is its shape (dpproxy.sql.shape)."""
+        with self._lock:
+            if not self._token_shapes:
+                return None
+        tokens = token_shape(sql)
+        if tokens is None:
+            return None
+        with self._lock:
+            entries = self._token_shapes.get((tokens.skeleton, epsilon))
+            if entries is None:
+                return None
+            self._token_shapes.move_to_end((tokens.skeleton, epsilon))
+            entries = list(entries)
+        for entry in entries:
+            if len(params) != len(entry.parameters) or not all(
+                f is None or f == n for f, n in zip(entry.fixed, tokens.numerals, strict=True)
+            ):
+                continue
+            numerals = [
+                parameter_numeral(p) if f is None else None
+                for f, p in zip(entry.parameters, params, strict=True)
+            ]
+            if any(
+                (n is None) if f is None else (f != parameter_key(p))
+                for f, n, p in zip(entry.parameters, numerals, params, strict=True)
+            ):
+                continue
+            values = tuple(tokens.numerals[i] if i >= 0 else numerals[-i - 1] for i in entry.slots)
+            return entry.learned.bind(values)  # type: ignore[arg-type]
+        return None
+
+    def _learn_shape(
+        self,
+        shape: Shape,
+        tree: exp.Expression,
+        plan: Plan,
+        salt: str,
+        *,
+        sql: str | None = None,
+        params: Sequence[object] = (),
+    ) -> None:
+        """Confirm and remember a statement's shape (dpproxy.sql.shape): analysed again with sentinel
+        numbers in its slots and planned with the same salt, the statement must give the same plan
+        with the sentinels where its constants were — in its text, row filter and SQL only, each
+        sentinel as often as its constant's slot — or the shape is not cached. The plan for the
+        sentinels becomes the template; any later statement of the shape gets the template with its
+        own constants. Never called for a plan whose subqueries were answered. `sql` and `params`: the
+        statement as sent: the shape is then also found by its tokens (`_token_hit`)."""
+        # A shape is confirmed the second time it is seen: a first sighting costs nothing more.
+        with self._lock:
+            if (shape.text, plan.epsilon) not in self._sightings:
+                self._sightings[(shape.text, plan.epsilon)] = None
+                while len(self._sightings) > self.PLAN_CACHE_SIZE:
+                    self._sightings.popitem(last=False)
+                return
+        sentinels = tuple(sentinel(i) for i in range(len(shape.slots)))
+        try:
+            query = self._analyze_tree(with_sentinels(tree, shape), answer=False)
+        except DPProxyError:
+            return
+        if not isinstance(query, PrivateQuery) or query.inlined_subqueries:
+            return
+        sentinel_plan = self.plan_private(query, plan.epsilon, salt=salt)
+        outside = repr(dataclasses.replace(query, text="", where=None)) + repr(sentinel_plan.noise)
+        if count_sentinels(outside, sentinels) or repr(sentinel_plan.responses) != repr(plan.responses):
+            return
+        learned = _LearnedShape.of(sentinel_plan, sentinels)
+        bound = learned.bind(shape.values)
+        if (
+            bound.statements != plan.statements
+            or bound.query.text != plan.query.text
+            or repr(bound.query) != repr(plan.query)
+            or repr(bound.noise) != repr(plan.noise)
+        ):
+            return
+        tokens = token_shape(sql) if sql is not None else None
+        found = token_slots(tokens, shape, tree, params) if tokens is not None else None
+        with self._lock:
+            self._shapes[(shape.text, plan.epsilon)] = learned
+            while len(self._shapes) > self.PLAN_CACHE_SIZE:
+                self._shapes.popitem(last=False)
+            if tokens is not None and found is not None:
+                slots, slotted = found
+                fixed = tuple(None if i in slots else n for i, n in enumerate(tokens.numerals))
+                parameters = tuple(
+                    None if k + 1 in slotted else parameter_key(p) for k, p in enumerate(params)
+                )
+                entries = self._token_shapes.setdefault((tokens.skeleton, plan.epsilon), [])
+                # A few sets of fixed constants per skeleton, the newest last.
+                kept = [e for e in entries if (e.fixed, e.parameters) != (fixed, parameters)][-7:]
+                entries[:] = [*kept, _TokenEntry(fixed, parameters, slots, learned)]
+                while len(self._token_shapes) > self.PLAN_CACHE_SIZE:
+                    self._token_shapes.popitem(last=False)
+
+    def _run_public(
+        self, query: PublicQuery, sql: str | None = None, cancel: Cancellation | None = None
+    ) -> Result:
         backend = self._backend()
         try:
-            rows = backend.run(backend_sql(query.sql, backend.dialect), cancel=cancel)
+            rows = backend.run(
+                sql if sql is not None else backend_sql(query.sql, backend.dialect), cancel=cancel
+            )
         except QueryCancelled as failure:
             raise QueryCanceled(f"canceling statement due to {failure.reason}", hint=failure.hint) from None
         except BackendUnreachable:
@@ -680,7 +873,7 @@ class Engine:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
             raise PrivateQueryFailed() from None
         try:
-            return self.release(plan, row_sets)
+            return self.release(plan, row_sets, lambda sql: backend.run(sql, cancel=cancel))
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
@@ -696,13 +889,20 @@ class Engine:
             status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
         return Result(result.columns, result.rows, cost, status, private=True)
 
-    def release(self, plan: Plan, row_sets: Sequence[Sequence[Sequence[object]]]) -> Result:
+    def release(
+        self,
+        plan: Plan,
+        row_sets: Sequence[Sequence[Sequence[object]]],
+        run: Callable[[str], Sequence[Sequence[object]]] | None = None,
+    ) -> Result:
         """The noisy answer of a plan from the rows its statements returned: groups chosen, fresh
         noise drawn, post-processed. Each call is a new release (tests repeat it to measure the
-        privacy loss between neighbouring databases); it charges nothing: `run` charges."""
+        privacy loss between neighbouring databases); it charges nothing: `run` charges. Refined
+        quantiles run their second statement, built from their first picks, through `run`."""
         query = plan.query
         groups = choose_groups(query, exact_groups(query, *row_sets), plan.noise)
-        released = release_aggregates(query, groups, plan.noise, plan.responses)
+        refined = refine_quantiles(query, plan.rewrite, plan.dialect, groups, plan.noise, run)
+        released = release_aggregates(query, groups, plan.noise, plan.responses, refined)
         post = query.post_processing
         out_rows = post_process(
             post,
@@ -711,19 +911,207 @@ class Engine:
             released.keys,
             released.aggregates,
         )
+        return Result(self._columns(plan, released.errors), out_rows)
+
+    @staticmethod
+    def _columns(plan: Plan, errors: Sequence[float | str | None]) -> tuple[ResultColumn, ...]:
+        """The answer's columns, each output that is an aggregate with its 95% figure."""
         columns = []
-        for output in post.outputs:
+        for output in plan.query.post_processing.outputs:
             error: float | str | None = None
             node = output.expression
             while isinstance(node, (exp.Cast, exp.Paren)):  # COUNT(*)::int4 keeps its ±
                 node = node.this
             if node.name.startswith("__agg_") and node.key == "column":
-                error = released.errors[int(node.name.removeprefix("__agg_"))]
+                error = errors[int(node.name.removeprefix("__agg_"))]
             if isinstance(error, str):
                 columns.append(ResultColumn(output.name, output.type, None, error))
             else:
                 columns.append(ResultColumn(output.name, output.type, error))
-        return Result(tuple(columns), out_rows)
+        return tuple(columns)
+
+    # -- streamed answers (dpproxy.release.stream) --------------------------------------------------
+
+    # Answers with more rows than this are not stored for free replay: a repeat is charged again
+    # (the stored bytes would grow with the answer). Decided by the released answer's size alone.
+    REPLAY_MAX_ROWS = 100_000
+
+    def _stream(
+        self, plan: Plan, analyst: AnalystPolicy, cancel: Cancellation | None, replay: str | None
+    ) -> ResultStream:
+        """Reserve the plan's cost now (a refusal is raised here, before any row), and return its
+        answer as batches released while the backend's rows arrive, in canonical key order.
+
+        The backend sorts the main statement's rows by the group keys' canonical order (`_ordered_sql`)
+        and each batch is released as `release` releases a whole answer (dpproxy.release.stream):
+        the rows sent are those, in the order, `release` would send. The charge follows `run`'s rule:
+        it stands once the statement was sent, whatever happens next (a client that goes away
+        mid-answer, a cancel, a failure); a stream closed before it started releases it.
+        """
+        if plan.query.subquery_placeholders:
+            raise InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
+        reservation = self._reserve(analyst, plan.cost, plan.query.text)
+        backend = self._backend()
+        finished = False
+        result: ResultStream
+
+        def finish(sent: bool) -> None:
+            nonlocal finished
+            if reservation is not None and not finished:
+                finished = True
+                (self.ledger.commit if sent else self.ledger.release)(reservation)  # type: ignore[union-attr]
+
+        def batches() -> Iterator[list[tuple[object, ...]]]:
+            nonlocal finished
+            release = StreamedRelease(plan.query, plan.noise)
+            stored: list[tuple[object, ...]] | None = [] if replay is not None else None
+            source = backend.stream(self._ordered_sql(plan, backend.dialect), cancel=cancel)
+            sent = False
+            try:
+                for rows in source:
+                    sent = True
+                    out = release.release(rows)
+                    if stored is not None:
+                        stored.extend(out)
+                        if len(stored) > self.REPLAY_MAX_ROWS:
+                            stored = None
+                    if out:
+                        yield out
+                    if release.done:  # LIMIT met: the rest of the answer is never read
+                        break
+            except GeneratorExit:
+                finish(sent=True)  # asked for at least once: the statement was sent
+                raise
+            except (BackendUnreachable, QueryCancelled) as failure:
+                sent = sent or (isinstance(failure, QueryCancelled) and failure.started)
+                finish(sent)
+                charged = "its privacy cost has been charged" if sent else "nothing was charged"
+                if isinstance(failure, QueryCancelled):
+                    raise QueryCanceled(
+                        f"canceling statement due to {failure.reason}; {charged}", hint=failure.hint
+                    ) from None
+                raise BackendUnavailable(f"cannot reach the backing database; {charged}") from None
+            except StreamOrderError:
+                finish(sent=True)
+                log.error("a streamed answer was refused: the backend did not return groups in key order")
+                raise PrivateQueryFailed() from None
+            except BaseException:
+                finish(sent=True)
+                raise PrivateQueryFailed() from None
+            finally:
+                source.close()
+            columns = self._columns(plan, release.errors())
+            if reservation is not None:
+                finished = True
+            summary = self._committed(Result(columns, []), plan.cost, reservation, analyst)
+            if stored is not None and replay is not None:
+                self.ledger.replay_put(analyst.name, replay, encode_result(Result(columns, stored)))  # type: ignore[union-attr]
+            result.summary = summary
+
+        unknown: list[float | str | None] = [None] * len(plan.query.aggregates)
+        result = ResultStream(self._columns(plan, unknown), batches(), lambda: finish(sent=False))
+        return result
+
+    @staticmethod
+    def _ordered_sql(plan: Plan, dialect: str) -> str:
+        """The main statement with its rows sorted in the canonical order of their group keys
+        (docs/privacy.md §6): each key ascending, NULLs last, text by bytes (COLLATE "C"; Spark's
+        strings compare by bytes), numbers by value, which release.stream checks row by row."""
+        quote = "`" if dialect == "spark" else '"'
+        text_collation = "" if dialect == "spark" else ' COLLATE "C"'
+        order = []
+        for j, key in enumerate(plan.query.keys):
+            collation = text_collation if key.type in (PgType.TEXT, PgType.VARCHAR) else ""
+            order.append(f"{quote}{key_column(j)}{quote}{collation} ASC NULLS LAST")
+        return f"SELECT * FROM ({plan.sql}) AS {quote}__streamed{quote} ORDER BY {', '.join(order)}"
+
+
+@dataclass(frozen=True)
+class _LearnedShape:
+    """A learned shape's template plan (its slots hold sentinels) and where the sentinels stand in
+    its text and statements, found once."""
+
+    plan: Plan
+    sentinels: tuple[str, ...]
+    text: Template
+    statements: tuple[Template, ...]
+    # The rewrite's steps and auxiliary statements that hold a sentinel (the row filter's): a bound
+    # plan whose release reads its rewrite (refined quantiles build a second statement from it) has
+    # them with its values; any other bound plan has an empty rewrite (its statements are bound,
+    # and nothing else reads it: explain plans afresh), so that no reader can see a sentinel.
+    bound_steps: tuple[int, ...]
+    bound_auxiliary: tuple[int, ...]
+    bound_final: bool
+
+    @classmethod
+    def of(cls, plan: Plan, sentinels: tuple[str, ...]) -> _LearnedShape:
+        texts = tuple(template(sql, sentinels) for sql in plan.statements)
+
+        def holds(select: exp.Expression) -> bool:
+            return any(isinstance(n, exp.Literal) and n.this in sentinels for n in select.walk())
+
+        def holding(steps: tuple[Step, ...]) -> tuple[int, ...]:
+            return tuple(i for i, step in enumerate(steps) if holds(step.select))
+
+        state = plan.rewrite
+        return cls(
+            plan,
+            sentinels,
+            template(plan.query.text, sentinels),
+            texts,
+            holding(state.steps),
+            holding(state.auxiliary),
+            state.final is not None and holds(state.final),
+        )
+
+    def bind(self, values: tuple[str, ...]) -> Plan:
+        """The template plan with these numerals in its slots: text, row filter, rewrite and
+        statements."""
+        query = self.plan.query
+        replacements = dict(zip(self.sentinels, values, strict=True))
+        where = query.where
+        if where is not None:
+            where = with_values(where, replacements)
+        state = self.plan.rewrite
+
+        def bound_steps(steps: tuple[Step, ...], indices: tuple[int, ...]) -> tuple[Step, ...]:
+            if not indices:
+                return steps
+            out = list(steps)
+            for i in indices:
+                out[i] = dataclasses.replace(steps[i], select=with_values(steps[i].select, replacements))
+            return tuple(out)
+
+        rewrite = RewriteState()
+        if any(histogram.fine for histogram in query.histograms):
+            final = state.final
+            if final is not None and self.bound_final:
+                final = with_values(final, replacements)
+            rewrite = dataclasses.replace(
+                state,
+                steps=bound_steps(state.steps, self.bound_steps),
+                final=final,
+                auxiliary=bound_steps(state.auxiliary, self.bound_auxiliary),
+            )
+        bound = dataclasses.replace(
+            self.plan,
+            query=dataclasses.replace(query, text=self.text.bind(values), where=where),
+            rewrite=rewrite,
+        )
+        bound.__dict__["statements"] = tuple(t.bind(values) for t in self.statements)
+        return bound
+
+
+@dataclass(frozen=True)
+class _TokenEntry:
+    fixed: tuple[str | None, ...]  # the statement's abstracted numerals; None in its slots
+    parameters: tuple[object | None, ...]  # each parameter's constant; None for a slot's
+    slots: tuple[int, ...]  # what fills each slot: an abstracted numeral (i ≥ 0) or $k (−k)
+    learned: _LearnedShape
+
+
+def _has_subquery(tree: exp.Expression) -> bool:
+    return any(isinstance(node, (exp.Subquery, exp.Select)) and node is not tree for node in tree.walk())
 
 
 def connect(

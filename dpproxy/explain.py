@@ -115,6 +115,13 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         choices.append(
             f"{query.aggregates[a].text}: exponential mechanism over {spec.candidates} candidates per "
             f"group (score sensitivity {spec.sensitivity}, noise scale {spec.scale:.6g})"
+            + (
+                f", then refined by a second statement: a second pick over {refined.candidates} "
+                f"candidates (the coarse bins outside a window around the first pick, sub-bins inside; "
+                f"noise scale {refined.scale:.6g})"
+                if (refined := getattr(spec, "refined", None)) is not None
+                else ""
+            )
         )
     if chosen.top_k is not None and query.top_k is not None:
         spec = plan.noise.selectors[chosen.top_k]

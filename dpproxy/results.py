@@ -1,12 +1,14 @@
 """What an answer is, as every entry point hands it over: the released rows and columns with their
-95% errors, the cost, the budget left and the notice the analyst reads; and the bytes a stored
-answer is kept as for free replay (released values only, never true ones)."""
+95% errors, the cost, the budget left and the notice the analyst reads (`Result`), or the same
+released in batches (`ResultStream`, for answers too large to hold); and the bytes a stored answer
+is kept as for free replay (released values only, never true ones)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -77,13 +79,58 @@ class Result:
                 + (f" (δ remaining {remaining_figure(left.delta, limit.delta)})" if limit.delta else "")
             )
         errors = [
-            f"{c.name} ±{format_number(c.error95)}" if c.error95 is not None else f"{c.name}: {c.error_note}"
+            f"{c.name} ±{format_bound(c.error95)}" if c.error95 is not None else f"{c.name}: {c.error_note}"
             for c in self.columns
             if c.error95 is not None or c.error_note is not None
         ]
         if errors:
             parts.append("95% error: " + ", ".join(errors))
         return "; ".join(parts)
+
+
+class ResultStream:
+    """A private answer released in batches of rows (dpproxy.release.stream), never held whole.
+
+    `columns` are known before the first batch; iterating yields lists of released rows, running
+    the backend query as it goes. Once the batches are exhausted, `summary` is the answer's Result
+    without rows: the columns with their 95% figures, the cost, the budget left, and so the notice.
+    `close()` stops the query (a stream closed early stays charged once its query was sent). A
+    stream is iterated once, by one thread at a time.
+    """
+
+    def __init__(
+        self,
+        columns: tuple[ResultColumn, ...],
+        batches: Iterator[list[tuple[object, ...]]],
+        unstarted: Callable[[], None],
+    ) -> None:
+        self.columns = columns
+        self._batches = batches
+        self._unstarted = unstarted  # finishes what the stream holds when it is closed unstarted
+        self._started = False
+        self.rows = 0  # rows yielded so far
+        self.summary: Result | None = None
+
+    def __iter__(self) -> Iterator[list[tuple[object, ...]]]:
+        return self
+
+    def __next__(self) -> list[tuple[object, ...]]:
+        self._started = True
+        batch = next(self._batches)
+        self.rows += len(batch)
+        return batch
+
+    def close(self) -> None:
+        if not self._started:
+            self._started = True
+            self._unstarted()
+        self._batches.close()
+
+    def collect(self) -> Result:
+        """The whole answer as one Result (for callers that want it held: COPY, FETCH, the CLI)."""
+        rows = [row for batch in self for row in batch]
+        assert self.summary is not None
+        return Result(self.summary.columns, rows, self.summary.cost, self.summary.budget, private=True)
 
 
 BUDGET_DIGITS = 6  # significant digits of a budget figure shown to an analyst or operator
@@ -138,6 +185,17 @@ def format_number(value: float | None) -> str:
     if abs(value) >= 1e6 or abs(value) < 1e-3:
         return f"{value:.3g}"
     return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def format_bound(value: float | None) -> str:
+    """An error bound as format_number shows numbers, but rounded up at the digits shown: a "± at
+    95%" printed below the bound it stands for would claim more accuracy than the answer has."""
+    if value is None or value <= 0 or not math.isfinite(value):
+        return format_number(value)
+    exact = Decimal(repr(value))
+    digits = 3 if value >= 1e6 or value < 1e-3 else 4 if value < 1000 else exact.adjusted() + 1
+    rounded = exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), rounding=ROUND_CEILING)
+    return format_number(float(rounded))
 
 
 _TAGS: dict[type, str] = {Decimal: "numeric", float: "float", dt.date: "date", dt.datetime: "timestamp"}

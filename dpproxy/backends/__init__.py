@@ -10,9 +10,14 @@ returns the true rows. Its exceptions (`BackendError`) carry the driver's text f
 logs only; the engine replaces them with a fixed message before anything reaches an analyst, since
 a database's error text can depend on protected values.
 
-Python values returned by `Backend.run` are the same on every backend: int for integers and for
-exact numerics of scale 0 (so PostgreSQL's `sum(bigint)`, a numeric, comes back as int like DuckDB's
-HUGEINT does), Decimal for other exact numerics, float, str, bool, date and datetime.
+`Backend.stream` hands back the rows of one SELECT in batches (a generator), so that an answer of
+millions of rows is never held whole in Python: DuckDB fetches them from its result in chunks,
+PostgreSQL through a server-side cursor, Spark (for now) slices its collected rows. Closing the
+generator stops the query and frees its connection.
+
+Python values returned by `Backend.run` and `Backend.stream` are the same on every backend: int for
+integers and for exact numerics of scale 0 (so PostgreSQL's `sum(bigint)`, a numeric, comes back as
+int like DuckDB's HUGEINT does), Decimal for other exact numerics, float, str, bool, date and datetime.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -93,6 +98,10 @@ class BackendError(Exception):
 class BackendUnreachable(BackendError):
     """No connection to the backing database could be had, so nothing ran."""
 
+
+# Rows per batch of `Backend.stream`: large enough that per-batch costs vanish, small enough that a
+# batch of wide rows stays a few megabytes.
+STREAM_BATCH_ROWS = 10_000
 
 # Why a query was cancelled, as PostgreSQL words it after "canceling statement due to …".
 USER_REQUEST = "user request"
@@ -205,6 +214,20 @@ class Backend(ABC):
         `cancel` interrupts it from another thread: QueryCancelled is raised (started=False when
         the cancellation came before the query was sent)."""
 
+    def stream(
+        self, sql: str, *, cancel: Cancellation | None = None, batch_rows: int = STREAM_BATCH_ROWS
+    ) -> Iterator[list[tuple]]:
+        """Run one read-only SELECT and yield its rows in batches of at most `batch_rows`.
+
+        The query is sent when the first batch is asked for; closing the generator early stops it.
+        Cancellation and the time limit behave as in `run` (QueryCancelled, started=False only when
+        the query was never sent); the time limit counts the backend's own work, not the time the
+        caller spends between batches. This default runs `run` and slices its rows (a backend that
+        can fetch in batches overrides it)."""
+        rows = self.run(sql, cancel=cancel)
+        for start in range(0, len(rows), batch_rows):
+            yield rows[start : start + batch_rows]
+
     @abstractmethod
     def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
         """Per table, the columns the database guarantees unique and not NULL on their own
@@ -295,6 +318,7 @@ __all__ = [
     "DEFAULT_STATEMENT_TIMEOUT_S",
     "DSN_FORMS",
     "STATEMENT_TIMEOUT",
+    "STREAM_BATCH_ROWS",
     "USER_REQUEST",
     "Backend",
     "BackendError",

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import sqlglot
@@ -23,6 +25,7 @@ from sqlglot import exp
 
 from dpproxy.backends import (
     DEFAULT_STATEMENT_TIMEOUT_S,
+    STREAM_BATCH_ROWS,
     Backend,
     BackendError,
     BackendUnreachable,
@@ -51,6 +54,8 @@ LOCKDOWN: dict[str, bool | str] = {
     # (whose sessions dpproxy also sets to UTC): both engines then compute the same values.
     "TimeZone": "UTC",
 }
+
+T = TypeVar("T")
 
 DEFAULT_STATEMENT_TIMEOUT_MS = round(DEFAULT_STATEMENT_TIMEOUT_S * 1000)
 
@@ -212,6 +217,76 @@ class DuckDBBackend(Backend):
         if integral:
             rows = [_decimals_to_int(row, integral) for row in rows]
         return rows
+
+    def stream(
+        self, sql: str, *, cancel: Cancellation | None = None, batch_rows: int = STREAM_BATCH_ROWS
+    ) -> Iterator[list[tuple]]:
+        """The rows of one SELECT in batches, fetched from DuckDB's result chunk by chunk. The time
+        limit counts only the time spent inside DuckDB (executing and fetching), summed over the
+        batches; the cursor stays checked out until the generator ends or is closed."""
+        if cancel is not None and cancel.cancelled:
+            raise QueryCancelled.of(cancel, started=False)
+        cursor = self._checkout()
+        finished = threading.Event()
+        timed_out = threading.Event()
+        interrupt_lock = threading.Lock()
+        left = None if self._statement_timeout_ms is None else self._statement_timeout_ms / 1000
+
+        def interrupt() -> None:
+            with interrupt_lock:
+                if not finished.is_set():
+                    cursor.interrupt()
+
+        def time_out() -> None:
+            timed_out.set()
+            interrupt()
+
+        def timed(step: Callable[[], T]) -> T:
+            """One call into DuckDB under what is left of the time limit."""
+            nonlocal left
+            if cancel is not None and cancel.cancelled:
+                raise QueryCancelled.of(cancel, started=True)
+            if left is None:
+                return step()
+            if left <= 0:
+                timed_out.set()
+                raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000)  # type: ignore[operator]
+            timer = threading.Timer(left, time_out)
+            timer.daemon = True
+            began = time.monotonic()
+            timer.start()
+            try:
+                return step()
+            finally:
+                timer.cancel()
+                left -= time.monotonic() - began
+
+        try:
+            statements = cursor.extract_statements(sql)
+            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+                raise BackendError("the backend runs exactly one SELECT statement per call")
+            if cancel is not None:
+                cancel.attach(interrupt)
+            result = timed(lambda: cursor.execute(statements[0]))
+            description = result.description or []
+            integral = [i for i, c in enumerate(description) if _SCALE_ZERO_DECIMAL.match(str(c[1]))]
+            while True:
+                rows = timed(lambda: result.fetchmany(batch_rows))
+                if not rows:
+                    return
+                yield [_decimals_to_int(row, integral) for row in rows] if integral else rows
+        except duckdb.Error as exc:
+            if cancel is not None and cancel.cancelled:
+                raise QueryCancelled.of(cancel, started=True) from exc
+            if timed_out.is_set() and self._statement_timeout_ms is not None:
+                raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
+            raise BackendError(f"DuckDB failed: {exc}") from exc
+        finally:
+            if cancel is not None:
+                cancel.detach()
+            with interrupt_lock:
+                finished.set()
+            self._checkin(cursor)
 
     def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
         """Rows of a catalog query over one schema (the default one unless given)."""

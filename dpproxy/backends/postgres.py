@@ -12,8 +12,10 @@ may only SELECT the exposed tables: read-only transactions are a second lock, no
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import struct
+from collections.abc import Iterator
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
@@ -23,6 +25,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dpproxy.backends import (
     DEFAULT_STATEMENT_TIMEOUT_S,
+    STREAM_BATCH_ROWS,
     Backend,
     BackendError,
     BackendUnreachable,
@@ -138,6 +141,8 @@ WHERE n.nspname = %s AND t.relkind IN ('r', 'p')
 ORDER BY t.relname, ci.relname
 """
 
+_CURSOR_NUMBERS = itertools.count()  # names of server-side cursors (each lives in its own transaction)
+
 _NUMERIC_HEAD = struct.Struct("!HhHH")  # ndigits, weight, sign, dscale
 _NUMERIC_FINITE_SIGNS = (0x0000, 0x4000)
 
@@ -241,6 +246,52 @@ class PostgresBackend(Backend):
                         conn.execute("ROLLBACK")
         except PoolTimeout as exc:
             raise BackendUnreachable(f"no connection to {self.description} became free") from exc
+
+    def stream(
+        self, sql: str, *, cancel: Cancellation | None = None, batch_rows: int = STREAM_BATCH_ROWS
+    ) -> Iterator[list[tuple]]:
+        """The rows of one SELECT in batches, through a server-side cursor (DECLARE, declared with
+        the extended protocol: one statement, never `a; b`, then FETCH FORWARD batch_rows) inside
+        the same `BEGIN READ ONLY … ROLLBACK` as `run`. The session's statement_timeout applies to
+        each FETCH (the first one does the sorting and aggregating). The pooled connection is held
+        until the generator ends or is closed; the ROLLBACK then closes the cursor."""
+        for attempt in itertools.count():
+            if cancel is not None and cancel.cancelled:
+                raise QueryCancelled.of(cancel, started=False)
+            try:
+                with self._pool.connection() as conn:
+                    try:
+                        conn.execute("BEGIN READ ONLY")
+                    except psycopg.OperationalError as exc:
+                        if attempt == 0:  # a dead pooled connection: nothing was sent, try once more
+                            self._pool.check()
+                            continue
+                        raise BackendUnreachable(f"lost the connection to {self.description}: {exc}") from exc
+                    try:
+                        if cancel is not None:
+                            cancel.attach(conn.cancel_safe)
+                        with conn.cursor(name=f"dpproxy_stream_{next(_CURSOR_NUMBERS)}", binary=True) as cur:
+                            cur.execute(sql)
+                            while True:
+                                if cancel is not None and cancel.cancelled:
+                                    raise QueryCancelled.of(cancel, started=True)
+                                rows = cur.fetchmany(batch_rows)
+                                if not rows:
+                                    return
+                                yield rows
+                    except psycopg.Error as exc:
+                        if cancel is not None and cancel.cancelled:
+                            raise QueryCancelled.of(cancel, started=True) from exc
+                        if isinstance(exc, psycopg.errors.QueryCanceled) and self._statement_timeout_ms:
+                            raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
+                        raise BackendError(f"PostgreSQL failed: {exc}") from exc
+                    finally:
+                        if cancel is not None:
+                            cancel.detach()
+                        with contextlib.suppress(psycopg.Error):
+                            conn.execute("ROLLBACK")
+            except PoolTimeout as exc:
+                raise BackendUnreachable(f"no connection to {self.description} became free") from exc
 
     def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
         """Rows of a catalog query over one schema (the default one unless given)."""

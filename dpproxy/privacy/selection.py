@@ -3,7 +3,10 @@
 This module owns SelectionSpec: noise on each group's count of distinct units and a threshold, the
 (ε, δ) (Laplace, pure accounting) or approximate-zCDP (ρ, δ) (discrete Gaussian, zCDP accounting)
 of releasing the groups whose noisy count reaches it, read from OpenDP's maps with the workaround
-_THRESHOLD_MAP_SHIFT explains, and the search for the smallest threshold that fits a δ.
+_THRESHOLD_MAP_SHIFT explains, and the search for the smallest threshold that fits a δ. The noise is
+drawn in bulk by dpproxy.privacy.sampling, from the distribution OpenDP's threshold measurement
+draws (docs/privacy.md §5, "How the released set is drawn"); OpenDP's measurements give its
+calibration and δ only.
 
 It never sees group keys, values or SQL: only counts of units per group, by position, and it returns
 the positions released.
@@ -12,16 +15,19 @@ the positions released.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import opendp.prelude as dp
 
 from dpproxy.errors import InvalidParameter
 from dpproxy.policy import Mechanism
 from dpproxy.privacy.calibration import calibrate_scale
 from dpproxy.privacy.checks import check_positive, check_unit_limits
+from dpproxy.privacy.sampling import BytesSource, sample_discrete_gaussian, sample_discrete_laplace
 
 # Partition selection looks for its threshold at most this many noise scales above its starting
 # point, where δ has fallen by e^-60 more: beyond, OpenDP's rounding floor is what stops it, not τ.
@@ -72,19 +78,33 @@ class SelectionSpec:
     mechanism: Mechanism = Mechanism.LAPLACE
     rho: float = 0.0  # from the OpenDP map (Gaussian); 0 for Laplace
 
-    def select(self, unit_counts: Sequence[int]) -> list[int]:
-        """Indexes (in input order) of the groups released. Counts are distinct units per group."""
-        counts = {i: int(c) for i, c in enumerate(unit_counts)}
-        # No value in the message: counts are read from protected tables.
-        if any(c < 0 for c in counts.values()):
-            raise ValueError("unit counts must be >= 0")
-        if not counts:
+    def select(self, unit_counts: Sequence[int], bytes_source: BytesSource = os.urandom) -> list[int]:
+        """Indexes (ascending) of the groups released. Counts are distinct units per group.
+
+        The group of count c is released when c + Z >= threshold, Z drawn independently per group
+        from the discrete Laplace (b = scale) or discrete Gaussian (σ = scale), the scale read as an
+        exact rational: what OpenDP's make_laplace_threshold / make_gaussian_threshold on i64 counts
+        do (they add Z to c exactly, as big integers, and keep the pairs not below the threshold),
+        so the released set has their distribution, and their maps' (ε, δ) or (ρ, δ) hold for it
+        (docs/privacy.md §5, "How the released set is drawn"). `bytes_source` is for tests only.
+        """
+        n = len(unit_counts)
+        if n == 0:
             return []
+        try:
+            counts = np.fromiter(unit_counts, dtype=np.int64, count=n)
+        except OverflowError:  # beyond int64 (no table has that many units): exact Python ints
+            counts = np.array([int(c) for c in unit_counts], dtype=object)
+        # No value in the message: counts are read from protected tables.
+        if (counts < 0).any():
+            raise ValueError("unit counts must be >= 0")
         if self.mechanism == Mechanism.LAPLACE:
-            measurement = _threshold_measurement(self.scale, self.threshold)
+            noise = sample_discrete_laplace(self.scale, n, bytes_source)
         else:
-            measurement = _gaussian_threshold_measurement(self.scale, self.threshold)
-        return sorted(measurement(counts))
+            noise = sample_discrete_gaussian(self.scale, n, bytes_source)
+        # c + Z >= threshold, written so that no int64 overflows: threshold − c >= threshold − 2^63 + 1.
+        released = noise >= self.threshold - counts
+        return np.flatnonzero(released).tolist()
 
 
 # OpenDP 0.16 understates the δ of its threshold measurements: they release a group when

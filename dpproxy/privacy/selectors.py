@@ -25,7 +25,7 @@ from functools import lru_cache
 import opendp.prelude as dp
 
 from dpproxy.errors import InvalidParameter
-from dpproxy.privacy.accounting import Accounting, even_share, sum_up
+from dpproxy.privacy.accounting import Accounting, even_share, remainder, sum_up
 from dpproxy.privacy.calibration import I64_VECTORS, calibrate_scale
 from dpproxy.privacy.checks import (
     MAX_L1_SENSITIVITY,
@@ -43,6 +43,10 @@ _SCORE_FLOOR = -(2**62)
 
 # A quantile's α is kept as a fraction num/den with den at most this, so that den·n stays exact.
 _MAX_QUANTILE_DENOMINATOR = 10**6
+
+# A refined quantile (QuantileSpec.refined) spends this fraction of its share on the coarse pick that
+# places the fine window, and the rest on the final pick (docs/privacy.md, quantiles).
+COARSE_SHARE = 0.25
 
 
 @lru_cache(maxsize=4096)
@@ -177,6 +181,14 @@ class QuantileSpec:
     scale: float  # noise scale on the integer scores (per group)
     sensitivity: int  # L∞ sensitivity of the scores (the map's input)
     extreme_rank: int  # MIN/MAX: t, the target rank from the extreme; 0 for 0 < α < 1
+    # Hierarchical refinement (0 < α < 1 only): this spec is the first, coarse pick, made at
+    # COARSE_SHARE of the budget over the K coarse bins; `refined` is the second pick, made at the rest
+    # over a partition of the same domain into the coarse bins outside a window around the first pick
+    # and finer bins inside it (its `candidates`: the most any window gives). The window is public once
+    # the first pick is released, so the second pick's scores are this class's scores over another
+    # fixed partition: the same sensitivity. `epsilon`/`rho` here are the total of both picks
+    # (sequential composition); the rank bound is the second pick's, whose partition covers the domain.
+    refined: QuantileSpec | None = None
 
     @property
     def is_extreme(self) -> bool:
@@ -222,7 +234,11 @@ class QuantileSpec:
         MIN / MAX: at most this many values lie below the MIN (above the MAX) released.
         From the union bound over the K − 1 other candidates (see above). `n`, when given, only caps
         the bound; pass a released (noisy) count, never the true one: the bound is shown to analysts.
+        A refined quantile's answer is the second pick's, over a partition of the whole domain: its
+        bound alone holds, whatever the first pick was.
         """
+        if self.refined is not None:
+            return self.refined.rank_error95(n)
         tail = _selection_tail(self.scale, self.candidates) / self._width()
         if self.is_extreme:
             target = self.extreme_rank if n is None else min(self.extreme_rank, n / 2)
@@ -241,6 +257,7 @@ def _quantile(
     max_groups: int,
     accounting: Accounting,
     budget: float,
+    fine_candidates: int = 0,
 ) -> QuantileSpec:
     check_count("the number of quantile candidates", candidates)
     check_unit_limits(max_contributions, max_groups)
@@ -248,6 +265,31 @@ def _quantile(
         sensitivity = 2 * max_contributions
     else:
         sensitivity = max_contributions * max(alpha.numerator, alpha.denominator - alpha.numerator)
+    refined = None
+    if fine_candidates and alpha not in (0, 1):
+        # Sequential composition: the coarse pick's total, then the fine pick's at what is left.
+        first = _quantile(alpha, candidates, max_contributions, max_groups, accounting, budget * COARSE_SHARE)
+        refined = _quantile(
+            alpha,
+            fine_candidates,
+            max_contributions,
+            max_groups,
+            accounting,
+            remainder(budget, first.epsilon + first.rho),
+        )
+        return QuantileSpec(
+            alpha,
+            candidates,
+            max_contributions,
+            max_groups,
+            sum_up([first.epsilon, refined.epsilon]),
+            sum_up([first.rho, refined.rho]),
+            accounting,
+            first.scale,
+            sensitivity,
+            0,
+            refined,
+        )
     scale, per_group = _calibrate_selector(accounting, sensitivity, even_share(budget, max_groups))
     total = sum_up([per_group] * max_groups)
     extreme_rank = 0
@@ -276,11 +318,15 @@ def quantile_mechanism(
     epsilon: float | None = None,
     *,
     rho: float | None = None,
+    fine_candidates: int = 0,
 ) -> QuantileSpec:
     """The α-quantile (MIN at α = 0, MAX at α = 1) per group, costing at most epsilon (pure
-    accounting) or rho (zCDP accounting) over the g groups one unit can change. See QuantileSpec."""
+    accounting) or rho (zCDP accounting) over the g groups one unit can change. See QuantileSpec;
+    `fine_candidates` > 0 refines a 0 < α < 1 quantile in a second pick over that many candidates."""
     accounting, budget = _budget_arguments(epsilon, rho)
-    return _quantile(_fraction(alpha), candidates, max_contributions, max_groups, accounting, budget)
+    return _quantile(
+        _fraction(alpha), candidates, max_contributions, max_groups, accounting, budget, fine_candidates
+    )
 
 
 @dataclass(frozen=True)
@@ -412,6 +458,7 @@ class QuantileRequest:
     candidates: int
     max_contributions: int
     max_groups: int
+    fine_candidates: int = 0  # > 0: refined in a second pass (QuantileSpec.refined)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alpha", _fraction(self.alpha))
@@ -449,6 +496,7 @@ def selector_for(request: SelectorRequest, accounting: Accounting, budget: float
             request.max_groups,
             accounting,
             budget,
+            request.fine_candidates,
         )
     if isinstance(request, ModeRequest):
         return _mode(request.candidates, request.max_contributions, request.max_groups, accounting, budget)

@@ -14,15 +14,24 @@ over the released groups, so it covers each of them. Counts and sums have one no
 groups: their ± is the noise's own 95% bound, and clamping at 0 only moves a value towards the true
 one.
 
+Counts, sums and averages are computed column by column with numpy on exact integers (int64 where
+no value can overflow, Python ints otherwise), with the same released values as the group-by-group
+functions and error bars at least as tight and never below the exact ones (_average_column says
+why); the other aggregates, and groups beyond the ranges where int64 and float64 are exact, go group
+by group.
+
 It never chooses groups or orders rows, and returns no true value: only noisy ones and their bounds.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+
+import numpy as np
 
 from dpproxy.privacy import (
     ModeSpec,
@@ -62,15 +71,48 @@ class ReleasedGroups:
     group_errors: list[list[float | None]] = field(default_factory=list)
 
 
-def add_noise(groups: ExactGroups, noise: QueryNoise) -> list[list[int]]:
-    """Noisy components, [group][component]."""
-    n = len(groups.keys)
-    noisy = [list(row) for row in groups.components]
-    for c, spec in enumerate(noise.columns):
-        draws = spec.sample(n)
-        for g in range(n):
-            noisy[g][c] += draws[g]
-    return noisy
+# Integers below this in magnitude add in int64 without overflow; beyond, Python ints (object arrays).
+_INT64_SAFE = 1 << 62
+# Integers below this are exact in float64.
+_FLOAT_EXACT = float(1 << 53)
+
+
+def _integers(values: Sequence[int] | Sequence[Sequence[int]]) -> np.ndarray:
+    """Exact integers as an int64 array, or an object array of Python ints when one is beyond int64."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return np.array(values, dtype=object)
+
+
+def _exact_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b elementwise, exactly: in int64 when no sum can overflow, else with Python ints."""
+    native = a.dtype != object and b.dtype != object
+    if native and (a.size == 0 or max(_largest(a), _largest(b)) < _INT64_SAFE):
+        return a + b
+    return a.astype(object) + b.astype(object)
+
+
+def _largest(a: np.ndarray) -> int:
+    """The largest magnitude in an int64 array (|−2^63| included, which np.abs would overflow)."""
+    return max(abs(int(a.max())), abs(int(a.min())))
+
+
+def add_noise(groups: ExactGroups, noise: QueryNoise) -> np.ndarray:
+    """Noisy components, [group][component]: exact integers, int64 (an object array of Python ints
+    when some value is beyond int64's safe range). Noise is added exactly, never saturated."""
+    n, k = len(groups.keys), len(noise.columns)
+    try:  # the flat iterator is twice as fast as np.array of the rows
+        flat = itertools.chain.from_iterable(groups.components)
+        true = np.fromiter(flat, dtype=np.int64, count=n * k).reshape(n, k)
+    except OverflowError:
+        true = np.array(groups.components, dtype=object).reshape(n, k)
+    columns = [_exact_sum(true[:, c], _integers(spec.sample(n))) for c, spec in enumerate(noise.columns)]
+    if not columns:
+        return true
+    if any(column.dtype == object for column in columns):
+        columns = [column.astype(object) for column in columns]
+    return np.stack(columns, axis=1)
 
 
 def _release_responses(groups: ExactGroups, responses: RandomizedResponseCount) -> ReleasedGroups:
@@ -112,57 +154,279 @@ def release_aggregates(
     groups: ExactGroups,
     noise: QueryNoise,
     responses: RandomizedResponseCount | None = None,
+    refined: dict[tuple[int, int], object] | None = None,
 ) -> ReleasedGroups:
+    """`refined`: the values of refined quantiles by (group, aggregate) (dpproxy.release.quantiles)."""
+    refined = refined or {}
     if query.randomized_response:
         assert responses is not None
         return _release_responses(groups, responses)
+    n = len(groups.keys)
     noisy = add_noise(groups, noise)
+    if not isinstance(noisy, np.ndarray):  # rows from elsewhere (tests record them): exact integers
+        noisy = _integers([[int(v) for v in row] for row in noisy]).reshape(n, len(noise.columns))
     # Each component's ± at the level a figure derived from 1, 2 (AVG) or 3 (VAR) of them needs.
     bounds = {k: _component_errors(noise, k) for k in {1, *(_parts(a) for a in query.aggregates)}}
     chosen_by = selectors(query).by_aggregate
     offsets = [
         _offsets(a) if a.kind.is_spread or a.kind is AggregateKind.AVG else None for a in query.aggregates
     ]
-    released: list[list[object]] = []
-    group_errors: list[list[float | None]] = []
-    for g in range(len(groups.keys)):
-        row: list[object] = []
-        row_errors: list[float | None] = []
-        for a, aggregate in enumerate(query.aggregates):
-            error: float | None = None
-            if aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
-                # The exponential mechanism picks a candidate from the group's true histogram.
-                histogram = query.histograms[aggregate.histogram]
-                choice = noise.selectors[chosen_by[a]].select(groups.histograms[g][aggregate.histogram])
-                value = _candidate(histogram.candidate(choice), aggregate.result_type)
-            elif aggregate.kind in (
-                AggregateKind.COUNT,
-                AggregateKind.COUNT_VALUES,
-                AggregateKind.COUNT_UNITS,
-                AggregateKind.COUNT_DISTINCT,
-            ):
-                # Noise is integer: counts need no rounding, only clamping at zero.
-                value = max(0, noisy[g][aggregate.components[0]])
-            elif aggregate.kind is AggregateKind.SUM:
-                value = _sum(aggregate, noisy[g])
-            elif aggregate.kind.is_spread:
-                value, error = _spread(aggregate, offsets[a], noisy[g], bounds[_parts(aggregate)])
-            else:
-                value, error = _average(aggregate, offsets[a], noisy[g], bounds[_parts(aggregate)])
-            row.append(value)
-            row_errors.append(error)
-        released.append(row)
-        group_errors.append(row_errors)
+    rows: list[list[int]] | None = None  # noisy as Python ints, for the aggregates released group by group
+    value_columns: list[list[object]] = []  # [aggregate][group]
+    error_columns: list[list[float | None]] = []
+    for a, aggregate in enumerate(query.aggregates):
+        # Counts, sums and averages column by column (numpy, exact integers); the rest group by group.
+        column = None
+        if not any(index == a for _, index in refined):
+            column = _vector_column(aggregate, noisy, bounds[_parts(aggregate)])
+        if column is None:
+            rows = noisy.tolist() if rows is None else rows
+            column = _scalar_column(query, groups, noise, refined, a, offsets[a], rows, bounds, chosen_by)
+        values, column_group_errors = column
+        value_columns.append(values)
+        error_columns.append(column_group_errors)
+    if value_columns:
+        released = [list(row) for row in zip(*value_columns, strict=True)]
+        group_errors = [list(row) for row in zip(*error_columns, strict=True)]
+    else:  # a query without aggregates: one empty row per group
+        released, group_errors = [[] for _ in range(n)], [[] for _ in range(n)]
     errors = [
         _column_error(
-            aggregate,
-            noise.selectors[chosen_by[a]] if a in chosen_by else None,
-            [row[a] for row in group_errors],
-            bounds[1],
+            aggregate, noise.selectors[chosen_by[a]] if a in chosen_by else None, error_columns[a], bounds[1]
         )
         for a, aggregate in enumerate(query.aggregates)
     ]
     return ReleasedGroups(groups.keys, released, errors, group_errors)
+
+
+_COUNTS = (
+    AggregateKind.COUNT,
+    AggregateKind.COUNT_VALUES,
+    AggregateKind.COUNT_UNITS,
+    AggregateKind.COUNT_DISTINCT,
+)
+
+
+def _scalar_column(
+    query: PrivateQuery,
+    groups: ExactGroups,
+    noise: QueryNoise,
+    refined: dict[tuple[int, int], object],
+    a: int,
+    offsets: Span | None,
+    rows: list[list[int]],
+    bounds: dict[int, list[float]],
+    chosen_by: dict[int, int],
+) -> tuple[list[object], list[float | None]]:
+    """One aggregate's values and group errors, group by group (every kind; Python ints and Decimals)."""
+    aggregate = query.aggregates[a]
+    values: list[object] = []
+    errors: list[float | None] = []
+    for g, row in enumerate(rows):
+        error: float | None = None
+        if (g, a) in refined:
+            value = refined[g, a]
+        elif aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
+            # The exponential mechanism picks a candidate from the group's true histogram.
+            histogram = query.histograms[aggregate.histogram]
+            choice = noise.selectors[chosen_by[a]].select(groups.histograms[g][aggregate.histogram])
+            value = _candidate(histogram.candidate(choice), aggregate.result_type)
+        elif aggregate.kind in _COUNTS:
+            # Noise is integer: counts need no rounding, only clamping at zero.
+            value = max(0, row[aggregate.components[0]])
+        elif aggregate.kind is AggregateKind.SUM:
+            value = _sum(aggregate, row)
+        elif aggregate.kind.is_spread:
+            assert offsets is not None
+            value, error = _spread(aggregate, offsets, row, bounds[_parts(aggregate)])
+        else:
+            assert offsets is not None
+            value, error = _average(aggregate, offsets, row, bounds[_parts(aggregate)])
+        values.append(value)
+        errors.append(error)
+    return values, errors
+
+
+def _vector_column(
+    aggregate: Aggregate, noisy: np.ndarray, errors: Sequence[float]
+) -> tuple[list[object], list[float | None]] | None:
+    """One COUNT, SUM or AVG column computed with numpy over all groups at once, with exactly the
+    values (and, for AVG, at least the error bars' coverage) of the group-by-group functions; None
+    for other kinds. Elements outside the ranges where int64 and float64 are exact are computed by
+    those functions instead."""
+    n = noisy.shape[0]
+    if aggregate.kind in _COUNTS:
+        column = noisy[:, aggregate.components[0]]
+        return np.maximum(column, 0).tolist(), [None] * n
+    if aggregate.kind is AggregateKind.SUM:
+        return _sum_column(aggregate, noisy), [None] * n
+    if aggregate.kind is AggregateKind.AVG and aggregate.interval is not None:
+        return _average_column(aggregate, noisy, errors)
+    return None
+
+
+def _sum_column(aggregate: Aggregate, noisy: np.ndarray) -> list[object]:
+    """_sum over every group: the clamp on the grid (where it is the same), then each typed value."""
+    assert aggregate.interval is not None
+    column = noisy[:, aggregate.components[0]]
+    if aggregate.interval.lo >= 0:
+        column = np.maximum(column, 0)
+    elif aggregate.interval.hi <= 0:
+        column = np.minimum(column, 0)
+    values = column.tolist()
+    scale = aggregate.scale
+    if aggregate.result_type.is_integer and scale == 0:
+        return values  # _typed of an integer on the unit grid is the integer itself
+    # Values of at most 27 digits: Decimal(v).scaleb(−s) is exact under the context's 28 digits
+    # (longer ones go through _typed, which rounds them as before).
+    limit = 10**27
+    if aggregate.result_type.is_float and 0 <= scale <= 22:
+        power = 10**scale  # int / int is correctly rounded, as float(Decimal) is
+        return [v / power if -limit < v < limit else _sum(aggregate, [v]) for v in values]
+    if not aggregate.result_type.is_integer and not aggregate.result_type.is_float and scale >= 0:
+        # Coefficient v and exponent −s: the value quantized to the scale, as _typed gives it.
+        return [Decimal(v).scaleb(-scale) if -limit < v < limit else _sum(aggregate, [v]) for v in values]
+    return [_sum(aggregate, [v]) for v in values]
+
+
+def _average_column(
+    aggregate: Aggregate, noisy: np.ndarray, errors: Sequence[float]
+) -> tuple[list[object], list[float | None]] | None:
+    """_average over every group, in int64 where it is exact (else per group by _average).
+
+    The value. y = c + S/N' (grid units, N' = max(N, 1)) is released as M·10^−(s+4), M = y·10^4
+    rounded half-even and clamped into the column's bounds rounded the same way (rounding is
+    monotone, so clamping before or after it is the same). _average divides and adds at Decimal's
+    28 digits first: when |c·N' + S| < 2^62/10^4 that rounding is at most ~1e−12/N' from y, while y
+    is either a tie or at least 1/(2·10^4·N') from one, so the two round alike.
+
+    The ±. The exact distance from the released value to the span _average's interval arithmetic
+    bounds (the ends are quotients a/b of integers, whose order is decided by integer products),
+    rounded up to a float exactly (a correctly rounded float quotient, then one step up when an
+    error-free product shows it below the exact quotient): at most the figure _average gives (its
+    ends are rounded outwards first) and never below the exact one, so at least as honest. A float
+    result is the float nearest M·10^−(s+4), as _average gives it; its ± adds that float's ulp.
+    """
+    result_type, scale = aggregate.result_type, aggregate.scale
+    if result_type.is_integer or not 0 <= scale <= 11:
+        return None
+    if noisy.dtype == object or not all(float(e).is_integer() for e in errors):
+        return None
+    assert aggregate.interval is not None
+    centred_index, count_index = aggregate.components
+    n = noisy.shape[0]
+    sums, counts = noisy[:, centred_index], noisy[:, count_index]
+    centre = aggregate.centre
+    grid_lo, grid_hi = aggregate.interval.on_grid(scale)
+    low, high = grid_lo - centre, grid_hi - centre  # _offsets, as integers
+    e_sum, e_count = int(errors[centred_index]), int(errors[count_index])
+    digits = scale + 4
+    fine = 10**4
+    clamp_lo = _half_even(Decimal(aggregate.interval.lo).scaleb(digits))
+    clamp_hi = _half_even(Decimal(aggregate.interval.hi).scaleb(digits))
+    # Elements whose every product below stays under 2^52 (exact in int64 and in float64).
+    divisor = np.maximum(counts, 1)
+    count_hi = counts + e_count
+    # Every integer below is a sum of two terms each under 2^51 (so exact in int64 and float64):
+    # denominators are at most |N| + e_N, the released offset R at most 10^4·(|c| + |low| + |high| + 2)
+    # (it is clamped into the bounds), numerators a sum ± e_S or an offset bound.
+    span = abs(low) + abs(high) + abs(centre) + 2
+    limit = _FLOAT_EXACT / 4
+
+    def exact(reach_n: np.ndarray | float, sums_abs: np.ndarray | float) -> np.ndarray | bool:
+        return (
+            (fine * (abs(centre) * reach_n + sums_abs) < limit)
+            & (fine * span * reach_n < limit)
+            & (fine * (sums_abs + e_sum + span) < limit)
+            & (10.0**digits * reach_n < limit)
+            & (abs(clamp_lo) + abs(clamp_hi) + fine * span < limit)
+        )
+
+    # Usually the largest group is within range, and so every group is; else group by group.
+    largest_n, largest_sum = (float(_largest(x)) if n else 0.0 for x in (counts, sums))
+    every = bool(exact(largest_n + e_count + 1, largest_sum))
+    fast = np.ones(n, dtype=bool)
+    if not every:
+        fast = np.asarray(exact(np.abs(counts) + (e_count + 1.0), np.abs(sums).astype(np.float64)))
+        every = bool(fast.all())
+    if not every:
+        sums, counts, divisor, count_hi = (np.where(fast, x, 1) for x in (sums, counts, divisor, count_hi))
+    # M = round_half_even(10^4·(c·N' + S)/N'), clamped.
+    numerator = fine * (centre * divisor + sums)
+    quotient, remainder = np.divmod(numerator, divisor)
+    twice = 2 * remainder
+    quotient += (twice > divisor) | ((twice == divisor) & (quotient % 2 == 1))
+    released = np.clip(quotient, clamp_lo, clamp_hi)
+    # The span of the mean offset: [lo_num/lo_den, hi_num/hi_den], or [low, high] when the count
+    # may be below 1 or the quotients' span misses the offsets' range.
+    count_lo = counts - e_count
+    sum_lo, sum_hi = sums - e_sum, sums + e_sum
+    lo_num, lo_den = sum_lo, np.where(sum_lo >= 0, count_hi, count_lo)
+    hi_num, hi_den = sum_hi, np.where(sum_hi >= 0, count_lo, count_hi)
+    unknown = (count_lo < 1) | (lo_num > high * lo_den) | (hi_num < low * hi_den)
+    to_low = unknown | (lo_num < low * lo_den)
+    to_high = unknown | (hi_num > high * hi_den)
+    lo_num, lo_den = np.where(to_low, low, lo_num), np.where(to_low, 1, lo_den)
+    hi_num, hi_den = np.where(to_high, high, hi_num), np.where(to_high, 1, hi_den)
+    # Distances from the released value R (offset from the centre, 10^−4 grid units), value units.
+    offset = released - fine * centre
+    power = 10**digits
+    below = _ceiling_quotient(offset * lo_den - fine * lo_num, power * lo_den)
+    above = _ceiling_quotient(fine * hi_num - offset * hi_den, power * hi_den)
+    distance = np.maximum(below, above)
+    values: list[object]
+    if result_type.is_float:
+        # float(M·10^−(s+4)): M and 10^(s+4) are exact floats, so the quotient is correctly
+        # rounded, as float(Decimal) is. It is within half an ulp of M·10^−(s+4), which the
+        # distance above is from: one ulp more (and one step up for the sum's rounding) covers it.
+        floats = released.astype(np.float64) / float(power)
+        distance = np.nextafter(distance + np.spacing(np.abs(floats)), np.inf)
+        values = floats.tolist()
+    else:
+        values = [Decimal(m).scaleb(-digits) for m in released.tolist()]
+    group_errors: list[float | None] = distance.tolist()
+    if not every:
+        offsets = _offsets(aggregate)
+        row_errors = list(errors)
+        for g in np.flatnonzero(~fast).tolist():
+            row = [int(v) for v in noisy[g]]
+            values[g], group_errors[g] = _average(aggregate, offsets, row, row_errors)
+    assert len(values) == n
+    return values, group_errors
+
+
+def _half_even(value: Decimal) -> int:
+    return int(value.to_integral_value(ROUND_HALF_EVEN))
+
+
+def _ceiling_quotient(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """The least float64 >= numerator/denominator, for integer arrays below 2^53 in magnitude
+    (denominators > 0): the correctly rounded float quotient q, stepped up when q·denominator,
+    computed without error (Dekker's product), is below the numerator."""
+    num = numerator.astype(np.float64)
+    den = denominator.astype(np.float64)
+    q = num / den
+    product, error = _two_product(q, den)
+    # product − num is exact (Sterbenz: product is within a few ulps of num); adding `error` rounds
+    # to a float of the exact sum's sign.
+    short = ((product - num) + error) < 0
+    return np.where(short, np.nextafter(q, np.inf), q)
+
+
+def _two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """p, e with p = fl(a·b) and p + e = a·b exactly (Dekker 1971; no overflow at these sizes)."""
+    p = a * b
+    a_hi, a_lo = _split(a)
+    b_hi, b_lo = _split(b)
+    e = ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    return p, e
+
+
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Veltkamp's split: a = hi + lo, each with at most 26 significant bits."""
+    c = 134217729.0 * a  # 2^27 + 1
+    hi = c - (c - a)
+    return hi, a - hi
 
 
 def _parts(aggregate: Aggregate) -> int:
@@ -309,3 +573,22 @@ def _offsets(aggregate: Aggregate) -> Span:
     assert aggregate.interval is not None
     lo, hi = aggregate.interval.on_grid(aggregate.scale)
     return Span(Decimal(lo - aggregate.centre), Decimal(hi - aggregate.centre))
+
+
+def column_errors(
+    query: PrivateQuery, noise: QueryNoise, group_errors: Sequence[Sequence[float | None]]
+) -> list[float | str | None]:
+    """The notice's 95% figure of each aggregate, as `release_aggregates` gives it, from the groups'
+    own errors (`group_errors`, [group][aggregate]: or, for an answer released in batches, each
+    batch's largest, which gives the same largest)."""
+    errors95 = _component_errors(noise, 1)
+    chosen_by = selectors(query).by_aggregate
+    return [
+        _column_error(
+            aggregate,
+            noise.selectors[chosen_by[a]] if a in chosen_by else None,
+            [row[a] for row in group_errors],
+            errors95,
+        )
+        for a, aggregate in enumerate(query.aggregates)
+    ]

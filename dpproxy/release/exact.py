@@ -36,6 +36,8 @@ class ExactGroups:
 
 
 def _as_int(value: object) -> int:
+    if type(value) is int:  # the common case, first: a million groups read millions of these
+        return value
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
@@ -53,6 +55,8 @@ def canonical_value(value: object) -> object:
     key, and equal values can be spelled differently: -0.0 and 0.0, numeric 30 and 30.00 (PostgreSQL
     keeps each value's scale). The spelling would then say which row came first — whose presence
     noise never hides. Doubles lose the sign of zero; numerics their trailing fractional zeros."""
+    if type(value) in _SPELLED_ONE_WAY:
+        return value
     if isinstance(value, float):
         return value + 0.0  # -0.0 + 0.0 is +0.0; other values, NaN included, are unchanged
     if isinstance(value, Decimal) and value.is_finite():
@@ -60,6 +64,10 @@ def canonical_value(value: object) -> object:
             return Decimal(int(value))
         return value.normalize()
     return value
+
+
+# Types whose equal values have one spelling (checked first: the common keys).
+_SPELLED_ONE_WAY = frozenset({str, int, bool, type(None)})
 
 
 def canonical_values(values: Sequence[object]) -> tuple[object, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 
 from dpproxy.sql import postprocess
@@ -35,35 +35,76 @@ def post_process(
     """Projection, HAVING, ORDER BY and LIMIT/OFFSET over released values, in that order on rows
     first put in canonical order: by group key, so that nothing of the backend's order (which
     depends on unreleased data) survives, and LIMIT without ORDER BY keeps the first keys."""
-    n_aggregates, n_keys = len(aggregate_types), len(key_types)
-    types: dict[str, PgType] = {f"__agg_{i}": t for i, t in enumerate(aggregate_types)}
-    types.update({f"__key_{j}": t for j, t in enumerate(key_types)})
-    out_types = {f"__out_{i}": o.type for i, o in enumerate(post.outputs)}
-    all_types = {**types, **out_types}
-    # A row of released values: aggregates, then keys, then the outputs computed from them.
-    slots = {name: i for i, name in enumerate(all_types)}
-    outputs = [(postprocess.compile_expression(o.expression, types, slots), o.type) for o in post.outputs]
-    having = postprocess.compile_expression(post.having, types, slots) if post.having is not None else None
-    sort_keys = [postprocess.compile_expression(k.expression, all_types, slots) for k in post.order_by]
-    released = [
-        [*values, *(_as_type(v, t) for v, t in zip(key, key_types, strict=True))]
-        for key, values in zip(keys, aggregates, strict=True)
-    ]
-    if n_keys:
-        released.sort(key=lambda row: canonical_key(row[n_aggregates:]))
-    produced: list[list[object]] = []
-    for row in released:
-        if having is not None and having(row) is not True:
-            continue
-        row.extend(_as_type(compute(row), pg_type) for compute, pg_type in outputs)
-        produced.append(row)
-    if sort_keys:
-        ordering = [[key(row) for key in sort_keys] for row in produced]
+    processor = PostProcessor(post, key_types, aggregate_types)
+    released = [processor.released(key, values) for key, values in zip(keys, aggregates, strict=True)]
+    if key_types:
+        released.sort(key=_plain_key(processor, released) or processor.canonical)
+    produced = [row for row in released if processor.produce(row)]
+    if processor.sort_keys:
+        ordering = [[key(row) for key in processor.sort_keys] for row in produced]
         order = sorted(range(len(produced)), key=functools.cmp_to_key(_comparator(post.order_by, ordering)))
         produced = [produced[i] for i in order]
-    first = n_aggregates + n_keys
     end = None if post.limit is None else post.offset + post.limit
-    return [tuple(row[first:]) for row in produced[post.offset : end]]
+    return [processor.output(row) for row in produced[post.offset : end]]
+
+
+class PostProcessor:
+    """One query's post-processing, compiled once, applied row by row: what `post_process` does to
+    a whole answer, and what a streamed answer (dpproxy.release.stream) does batch by batch."""
+
+    def __init__(
+        self, post: PostProcessing, key_types: Sequence[PgType], aggregate_types: Sequence[PgType]
+    ) -> None:
+        self.post = post
+        self.key_types = tuple(key_types)
+        self.n_aggregates = len(aggregate_types)
+        types: dict[str, PgType] = {f"__agg_{i}": t for i, t in enumerate(aggregate_types)}
+        types.update({f"__key_{j}": t for j, t in enumerate(key_types)})
+        out_types = {f"__out_{i}": o.type for i, o in enumerate(post.outputs)}
+        all_types = {**types, **out_types}
+        # A row of released values: aggregates, then keys, then the outputs computed from them.
+        slots = {name: i for i, name in enumerate(all_types)}
+        self.outputs = [
+            (postprocess.compile_expression(o.expression, types, slots), o.type) for o in post.outputs
+        ]
+        self.having = (
+            postprocess.compile_expression(post.having, types, slots) if post.having is not None else None
+        )
+        self.sort_keys = [
+            postprocess.compile_expression(k.expression, all_types, slots) for k in post.order_by
+        ]
+        self.first_output = self.n_aggregates + len(self.key_types)
+        # Each key's and output's Python type, when values of it need no conversion (_as_type).
+        first_key = self.n_aggregates
+        self._keys_as = [(j, t, _PYTHON_TYPES.get(t)) for j, t in enumerate(self.key_types, first_key)]
+        self._outputs_as = [(compute, t, _PYTHON_TYPES.get(t)) for compute, t in self.outputs]
+
+    def released(self, key: Sequence[object], values: Sequence[object]) -> list[object]:
+        """A released group as a row: its aggregates, then its key values as their columns' types."""
+        if len(key) != len(self.key_types):
+            raise ValueError("a group key has the wrong number of columns")
+        row = [*values, *key]
+        for j, pg_type, expected in self._keys_as:
+            value = row[j]
+            if value is not None and type(value) is not expected:
+                row[j] = _as_type(value, pg_type)
+        return row
+
+    def canonical(self, row: Sequence[object]) -> tuple[tuple[object, ...], ...]:
+        """A released row's place in the canonical order (its key's)."""
+        return canonical_key(row[self.n_aggregates : self.first_output])
+
+    def produce(self, row: list[object]) -> bool:
+        """Whether HAVING keeps a released row; if so, its output columns are appended to it."""
+        if self.having is not None and self.having(row) is not True:
+            return False
+        for compute, pg_type, expected in self._outputs_as:
+            value = compute(row)
+            row.append(value if value is None or type(value) is expected else _as_type(value, pg_type))
+        return True
+
+    def output(self, row: Sequence[object]) -> tuple[object, ...]:
+        return tuple(row[self.first_output :])
 
 
 _PYTHON_TYPES: dict[PgType, type] = {
@@ -95,10 +136,30 @@ def canonical_key(key: Sequence[object]) -> tuple[tuple[object, ...], ...]:
     return (*ranks, tuple(repr(value) for value in key))
 
 
+def _plain_key(
+    processor: PostProcessor, rows: Sequence[Sequence[object]]
+) -> Callable[[Sequence[object]], Sequence[object]] | None:
+    """A faster sort key giving the canonical order when every key column holds only str or only
+    int values (never NULL): canonical_key then orders by the values themselves (its ranks are
+    (0, kind, value) with one kind per column, and keys equal there are equal in text too, so they
+    stay in input order either way, as a stable sort keeps them). None otherwise."""
+    start, end = processor.n_aggregates, processor.first_output
+    for j in range(start, end):
+        kinds = {type(row[j]) for row in rows}
+        if kinds != {str} and kinds != {int}:
+            return None
+    return lambda row: row[start:end]
+
+
 def _orderable(value: object) -> tuple[object, ...]:
     """A non-NULL value as a tuple that compares totally and never across Python types: numbers
     by value, NaN after every number (as PostgreSQL sorts it), and values of different kinds
     (which one column never holds after conversion) by the name of their kind, not by value."""
+    exact_type = type(value)
+    if exact_type is str:  # the commonest keys first: the same tuples as below, sooner
+        return (0, "str", value)
+    if exact_type is int:
+        return (0, "number", value)
     if (isinstance(value, float) and math.isnan(value)) or (isinstance(value, Decimal) and value.is_nan()):
         return (1,)
     if isinstance(value, int | float | Decimal) and not isinstance(value, bool):

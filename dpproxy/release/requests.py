@@ -34,7 +34,8 @@ def selectors(query: PrivateQuery) -> Selectors:
             assert aggregate.alpha is not None
             histogram = query.histograms[aggregate.histogram]
             by_aggregate[a] = len(requests)
-            requests.append(QuantileRequest(aggregate.alpha, histogram.candidates, r, g))
+            fine = histogram.fine_candidates if histogram.fine else 0
+            requests.append(QuantileRequest(aggregate.alpha, histogram.candidates, r, g, fine))
         elif aggregate.kind is AggregateKind.MODE:
             histogram = query.histograms[aggregate.histogram]
             by_aggregate[a] = len(requests)

@@ -149,6 +149,9 @@ class AggregateRules:
     # Quantile candidates: at most this many points over a column's range (the exponential
     # mechanism's error grows only with the log of their number).
     MAX_CANDIDATES: ClassVar[int] = 1000
+    # …and, when the grid is finer than that, this many sub-bins per coarse bin, counted in a second
+    # pass inside a window around a first, coarse pick (docs/privacy.md, quantiles).
+    FINE_BINS: ClassVar[int] = 334
 
     def _quantile(self, arg: exp.Expression, alpha: Fraction, name: str, *, continuous: bool) -> int:
         """MIN (α = 0), MAX (α = 1), MEDIAN and percentiles per group, by the exponential mechanism
@@ -156,16 +159,22 @@ class AggregateRules:
         typed, interval, scale, _within = self._bounded_argument(arg, name.upper())
         lo, hi = interval.on_grid(scale)
         candidates = max(1, min(self.MAX_CANDIDATES, hi - lo + 1))
+        # Grid values per coarse bin, rounded up: more sub-bins than that would be empty.
+        per_bin = -(-(hi - lo) // max(1, candidates - 1))
+        fine = min(self.FINE_BINS, per_bin) if hi - lo + 1 > candidates else 0
+        fine = fine if fine > 1 else 0
         text = typed.sql.sql("postgres")
+        refined = f"{fine}:" if fine else ""
         histogram = self._histogram(
             Histogram(
                 typed.sql,
                 candidates,
                 interval,
                 scale,
-                identity=f"range:{scale}:{candidates}:{text}",
+                identity=f"range:{scale}:{candidates}:{refined}{text}",
                 double=typed.double,
                 exact_integer=typed.exact_integer,
+                fine=fine,
             )
         )
         result = PgType.FLOAT8 if continuous else typed.type

@@ -39,6 +39,7 @@ rounds first (`BROUND` for doubles, `ROUND` — half away from zero — for exac
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 
 from sqlglot import exp
@@ -72,8 +73,18 @@ MAX_ROWS = 2**63
 DECIMAL_SUM_LIMIT = Decimal(10) ** (38 - DECIMAL_SCALE) / MAX_ROWS
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed_type(type_name: str) -> exp.DataType:
+    return exp.DataType.build(type_name)
+
+
+def data_type(type_name: str) -> exp.DataType:
+    """sqlglot's type for a type's name (a new node, parsed once per name)."""
+    return _parsed_type(type_name).copy()
+
+
 def cast(value: exp.Expression, type_name: str) -> exp.Expression:
-    return exp.Cast(this=value, to=exp.DataType.build(type_name))
+    return exp.Cast(this=value, to=data_type(type_name))
 
 
 def as_decimal(value: exp.Expression) -> exp.Expression:
@@ -102,7 +113,7 @@ def as_double(value: exp.Expression, *, exact_integer: bool) -> exp.Expression:
 def snap_tiny(value: exp.Expression) -> exp.Expression:
     """A float column's value, read as 0 below 1e-100 in magnitude (see the module docstring)."""
     tiny = exp.LT(this=exp.Abs(this=value.copy()), expression=double_from_text(SNAP))
-    return exp.Case().when(tiny, double_from_text("0")).else_(value)
+    return exp.Case(ifs=[exp.If(this=tiny, true=double_from_text("0"))], default=value.copy())
 
 
 def smallest_sum(a: Decimal, b: Decimal) -> Decimal:
@@ -306,19 +317,24 @@ def _spark_tree(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def emit(tree: exp.Expression, dialect: str, **options: object) -> str:
+def emit(tree: exp.Expression, dialect: str, *, owned: bool = False, **options: object) -> str:
     """The SQL text of a rewritten tree for a backend's dialect, with marker functions spelled out.
 
     sqlglot's warnings about constructs that may mean different things per engine are silenced: the
     analyzer emits only constructs whose meaning it fixed (time zones are UTC on every backend),
-    and the generated-language tests check that the engines agree on them."""
+    and the generated-language tests check that the engines agree on them.
+
+    `owned`: the caller built `tree` for this call alone and never reads it again, so it is spelled and
+    generated in place; otherwise it is copied once (never more: sqlglot's own copy is skipped)."""
     markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name in _MARKERS]
-    if markers or dialect == "spark":
+    if not owned and (markers or dialect == "spark"):
         tree = tree.copy()
+        owned = True
         markers = [n for n in tree.walk() if isinstance(n, exp.Anonymous) and n.name in _MARKERS]
+    if markers or dialect == "spark":
         # Innermost first (reversed pre-order): a marker may hold another in its argument.
         for marker in reversed(markers):
             marker.replace(_spell(marker, dialect))
         if dialect == "spark":
             tree = _spark_tree(tree)
-    return tree.sql(dialect, unsupported_level=ErrorLevel.IGNORE, **options)
+    return tree.sql(dialect, copy=not owned, unsupported_level=ErrorLevel.IGNORE, **options)

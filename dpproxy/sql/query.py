@@ -110,6 +110,46 @@ class Histogram:
     identity: str = ""
     double: bool = False  # the argument is computed in double precision (see Component)
     exact_integer: bool = False
+    # Quantiles over a grid finer than the K points: each coarse bin j is cut into `fine` sub-bins
+    # (sub-bin s holds the values with ((v − lo)·(K − 1)) mod (hi − lo) in [s·(hi − lo)/fine,
+    # (s + 1)·(hi − lo)/fine)), counted in a second pass inside a window of coarse bins
+    # (dpproxy.release.quantiles). 0: no refinement.
+    fine: int = 0
+
+    # A refinement's window: the first pick's coarse bin and this many on each side.
+    WINDOW_RADIUS = 1
+
+    @property
+    def fine_candidates(self) -> int:
+        """The most candidates a refined pick has: the coarse bins outside a full window, plus the
+        window's sub-bins."""
+        width = min(self.candidates, 2 * self.WINDOW_RADIUS + 1)
+        return self.candidates - width + width * self.fine
+
+    def window(self, centre: int) -> range:
+        """The coarse bins refined around a first pick."""
+        return range(
+            max(0, centre - self.WINDOW_RADIUS), min(self.candidates, centre + self.WINDOW_RADIUS + 1)
+        )
+
+    def bin_value(self, coarse: int, sub: int | None, *, discrete: bool) -> Decimal:
+        """The value released for a refined pick: the middle of the bin (coarse bin `coarse`, or its
+        sub-bin `sub`), on the grid when the result is discrete (the lowest grid value >= the middle's
+        floor that the bin holds), within the range."""
+        assert self.interval is not None and self.fine > 0
+        lo, hi = self.interval.on_grid(self.scale)
+        span, steps = hi - lo, self.candidates - 1
+        if sub is None:
+            start, end = Fraction(coarse * span, steps), Fraction((coarse + 1) * span, steps)
+        else:
+            start = Fraction(coarse * span * self.fine + sub * span, steps * self.fine)
+            end = Fraction(coarse * span * self.fine + (sub + 1) * span, steps * self.fine)
+        middle = min((start + end) / 2, Fraction(span))
+        if discrete:
+            first = math.ceil(start)
+            return Decimal(lo + min(span, max(first, math.floor(middle)))).scaleb(-self.scale)
+        value = Fraction(lo) + middle
+        return (Decimal(value.numerator) / Decimal(value.denominator)).scaleb(-self.scale)
 
     def candidate(self, index: int) -> object:
         if self.values is not None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import opendp.prelude as dp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
 from dpproxy.policy import Mechanism
 from dpproxy.privacy import SelectionSpec, gaussian_partition_selection, partition_selection, plan_query_noise
@@ -22,8 +24,10 @@ from tests.privacy.distributions import (
     GAUSSIAN,
     LAPLACE,
     SIGMAS,
+    gaussian_probabilities,
     gaussian_tail,
     gaussian_threshold_measurement,
+    laplace_probabilities,
     laplace_tail,
     selection_delta,
     threshold_measurement,
@@ -104,6 +108,58 @@ def test_partition_selection_release_probabilities_between_neighbours() -> None:
         if (1 - high) * trials >= 300:
             slack = 5 * math.sqrt(low / ((1 - low) * trials) + high / ((1 - high) * trials))
             assert math.log((1 - low) / (1 - high)) <= selection.epsilon + slack
+
+
+@pytest.mark.parametrize("mechanism", [LAPLACE, GAUSSIAN])
+def test_released_sets_have_the_distribution_of_opendps_threshold_measurement(mechanism: Mechanism) -> None:
+    """select draws its noise with dpproxy's sampler, not OpenDP's measurement: the released set of
+    four groups (16 possible sets) has the same distribution as the measurement's, and both the
+    exact one (independent groups, each released with P[Z >= τ − c])."""
+    scale, threshold, counts = 1.5, 3, [0, 2, 3, 5]
+    spec = SelectionSpec(len(counts), scale, threshold, 0.0, 0.0, mechanism)
+    trials = 12_000
+    measure = (threshold_measurement if mechanism == LAPLACE else gaussian_threshold_measurement)(
+        scale, threshold
+    )
+    theirs = np.zeros(16, dtype=int)
+    for _ in range(trials):
+        theirs[sum(1 << g for g in measure(dict(enumerate(counts))))] += 1
+    ours = np.zeros(16, dtype=int)
+    released = np.zeros(trials * len(counts), dtype=int)
+    released[spec.select(counts * trials)] = 1  # one call, as a query of many groups makes it
+    for mask in released.reshape(trials, len(counts)) @ (1 << np.arange(len(counts))):
+        ours[mask] += 1
+    table = np.array([theirs, ours])
+    table = table[:, table.min(axis=0) >= 5]
+    assert table.shape[1] >= 10
+    assert stats.chi2_contingency(table).pvalue > 1e-6
+    # Against the exact distribution: group g released with P[Z >= τ − c_g], independently.
+    if mechanism == LAPLACE:
+        support = np.arange(-60, 61)
+        pmf = laplace_probabilities(scale, support)
+    else:
+        support, pmf = gaussian_probabilities(scale)
+    marginal = [float(pmf[support >= threshold - c].sum()) for c in counts]
+    exact = np.array(
+        [math.prod(p if mask >> g & 1 else 1 - p for g, p in enumerate(marginal)) for mask in range(16)]
+    )
+    for observed in (theirs, ours):
+        kept = exact * trials >= 5
+        expected = exact[kept] / exact[kept].sum() * observed[kept].sum()
+        assert stats.chisquare(observed[kept], expected).pvalue > 1e-6
+
+
+def test_selection_is_a_function_of_the_random_bytes_alone() -> None:
+    """The same bytes give the same released set: nothing but the counts and the source decides it."""
+    spec = partition_selection(1, 1.0, 1e-3)
+    counts = [spec.threshold + d for d in range(-5, 5)] * 50
+
+    def source(seed: int):
+        generator = np.random.default_rng(seed)
+        return lambda n: generator.bytes(n)
+
+    assert spec.select(counts, source(7)) == spec.select(counts, source(7))
+    assert spec.select(counts, source(7)) != spec.select(counts, source(8))
 
 
 def test_a_group_of_one_unit_is_released_with_probability_at_most_delta() -> None:

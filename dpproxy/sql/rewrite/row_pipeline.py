@@ -33,21 +33,64 @@ def histogram_column(h: int) -> str:
     return f"__h{h}"
 
 
+def sub_bin_column(h: int) -> str:
+    return f"__s{h}"
+
+
+def _grid(histogram: Histogram) -> exp.Expression:
+    assert histogram.interval is not None
+    clipped = clip_sql(histogram.argument.copy(), histogram.interval, PgType.NUMERIC, double=histogram.double)
+    return grid_integer(clipped, histogram.scale, double=histogram.double, integer=histogram.exact_integer)
+
+
+def sub_bin_sql(histogram: Histogram) -> exp.Expression:
+    """A refined histogram's sub-bin of a row's value within its coarse bin (NULL when the value is
+    NULL): (((v − lo)·(K − 1)) mod (hi − lo))·fine div (hi − lo), exact on non-negative integers."""
+    assert histogram.interval is not None and histogram.fine > 0
+    lo, hi = histogram.interval.on_grid(histogram.scale)
+    offset = exp.Paren(this=exp.Sub(this=_grid(histogram), expression=number_literal(lo)))
+    scaled = exp.Cast(
+        this=exp.Mul(this=offset, expression=exp.Literal.number(histogram.candidates - 1)),
+        to=exp.DataType.build("BIGINT"),
+    )
+    remainder = exp.Paren(this=exp.Mod(this=scaled, expression=exp.Literal.number(hi - lo)))
+    numerator = exp.Cast(
+        this=exp.Mul(this=remainder, expression=exp.Literal.number(histogram.fine)),
+        to=exp.DataType.build("BIGINT"),
+    )
+    return exp.IntDiv(this=numerator, expression=exp.Literal.number(hi - lo))
+
+
+def refinement_select(histogram_step: exp.Select, h: int, bins: list[int]) -> exp.Select:
+    """The second pass of refined histogram h: the same bounded rows as its first pass (the same CTEs,
+    salt and order, so the same rows), counted per group, coarse bin and sub-bin, in the coarse bins
+    `bins` only (public: the windows of the first, released picks)."""
+    select = histogram_step.copy()
+    name, sub = histogram_column(h), sub_bin_column(h)
+    projections = select.expressions
+    # …, the coarse bin, the sub-bin, the count.
+    select.set("expressions", [*projections[:-1], col(sub), projections[-1]])
+    inside = exp.In(this=col(name), expressions=[exp.Literal.number(b) for b in bins])
+    select = select.where(inside, append=True, copy=False).group_by(col(sub), append=True, copy=False)
+    return select
+
+
 def bin_sql(histogram: Histogram) -> exp.Expression:
     """The candidate bin of a row's value (NULL when the value is NULL or not a candidate)."""
     value = histogram.argument.copy()
     if histogram.values is not None:
-        case = exp.Case(this=value)
-        for j, candidate in enumerate(histogram.values):
-            case = case.when(public_value_literal(candidate), exp.Literal.number(j))
-        return case
+        ifs = [
+            exp.If(this=public_value_literal(candidate), true=exp.Literal.number(j))
+            for j, candidate in enumerate(histogram.values)
+        ]
+        return exp.Case(this=value, ifs=ifs)
     assert histogram.interval is not None
     lo, hi = histogram.interval.on_grid(histogram.scale)
-    clipped = clip_sql(value, histogram.interval, PgType.NUMERIC, double=histogram.double)
-    grid = grid_integer(clipped, histogram.scale, double=histogram.double, integer=histogram.exact_integer)
+    grid = _grid(histogram)
     if hi == lo or histogram.candidates == 1:
-        return (
-            exp.Case().when(exp.Is(this=grid, expression=exp.Null()), exp.Null()).else_(exp.Literal.number(0))
+        return exp.Case(
+            ifs=[exp.If(this=exp.Is(this=grid, expression=exp.Null()), true=exp.Null())],
+            default=exp.Literal.number(0),
         )
     offset = exp.Paren(this=exp.Sub(this=grid, expression=number_literal(lo)))
     numerator = exp.Cast(
@@ -66,18 +109,24 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     projections: list[exp.Expression] = []
     if ctx.per_unit:
         assert query.relation.unit is not None
-        projections.append(exp.alias_(query.relation.unit.copy(), UNIT, quoted=True))
+        projections.append(exp.alias_(query.relation.unit.copy(), UNIT, quoted=True, copy=False))
     for j, key in enumerate(query.keys):
-        projections.append(exp.alias_(key.sql.copy(), ctx.keys[j], quoted=True))
+        projections.append(exp.alias_(key.sql.copy(), ctx.keys[j], quoted=True, copy=False))
     values = [component_column(i) for i in distinct] + [
         histogram_column(h) for h in range(len(query.histograms))
     ]
+    # A refined histogram's sub-bin is part of the value a row is chosen by, so that which rows a
+    # person keeps is the same in both passes (it depends on the full value, not on its coarse bin).
+    values += [sub_bin_column(h) for h, histogram in enumerate(query.histograms) if histogram.fine]
     for i in distinct:
         argument = query.components[i].argument
         assert argument is not None
-        projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True))
+        projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True, copy=False))
     for h, histogram in enumerate(query.histograms):
-        projections.append(exp.alias_(bin_sql(histogram), histogram_column(h), quoted=True))
+        projections.append(exp.alias_(bin_sql(histogram), histogram_column(h), quoted=True, copy=False))
+    for h, histogram in enumerate(query.histograms):
+        if histogram.fine:
+            projections.append(exp.alias_(sub_bin_sql(histogram), sub_bin_column(h), quoted=True, copy=False))
     chain: list[tuple[str, exp.Select]] = [("rows_selected", read_relation(ctx, projections))]
     current = RewriteState(steps=(Step("rows_selected", "", chain[0][1]),))
     keep = [UNIT, *ctx.keys, *values] if ctx.per_unit else [*ctx.keys, *values]

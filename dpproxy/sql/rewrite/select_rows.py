@@ -59,15 +59,15 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     projections: list[exp.Expression] = []
     if ctx.per_unit:
         assert relation.unit is not None
-        projections.append(exp.alias_(relation.unit.copy(), UNIT, quoted=True))
+        projections.append(exp.alias_(relation.unit.copy(), UNIT, quoted=True, copy=False))
     for j, key in enumerate(query.keys):
-        projections.append(exp.alias_(key.sql.copy(), key_column(j), quoted=True))
+        projections.append(exp.alias_(key.sql.copy(), key_column(j), quoted=True, copy=False))
     for i in ctx.valued_components:
         argument = query.components[i].argument
         assert argument is not None
-        projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True))
+        projections.append(exp.alias_(argument.copy(), component_column(i), quoted=True, copy=False))
     if not projections:
-        projections.append(exp.alias_(exp.Literal.number(1), "__row", quoted=True))
+        projections.append(exp.alias_(exp.Literal.number(1), "__row", quoted=True, copy=False))
     select = read_relation(ctx, projections)
     return state.then(
         "selected_rows",

@@ -48,14 +48,13 @@ def to_grid(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         component = query.components[i]
         name = component_column(i)
         if component.kind is ComponentKind.VALUES:
-            value: exp.Expression = (
-                exp.Case()
-                .when(exp.Is(this=col(name), expression=exp.Null()), exp.Literal.number(0))
-                .else_(exp.Literal.number(1))
+            value: exp.Expression = exp.Case(
+                ifs=[exp.If(this=exp.Is(this=col(name), expression=exp.Null()), true=exp.Literal.number(0))],
+                default=exp.Literal.number(1),
             )
         else:
             value = grid_value(col(name), component)
-        projections.append(exp.alias_(value, name, quoted=True))
+        projections.append(exp.alias_(value, name, quoted=True, copy=False))
     if not projections:
         projections.append(col("__row"))
     select = exp.select(*projections, copy=False).from_(state.current, copy=False)

@@ -134,9 +134,9 @@ def canonical_type(to: exp.DataType, target: PgType) -> exp.DataType:
         params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
         if params:
             scale = params[1].name if len(params) > 1 else "0"
-            return exp.DataType.build(f"DECIMAL({params[0].name}, {scale})")
-        return exp.DataType.build(numbers.DECIMAL_TYPE)
-    return exp.DataType.build(SQLGLOT_SCHEMA_TYPE[target])
+            return numbers.data_type(f"DECIMAL({params[0].name}, {scale})")
+        return numbers.data_type(numbers.DECIMAL_TYPE)
+    return numbers.data_type(SQLGLOT_SCHEMA_TYPE[target])
 
 
 def typed_constant(typed: Typed, target: PgType) -> Typed:

@@ -52,12 +52,13 @@ def clamp_temporal(value: exp.Expression, pg_type: PgType) -> exp.Expression:
         numbers.cast(exp.Literal.string(lo_text), type_name),
         numbers.cast(exp.Literal.string(hi_text), type_name),
     )
-    case = (
-        exp.Case()
-        .when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
-        .when(exp.LT(this=value.copy(), expression=lo.copy()), lo)
-        .when(exp.GT(this=value.copy(), expression=hi.copy()), hi)
-        .else_(value.copy())
+    case = exp.Case(  # new nodes: Case.when would copy the whole CASE at each call
+        ifs=[
+            exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Null()),
+            exp.If(this=exp.LT(this=value.copy(), expression=lo.copy()), true=lo),
+            exp.If(this=exp.GT(this=value.copy(), expression=hi.copy()), true=hi),
+        ],
+        default=value.copy(),
     )
     return typed_node(exp.Paren(this=case), pg_type)
 

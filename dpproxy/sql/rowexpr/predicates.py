@@ -237,11 +237,16 @@ class PredicateRules:
             # CASE x WHEN a …: the operand is compared with each WHEN value, in one representation.
             compared = self._operands(self._typed_constants([operand_typed, *conditions]), ordered=False)
             operand_sql, condition_sqls = compared[0], compared[1:]
-        case = exp.Case(this=operand_sql)
-        for condition, value in zip(condition_sqls, sqls[: len(values)], strict=True):
-            case = case.when(condition, value)
+        # Copies of the branches (as Case.when makes), without copying the whole CASE at each WHEN.
+        case = exp.Case(
+            this=operand_sql,
+            ifs=[
+                exp.If(this=condition.copy(), true=value.copy())
+                for condition, value in zip(condition_sqls, sqls[: len(values)], strict=True)
+            ],
+        )
         if default_typed is not None:
-            case = case.else_(sqls[-1])
+            case.set("default", sqls[-1].copy())
         parts = [*conditions, *all_values] + ([operand_typed] if operand_typed else [])
         return Typed(
             typed_node(case, pg_type),

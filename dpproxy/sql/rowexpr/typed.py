@@ -4,6 +4,7 @@ Nothing here reads data or knows the policy."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -47,10 +48,16 @@ class Typed:
         return self.type.is_integer and not self.double
 
 
+@functools.cache
+def _data_type(pg_type: PgType) -> exp.DataType:
+    """sqlglot's type for a PostgreSQL type, parsed once (callers attach copies)."""
+    return exp.DataType.build(SQLGLOT_SCHEMA_TYPE[pg_type])
+
+
 def typed_node(node: exp.Expression, pg_type: PgType) -> exp.Expression:
     """Attach the type sqlglot's generators need (e.g. integer division on DuckDB)."""
     if pg_type in SQLGLOT_SCHEMA_TYPE:
-        node.type = exp.DataType.build(SQLGLOT_SCHEMA_TYPE[pg_type])
+        node.type = _data_type(pg_type).copy()
     return node
 
 
@@ -79,16 +86,17 @@ def clip_sql(
         lo, hi = numbers.double_constant(interval.lo), numbers.double_constant(interval.hi)
     else:
         lo, hi = number_literal(interval.lo), number_literal(interval.hi)
-    case = (
-        exp.Case()
-        .when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
-        .when(exp.LT(this=value.copy(), expression=lo.copy()), lo)
-        .when(exp.GT(this=value.copy(), expression=hi.copy()), hi)
-    )
+    # Built from new nodes (sqlglot's Case.when would copy the whole CASE at each call); `value` is
+    # only copied, never placed in the tree.
+    ifs = [
+        exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Null()),
+        exp.If(this=exp.LT(this=value.copy(), expression=lo.copy()), true=lo),
+        exp.If(this=exp.GT(this=value.copy(), expression=hi.copy()), true=hi),
+    ]
     if double:
         tiny = exp.LT(this=exp.Abs(this=value.copy()), expression=numbers.double_from_text(numbers.SNAP))
-        case = case.when(tiny, numbers.double_from_text("0"))
-    case = case.else_(value.copy())
+        ifs.append(exp.If(this=tiny, true=numbers.double_from_text("0")))
+    case = exp.Case(ifs=ifs, default=value.copy())
     return typed_node(exp.Paren(this=case), pg_type)
 
 

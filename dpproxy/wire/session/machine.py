@@ -19,7 +19,8 @@ its text (which could hold a value) goes only to the operator's log.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import struct
+from collections.abc import Awaitable, Callable, Sequence
 from types import MappingProxyType
 
 from dpproxy.backends import STATEMENT_TIMEOUT, Cancellation
@@ -34,6 +35,7 @@ from dpproxy.errors import (
     UnknownAnalyst,
 )
 from dpproxy.policy import AnalystPolicy
+from dpproxy.results import ResultStream
 from dpproxy.wire import codec
 from dpproxy.wire.auth import AuthExchange
 from dpproxy.wire.catalog import SessionInfo
@@ -73,6 +75,23 @@ from dpproxy.wire.types import TEXT_OID, TextFormat, WireColumn, encoder, wire_c
 
 log = logging.getLogger("dpproxy.wire")
 
+_PACK_I = struct.Struct("!i").pack
+_PACK_H = struct.Struct("!h").pack
+_NULL_CELL = _PACK_I(-1)
+
+
+class _EncodedRows(codec.BackendMessage):
+    """DataRow messages already encoded, one batch of a streamed answer."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def encode(self) -> bytes:
+        return self.data
+
+
 INTERNAL_ERROR = "internal error in dpproxy; the operator's log has the details"
 
 
@@ -102,6 +121,10 @@ class Session(SessionCommands, PortalCommands):
         self._abandoned = False  # the client disconnected while a statement was being handled
         self._text_format_key: tuple[str, str] | None = None
         self._text_format = TextFormat()
+        # Set by the server: writes messages to the client now and waits until the socket drains
+        # (flow control). With it, large private answers are streamed batch by batch; without it
+        # (a Session driven directly), every answer is collected whole and returned.
+        self.send_now: Callable[[list[BackendMessage]], Awaitable[None]] | None = None
 
     # -- entry points -------------------------------------------------------------------------------
 
@@ -324,8 +347,15 @@ class Session(SessionCommands, PortalCommands):
             try:
                 statement = await self.shared.route(text)
                 self._check_not_aborted(statement)
-                outcome = await self._run(statement, [], in_implicit_block=implicit_block)
-                self._send_outcome(outcome, out)
+                outcome = await self._run(
+                    statement, [], in_implicit_block=implicit_block, stream=self.send_now is not None
+                )
+                if outcome.stream is not None:
+                    assert outcome.columns is not None
+                    out.append(RowDescription(outcome.columns, (0,) * len(outcome.columns)))
+                    await self._send_stream(outcome, (0,) * len(outcome.columns), out)
+                else:
+                    self._send_outcome(outcome, out)
             except DPProxyError as error:
                 out.append(codec.error_from(error))
                 self._after_error(extended=False)
@@ -356,6 +386,47 @@ class Session(SessionCommands, PortalCommands):
             self._append_rows(outcome.columns, formats, outcome.rows, out)
         out.append(CommandComplete(self._tag(outcome, len(outcome.rows))))
         self._report(out)
+
+    async def _send_stream(self, outcome: Outcome, formats: Sequence[int], out: list[BackendMessage]) -> None:
+        """A streamed private answer: each released batch as DataRows, written at once (after
+        whatever `out` already holds) and drained before the next batch is asked for, so neither
+        the answer nor its encoding is ever held whole; then the notice (its 95% figures cover the
+        whole answer, so they come last) and "SELECT n". A client that stops reading holds the
+        backend query back (TCP flow control); one that goes away stops it (Session.abandon)."""
+        stream = outcome.stream
+        assert stream is not None and outcome.columns is not None and self.send_now is not None
+        exhausted = False
+        try:
+            while True:
+                batch = await self.shared.run_blocking(next, stream, None)
+                if batch is None:
+                    exhausted = True
+                    break
+                out.append(_EncodedRows(self._encode_rows(outcome.columns, formats, batch)))
+                try:
+                    await self.send_now(out)
+                except (ConnectionError, OSError):
+                    # The client is gone: stop the query (its charge stands) and end the connection.
+                    self.closing = True
+                    self._abandoned = True
+                    return
+                finally:
+                    out.clear()
+        finally:
+            if not exhausted:
+                await self.shared.run_blocking(stream.close)
+            self._end_stream(outcome)
+        summary = stream.summary
+        if summary is not None and summary.notice:
+            out.extend(self._visible([codec.notice(summary.notice)]))
+        out.append(CommandComplete(self._tag(outcome, stream.rows)))
+        self._report(out)
+
+    def _end_stream(self, outcome: Outcome) -> None:
+        """A streamed answer was sent (or stopped): its statement_timeout no longer runs."""
+        if outcome.cancel is not None:
+            outcome.cancel.disarm()
+        self._cancel = None
 
     def _append_copy(self, outcome: Outcome, out: list[BackendMessage]) -> None:
         """COPY … TO STDOUT: CopyOutResponse, one CopyData per line, CopyDone, then "COPY n"."""
@@ -390,6 +461,32 @@ class Session(SessionCommands, PortalCommands):
                 raise InternalError(INTERNAL_ERROR)
             out.append(DataRow([None if v is None else enc(v) for enc, v in zip(encoders, row, strict=True)]))
 
+    def _encode_rows(
+        self, columns: Sequence[WireColumn], formats: Sequence[int], rows: Sequence[Sequence[object]]
+    ) -> bytes:
+        """A batch of rows as the bytes of their DataRow messages, encoded in one pass (a streamed
+        answer's batch: no message object per row). The same bytes `_append_rows` would send."""
+        text_format = self._current_text_format()
+        encoders = [encoder(c.type_oid, f, text_format) for c, f in zip(columns, formats, strict=True)]
+        width = len(encoders)
+        head = _PACK_H(width)
+        pack = _PACK_I
+        messages: list[bytes] = []
+        for row in rows:
+            if len(row) != width:
+                raise InternalError(INTERNAL_ERROR)
+            cells = [head]
+            for encode, value in zip(encoders, row, strict=True):
+                if value is None:
+                    cells.append(_NULL_CELL)
+                else:
+                    data = encode(value)
+                    cells.append(pack(len(data)))
+                    cells.append(data)
+            body = b"".join(cells)
+            messages.append(b"D" + pack(len(body) + 4) + body)
+        return b"".join(messages)
+
     def _current_text_format(self) -> TextFormat:
         key = (self._settings.get("extra_float_digits") or "1", self._settings.get("timezone") or "UTC")
         if key != self._text_format_key:
@@ -418,11 +515,18 @@ class Session(SessionCommands, PortalCommands):
     # -- running one statement ------------------------------------------------------------------
 
     async def _run(
-        self, statement: Statement, parameters: Sequence[object], *, in_implicit_block: bool = False
+        self,
+        statement: Statement,
+        parameters: Sequence[object],
+        *,
+        in_implicit_block: bool = False,
+        stream: bool = False,
     ) -> Outcome:
+        """Run one statement. `stream`: the caller sends a private answer released in batches
+        (Outcome.stream, see _send_stream) rather than wanting its rows whole."""
         kind = statement.kind
         if kind is Kind.ENGINE:
-            return await self._run_engine(statement.sql, parameters)
+            return await self._run_engine(statement.sql, parameters, stream=stream)
         if kind is Kind.CATALOG:
             return await self._run_catalog(statement.sql, parameters)
         if kind is Kind.SESSION:
@@ -446,7 +550,7 @@ class Session(SessionCommands, PortalCommands):
         value = self._settings.get(EPSILON_SETTING)
         return float(value) if value else None
 
-    async def _run_engine(self, sql: str, parameters: Sequence[object]) -> Outcome:
+    async def _run_engine(self, sql: str, parameters: Sequence[object], *, stream: bool = False) -> Outcome:
         cancel = Cancellation()
         self._cancel = cancel
         if self._abandoned:
@@ -456,6 +560,7 @@ class Session(SessionCommands, PortalCommands):
         timeout = timeout_ms(self._settings.get("statement_timeout") or "0")
         if timeout:
             cancel.cancel_after(timeout / 1000, STATEMENT_TIMEOUT)
+        streamed = False
         try:
             result = await self.shared.run_blocking(
                 self.engine.execute,
@@ -464,10 +569,17 @@ class Session(SessionCommands, PortalCommands):
                 analyst=self.user,
                 epsilon=self._epsilon,
                 cancel=cancel,
+                stream=stream,
             )
+            if isinstance(result, ResultStream):
+                # Sent batch by batch by the caller, which disarms the timeout once it is sent.
+                streamed = True
+                columns = tuple(wire_column(c.name, c.type) for c in result.columns)
+                return Outcome("SELECT", columns, [], counted=True, stream=result, cancel=cancel)
         finally:
-            cancel.disarm()
-            self._cancel = None
+            if not streamed:
+                cancel.disarm()
+                self._cancel = None
         columns = tuple(wire_column(c.name, c.type) for c in result.columns)
         notices = [codec.notice(result.notice)] if result.notice else []
         return Outcome("SELECT", columns, list(result.rows), notices, counted=True)

@@ -12,7 +12,7 @@ It never touches a socket; messages come decoded and leave as codec objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from dpproxy.errors import (
@@ -66,13 +66,15 @@ def _is_binary_cursor(statement: Statement) -> bool:
 class PortalCommands:
     """Mixed into Session (machine.py), whose prepared statements and portals it keeps. From
     Session it uses `_run` and `_check_not_aborted` to run a statement, `_current_text_format` to
-    decode parameters, `session_info` to describe catalog statements, and `_append_rows`, `_tag`
-    and `_report` to send rows, tags and settings' changes."""
+    decode parameters, `session_info` to describe catalog statements, `_append_rows`, `_tag`
+    and `_report` to send rows, tags and settings' changes, and `_send_stream` (with `send_now`)
+    to send a private answer released in batches."""
 
     shared: EngineCatalogAuth
     status: TransactionStatus
     _statements: dict[str, PreparedStatement]
     _portals: dict[str, Portal]
+    send_now: Callable[[list[BackendMessage]], Awaitable[None]] | None
 
     # -- cursors --------------------------------------------------------------------------------
 
@@ -371,7 +373,10 @@ class PortalCommands:
         if portal.outcome is None:
             assert portal.prepared is not None
             self._check_not_aborted(portal.prepared.statement)
-            outcome = await self._run(portal.prepared.statement, portal.parameters)
+            # An Execute for all rows streams a large private answer; one with a row limit keeps the
+            # released rows for the portal's later Executes.
+            stream = message.max_rows == 0 and self.send_now is not None
+            outcome = await self._run(portal.prepared.statement, portal.parameters, stream=stream)
             portal.outcome = outcome
             if outcome.empty:
                 portal.done = True
@@ -386,6 +391,18 @@ class PortalCommands:
                 outcome.columns is not None and len(outcome.columns) != len(portal.columns)
             ):
                 portal.columns = outcome.columns
+            if outcome.stream is not None:
+                portal.done = True
+                if portal.columns is None:
+                    # Described as returning no rows: as below, the rows are not sent.
+                    await self.shared.run_blocking(outcome.stream.close)
+                    self._end_stream(outcome)
+                    out.append(CommandComplete(outcome.tag))
+                    return
+                formats = expand_formats(portal.formats, len(portal.columns))
+                await self._send_stream(outcome, formats, out)
+                portal.position = 0  # the rows were not kept: a finished portal completes with none
+                return
         outcome = portal.outcome
         if outcome.empty:
             out.append(codec.EmptyQueryResponse())

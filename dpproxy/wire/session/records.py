@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dpproxy.backends import Cancellation
+from dpproxy.results import ResultStream
 from dpproxy.wire.codec import ErrorResponse
 from dpproxy.wire.router import Statement
 from dpproxy.wire.types import WireColumn
@@ -41,6 +43,10 @@ class Outcome:
     counted: bool = False  # tag takes the row count ("SELECT n", "FETCH n")
     copy: list[bytes] | None = None  # COPY … TO STDOUT: CopyData payloads (header line, then rows)
     copy_width: int = 0  # COPY: the number of columns CopyOutResponse announces
+    # A private answer released in batches (rows stays empty): the session sends each batch as it
+    # comes, then the notice and "SELECT n"; `cancel` interrupts it until it is sent.
+    stream: ResultStream | None = None
+    cancel: Cancellation | None = None
 
 
 # A prepared statement's result columns when they depend on a cursor (FETCH): resolved late.

@@ -1,0 +1,101 @@
+"""Engine CPU per query, without backend time: cold, repeated text, same shape with new constants, and
+a trivial public query.
+
+    python bench/cpu.py [--repeat 15] [--persons 2000]
+
+Runs on a small demo DuckDB (built in a temporary directory): every figure is the time of
+Engine.execute minus the time spent inside Backend.run (as bench/engine.py measures engine CPU), so
+it is parse, analysis, rewriting, noise planning, noise and post-processing. Columns (medians, ms):
+  cold    plan caches cleared before each execution;
+  text    the same text again (the exact-text plan cache);
+  shape   the same statement with a new constant in its row filter each time (the shape cache,
+          found from the statement's tokens without parsing, dpproxy.sql.shape; "-" when the
+          statement has no such constant);
+and, on its own line, a trivial public query (the public fast path). Machines are noisy: compare
+columns of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from engine import QUERIES, TimedBackend, bench_policy  # noqa: E402
+
+from dpproxy.backends import open_backend  # noqa: E402
+from dpproxy.demo import build_demo  # noqa: E402
+from dpproxy.engine import Engine  # noqa: E402
+from dpproxy.policy import parse_policy  # noqa: E402
+
+# Metabase / Superset-style statements with a row filter whose constant a dashboard changes ({}).
+BI: list[tuple[str, str]] = [
+    (
+        "metabase: filter + group",
+        'SELECT "public"."visits"."department" AS "department", count(*) AS "count" FROM "public"."visits" '
+        'WHERE "public"."visits"."duration_minutes" > {} GROUP BY "public"."visits"."department" '
+        'ORDER BY "public"."visits"."department" ASC',
+    ),
+    (
+        "superset: range + avg",
+        "SELECT department AS department, AVG(cost) AS avg_cost, COUNT(*) AS count FROM visits "
+        "WHERE duration_minutes BETWEEN {} AND 600 GROUP BY department LIMIT 10000",
+    ),
+    ("count with a filter", "SELECT diagnosis, COUNT(*) FROM patients WHERE age >= {} GROUP BY diagnosis"),
+]
+PUBLIC = "SELECT state FROM zip_info LIMIT 1"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--persons", type=int, default=2000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "demo.duckdb"
+        build_demo(path, args.persons)
+        backend = TimedBackend(open_backend(str(path)))
+        engine = Engine(parse_policy(bench_policy()), backend, None)
+
+        def cpu(sql: str, *, clear: bool = False) -> float:
+            if clear:
+                for cache in ("_plans", "_shapes", "_token_shapes", "_sightings", "_publics"):
+                    getattr(engine, cache, {}).clear()
+            backend.spent = 0.0
+            started = time.perf_counter()
+            engine.execute(sql, analyst="alice")
+            return time.perf_counter() - started - backend.spent
+
+        def ms(values: list[float]) -> str:
+            return f"{statistics.median(values) * 1e3:7.3f}"
+
+        print(f"{'statement':34} {'cold':>7} {'text':>7} {'shape':>7}   (median engine CPU, ms)")
+        counter = iter(range(20, 10**6))
+        statements = [(name, sql, None) for name, sql, _ in QUERIES] + [
+            (name, template.format(10), template) for name, template in BI
+        ]
+        for name, sql, template in statements:
+            cold = [cpu(sql, clear=True) for _ in range(args.repeat)]
+            cpu(sql)
+            text = [cpu(sql) for _ in range(args.repeat)]
+            shape = "      -"
+            if template is not None:
+                shape = ms([cpu(template.format(next(counter))) for _ in range(args.repeat)])
+            print(f"{name:34} {ms(cold)} {ms(text)} {shape}", flush=True)
+        cold = [cpu(PUBLIC, clear=True) for _ in range(args.repeat)]
+        text = [cpu(PUBLIC) for _ in range(args.repeat)]
+        print(f"{'public: ' + PUBLIC:34} {ms(cold)} {ms(text)}")
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""A private answer released batch by batch, for answers too large to hold (millions of groups).
+
+`StreamedRelease` takes the main statement's rows in batches, already in the canonical order of
+their group keys (the engine asks the backend to sort them: docs/privacy.md §6), and releases each
+batch as `Engine.release` releases a whole answer: partition selection and noise on each group on
+its own (both are independent per group, so batches change nothing), then HAVING and the output
+columns, then OFFSET/LIMIT counted over the whole answer. Because the rows arrive in canonical
+order, the released rows leave in the order `post_process` would put them in; each released key is
+checked to come strictly after the one before, and an answer whose backend broke that order fails
+(StreamOrderError) instead of releasing rows in an order that depends on the backend.
+
+Only queries whose release is per group qualify (`streamable`): keys chosen by partition selection,
+one statement, no ORDER BY over released values, no top-k, quantile, MODE or randomized response.
+Like the rest of `release/`, nothing here returns a true value: only released rows and the 95%
+figures over the groups released so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dpproxy.privacy import QueryNoise
+from dpproxy.release.aggregates import column_errors, release_aggregates
+from dpproxy.release.exact import exact_groups
+from dpproxy.release.groups import choose_groups
+from dpproxy.release.post_processing import PostProcessor, _orderable
+from dpproxy.release.requests import selectors
+from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.types import PgType
+
+# Key types whose order PostgreSQL, DuckDB and Spark agree with Python's canonical order on (text is
+# compared under COLLATE "C", byte order, which is code-point order; numbers by value): a float key
+# (NaN, ±0) or an interval is released whole instead.
+STREAMABLE_KEY_TYPES = frozenset(
+    {
+        PgType.INT2,
+        PgType.INT4,
+        PgType.INT8,
+        PgType.NUMERIC,
+        PgType.TEXT,
+        PgType.VARCHAR,
+        PgType.BOOL,
+        PgType.DATE,
+        PgType.TIMESTAMP,
+        PgType.TIMESTAMPTZ,
+    }
+)
+
+
+_NULL_RANK = (2,)  # NULLs last, as canonical_key ranks them
+
+
+class StreamOrderError(Exception):
+    """The backend's rows were not in canonical key order: the answer is not released."""
+
+
+def streamable(query: PrivateQuery, statements: int) -> bool:
+    """Whether a query's answer can be released batch by batch in the backend's (canonical) order."""
+    requests = selectors(query)
+    return (
+        bool(query.keys)
+        and query.needs_selection
+        and query.needs_main_statement
+        and statements == 1
+        and not query.randomized_response
+        and not query.histograms
+        and not requests.requests
+        and query.top_k is None
+        and not query.post_processing.order_by
+        and all(k.type in STREAMABLE_KEY_TYPES for k in query.keys)
+    )
+
+
+class StreamedRelease:
+    """Releases one answer batch by batch (see the module docstring); `done` once LIMIT is met."""
+
+    def __init__(self, query: PrivateQuery, noise: QueryNoise) -> None:
+        self.query = query
+        self.noise = noise
+        post = query.post_processing
+        self.processor = PostProcessor(
+            post, [k.type for k in query.keys], [a.result_type for a in query.aggregates]
+        )
+        self._skip = post.offset
+        self._left = post.limit
+        self._last: tuple[tuple[object, ...], ...] | None = None  # the last released key's ranks
+        # [aggregate] the largest of the released groups' own 95% errors so far (None: none known)
+        self._largest: list[float | None] = [None] * len(query.aggregates)
+        self.rows = 0  # rows released so far
+
+    @property
+    def done(self) -> bool:
+        return self._left == 0
+
+    def release(self, rows: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
+        """The released rows of one batch of the main statement's rows (canonical key order)."""
+        query = self.query
+        groups = choose_groups(query, exact_groups(query, rows), self.noise)
+        released = release_aggregates(query, groups, self.noise)
+        for row_errors in released.group_errors:
+            for a, error in enumerate(row_errors):
+                if error is not None and (self._largest[a] is None or error > self._largest[a]):  # type: ignore[operator]
+                    self._largest[a] = error
+        out: list[tuple[object, ...]] = []
+        processor = self.processor
+        n_aggregates = processor.n_aggregates
+        for key, values in zip(released.keys, released.aggregates, strict=True):
+            row = processor.released(key, values)
+            # The key's ranks, without canonical_key's final tie-break on the text: distinct groups
+            # never tie on them, so strictly increasing ranks are strictly increasing keys.
+            rank = tuple(_orderable(v) if v is not None else _NULL_RANK for v in row[n_aggregates:])
+            if self._last is not None and not self._last < rank:
+                raise StreamOrderError("the backend returned groups out of canonical key order")
+            self._last = rank
+            if self._left == 0 or not processor.produce(row):
+                continue
+            if self._skip:
+                self._skip -= 1
+                continue
+            if self._left is not None:
+                self._left -= 1
+            out.append(processor.output(row))
+        self.rows += len(out)
+        return out
+
+    def errors(self) -> list[float | str | None]:
+        """The notice's 95% figure per aggregate over the groups released so far."""
+        return column_errors(self.query, self.noise, [self._largest])

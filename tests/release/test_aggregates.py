@@ -1,0 +1,157 @@
+"""Counts, sums and averages are released column by column with numpy: the same values as the
+group-by-group computation (Decimal arithmetic), and AVG error bars that still cover the exact span
+the interval arithmetic bounds (never below it, never above the group-by-group figure but for a
+float's rounding).
+
+The noise here is zero and the "true" components are chosen to be what noisy ones can be: negative
+or tiny counts, sums far outside what the bounds allow, magnitudes beyond where int64 and float64 are
+exact (those groups take the group-by-group path), so every branch of the release is exercised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from dpproxy.engine import Engine, Plan
+from dpproxy.policy import parse_policy
+from dpproxy.privacy import NoiseSpec, component_alpha
+from dpproxy.release import ExactGroups, aggregates, release_aggregates
+from dpproxy.release.spans import Span
+from dpproxy.sql.query import AggregateKind
+
+POLICY = """
+version: 1
+defaults: {epsilon: 1.0, delta: 1.0e-6, mechanism: MECHANISM}
+tables:
+  t:
+    privacy_unit: pid
+    max_rows_per_unit: 1
+    max_groups_per_unit: 1
+    columns:
+      pid: {type: integer, summable: false}
+      y: {type: numeric, lower: -20.5, upper: 100, scale: 2}
+      n: {type: integer, lower: 0, upper: 10}
+      f: {type: double precision, lower: 0, upper: 1}
+"""
+SQL = "SELECT COUNT(*), SUM(y), AVG(y), SUM(n), AVG(n), COUNT(y), SUM(f), AVG(f) FROM t"
+
+
+class NoNoise:
+    """A component's noise that is always 0, with the real spec's error bounds."""
+
+    def __init__(self, spec: NoiseSpec) -> None:
+        self.spec = spec
+
+    def sample(self, n: int) -> list[int]:
+        return [0] * n
+
+    def error_at(self, alpha: float) -> float:
+        return self.spec.error_at(alpha)
+
+
+def plan_for(mechanism: str) -> Plan:
+    return Engine(parse_policy(POLICY.replace("MECHANISM", mechanism)), None).plan(SQL, epsilon=1.0)
+
+
+def components_for(plan: Plan, rng: random.Random, groups: int, huge: bool) -> list[list[int]]:
+    """Components as noisy values can be: every regime, including ones beyond float64's exact range
+    (those groups go group by group) and, when `huge`, beyond int64 (the whole answer does)."""
+    regimes = [0, 1, 2, 3, 5] + ([4] if huge else [])
+    rows = []
+    for g in range(groups):
+        regime = regimes[g % len(regimes)]
+        count = [
+            rng.randint(-30, 3),  # at or below 0: the AVG span is the column's bounds
+            rng.randint(1, 60),  # near the noise level
+            rng.randint(100, 10**6),  # large groups
+            rng.randint(10**13, 10**15),  # beyond the numpy path's exact range
+            rng.randint(-(10**6), 10**6),
+            rng.randint(1, 5),
+        ][regime]
+        row = []
+        for component in plan.query.components:
+            if component.kind.value in ("rows", "values"):
+                row.append(count)
+            else:
+                spread = max(abs(count), 1) * 12_000
+                if regime == 3:
+                    spread = count * 4_000  # within int64's safe range, beyond float64's exact one
+                elif regime == 4:
+                    spread = 10**19  # beyond int64: the whole answer is exact Python ints
+                elif regime == 5:
+                    spread *= 1000  # far outside what the bounds allow
+                row.append(rng.randint(-spread, spread))
+        rows.append(row)
+    return rows
+
+
+def exact_avg_distance(plan: Plan, a: int, row: list[int], released: Decimal) -> Fraction:
+    """The exact distance from the released AVG to the farther end of the span the error bar must
+    cover: (centre + mean offset) / 10^s over the noisy components' bounds, or the column's bounds."""
+    aggregate = plan.query.aggregates[a]
+    assert aggregate.interval is not None
+    centred, count = aggregate.components
+    alpha = component_alpha(2)
+    e_s, e_n = (Fraction(plan.noise.columns[i].error_at(alpha)) for i in (centred, count))
+    lo, hi = aggregate.interval.on_grid(aggregate.scale)
+    low, high = Fraction(lo - aggregate.centre), Fraction(hi - aggregate.centre)
+    span = (low, high)
+    if row[count] - e_n >= 1:
+        ends = [
+            Fraction(row[centred] + ds * e_s) / (row[count] + dn * e_n) for ds in (-1, 1) for dn in (-1, 1)
+        ]
+        means = (max(min(ends), low), min(max(ends), high))
+        span = means if means[0] <= means[1] else span
+    unit = Fraction(10) ** aggregate.scale
+    ends_value = [(aggregate.centre + end) / unit for end in span]
+    return max(Fraction(released) - ends_value[0], ends_value[1] - Fraction(released))
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+def test_columns_at_once_release_what_group_by_group_does(mechanism: str) -> None:
+    plan = plan_for(mechanism)
+    noise = dataclasses.replace(plan.noise, columns=tuple(NoNoise(c) for c in plan.noise.columns))
+    rng = random.Random(11)
+    kinds = [a.kind for a in plan.query.aggregates]
+    assert kinds.count(AggregateKind.AVG) == 3
+    for size, huge in ((1, False), (7, True), (600, False)):
+        rows = components_for(plan, rng, size, huge)
+        released = release_aggregates(
+            plan.query, ExactGroups([(g,) for g in range(size)], rows, [0] * size), noise
+        )
+        alpha2 = [spec.error_at(component_alpha(2)) for spec in noise.columns]
+        for g, row in enumerate(rows):
+            for a, aggregate in enumerate(plan.query.aggregates):
+                value, error = released.aggregates[g][a], released.group_errors[g][a]
+                if aggregate.kind is AggregateKind.AVG:
+                    offsets = Span(
+                        *(Decimal(x - aggregate.centre) for x in aggregate.interval.on_grid(aggregate.scale))
+                    )
+                    expected, expected_error = aggregates._average(aggregate, offsets, row, alpha2)
+                    # The same number, spelled the same (PostgreSQL's numeric has no −0: nor have we).
+                    assert value == expected and str(value) == str(expected if expected else abs(expected)), (
+                        g,
+                        a,
+                    )
+                    assert type(value) is type(expected) and isinstance(error, float)
+                    assert exact_avg_distance(plan, a, row, value) <= Fraction(error)
+                    if isinstance(value, Decimal):
+                        assert (
+                            error <= expected_error <= math.nextafter(error, math.inf)
+                        )  # one step tighter at most
+                    else:  # a float's ± also covers its rounding: a few ulps more at most
+                        assert error <= expected_error + 3 * math.ulp(max(abs(value), expected_error))
+                elif aggregate.kind is AggregateKind.SUM:
+                    expected = aggregates._sum(aggregate, row)
+                    assert value == expected and type(value) is type(expected) and str(value) == str(expected)
+                    assert error is None
+                else:
+                    assert value == max(0, row[aggregate.components[0]]) and type(value) is int
+                    assert error is None
+        assert released.errors[2] == max(e[2] for e in released.group_errors)
