@@ -232,12 +232,7 @@ class PostgresBackend(Backend):
                     # binary=True forces the extended protocol: one statement, never `a; b`.
                     return conn.execute(sql, binary=True).fetchall()
                 except psycopg.Error as exc:
-                    if cancel is not None and cancel.cancelled:
-                        raise QueryCancelled.of(cancel, started=True) from exc
-                    if isinstance(exc, psycopg.errors.QueryCanceled) and self._statement_timeout_ms:
-                        # Nobody cancelled it: the session's statement_timeout (set in _configure).
-                        raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
-                    raise BackendError(f"PostgreSQL failed: {exc}") from exc
+                    raise self._failure(exc, cancel) from exc
                 finally:
                     if cancel is not None:
                         cancel.detach()
@@ -280,11 +275,7 @@ class PostgresBackend(Backend):
                                     return
                                 yield rows
                     except psycopg.Error as exc:
-                        if cancel is not None and cancel.cancelled:
-                            raise QueryCancelled.of(cancel, started=True) from exc
-                        if isinstance(exc, psycopg.errors.QueryCanceled) and self._statement_timeout_ms:
-                            raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
-                        raise BackendError(f"PostgreSQL failed: {exc}") from exc
+                        raise self._failure(exc, cancel) from exc
                     finally:
                         if cancel is not None:
                             cancel.detach()
@@ -292,6 +283,15 @@ class PostgresBackend(Backend):
                             conn.execute("ROLLBACK")
             except PoolTimeout as exc:
                 raise BackendUnreachable(f"no connection to {self.description} became free") from exc
+
+    def _failure(self, exc: psycopg.Error, cancel: Cancellation | None) -> Exception:
+        """What a statement's failure means to the engine: a cancel, the time limit, or an error."""
+        if cancel is not None and cancel.cancelled:
+            return QueryCancelled.of(cancel, started=True)
+        if isinstance(exc, psycopg.errors.QueryCanceled) and self._statement_timeout_ms:
+            # Nobody cancelled it: the session's statement_timeout (set in _configure).
+            return QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000)
+        return BackendError(f"PostgreSQL failed: {exc}")
 
     def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
         """Rows of a catalog query over one schema (the default one unless given)."""
