@@ -862,12 +862,7 @@ class Engine:
             if reservation is not None:
                 finish = self.ledger.commit if sent else self.ledger.release  # type: ignore[union-attr]
                 finish(reservation)
-            charged = "its privacy cost has been charged" if sent else "nothing was charged"
-            if isinstance(failure, QueryCancelled):
-                raise QueryCanceled(
-                    f"canceling statement due to {failure.reason}; {charged}", hint=failure.hint
-                ) from None
-            raise BackendUnavailable(f"cannot reach the backing database; {charged}") from None
+            raise _stopped(failure, sent=sent) from None
         except BaseException:
             if reservation is not None:
                 self.ledger.commit(reservation)  # type: ignore[union-attr]
@@ -985,12 +980,7 @@ class Engine:
             except (BackendUnreachable, QueryCancelled) as failure:
                 sent = sent or (isinstance(failure, QueryCancelled) and failure.started)
                 finish(sent)
-                charged = "its privacy cost has been charged" if sent else "nothing was charged"
-                if isinstance(failure, QueryCancelled):
-                    raise QueryCanceled(
-                        f"canceling statement due to {failure.reason}; {charged}", hint=failure.hint
-                    ) from None
-                raise BackendUnavailable(f"cannot reach the backing database; {charged}") from None
+                raise _stopped(failure, sent=sent) from None
             except StreamOrderError:
                 finish(sent=True)
                 log.error("a streamed answer was refused: the backend did not return groups in key order")
@@ -1112,6 +1102,14 @@ class _TokenEntry:
 
 def _has_subquery(tree: exp.Expression) -> bool:
     return any(isinstance(node, (exp.Subquery, exp.Select)) and node is not tree for node in tree.walk())
+
+
+def _stopped(failure: BackendUnreachable | QueryCancelled, *, sent: bool) -> DPProxyError:
+    """The analyst's error for a private query the backend did not finish, saying whether it was charged."""
+    charged = "its privacy cost has been charged" if sent else "nothing was charged"
+    if isinstance(failure, QueryCancelled):
+        return QueryCanceled(f"canceling statement due to {failure.reason}; {charged}", hint=failure.hint)
+    return BackendUnavailable(f"cannot reach the backing database; {charged}")
 
 
 def connect(

@@ -200,11 +200,7 @@ class DuckDBBackend(Backend):
             description = result.description or []
             rows = result.fetchall()
         except duckdb.Error as exc:
-            if cancel is not None and cancel.cancelled:
-                raise QueryCancelled.of(cancel, started=True) from exc
-            if timed_out.is_set() and self._statement_timeout_ms is not None:
-                raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
-            raise BackendError(f"DuckDB failed: {exc}") from exc
+            raise self._failure(exc, cancel, timed_out=timed_out.is_set()) from exc
         finally:
             if cancel is not None:
                 cancel.detach()
@@ -276,17 +272,21 @@ class DuckDBBackend(Backend):
                     return
                 yield [_decimals_to_int(row, integral) for row in rows] if integral else rows
         except duckdb.Error as exc:
-            if cancel is not None and cancel.cancelled:
-                raise QueryCancelled.of(cancel, started=True) from exc
-            if timed_out.is_set() and self._statement_timeout_ms is not None:
-                raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
-            raise BackendError(f"DuckDB failed: {exc}") from exc
+            raise self._failure(exc, cancel, timed_out=timed_out.is_set()) from exc
         finally:
             if cancel is not None:
                 cancel.detach()
             with interrupt_lock:
                 finished.set()
             self._checkin(cursor)
+
+    def _failure(self, exc: duckdb.Error, cancel: Cancellation | None, *, timed_out: bool) -> Exception:
+        """What a statement's failure means to the engine: a cancel, the time limit, or an error."""
+        if cancel is not None and cancel.cancelled:
+            return QueryCancelled.of(cancel, started=True)
+        if timed_out and self._statement_timeout_ms is not None:
+            return QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000)
+        return BackendError(f"DuckDB failed: {exc}")
 
     def _catalog_rows(self, sql: str, schema: str | None, what: str) -> list[tuple]:
         """Rows of a catalog query over one schema (the default one unless given)."""
