@@ -4,7 +4,8 @@
 # Works on a fresh Debian 12 with Python 3.11, as root or with sudo, reaching only package registries:
 #   1. installs the Debian packages the tests need when they are missing (PostgreSQL 15 server and
 #      client: the tests start throwaway clusters of their own, no system cluster is used; a JDK and
-#      Debian's pgjdbc for the JDBC client test, which fails rather than skips under CI=true);
+#      Debian's pgjdbc for the JDBC client test, which fails rather than skips under CI=true;
+#      Debian's Chromium and ChromeDriver for the console's browser tests);
 #   2. creates .venv if missing and installs dpproxy with its test extras into it, again whenever
 #      pyproject.toml changes, and the full pyspark of the same release into .spark/ (the Spark
 #      Connect server the Spark tests start; Java comes from the JDK of step 1);
@@ -12,14 +13,15 @@
 #
 # Environment:
 #   DPPROXY_APT_PACKAGES  Debian packages to ensure (default: postgresql-15 postgresql-client-15
-#                         default-jdk-headless libpostgresql-jdbc-java)
+#                         default-jdk-headless libpostgresql-jdbc-java chromium chromium-driver)
 #   DPPROXY_SKIP_APT=1    never call apt-get (missing packages then make PostgreSQL tests skip or fail)
 #   PYTHON                interpreter to create .venv with (default: python3)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# The cluster's server and psql; javac, java and /usr/share/java/postgresql.jar for tests/wire/test_clients.py.
-DEFAULT_APT_PACKAGES="postgresql-15 postgresql-client-15 default-jdk-headless libpostgresql-jdbc-java"
+# The cluster's server and psql; javac, java and /usr/share/java/postgresql.jar for tests/wire/test_clients.py;
+# /usr/bin/chromium and /usr/bin/chromedriver for tests/console/.
+DEFAULT_APT_PACKAGES="postgresql-15 postgresql-client-15 default-jdk-headless libpostgresql-jdbc-java chromium chromium-driver"
 read -r -a apt_packages <<<"${DPPROXY_APT_PACKAGES:-$DEFAULT_APT_PACKAGES}"
 PYTHON=${PYTHON:-python3}
 
