@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from dpproxy.audit import StatementRecord
 from dpproxy.engine import Engine
 from dpproxy.wire.auth import Authenticator
 from dpproxy.wire.catalog import ShadowCatalog
@@ -47,6 +48,14 @@ class EngineCatalogAuth:
         self.exposed = frozenset(t.name for t in engine.exposed_tables())
         self._routes: OrderedDict[str, Statement] = OrderedDict()
         self._descriptions: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
+        # Called on the event loop's thread with each finished statement's record (metrics): each
+        # must be cheap and must not raise.
+        self.hooks: list[Callable[[StatementRecord], None]] = []
+
+    def observe(self, record: StatementRecord) -> None:
+        """A statement has finished (answered, refused or failed) and its answer was sent."""
+        for hook in self.hooks:
+            hook(record)
 
     async def split(self, sql: str) -> list[str]:
         if len(sql) <= _INLINE_SPLIT:
