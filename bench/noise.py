@@ -109,7 +109,8 @@ def release_time(repeat: int) -> tuple[dict[str, float], float]:
             [key.type for key in query.keys],
             [a.result_type for a in query.aggregates],
             released.keys,
-            released.aggregates,
+            released.columns,
+            by_column=True,
         )
         done = time.process_time()
         for stage, seconds in zip(

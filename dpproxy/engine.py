@@ -904,7 +904,8 @@ class Engine:
             [k.type for k in query.keys],
             [a.result_type for a in query.aggregates],
             released.keys,
-            released.aggregates,
+            released.columns,
+            by_column=True,
         )
         return Result(self._columns(plan, released.errors), out_rows)
 

@@ -25,11 +25,13 @@ It never chooses groups or orders rows, and returns no true value: only noisy on
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from typing import TypeVar
 
 import numpy as np
 
@@ -57,18 +59,40 @@ from dpproxy.release.spans import (
 from dpproxy.sql.query import Aggregate, AggregateKind, PrivateQuery
 from dpproxy.sql.types import PgType
 
+_T = TypeVar("_T")
+
 
 @dataclass(frozen=True)
 class ReleasedGroups:
+    """The released groups, kept a column at a time ([aggregate][group]) as they are computed; the
+    row views ([group][aggregate]) are built when first asked for."""
+
     keys: list[tuple[object, ...]]
-    aggregates: list[list[object]]  # [group][aggregate], noisy and post-processed
+    columns: list[list[object]]  # [aggregate][group], noisy and post-processed
     # [aggregate] ± at 95% in the aggregate's unit that holds for every released group (the largest
     # of the groups' own), or a sentence for the exponential mechanism's releases (their error is in
     # ranks or counts, not in value units).
     errors: list[float | str | None]
-    # [group][aggregate] the group's own ± at 95% where it depends on the group's noisy values (AVG,
-    # VAR, STDDEV, randomized response); None where the column's figure is the same for every group.
-    group_errors: list[list[float | None]] = field(default_factory=list)
+    # [aggregate][group] each group's own ± at 95% where it depends on the group's noisy values
+    # (AVG, VAR, STDDEV, randomized response); None where the column's figure is the same for
+    # every group.
+    error_columns: list[list[float | None]]
+
+    @functools.cached_property
+    def aggregates(self) -> list[list[object]]:
+        """[group][aggregate]."""
+        return _rows(self.columns, len(self.keys))
+
+    @functools.cached_property
+    def group_errors(self) -> list[list[float | None]]:
+        """[group][aggregate]."""
+        return _rows(self.error_columns, len(self.keys))
+
+
+def _rows(columns: Sequence[list[_T]], n: int) -> list[list[_T]]:
+    if not columns:  # a query without aggregates: one empty row per group
+        return [[] for _ in range(n)]
+    return [list(row) for row in zip(*columns, strict=True)]
 
 
 # Integers below this in magnitude add in int64 without overflow; beyond, Python ints (object arrays).
@@ -120,12 +144,12 @@ def _release_responses(groups: ExactGroups, responses: RandomizedResponseCount) 
     ones = [row[0] for row in groups.components]  # persons for whom the predicate holds
     zeros = [row[1] - row[0] for row in groups.components]  # the other persons of the group
     released = responses.release(ones, zeros)
-    rows: list[list[object]] = [[max(0, round(r.estimate))] for r in released]
+    values: list[object] = [max(0, round(r.estimate)) for r in released]
     # Rounding an estimate within ±e of an integer count lands within ±⌈e⌉ of it; clamping at 0 only
     # brings it nearer. The largest over groups holds for each (their ± depends on their noisy n).
-    group_errors: list[list[float | None]] = [[float(math.ceil(r.error95))] for r in released]
-    error = max((e for [e] in group_errors if e is not None), default=None)
-    return ReleasedGroups(groups.keys, rows, [error], group_errors)
+    group_errors: list[float | None] = [float(math.ceil(r.error95)) for r in released]
+    error = max((e for e in group_errors if e is not None), default=None)
+    return ReleasedGroups(groups.keys, [values], [error], [group_errors])
 
 
 def _candidate(value: object, result_type: PgType) -> object:
@@ -185,18 +209,13 @@ def release_aggregates(
         values, column_group_errors = column
         value_columns.append(values)
         error_columns.append(column_group_errors)
-    if value_columns:
-        released = [list(row) for row in zip(*value_columns, strict=True)]
-        group_errors = [list(row) for row in zip(*error_columns, strict=True)]
-    else:  # a query without aggregates: one empty row per group
-        released, group_errors = [[] for _ in range(n)], [[] for _ in range(n)]
     errors = [
         _column_error(
             aggregate, noise.selectors[chosen_by[a]] if a in chosen_by else None, error_columns[a], bounds[1]
         )
         for a, aggregate in enumerate(query.aggregates)
     ]
-    return ReleasedGroups(groups.keys, released, errors, group_errors)
+    return ReleasedGroups(groups.keys, value_columns, errors, error_columns)
 
 
 _COUNTS = (

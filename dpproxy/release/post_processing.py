@@ -20,6 +20,8 @@ import math
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 
+from sqlglot import exp
+
 from dpproxy.sql import postprocess
 from dpproxy.sql.query import PostProcessing, SortKey
 from dpproxy.sql.types import PgType
@@ -31,11 +33,23 @@ def post_process(
     aggregate_types: Sequence[PgType],
     keys: Sequence[tuple[object, ...]],
     aggregates: Sequence[Sequence[object]],
+    *,
+    by_column: bool = False,
 ) -> list[tuple[object, ...]]:
     """Projection, HAVING, ORDER BY and LIMIT/OFFSET over released values, in that order on rows
     first put in canonical order: by group key, so that nothing of the backend's order (which
-    depends on unreleased data) survives, and LIMIT without ORDER BY keeps the first keys."""
+    depends on unreleased data) survives, and LIMIT without ORDER BY keeps the first keys.
+
+    `aggregates` is [group][aggregate], or [aggregate][group] with `by_column`."""
     processor = PostProcessor(post, key_types, aggregate_types)
+    end = None if post.limit is None else post.offset + post.limit
+    columns = aggregates if by_column else None
+    if processor.project is not None:  # outputs are released columns as they are: a column at a time
+        if columns is None:
+            columns = [[row[a] for row in aggregates] for a in range(processor.n_aggregates)]
+        return processor.project(keys, columns, post.offset, end)
+    if columns is not None:
+        aggregates = [list(row) for row in zip(*columns, strict=True)] if columns else [[] for _ in keys]
     released = [processor.released(key, values) for key, values in zip(keys, aggregates, strict=True)]
     if key_types:
         released.sort(key=_plain_key(processor, released) or processor.canonical)
@@ -44,8 +58,13 @@ def post_process(
         ordering = [[key(row) for key in processor.sort_keys] for row in produced]
         order = sorted(range(len(produced)), key=functools.cmp_to_key(_comparator(post.order_by, ordering)))
         produced = [produced[i] for i in order]
-    end = None if post.limit is None else post.offset + post.limit
     return [processor.output(row) for row in produced[post.offset : end]]
+
+
+# PostProcessor.project: (keys, aggregate columns, offset, end) → the answer's rows.
+_Projection = Callable[
+    [Sequence[Sequence[object]], Sequence[Sequence[object]], int, int | None], list[tuple[object, ...]]
+]
 
 
 class PostProcessor:
@@ -78,6 +97,18 @@ class PostProcessor:
         first_key = self.n_aggregates
         self._keys_as = [(j, t, _PYTHON_TYPES.get(t)) for j, t in enumerate(self.key_types, first_key)]
         self._outputs_as = [(compute, t, _PYTHON_TYPES.get(t)) for compute, t in self.outputs]
+        # Without HAVING or ORDER BY, outputs that are each a released column (`SELECT k, COUNT(*)
+        # … GROUP BY k`, the commonest shape) are taken a column at a time (`project`).
+        columns = [o.expression for o in post.outputs]
+        self.project: _Projection | None = None
+        if (
+            self.having is None
+            and not self.sort_keys
+            and all(isinstance(c, exp.Column) and c.name in types for c in columns)
+        ):
+            self.project = functools.partial(
+                self._project, [slots[c.name] for c in columns], [o.type for o in post.outputs]
+            )
 
     def released(self, key: Sequence[object], values: Sequence[object]) -> list[object]:
         """A released group as a row: its aggregates, then its key values as their columns' types."""
@@ -105,6 +136,49 @@ class PostProcessor:
 
     def output(self, row: Sequence[object]) -> tuple[object, ...]:
         return tuple(row[self.first_output :])
+
+    def _project(
+        self,
+        indices: Sequence[int],
+        out_types: Sequence[PgType],
+        keys: Sequence[Sequence[object]],
+        columns: Sequence[Sequence[object]],
+        offset: int,
+        end: int | None,
+    ) -> list[tuple[object, ...]]:
+        """What `released`, the canonical sort, `produce` and `output` give row by row, a column
+        at a time, when each output is a released column: key columns converted to their types,
+        rows in canonical order (by the values, as `_plain_key`, or by `canonical_key`), then
+        OFFSET/LIMIT, then each output column converted to the output's type where a value is not
+        of it already."""
+        if any(len(column) != len(keys) for column in columns):
+            raise ValueError("released keys and aggregates differ in length")
+        if any(len(key) != len(self.key_types) for key in keys):
+            raise ValueError("a group key has the wrong number of columns")
+        key_columns = [list(column) for column in zip(*keys, strict=True)] if keys else []
+        if not keys:
+            key_columns = [[] for _ in self.key_types]
+        key_columns = [_converted(c, t) for c, t in zip(key_columns, self.key_types, strict=True)]
+        order: Sequence[int] = range(len(keys))
+        if self.key_types and keys:
+            rows = list(zip(*key_columns, strict=True))
+            plain = all({type(v) for v in column} in ({str}, {int}) for column in key_columns)
+            order = sorted(order, key=rows.__getitem__ if plain else lambda i: canonical_key(rows[i]))
+        order = order[offset:end]
+        outputs = []
+        for index, pg_type in zip(indices, out_types, strict=True):
+            first_key = self.n_aggregates
+            source = columns[index] if index < first_key else key_columns[index - first_key]
+            outputs.append(_converted([source[i] for i in order], pg_type))
+        return list(zip(*outputs, strict=True)) if outputs else [() for _ in order]
+
+
+def _converted(values: list[object], pg_type: PgType) -> list[object]:
+    """A column's values as its PostgreSQL type's Python values (`_as_type`), copied only if needed."""
+    expected = _PYTHON_TYPES.get(pg_type)
+    if expected is not None and all(v is None or type(v) is expected for v in values):
+        return values
+    return [_as_type(v, pg_type) for v in values]
 
 
 _PYTHON_TYPES: dict[PgType, type] = {
