@@ -11,7 +11,8 @@ it is parse, analysis, rewriting, noise planning, noise and post-processing. Col
   shape   the same statement with a new constant in its row filter each time (the shape cache,
           found from the statement's tokens without parsing, dpproxy.sql.shape; "-" when the
           statement has no such constant);
-and, on its own line, a trivial public query (the public fast path). Machines are noisy: compare
+and, on their own lines, a trivial public query (the public fast path) and a public query with a
+new parameter each time (shape: its learned template, dpproxy.sql.shape). Machines are noisy: compare
 columns of one run.
 """
 
@@ -51,6 +52,7 @@ BI: list[tuple[str, str]] = [
     ("count with a filter", "SELECT diagnosis, COUNT(*) FROM patients WHERE age >= {} GROUP BY diagnosis"),
 ]
 PUBLIC = "SELECT state FROM zip_info LIMIT 1"
+PUBLIC_PARAM = "SELECT city FROM zip_info WHERE zip = $1"
 
 
 def main() -> None:
@@ -66,13 +68,21 @@ def main() -> None:
         backend = TimedBackend(open_backend(str(path)))
         engine = Engine(parse_policy(bench_policy()), backend, None)
 
-        def cpu(sql: str, *, clear: bool = False) -> float:
+        def cpu(sql: str, params: tuple[object, ...] = (), *, clear: bool = False) -> float:
             if clear:
-                for cache in ("_plans", "_shapes", "_token_shapes", "_sightings", "_publics"):
+                for cache in (
+                    "_plans",
+                    "_shapes",
+                    "_token_shapes",
+                    "_sightings",
+                    "_publics",
+                    "_public_templates",
+                    "_public_sightings",
+                ):
                     getattr(engine, cache, {}).clear()
             backend.spent = 0.0
             started = time.perf_counter()
-            engine.execute(sql, analyst="alice")
+            engine.execute(sql, params, analyst="alice")
             return time.perf_counter() - started - backend.spent
 
         def ms(values: list[float]) -> str:
@@ -94,6 +104,12 @@ def main() -> None:
         cold = [cpu(PUBLIC, clear=True) for _ in range(args.repeat)]
         text = [cpu(PUBLIC) for _ in range(args.repeat)]
         print(f"{'public: ' + PUBLIC:34} {ms(cold)} {ms(text)}")
+        # A new parameter each time: a template learned from the first two (dpproxy.sql.shape).
+        zips = iter(f"{z:05d}" for z in range(10**5))
+        cold = [cpu(PUBLIC_PARAM, (next(zips),), clear=True) for _ in range(args.repeat)]
+        cpu(PUBLIC_PARAM, (next(zips),))
+        new = [cpu(PUBLIC_PARAM, (next(zips),)) for _ in range(args.repeat)]
+        print(f"{'public, new $1: ' + PUBLIC_PARAM:34} {ms(cold)} {'':>7} {ms(new)}")
         engine.close()
 
 

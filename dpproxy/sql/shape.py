@@ -313,3 +313,78 @@ def template(text: str, sentinels: tuple[str, ...]) -> Template:
         at = match.end()
     pieces.append(text[at:])
     return Template(tuple(pieces))
+
+
+# -- public statements with parameters ---------------------------------------------------------------
+#
+# A statement over public tables only is run as the analyser re-emits it; its bound parameters are
+# written by `literals.constant`. A dashboard sending `… WHERE zip = $1` with a new value each time
+# reuses one analysis: the statement is analysed once with sentinel values for its parameters, and
+# each later execution writes its own values' constants where the sentinels' constants stand. The
+# engine learns such a template only when binding the current values into it gives exactly the SQL
+# and output columns of a cold analysis of them (`Engine._learn_public`), and keys it on each
+# parameter's class — text, or a non-zero integer by sign and by whether it fits `integer` or
+# `bigint` — since the analyser types a constant by its value's class (zero, which probes and
+# divisions read, is never templated). Whatever the values, what reaches the
+# backend is the analysed statement over public tables with constants written by `literals`.
+
+
+def public_parameter_classes(params: Sequence[object]) -> tuple[object, ...] | None:
+    """Each parameter's class, or None if a parameter is of a kind templates do not hold."""
+    classes: list[object] = []
+    for value in params:
+        if isinstance(value, str):
+            classes.append("text")
+        elif isinstance(value, int) and not isinstance(value, bool) and value != 0:
+            if -(2**31) <= value < 2**31:
+                width = "int4"
+            elif -(2**63) <= value < 2**63:
+                width = "int8"
+            else:
+                return None
+            classes.append((width, value < 0))
+        else:
+            return None
+    return tuple(classes)
+
+
+def public_sentinels(classes: Sequence[object], token: str) -> tuple[object, ...]:
+    """Values of the given classes that stand for the parameters while a template is learned: text
+    holding a random `token`, integers whose digits occur nowhere else in an emitted statement."""
+    values: list[object] = []
+    for i, cls in enumerate(classes):
+        if cls == "text":
+            values.append(f"dpproxy sentinel {token} {i}")
+        else:
+            width, negative = cls  # type: ignore[misc]
+            magnitude = (2_000_000_011 if width == "int4" else 9_000_000_000_000_000_011) + i
+            values.append(-magnitude if negative else magnitude)
+    return tuple(values)
+
+
+def emitted(value: object, dialect: str) -> str:
+    """The constant the analyser writes for a parameter's value, as SQL of `dialect`."""
+    return literals.constant(value).sql(dialect)
+
+
+def public_template(text: str, constants: tuple[str, ...]) -> Template | None:
+    """`text` split at each occurrence of the sentinels' constants, or None if one does not occur."""
+    if not constants:
+        return Template((text,))
+    pattern = re.compile(
+        "|".join(
+            re.escape(c) if c.startswith("'") else f"(?<![0-9A-Za-z_.]){re.escape(c)}(?![0-9])"
+            for c in constants
+        )
+    )
+    pieces: list[str | int] = []
+    found: set[int] = set()
+    at = 0
+    for match in pattern.finditer(text):
+        pieces.append(text[at : match.start()])
+        index = constants.index(match.group(0))
+        found.add(index)
+        pieces.append(index)
+        at = match.end()
+    pieces.append(text[at:])
+    return Template(tuple(pieces)) if len(found) == len(constants) else None
