@@ -12,6 +12,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -23,8 +24,11 @@ from dpproxy.backends import BackendError
 from dpproxy.errors import BackendUnavailable, DPProxyError
 
 if TYPE_CHECKING:
+    from dpproxy.audit import AuditEntry
+    from dpproxy.console import BackgroundConsole
     from dpproxy.engine import Engine
-    from dpproxy.wire.server import ServerConfig
+    from dpproxy.policy import Policy
+    from dpproxy.wire.server import Operations, ServerConfig
 
 DEFAULT_LEDGER_ENV = "DPPROXY_LEDGER"
 
@@ -259,6 +263,174 @@ def budget_reset(policy_path: Path, ledger: str | None, analyst: str, yes: bool)
     _run(action)
 
 
+def _moment(value: str | None, name: str) -> datetime | None:
+    """--since/--until: an ISO 8601 date or date and time; without a zone, UTC."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 date or time (write e.g. 2026-03-01 or 2026-03-01T14:30)",
+            param_hint=name,
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+_AUDIT_FIELDS = (
+    "at",
+    "analyst",
+    "client",
+    "session_id",
+    "statement_id",
+    "kind",
+    "status",
+    "sqlstate",
+    "epsilon",
+    "delta",
+    "rho",
+    "replayed",
+    "rows",
+    "duration",
+    "statement",
+    "parameters",
+    "stages",
+    "entry_id",
+)
+
+
+@main.command("audit")
+@click.option(
+    "--policy",
+    "policy_path",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Policy YAML file (optional: its server.audit_retention_days is applied first).",
+)
+@ledger_option
+@click.option("--analyst", default=None, help="Only this analyst's statements.")
+@click.option("--since", default=None, help="Only statements from this ISO date/time on (UTC if no zone).")
+@click.option("--until", default=None, help="Only statements before this ISO date/time.")
+@click.option(
+    "--status",
+    type=click.Choice(["ok", "refused", "failed", "running", "abandoned"]),
+    default=None,
+    help="Only statements that ended so.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=1000, show_default=True, help="At most N, newest first."
+)
+def audit(
+    policy_path: Path | None,
+    ledger: str | None,
+    analyst: str | None,
+    since: str | None,
+    until: str | None,
+    status: str | None,
+    fmt: str,
+    limit: int,
+) -> None:
+    """The audit log: every statement analysts sent, newest first, with what it cost."""
+    from dpproxy.budget import open_ledger
+    from dpproxy.engine import Engine
+
+    start, end = _moment(since, "--since"), _moment(until, "--until")
+    spec = _ledger_spec(ledger)
+    local = not spec.startswith(("postgresql://", "postgres://")) and spec != ":memory:"
+    if local and not Path(spec).expanduser().exists():
+        raise click.ClickException(
+            f"no privacy ledger at {spec} (pass --ledger FILE or a postgresql:// DSN, or set "
+            f"${DEFAULT_LEDGER_ENV})"
+        )
+
+    def action() -> None:
+        if policy_path is not None:
+            with Engine.open(policy_path, None, spec) as engine:
+                assert engine.ledger is not None
+                entries = engine.ledger.audit_entries(
+                    analyst=analyst, since=start, until=end, status=status, limit=limit
+                )
+        else:
+            with open_ledger(spec) as opened:
+                entries = opened.audit_entries(
+                    analyst=analyst, since=start, until=end, status=status, limit=limit
+                )
+        click.echo(format_audit(entries, fmt), nl=fmt != "csv")
+
+    _run(action)
+
+
+def format_audit(entries: Sequence[AuditEntry], fmt: str) -> str:
+    """Audit entries as a table, CSV (a header, then one line per statement) or a JSON array."""
+    import csv
+    import io
+    import json
+
+    def fields(entry: AuditEntry) -> dict[str, object]:
+        return {
+            "at": entry.at.isoformat(),
+            "analyst": entry.analyst,
+            "client": entry.client,
+            "session_id": entry.session_id,
+            "statement_id": entry.statement_id,
+            "kind": entry.kind,
+            "status": entry.status,
+            "sqlstate": entry.sqlstate,
+            "epsilon": entry.cost.epsilon,
+            "delta": entry.cost.delta,
+            "rho": entry.cost.rho,
+            "replayed": entry.replayed,
+            "rows": entry.rows,
+            "duration": entry.duration,
+            "statement": entry.statement,
+            "parameters": list(entry.parameters),
+            "stages": entry.stages,
+            "entry_id": entry.entry_id,
+        }
+
+    if fmt == "json":
+        return json.dumps([fields(e) for e in entries], ensure_ascii=False, indent=1)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(_AUDIT_FIELDS)
+        for entry in entries:
+            row = fields(entry)
+            row["parameters"] = json.dumps(row["parameters"], ensure_ascii=False)
+            row["stages"] = json.dumps(row["stages"], sort_keys=True)
+            writer.writerow(["" if row[f] is None else row[f] for f in _AUDIT_FIELDS])
+        return out.getvalue()
+    headers = ["at", "analyst", "client", "session", "#", "kind", "status", "sqlstate", "ε", "δ", "rows"]
+    headers += ["ms", "statement"]
+    rows = []
+    for entry in entries:
+        text = " ".join(entry.statement.split())
+        if entry.parameters:
+            text += " -- " + json.dumps(list(entry.parameters), ensure_ascii=False)
+        epsilon = entry.cost.epsilon if not entry.replayed else "replayed"
+        rows.append(
+            (
+                entry.at.strftime("%Y-%m-%d %H:%M:%S"),
+                entry.analyst,
+                entry.client,
+                entry.session_id,
+                entry.statement_id,
+                entry.kind,
+                entry.status,
+                entry.sqlstate or "",
+                epsilon,
+                entry.cost.delta,
+                entry.rows,
+                Decimal(f"{entry.duration * 1000:.1f}") if entry.duration is not None else None,
+                text if len(text) <= 80 else text[:77] + "...",
+            )
+        )
+    return format_table(headers, rows)
+
+
 @main.group()
 def policy() -> None:
     """Check, draft and secure policy files."""
@@ -362,20 +534,108 @@ def policy_init(backend: str, schema: str | None) -> None:
     _run(action)
 
 
+@policy.command("reload")
+@click.option(
+    "--pid-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The file `dpproxy serve --pid-file` wrote.",
+)
+@click.option("--pid", type=click.IntRange(min=1), default=None, help="The process id of `dpproxy serve`.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for the server's answer.",
+)
+def policy_reload(pid_file: Path | None, pid: int | None, timeout: float) -> None:
+    """Make a running `dpproxy serve` re-read its policy file (SIGHUP) and say whether it took it.
+
+    New connections get the new policy; connected sessions keep theirs; spending is kept. A policy
+    with problems is refused (they are printed, exit status 1) and the running one stays. Exit
+    status 2 when no server answered.
+    """
+    import signal
+
+    from dpproxy.wire.reload import read_status, status_path
+
+    if (pid_file is None) == (pid is None):
+        raise click.UsageError("give --pid-file or --pid")
+    if pid_file is not None:
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            click.echo(
+                f"ERROR: {pid_file} holds no process id: is `dpproxy serve --pid-file` running?", err=True
+            )
+            sys.exit(2)
+    assert pid is not None
+    path = status_path(pid_file, pid)
+    before = read_status(path)
+    if before is None:
+        click.echo(
+            f"ERROR: process {pid} has written no reload status ({path}): is it `dpproxy serve`"
+            f"{' started with this --pid-file' if pid_file else ' (with --pid-file, give that)'}?",
+            err=True,
+        )
+        sys.exit(2)
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        click.echo(f"ERROR: no process {pid}: the server is not running", err=True)
+        sys.exit(2)
+    except PermissionError:
+        click.echo(f"ERROR: not allowed to signal process {pid} (run as the server's user)", err=True)
+        sys.exit(2)
+    deadline = time.monotonic() + timeout
+    while True:
+        after = read_status(path)
+        if after is not None and after.generation > before.generation:
+            break
+        if time.monotonic() >= deadline:
+            click.echo(f"ERROR: the server (process {pid}) did not answer within {timeout:g} s", err=True)
+            sys.exit(2)
+        time.sleep(0.05)
+    if after.accepted:
+        click.echo(
+            f"policy {after.policy} reloaded (generation {after.generation}): {after.tables} table(s), "
+            f"{after.analysts} analyst(s); new connections use it, connected sessions keep theirs"
+        )
+        return
+    click.echo(
+        f"policy {after.policy} refused: {len(after.problems)} problem(s); the running policy stays", err=True
+    )
+    for problem in after.problems:
+        click.echo(f"  - {problem}", err=True)
+    sys.exit(1)
+
+
 def _tls_options(tls_cert: Path | None, tls_key: Path | None) -> None:
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
 
 
 def open_served_engine(
-    policy_path: Path, backend: str, ledger: str, backend_timeout: float, database: str
+    policy_path: Path,
+    backend: str,
+    ledger: str,
+    backend_timeout: float,
+    database: str,
+    *,
+    policy: Policy | None = None,
 ) -> Engine:
-    """The engine `serve` and `demo` serve; also each worker process's (so: a picklable recipe)."""
+    """The engine `serve` and `demo` serve; also each worker process's (so: a picklable recipe).
+    `policy`: one already read from `policy_path` (a reload) instead of reading the file."""
     from dpproxy.backends import open_backend
     from dpproxy.engine import Engine
 
     opened = open_backend(backend, statement_timeout_s=backend_timeout)
-    engine = Engine.open(policy_path, opened, ledger)
+    try:
+        engine = Engine.open(policy if policy is not None else policy_path, opened, ledger)
+    except BaseException:
+        opened.close()
+        raise
     engine.database = database  # a `db.schema.table` name must name the served database
     return engine
 
@@ -383,24 +643,43 @@ def open_served_engine(
 def _serve(
     engine: Engine,
     config: ServerConfig,
-    announce: Callable[[int], None],
+    announce: Callable[[int, int | None], None],
     workers: int,
-    factory: Callable[[], Engine],
+    factory: Callable[..., Engine],
+    operations: Operations | None = None,
+    ledger: str | None = None,
+    on_reload: Callable[[Policy], None] | None = None,
 ) -> None:
     """Run the wire server until SIGTERM/SIGINT; exit 0 after a clean shutdown. One worker: in this
-    process, on `engine`; more: `engine` is closed and each worker process opens its own."""
-    import logging
-
-    from dpproxy.wire.server import run_server
+    process, on `engine`; more: `engine` is closed and each worker process opens its own (the
+    supervisor reads budgets for the metrics through its own connection to `ledger`).
+    `announce(port, metrics port or None)` once it serves; `on_reload(policy)` after each accepted
+    policy reload."""
+    from dpproxy.logs import configure
+    from dpproxy.wire.server import Operations, run_server
     from dpproxy.wire.workers import WorkersFailed, run_workers
 
-    logging.basicConfig(level=logging.WARNING, format="dpproxy: %(levelname)s %(message)s", stream=sys.stderr)
+    ops = operations or Operations()
+    configure(ops.log_format, ops.log_level)
     try:
         if workers == 1:
-            status = run_server(engine, config, ready=lambda server: announce(server.port))
+            status = run_server(
+                engine,
+                config,
+                ready=lambda server: announce(server.port, server.metrics_port),
+                operations=ops,
+                on_reload=on_reload,
+            )
         else:
+            view = None
+            if ops.metrics_port is not None and ledger is not None:
+                from dpproxy.engine import Engine
+
+                view = Engine.open(engine.policy, None, ledger)
             engine.close()
-            status = run_workers(factory, config, workers, ready=announce)
+            status = run_workers(
+                factory, config, workers, ready=announce, operations=ops, budget=view, on_reload=on_reload
+            )
     except OSError as e:  # serve() has closed the engine already
         click.echo(f"ERROR: cannot listen on {config.host}:{config.port}: {e.strerror or e}", err=True)
         sys.exit(1)
@@ -528,6 +807,70 @@ host_option = click.option(
 )
 
 
+def operations_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--metrics-port, --metrics-host, --log-format and --log-level (serve and demo); the choices are
+    dpproxy.logs.LOG_FORMATS and LOG_LEVELS (not imported here: `dpproxy` starts without them)."""
+    for option in reversed(
+        (
+            click.option(
+                "--metrics-port",
+                type=click.IntRange(0, 65535),
+                default=None,
+                help="Serve Prometheus metrics on http://METRICS-HOST:PORT/metrics (0: any free port).",
+            ),
+            click.option(
+                "--metrics-host",
+                default="127.0.0.1",
+                show_default=True,
+                help="Address the metrics endpoint listens on (with --metrics-port).",
+            ),
+            click.option(
+                "--log-format",
+                type=click.Choice(("text", "json")),
+                default="text",
+                show_default=True,
+                help="Log lines on stderr as text, or as JSON objects (one a line) for a log collector.",
+            ),
+            click.option(
+                "--log-level",
+                type=click.Choice(("debug", "info", "warning", "error")),
+                default="warning",
+                show_default=True,
+                help="Least severe log lines shown (info: also a line per statement, its kind and outcome).",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _operations(
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
+    log_level: str,
+    policy_file: Path | None = None,
+    pid_file: Path | None = None,
+) -> Operations:
+    from dpproxy.wire.reload import status_path
+    from dpproxy.wire.server import Operations
+
+    return Operations(
+        metrics_host=metrics_host,
+        metrics_port=metrics_port,
+        log_format=log_format,
+        log_level=log_level,
+        policy_file=policy_file,
+        status_file=status_path(pid_file, os.getpid()) if policy_file is not None else None,
+    )
+
+
+def _metrics_line(metrics_host: str, metrics_port: int | None) -> str | None:
+    if metrics_port is None:
+        return None
+    return f"metrics at http://{_address(metrics_host, metrics_port)}/metrics"
+
+
 @main.command()
 @policy_option
 @click.option("--backend", required=True, help=BACKEND_HELP)
@@ -571,6 +914,25 @@ host_option = click.option(
     "spark for Spark].",
 )
 @workers_option("the number of cores")
+@click.option(
+    "--console-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also serve the data owners' console on this port (needs a `console:` section in the policy).",
+)
+@click.option(
+    "--console-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the console listens on (with --console-port).",
+)
+@operations_options
+@click.option(
+    "--pid-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the server's process id here (removed on exit), for `dpproxy policy reload --pid-file`.",
+)
 def serve(
     policy_path: Path,
     backend: str,
@@ -584,10 +946,19 @@ def serve(
     backend_timeout: float,
     database: str | None,
     workers: int | None,
+    console_port: int | None,
+    console_host: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
+    log_level: str,
+    pid_file: Path | None,
 ) -> None:
     """Serve the PostgreSQL wire protocol: analysts connect with psql, drivers and BI tools.
 
-    Stops on SIGTERM or Ctrl-C: running queries get a grace period, then are cancelled.
+    Stops on SIGTERM or Ctrl-C: running queries get a grace period, then are cancelled. SIGHUP (or
+    `dpproxy policy reload`) re-reads the policy file for new connections; a policy with problems is
+    refused and the running one stays.
     """
     import functools
 
@@ -624,15 +995,100 @@ def serve(
             click.echo(f"dpproxy: note: {vouched}", err=True)
 
     analysts = len(engine.policy.analysts)
+    console = None
+    if console_port is not None:
+        console = _start_console(engine, ledger_spec, processes, console_host, console_port)
 
-    def announce(bound: int) -> None:
+    def announce(bound: int, metrics_bound: int | None = None) -> None:
         tls = "TLS available" if tls_cert else "no TLS"
         click.echo(
             f"dpproxy {__version__} listening on {_address(host, bound)} "
             f"(policy {policy_path}, {analysts} analyst(s), {tls}, {_processes(processes)}); Ctrl-C stops it"
         )
+        if console is not None:
+            click.echo(f"console for data owners at {console.url}")
+        metrics_line = _metrics_line(metrics_host, metrics_bound)
+        if metrics_line:
+            click.echo(metrics_line)
+        sys.stdout.flush()
 
-    _serve(engine, config, announce, processes, factory)
+    operations = _operations(metrics_port, metrics_host, log_format, log_level, policy_path, pid_file)
+    if pid_file is not None:
+        pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        on_reload = console.console.set_policy if console is not None else None
+        _serve(engine, config, announce, processes, factory, operations, ledger_spec, on_reload)
+    finally:
+        if pid_file is not None:
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
+
+
+def _start_console(
+    engine: Engine, ledger_spec: str, processes: int, host: str, port: int
+) -> BackgroundConsole:
+    """The owners' console on its own thread of this process (the supervisor's when there are
+    several workers: it then reads the ledger through its own connection, as each worker does).
+    Exits with an error when the policy has no `console:` section or the port cannot be bound."""
+    from dpproxy.budget import open_ledger
+    from dpproxy.console import BackgroundConsole, Console
+
+    if engine.policy.console is None or not engine.policy.console.owners:
+        engine.close()
+        raise click.UsageError(
+            f"--console-port: the policy {engine.policy.source} has no `console:` section listing the owners "
+            "who may log in; add one (README: Policy reference, console) or leave out --console-port"
+        )
+    assert engine.ledger is not None
+    ledger = engine.ledger if processes == 1 else open_ledger(ledger_spec)
+    try:
+        return BackgroundConsole(Console(engine.policy, ledger), host=host, port=port).start()
+    except OSError as e:
+        engine.close()
+        click.echo(f"ERROR: the console cannot listen on {_address(host, port)}: {e.strerror or e}", err=True)
+        sys.exit(1)
+
+
+@main.command("console")
+@policy_option
+@ledger_option
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all)."
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=6433, show_default=True, help="TCP port to listen on."
+)
+def console_command(policy_path: Path, ledger: str | None, host: str, port: int) -> None:
+    """Serve the data owners' console alone: budgets over time, the audit log, the policy and the
+    accuracy planner, read-only, behind a login from the policy's `console:` section.
+
+    Reads the policy and the ledger only: it never opens the backing database.
+    """
+    from dpproxy.budget import open_ledger
+    from dpproxy.console import Console, run_console
+    from dpproxy.policy import load_policy
+
+    try:
+        loaded = load_policy(policy_path)
+    except DPProxyError as e:
+        fail(e)
+    if loaded.console is None or not loaded.console.owners:
+        raise click.UsageError(
+            f"the policy {policy_path} has no `console:` section listing the owners who may log in; "
+            "add one (README: Policy reference, console)"
+        )
+    with open_ledger(_ledger_spec(ledger)) as opened:
+        app = Console(loaded, opened)
+
+        def ready(bound: int) -> None:
+            click.echo(f"dpproxy {__version__} console at http://{_address(host, bound)}/; Ctrl-C stops it")
+
+        try:
+            run_console(app, host=host, port=port, ready=ready)
+        except OSError as e:
+            click.echo(f"ERROR: cannot listen on {_address(host, port)}: {e.strerror or e}", err=True)
+            sys.exit(1)
+    click.echo("dpproxy: console stopped", err=True)
 
 
 def _processes(count: int) -> str:
@@ -712,6 +1168,17 @@ def demo_policy_path() -> Iterator[Path]:
 )
 @backend_timeout_option
 @workers_option("the number of cores")
+@click.option(
+    "--console-port",
+    type=click.IntRange(0, 65535),
+    default=6433,
+    show_default=True,
+    help="Port of the data owners' console (its login is printed).",
+)
+@click.option(
+    "--console-host", default="127.0.0.1", show_default=True, help="Address the console listens on."
+)
+@operations_options
 def demo(
     init_dir: Path | None,
     data_dir: Path | None,
@@ -724,6 +1191,12 @@ def demo(
     port: int,
     backend_timeout: float,
     workers: int | None,
+    console_port: int,
+    console_host: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
+    log_level: str,
 ) -> None:
     """Serve generated sample data (patients, visits, zip_info) for psql and other clients.
 
@@ -773,7 +1246,12 @@ def demo(
             engine = factory()
         except DPProxyError as e:
             fail(e)
-        _demo_serve(engine, host, port, path, ledger, processes, factory)
+        console = _start_console(engine, str(ledger), processes, console_host, console_port)
+        operations = _operations(metrics_port, metrics_host, log_format, log_level)
+        _demo_serve(engine, host, port, path, ledger, processes, factory, console.url, operations)
+
+
+DEMO_OWNER = ("carol", "carol-demo")  # the demo policy's console login (dpproxy/data/demo.yaml)
 
 
 def _demo_serve(
@@ -784,6 +1262,8 @@ def _demo_serve(
     ledger: Path,
     processes: int,
     factory: Callable[[], Engine],
+    console_url: str,
+    operations: Operations | None = None,
 ) -> None:
     from dpproxy.wire.server import ServerConfig
 
@@ -791,7 +1271,7 @@ def _demo_serve(
         f"{name} / {password} (ε budget {engine.analyst(name).epsilon:g})" for name, password in DEMO_ANALYSTS
     )
 
-    def announce(bound: int) -> None:
+    def announce(bound: int, metrics_bound: int | None = None) -> None:
         address = _address(host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", bound)
         lines = [
             f"dpproxy {__version__} demo: serving {path} on {_address(host, bound)} "
@@ -802,11 +1282,17 @@ def _demo_serve(
             "Connect with:",
             f'  psql "postgresql://{DEMO_ANALYSTS[0][0]}@{address}/{DEMO_DATABASE}"',
             "then try: SELECT diagnosis, COUNT(*), AVG(income) FROM patients GROUP BY diagnosis;",
+            "",
+            f"Console for data owners: {console_url} (log in as {DEMO_OWNER[0]} / {DEMO_OWNER[1]})",
             "Ctrl-C stops the server.",
         ]
+        metrics_line = operations and _metrics_line(operations.metrics_host, metrics_bound)
+        if metrics_line:
+            lines.insert(-1, metrics_line)
         click.echo("\n".join(lines))
 
-    _serve(engine, ServerConfig(host=host, port=port, database=DEMO_DATABASE), announce, processes, factory)
+    config = ServerConfig(host=host, port=port, database=DEMO_DATABASE)
+    _serve(engine, config, announce, processes, factory, operations, str(ledger))
 
 
 SPARK_DEMO_POLICY = "demo-spark.yaml"

@@ -7,6 +7,11 @@ Every entry point (CLI, wire server, Python API) calls `Engine.execute`, `Engine
 `Engine.explain`; none of them forks this pipeline. No error text from the backend ever leaves a
 private query: it becomes PrivateQueryFailed's fixed message, and the cost stays charged (whether
 the database failed can depend on the data). A query that never reached the data is not charged.
+
+Each statement's audit record (dpproxy.audit: the one the wire session made, else one of the
+engine's own, client "local") gets its kind, its cost, whether it was replayed, the rows released
+and the seconds spent planning, in the backend and releasing; a charged statement's record is
+written by the ledger with its charge. Records the engine made itself are handed to its AuditLog.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +32,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
+from dpproxy.audit import CURRENT, AuditLog, StatementRecord, Status, new_session_id
 from dpproxy.backends import (
     Backend,
     BackendError,
@@ -93,8 +101,12 @@ from dpproxy.sql.shape import (
     Shape,
     Template,
     count_sentinels,
+    emitted,
     parameter_key,
     parameter_numeral,
+    public_parameter_classes,
+    public_sentinels,
+    public_template,
     sentinel,
     statement_shape,
     template,
@@ -198,6 +210,19 @@ class Engine:
         default_factory=OrderedDict, init=False
     )
     _sightings: OrderedDict[tuple[str, float], None] = field(default_factory=OrderedDict, init=False)
+    # Public statements with parameters, by (text, parameters' classes): the analysed query and its
+    # backend SQL as a template holding the parameters' constants (dpproxy.sql.shape).
+    _public_templates: OrderedDict[tuple[str, tuple[object, ...]], tuple[PublicQuery, Template]] = field(
+        default_factory=OrderedDict, init=False
+    )
+    _public_sightings: OrderedDict[tuple[str, tuple[object, ...]], None] = field(
+        default_factory=OrderedDict, init=False
+    )
+    # Records of statements asked without a wire session (the CLI, the Python API): one session id
+    # per engine, statements numbered from 1.
+    _local_session: str = field(default_factory=new_session_id, init=False)
+    _local_statements: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
+    _audit_log: AuditLog | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if not self.dialect:
@@ -209,6 +234,23 @@ class Engine:
             if table.unit_unique and table.privacy_unit is not None:
                 known = self.unique_columns.get(table.name, frozenset())
                 self.unique_columns[table.name] = known | {table.privacy_unit}
+        if self.ledger is not None:
+            self._audit_log = AuditLog(self.ledger, retention_days=self.policy.server.audit_retention_days)
+            try:
+                self._audit_log.prune()  # at open, then once a day while the log writes
+            except Exception:
+                log.exception("could not delete old audit records")
+
+    def audit(self, record: StatementRecord) -> None:
+        """Write a finished statement's record (in a thread of the audit log's; cheap, never raises).
+        A charged statement's row exists already: this completes it."""
+        if self._audit_log is not None:
+            self._audit_log.submit(record)
+
+    def flush_audit(self) -> None:
+        """Wait until every record handed to `audit` so far is written."""
+        if self._audit_log is not None:
+            self._audit_log.flush()
 
     @classmethod
     def open(
@@ -224,6 +266,8 @@ class Engine:
         return cls(loaded, opened, ledger_obj)
 
     def close(self) -> None:
+        if self._audit_log is not None:
+            self._audit_log.close()
         if self.backend is not None:
             self.backend.close()
         if self.ledger is not None:
@@ -331,7 +375,7 @@ class Engine:
 
     def _execute_series(
         self, series: SeriesLimit, inner: PrivateQuery, text: str, who: AnalystPolicy, epsilon: float,
-        cancel: Cancellation | None,
+        cancel: Cancellation | None, record: StatementRecord | None = None,
     ) -> Result:  # fmt: skip
         """The top-k query, then the main query restricted to the keys it released; both charged.
 
@@ -355,29 +399,30 @@ class Engine:
             )
         main_cost = self.plan_private(estimate, epsilon).cost
         total = inner_plan.cost + main_cost
-        reservation = self._reserve(who, total, text)
-        ranked = self._run_reserved(inner_plan, reservation, cancel, sent_before=False)
+        reservation = self._reserve(who, total, text, record)
+        ranked = self._run_reserved(inner_plan, reservation, cancel, sent_before=False, record=record)
         positions = self._key_positions(series, inner)
         keys = [tuple(row[i] for i in positions) for row in ranked.rows]
         try:
             main = self._analyze_tree(series.restricted(keys, types), answer=True)
             if isinstance(main, EmptyQuery):  # no key released: the join has no rows
                 result = Result(tuple(ResultColumn(o.name, o.type) for o in main.outputs), [])
-                return self._committed(result, total, reservation, who)
+                return self._committed(result, total, reservation, who, record)
             assert isinstance(main, PrivateQuery)
             main_plan = self.plan_private(main, epsilon)
             actual = main_plan.cost
             if not (actual.fits_within(main_cost) and actual.rho <= main_cost.rho * (1 + 1e-9)):
                 raise PrivateQueryFailed()
-        except BaseException:
+        except BaseException as error:
             if reservation is not None:
-                self.ledger.commit(reservation)  # type: ignore[union-attr]
+                _failed(record, error, sent=True)
+                self.ledger.commit(reservation, record)  # type: ignore[union-attr]
             raise
-        result = self._run_reserved(main_plan, reservation, cancel, sent_before=True)
+        result = self._run_reserved(main_plan, reservation, cancel, sent_before=True, record=record)
         if not main.needs_selection:
             # Public keys are released zero-filled, all of them; the join keeps only the top k.
             result = self._series_rows(series, keys, result)
-        return self._committed(result, total, reservation, who)
+        return self._committed(result, total, reservation, who, record)
 
     @staticmethod
     def _series_rows(series: SeriesLimit, keys: Sequence[tuple[object, ...]], result: Result) -> Result:
@@ -547,6 +592,7 @@ class Engine:
         epsilon: float | None = None,
         cancel: Cancellation | None = None,
         stream: bool = False,
+        record: StatementRecord | None = None,
     ) -> Result | ResultStream:
         """Answer one statement for an analyst: noisy rows, what it cost, and the budget left.
 
@@ -554,13 +600,64 @@ class Engine:
         started reading data stays charged. `stream`: a private query whose release is per group
         (dpproxy.release.stream) comes back as a ResultStream, released batch by batch in canonical
         order as the backend returns its rows, never held whole; any other statement as a Result.
+        `record`: the statement's audit record (else dpproxy.audit.CURRENT's, else one of the
+        engine's own, written when the statement ends): filled in here, written with any charge.
         """
+        given = record if record is not None else CURRENT.get()
+        own = given is None
+        if given is None:
+            given = StatementRecord(
+                analyst,
+                sql,
+                tuple(params),
+                client="local",
+                session_id=self._local_session,
+                statement_id=next(self._local_statements),
+            )
+        started = time.perf_counter()
+        timed_before = given.stages.get("backend", 0.0) + given.stages.get("noise", 0.0)
+        try:
+            result = self._execute(sql, params, analyst, epsilon, cancel, stream, given)
+        except DPProxyError as error:
+            given.error(error.sqlstate)
+            raise
+        except BaseException:
+            given.error(InternalErrorState)
+            raise
+        finally:
+            timed = given.stages.get("backend", 0.0) + given.stages.get("noise", 0.0) - timed_before
+            given.add_stage("plan", max(0.0, time.perf_counter() - started - timed))
+            if own:
+                given.finish()
+                self.audit(given)
+        if isinstance(result, Result) and not result.replayed:
+            given.rows = len(result.rows)
+        return result
+
+    def _execute(
+        self,
+        sql: str,
+        params: Sequence[object],
+        analyst: str,
+        epsilon: float | None,
+        cancel: Cancellation | None,
+        stream: bool,
+        record: StatementRecord,
+    ) -> Result | ResultStream:
         who = self.analyst(analyst)
         chosen = self.query_epsilon(epsilon, who)
         key = self._plan_key(sql, params, chosen)
         public = self._public_cached(key)
         if public is not None:  # the public fast path: no parsing, no analysis, no DP work
-            return self._run_public(*public, cancel)
+            _kind(record, "public")
+            return self._run_public(*public, cancel, record=record)
+        classes = public_parameter_classes(params) if params else None
+        if classes is not None:  # a public statement seen with other parameters: its constants re-bound
+            learned = self._public_template(sql, classes)
+            if learned is not None:
+                _kind(record, "public")
+                values = tuple(emitted(p, self.dialect) for p in params)
+                return self._run_public(learned[0], learned[1].bind(values), cancel, record=record)
         plan = self._cached(key)
         if plan is None:  # a learned shape, found from the tokens without parsing
             plan = self._token_hit(sql, chosen, params)
@@ -575,31 +672,42 @@ class Engine:
         if plan is None:
             parts = self._series_parts(tree, answer=True)
             if parts is not None:  # never cached nor replayed: its second statement follows a release
-                return self._execute_series(*parts, tree.sql("postgres"), who, chosen, cancel)
+                _kind(record, "private")
+                return self._execute_series(*parts, tree.sql("postgres"), who, chosen, cancel, record)
             query = self._analyze_tree(tree, answer=True)
             if isinstance(query, ConstantQuery):
+                _kind(record, "constant")
                 columns = tuple(ResultColumn(o.name, o.type) for o in query.post_processing.outputs)
                 return Result(columns, post_process(query.post_processing, [], [], [()], [[]]))
             if isinstance(query, EmptyQuery):  # a probe: its columns, no rows, no backend call, no cost
+                _kind(record, "empty")
                 return Result(tuple(ResultColumn(o.name, o.type) for o in query.outputs), [])
             if isinstance(query, PublicQuery):
+                _kind(record, "public")
                 public = (query, backend_sql(query.sql, self.dialect))
                 if not _has_subquery(tree):  # an inlined subquery's answer is data of its moment
                     self._remember_public(key, public)
-                return self._run_public(*public, cancel)
+                    if classes is not None:
+                        self._learn_public(sql, params, classes, public)
+                return self._run_public(*public, cancel, record=record)
             salt = secrets.token_hex(8)  # as rewrite draws it; kept to confirm the statement's shape
             plan = self.plan_private(query, chosen, salt=salt)
             if shape is not None and not query.inlined_subqueries:
                 self._learn_shape(shape, tree, plan, salt, sql=sql, params=params)
             self._remember(key, plan)
+        _kind(record, "private")
         replay = self._replay_key(plan) if self.policy.defaults.replay and self.ledger is not None else None
         if replay is not None:
             stored = self.ledger.replay_get(who.name, replay)  # type: ignore[union-attr]
             if stored is not None:
-                return self._replayed(stored, who)
+                replayed = self._replayed(stored, who)
+                record.replayed = True
+                record.cost = Cost.ZERO
+                record.rows = len(replayed.rows)
+                return replayed
         if stream and streamable(plan.query, len(plan.statements)):
-            return self._stream(plan, who, cancel, replay)
-        result = self.run(plan, analyst=who, cancel=cancel)
+            return self._stream(plan, who, cancel, replay, record)
+        result = self.run(plan, analyst=who, cancel=cancel, record=record)
         if replay is not None and len(result.rows) <= self.REPLAY_MAX_ROWS:
             self.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
         return result
@@ -687,6 +795,46 @@ class Engine:
             self._publics[key] = public
             while len(self._publics) > self.PLAN_CACHE_SIZE:
                 self._publics.popitem(last=False)
+
+    def _public_template(self, sql: str, classes: tuple[object, ...]) -> tuple[PublicQuery, Template] | None:
+        with self._lock:
+            if not self._public_templates:
+                return None
+            learned = self._public_templates.get((sql, classes))
+            if learned is not None:
+                self._public_templates.move_to_end((sql, classes))
+            return learned
+
+    def _learn_public(
+        self, sql: str, params: Sequence[object], classes: tuple[object, ...], cold: tuple[PublicQuery, str]
+    ) -> None:
+        """Learn a public statement's template (dpproxy.sql.shape) the second time it is seen with
+        parameters of these classes: analysed with sentinel values, its backend SQL must hold each
+        sentinel's constant, and binding this execution's constants into it must give exactly the
+        cold analysis's SQL and output columns; otherwise nothing is cached."""
+        key = (sql, classes)
+        with self._lock:
+            if key not in self._public_sightings:
+                self._public_sightings[key] = None
+                while len(self._public_sightings) > self.PLAN_CACHE_SIZE:
+                    self._public_sightings.popitem(last=False)
+                return
+        sentinels = public_sentinels(classes, secrets.token_hex(6))
+        try:
+            query = self._analyze_tree(bind_parameters(parse_statement(sql), sentinels), answer=False)
+        except DPProxyError:
+            return
+        if not isinstance(query, PublicQuery) or _columns_of(query) != _columns_of(cold[0]):
+            return
+        learned = public_template(
+            backend_sql(query.sql, self.dialect), tuple(emitted(s, self.dialect) for s in sentinels)
+        )
+        if learned is None or learned.bind(tuple(emitted(p, self.dialect) for p in params)) != cold[1]:
+            return
+        with self._lock:
+            self._public_templates[key] = (query, learned)
+            while len(self._public_templates) > self.PLAN_CACHE_SIZE:
+                self._public_templates.popitem(last=False)
 
     def _shape_hit(self, shape: Shape, epsilon: float) -> Plan | None:
         """The plan of a statement whose shape was learned: the learned plan with this statement's
@@ -797,23 +945,44 @@ class Engine:
                     self._token_shapes.popitem(last=False)
 
     def _run_public(
-        self, query: PublicQuery, sql: str | None = None, cancel: Cancellation | None = None
+        self,
+        query: PublicQuery,
+        sql: str | None = None,
+        cancel: Cancellation | None = None,
+        *,
+        record: StatementRecord | None = None,
     ) -> Result:
         backend = self._backend()
+        started = time.perf_counter()
+        if record is not None:
+            record.reached = True
         try:
             rows = backend.run(
                 sql if sql is not None else backend_sql(query.sql, backend.dialect), cancel=cancel
             )
         except QueryCancelled as failure:
+            if record is not None:
+                record.reached = failure.started
             raise QueryCanceled(f"canceling statement due to {failure.reason}", hint=failure.hint) from None
         except BackendUnreachable:
+            if record is not None:
+                record.reached = False
             raise BackendUnavailable("cannot reach the backing database") from None
         except BackendError:
             raise PrivateQueryFailed() from None
-        columns = tuple(ResultColumn(o.name, o.type) for o in query.outputs)
-        return Result(columns, rows)
+        finally:
+            if record is not None:
+                record.add_stage("backend", time.perf_counter() - started)
+        return Result(tuple(ResultColumn(name, pg_type) for name, pg_type in _columns_of(query)), rows)
 
-    def run(self, plan: Plan, *, analyst: AnalystPolicy, cancel: Cancellation | None = None) -> Result:
+    def run(
+        self,
+        plan: Plan,
+        *,
+        analyst: AnalystPolicy,
+        cancel: Cancellation | None = None,
+        record: StatementRecord | None = None,
+    ) -> Result:
         """Reserve the plan's cost, run it, noise it, commit the cost.
 
         The charge stands as soon as any statement of the plan has been sent to the backend, whatever
@@ -824,11 +993,13 @@ class Engine:
         """
         if plan.query.subquery_placeholders:
             raise InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
-        reservation = self._reserve(analyst, plan.cost, plan.query.text)
-        result = self._run_reserved(plan, reservation, cancel, sent_before=False)
-        return self._committed(result, plan.cost, reservation, analyst)
+        reservation = self._reserve(analyst, plan.cost, plan.query.text, record)
+        result = self._run_reserved(plan, reservation, cancel, sent_before=False, record=record)
+        return self._committed(result, plan.cost, reservation, analyst, record)
 
-    def _reserve(self, analyst: AnalystPolicy, cost: Cost, statement: str) -> Reservation | None:
+    def _reserve(
+        self, analyst: AnalystPolicy, cost: Cost, statement: str, record: StatementRecord | None = None
+    ) -> Reservation | None:
         if self.ledger is None:
             return None
         return self.ledger.reserve(
@@ -837,49 +1008,87 @@ class Engine:
             Cost(analyst.epsilon, analyst.delta),
             statement=statement,
             accounting=self.policy.defaults.accounting,
+            record=record,
         )
 
     def _run_reserved(
-        self, plan: Plan, reservation: Reservation | None, cancel: Cancellation | None, *, sent_before: bool
+        self,
+        plan: Plan,
+        reservation: Reservation | None,
+        cancel: Cancellation | None,
+        *,
+        sent_before: bool,
+        record: StatementRecord | None = None,
     ) -> Result:
         """Run a plan's statements and release its answer under a reservation made for it (and maybe
         more). On failure the reservation is finished — committed once anything was sent, by this
         plan or (`sent_before`) an earlier one under the same reservation — and the error raised; on
         success it is left for `_committed`."""
         if plan.query.subquery_placeholders:
+            error = InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
             if reservation is not None:
+                _failed(record, error, sent=sent_before)
                 finish = self.ledger.commit if sent_before else self.ledger.release  # type: ignore[union-attr]
-                finish(reservation)
-            raise InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
+                finish(reservation, record)
+            raise error
         backend = self._backend()
         row_sets: list[list[tuple]] = []
+        started = time.perf_counter()
+        if record is not None:
+            record.reached = True
         try:
             for sql in plan.statements:
                 row_sets.append(backend.run(sql, cancel=cancel))
         except (BackendUnreachable, QueryCancelled) as failure:
             # Unreachable and not-started cancels are raised before their statement is sent.
             sent = sent_before or bool(row_sets) or (isinstance(failure, QueryCancelled) and failure.started)
+            stopped = _stopped(failure, sent=sent)
+            if record is not None:
+                record.add_stage("backend", time.perf_counter() - started)
+                _failed(record, stopped, sent=sent)
             if reservation is not None:
                 finish = self.ledger.commit if sent else self.ledger.release  # type: ignore[union-attr]
-                finish(reservation)
-            raise _stopped(failure, sent=sent) from None
+                finish(reservation, record)
+            raise stopped from None
         except BaseException:
+            if record is not None:
+                record.add_stage("backend", time.perf_counter() - started)
+                _failed(record, PrivateQueryFailed(), sent=True)
             if reservation is not None:
-                self.ledger.commit(reservation)  # type: ignore[union-attr]
+                self.ledger.commit(reservation, record)  # type: ignore[union-attr]
             raise PrivateQueryFailed() from None
+        released = time.perf_counter()
+        if record is not None:
+            record.add_stage("backend", released - started)
         try:
             return self.release(plan, row_sets, lambda sql: backend.run(sql, cancel=cancel))
         except BaseException:
+            if record is not None:
+                _failed(record, PrivateQueryFailed(), sent=True)
             if reservation is not None:
-                self.ledger.commit(reservation)  # type: ignore[union-attr]
+                self.ledger.commit(reservation, record)  # type: ignore[union-attr]
             raise PrivateQueryFailed() from None
+        finally:
+            if record is not None:
+                record.add_stage("noise", time.perf_counter() - released)
 
     def _committed(
-        self, result: Result, cost: Cost, reservation: Reservation | None, analyst: AnalystPolicy
+        self,
+        result: Result,
+        cost: Cost,
+        reservation: Reservation | None,
+        analyst: AnalystPolicy,
+        record: StatementRecord | None = None,
     ) -> Result:
         status = None
+        if record is not None:
+            record.status = Status.OK
+            record.sqlstate = None
+            record.reached = True
+            if result.rows or record.rows == 0:
+                record.rows = len(result.rows)
         if reservation is not None:
-            self.ledger.commit(reservation)  # type: ignore[union-attr]
+            self.ledger.commit(reservation, record)  # type: ignore[union-attr]
             spent = reservation.spent if reservation.spent is not None else self.ledger.spent(analyst.name)  # type: ignore[union-attr]
             status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
         return Result(result.columns, result.rows, cost, status, private=True)
@@ -933,7 +1142,12 @@ class Engine:
     REPLAY_MAX_ROWS = 100_000
 
     def _stream(
-        self, plan: Plan, analyst: AnalystPolicy, cancel: Cancellation | None, replay: str | None
+        self,
+        plan: Plan,
+        analyst: AnalystPolicy,
+        cancel: Cancellation | None,
+        replay: str | None,
+        record: StatementRecord | None = None,
     ) -> ResultStream:
         """Reserve the plan's cost now (a refusal is raised here, before any row), and return its
         answer as batches released while the backend's rows arrive, in canonical key order.
@@ -946,16 +1160,28 @@ class Engine:
         """
         if plan.query.subquery_placeholders:
             raise InvalidParameter("internal: a plan whose subqueries hold placeholders cannot be run")
-        reservation = self._reserve(analyst, plan.cost, plan.query.text)
+        reservation = self._reserve(analyst, plan.cost, plan.query.text, record)
         backend = self._backend()
         finished = False
         result: ResultStream
 
-        def finish(sent: bool) -> None:
+        def finish(sent: bool, error: BaseException | None = None) -> None:
             nonlocal finished
+            if record is not None:
+                record.reached = sent
+                if error is not None:
+                    _failed(record, error, sent=sent)
+                if result is not None:
+                    record.rows = result.rows
             if reservation is not None and not finished:
                 finished = True
-                (self.ledger.commit if sent else self.ledger.release)(reservation)  # type: ignore[union-attr]
+                (self.ledger.commit if sent else self.ledger.release)(reservation, record)  # type: ignore[union-attr]
+
+        def timed(stage: str, since: float) -> float:
+            now = time.perf_counter()
+            if record is not None:
+                record.add_stage(stage, now - since)
+            return now
 
         def batches() -> Iterator[list[tuple[object, ...]]]:
             nonlocal finished
@@ -964,15 +1190,19 @@ class Engine:
             source = backend.stream(self._ordered_sql(plan, backend.dialect), cancel=cancel)
             sent = False
             try:
+                clock = time.perf_counter()
                 for rows in source:
                     sent = True
+                    clock = timed("backend", clock)
                     out = release.release(rows)
+                    clock = timed("noise", clock)
                     if stored is not None:
                         stored.extend(out)
                         if len(stored) > self.REPLAY_MAX_ROWS:
                             stored = None
                     if out:
                         yield out
+                        clock = time.perf_counter()
                     if release.done:  # LIMIT met: the rest of the answer is never read
                         break
             except GeneratorExit:
@@ -980,26 +1210,30 @@ class Engine:
                 raise
             except (BackendUnreachable, QueryCancelled) as failure:
                 sent = sent or (isinstance(failure, QueryCancelled) and failure.started)
-                finish(sent)
-                raise _stopped(failure, sent=sent) from None
+                stopped = _stopped(failure, sent=sent)
+                finish(sent, stopped)
+                raise stopped from None
             except StreamOrderError:
-                finish(sent=True)
+                finish(sent=True, error=PrivateQueryFailed())
                 log.error("a streamed answer was refused: the backend did not return groups in key order")
                 raise PrivateQueryFailed() from None
             except BaseException:
-                finish(sent=True)
+                finish(sent=True, error=PrivateQueryFailed())
                 raise PrivateQueryFailed() from None
             finally:
                 source.close()
             columns = self._columns(plan, release.errors())
             if reservation is not None:
                 finished = True
-            summary = self._committed(Result(columns, []), plan.cost, reservation, analyst)
+            if record is not None:
+                record.rows = result.rows
+            summary = self._committed(Result(columns, []), plan.cost, reservation, analyst, record)
             if stored is not None and replay is not None:
                 self.ledger.replay_put(analyst.name, replay, encode_result(Result(columns, stored)))  # type: ignore[union-attr]
             result.summary = summary
 
         unknown: list[float | str | None] = [None] * len(plan.query.aggregates)
+        result = None  # type: ignore[assignment]
         result = ResultStream(self._columns(plan, unknown), batches(), lambda: finish(sent=False))
         return result
 
@@ -1101,8 +1335,31 @@ class _TokenEntry:
     learned: _LearnedShape
 
 
+def _columns_of(query: PublicQuery) -> list[tuple[str, PgType]]:
+    """What a public query's answer is described by (`_run_public`): its columns' names and types."""
+    return [(o.name, o.type) for o in query.outputs]
+
+
 def _has_subquery(tree: exp.Expression) -> bool:
     return any(isinstance(node, (exp.Subquery, exp.Select)) and node is not tree for node in tree.walk())
+
+
+# The SQLSTATE of an unexpected exception (the client sees an internal error).
+InternalErrorState = "XX000"
+
+
+def _kind(record: StatementRecord | None, kind: str) -> None:
+    """The engine's kind of a statement, unless the session named it (a cursor, COPY, EXECUTE)."""
+    if record is not None and not record.kind:
+        record.kind = kind
+
+
+def _failed(record: StatementRecord | None, error: BaseException, *, sent: bool) -> None:
+    """A charged statement ends with `error`: its record says so before the charge is finished."""
+    if record is None:
+        return
+    record.reached = sent
+    record.error(error.sqlstate if isinstance(error, DPProxyError) else InternalErrorState)
 
 
 def _stopped(failure: BackendUnreachable | QueryCancelled, *, sent: bool) -> DPProxyError:

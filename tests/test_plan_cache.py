@@ -22,8 +22,16 @@ from dpproxy.engine import Engine, Plan
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
 from dpproxy.sql.analyze import bind_parameters, parse_statement
-from dpproxy.sql.query import PrivateQuery
-from dpproxy.sql.shape import Shape, statement_shape, token_shape, token_slots
+from dpproxy.sql.public import backend_sql
+from dpproxy.sql.query import PrivateQuery, PublicQuery
+from dpproxy.sql.shape import (
+    Shape,
+    emitted,
+    public_parameter_classes,
+    statement_shape,
+    token_shape,
+    token_slots,
+)
 from tests.sql import test_bi_tools
 from tests.sql.language import schema
 from tests.sql.language.grammar import generate
@@ -356,3 +364,79 @@ def test_a_dashboard_changing_its_filter_gets_answers_for_its_own_constant(
         total = sum(row[1] for row in everyone.rows)
         assert total > 1000, everyone.rows
         assert all(abs(row[1]) < 100 for row in nobody.rows), nobody.rows
+
+
+PUBLIC_WITH_PARAMETERS = [
+    ("SELECT state FROM zip_info WHERE zip = $1", ["02139"], [["it's \\ a 'zip'"], [""], ["10001"]]),
+    ("SELECT zip, population FROM zip_info WHERE population > $1 ORDER BY zip", [500], [[7], [2**31 - 1]]),
+    ("SELECT zip FROM zip_info WHERE population BETWEEN $1 AND $2", [-5, 90], [[-(2**31), 2]]),
+    ("SELECT zip, population + $1 AS p FROM zip_info WHERE state = $2 LIMIT $3", [3, "MA", 2], [[9, "x", 5]]),
+    ("SELECT $1::text || state AS s FROM zip_info", ["a"], [["b'; DROP TABLE x; --"]]),
+    ("SELECT count(*) FROM zip_info WHERE population < $1", [3_000_000_000], [[2**40 + 1]]),
+]
+
+
+@pytest.mark.parametrize(("sql", "first", "later"), PUBLIC_WITH_PARAMETERS)
+def test_a_public_statement_with_new_parameters_gets_exactly_its_cold_sql(
+    sql: str, first: list[object], later: list[list[object]]
+) -> None:
+    """A public statement seen twice with parameters of the same classes is answered from a template
+    whose bound SQL and columns equal a cold analysis of every later set of values (each value a
+    constant written by the analyser: quotes doubled, negatives parenthesised)."""
+    engine = _engine()
+    classes = public_parameter_classes(first)
+    assert classes is not None
+    cold = engine.analyze(sql, first)
+    assert isinstance(cold, PublicQuery)
+    public = (cold, backend_sql(cold.sql, engine.dialect))
+    engine._learn_public(sql, first, classes, public)
+    assert engine._public_template(sql, classes) is None  # a first sighting learns nothing
+    engine._learn_public(sql, first, classes, public)
+    learned = engine._public_template(sql, classes)
+    assert learned is not None
+    for values in [first, *later]:
+        assert public_parameter_classes(values) == classes, values
+        expected = engine.analyze(sql, values)
+        assert isinstance(expected, PublicQuery)
+        bound = learned[1].bind(tuple(emitted(v, engine.dialect) for v in values))
+        assert bound == backend_sql(expected.sql, engine.dialect)
+        assert [(o.name, o.type) for o in learned[0].outputs] == [(o.name, o.type) for o in expected.outputs]
+
+
+def test_parameters_of_another_class_or_zero_are_not_templated() -> None:
+    assert public_parameter_classes([1]) != public_parameter_classes([-1])
+    assert public_parameter_classes([1]) != public_parameter_classes([2**31])
+    assert public_parameter_classes([1]) != public_parameter_classes(["1"])
+    assert public_parameter_classes([0]) is None
+    assert public_parameter_classes([True]) is None
+    assert public_parameter_classes([1.5]) is None
+    assert public_parameter_classes([2**63]) is None
+
+
+def test_a_public_statement_whose_parameter_is_read_as_a_value_is_not_templated() -> None:
+    """`to_date($1, …)` reads its text (folded into a date constant): analysed with a sentinel it is
+    refused, so the statement is analysed afresh each time."""
+    engine = _engine()
+    sql = "SELECT zip FROM zip_info WHERE to_date($1, 'YYYY-MM-DD') > DATE '2020-01-01'"
+    cold = engine.analyze(sql, ["2021-05-01"])
+    assert isinstance(cold, PublicQuery)
+    classes = public_parameter_classes(["2021-05-01"])
+    assert classes is not None
+    public = (cold, backend_sql(cold.sql, engine.dialect))
+    for _ in range(3):
+        engine._learn_public(sql, ["2021-05-01"], classes, public)
+    assert engine._public_template(sql, classes) is None
+
+
+def test_public_statements_with_new_parameters_answer_through_the_engine(
+    demo_backend: str, tmp_path: Path
+) -> None:
+    """On a real backend: the third execution is a template hit and returns its own rows."""
+    sql = "SELECT zip, state FROM zip_info WHERE zip = $1"
+    with Engine.open(DEMO_POLICY, demo_backend, tmp_path / "ledger.sqlite") as engine:
+        everything = engine.execute("SELECT zip, state FROM zip_info ORDER BY zip", analyst="alice").rows
+        zips = [row[0] for row in everything[:3]]
+        answers = [engine.execute(sql, [z], analyst="alice").rows for z in zips]
+        assert len(engine._public_templates) == 1
+        assert answers == [[row] for row in everything[:3]]
+        assert engine.execute(sql, ["no such zip'"], analyst="alice").rows == []

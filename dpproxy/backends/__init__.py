@@ -247,6 +247,11 @@ class Backend(ABC):
         say reports none."""
         return LiveStructure({}, (), ())
 
+    def usage(self) -> dict[str, int]:
+        """Its connections by state, for the operator's metrics (dpproxy.metrics): "in_use",
+        "idle" and "waiting" (callers queued for one). A backend that cannot say reports none."""
+        return {}
+
     @abstractmethod
     def close(self) -> None: ...
 

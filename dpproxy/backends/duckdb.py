@@ -148,6 +148,7 @@ class DuckDBBackend(Backend):
         self._statement_timeout_ms = statement_timeout_ms
         self._lock = threading.Lock()
         self._idle_cursors: list[duckdb.DuckDBPyConnection] = []
+        self._busy = 0  # cursors checked out (usage)
         self._closed = False
 
     @classmethod
@@ -374,18 +375,24 @@ class DuckDBBackend(Backend):
             cursor.close()
         self._conn.close()
 
+    def usage(self) -> dict[str, int]:
+        """Cursors (DuckDB connections to the one database) running a query, and idle ones kept."""
+        with self._lock:
+            return {"in_use": self._busy, "idle": len(self._idle_cursors), "waiting": 0}
+
     def _checkout(self) -> duckdb.DuckDBPyConnection:
         with self._lock:
             if self._closed:
                 raise BackendUnreachable("the DuckDB backend is closed")
-            if self._idle_cursors:
-                return self._idle_cursors.pop()
             # cursor() opens another connection to the same database: DuckDB connections are not
             # safe to share between threads, so each concurrent query gets its own.
-            return self._conn.cursor()
+            cursor = self._idle_cursors.pop() if self._idle_cursors else self._conn.cursor()
+            self._busy += 1
+            return cursor
 
     def _checkin(self, cursor: duckdb.DuckDBPyConnection) -> None:
         with self._lock:
+            self._busy -= 1
             if not self._closed:
                 self._idle_cursors.append(cursor)
                 return

@@ -356,6 +356,12 @@ class PostgresBackend(Backend):
         )
         return LiveStructure({t: frozenset(c) for t, c in not_null.items()}, constraints, indexes)
 
+    def usage(self) -> dict[str, int]:
+        """The pool's connections in use and idle, and callers waiting for one (psycopg_pool's stats)."""
+        stats = self._pool.get_stats()
+        size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        return {"in_use": max(0, size - idle), "idle": idle, "waiting": stats.get("requests_waiting", 0)}
+
     def close(self) -> None:
         self._pool.close()
 

@@ -37,6 +37,14 @@ analysts sharing answers would make their budgets meaningless as separate limits
 the newest `replay_limit` answers per analyst (REPLAY_LIMIT by default) so it cannot grow without
 bound; an evicted answer is simply bought again.
 
+Audit log. The store also keeps one record per statement an analyst sent (dpproxy.audit): a
+charged statement's record is inserted in the same transaction as its reservation (status
+"running"), finished in the same transaction as its commit or release, and marked "abandoned" in
+the same transaction as its entry; so no charge is ever without its record, nor a record of a charge
+without it. Records of statements that charged nothing are written on their own (`audit_write`).
+`audit_entries` reads them back, `prune_audit` deletes old ones (never one whose charge is still
+reserved).
+
 The package never sees SQL beyond an opaque statement string kept for audit, never computes a
 query's privacy cost (costs come from dpproxy.privacy, limits from the policy) and never reads or
 builds a replay key or payload: both are opaque to it.
@@ -44,25 +52,32 @@ builds a replay key or payload: both are opaque to it.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
+from dpproxy.audit import ABANDONED, RUNNING, STORED_STATUSES, AuditEntry, StatementRecord
 from dpproxy.budget.composition import Totals, epsilon_equivalent, float_down
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import ACCOUNTING
 from dpproxy.privacy.accounting import Cost
 
 __all__ = [
+    "ABANDONED",
     "REPLAY_LIMIT",
+    "RUNNING",
     "SCHEMA_VERSION",
+    "AuditEntry",
     "EntryStatus",
     "Ledger",
     "LedgerEntry",
@@ -73,8 +88,8 @@ __all__ = [
 
 # Version of the ledger's table layout, stored in the store's meta table. Bump it, and add a step to
 # the store's migration, when the layout changes. 2: the per-analyst totals table. 3: ρ in the
-# totals (zCDP composition) and the replay store.
-SCHEMA_VERSION = 3
+# totals (zCDP composition) and the replay store. 4: the audit log.
+SCHEMA_VERSION = 4
 
 # Stored answers kept per analyst; older ones are evicted (and bought again if asked again).
 REPLAY_LIMIT = 10_000
@@ -100,6 +115,8 @@ class Reservation:
     # The analyst's spending with this reservation included, for the notice after the query: Σε of
     # entries with ρ = 0, Σδ, Σρ. Its ε-equivalent is epsilon_equivalent(spent, limit).
     spent: Cost | None = None
+    # The statement's audit record, written with the reservation and finished with it.
+    record: StatementRecord | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,14 @@ class Ledger(ABC):
     """Per-analyst privacy spending and stored answers. Thread-safe; several processes may share one store."""
 
     def reserve(
-        self, analyst: str, cost: Cost, limit: Cost, *, statement: str = "", accounting: str = "pure"
+        self,
+        analyst: str,
+        cost: Cost,
+        limit: Cost,
+        *,
+        statement: str = "",
+        accounting: str = "pure",
+        record: StatementRecord | None = None,
     ) -> Reservation:
         """Hold `cost` for one query if everything spent so far plus `cost` fits within `limit`.
 
@@ -137,6 +161,8 @@ class Ledger(ABC):
         `accounting` is the policy's `defaults.accounting`: under "pure" a cost may not carry ρ (the
         engine charges Gaussian noise as its (ε, δ) conversion); under "zcdp" it may (then its ε is
         for display and not charged), and the refusal message speaks of ρ as well as ε.
+        `record`: the statement's audit record, inserted (status "running", this cost) in the same
+        transaction as the entry; its audit_id and entry_id are set. Not written when refused.
         """
         _check_analyst(analyst)
         _check_accounting(accounting)
@@ -149,15 +175,62 @@ class Ledger(ABC):
                 f"a cost in ρ (ρ={cost.rho!r}) needs accounting='zcdp'; under pure accounting, charge "
                 "Gaussian noise as its (ε, δ) conversion"
             )
-        return self._reserve(analyst, cost, limit, statement, accounting)
+        if record is not None:
+            record.cost = cost  # as its row says while reserved
+        try:
+            reservation = self._reserve(analyst, cost, limit, statement, accounting, record)
+        except BaseException:
+            if record is not None:
+                record.cost = Cost.ZERO
+            raise
+        if record is not None:
+            reservation = dataclasses.replace(reservation, record=record)
+        return reservation
 
-    def commit(self, reservation: Reservation) -> None:
-        """The query ran: its cost is spent for good."""
-        self._finish(reservation, EntryStatus.COMMITTED)
+    def commit(self, reservation: Reservation, record: StatementRecord | None = None) -> None:
+        """The query ran: its cost is spent for good. Its audit record (`record`, else the one it was
+        reserved with) is updated in the same transaction: status, SQLSTATE, rows, duration, stages."""
+        self._finish(reservation, EntryStatus.COMMITTED, record or reservation.record)
 
-    def release(self, reservation: Reservation) -> None:
-        """The query never touched data: its cost is given back."""
-        self._finish(reservation, EntryStatus.RELEASED)
+    def release(self, reservation: Reservation, record: StatementRecord | None = None) -> None:
+        """The query never touched data: its cost is given back (its audit record then says cost 0)."""
+        chosen = record or reservation.record
+        if chosen is not None:
+            chosen.cost = Cost.ZERO
+        self._finish(reservation, EntryStatus.RELEASED, chosen)
+
+    def audit_write(self, records: Sequence[StatementRecord]) -> None:
+        """Write finished records in one transaction: insert those not written yet, update those
+        written with their charge (their final duration, stages, status)."""
+        if records:
+            self._audit_write(list(records))
+
+    def audit_entries(
+        self,
+        *,
+        analyst: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        status: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
+        """Stored records, newest first: of one analyst, at or after `since`, before `until`, with
+        this status (ok, refused, failed, running, abandoned); at most `limit`."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be an integer >= 0, not {limit!r}")
+        if status is not None and status not in STORED_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STORED_STATUSES)}, not {status!r}")
+        for name, moment in (("since", since), ("until", until)):
+            if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
+                raise ValueError(f"{name} must be a datetime with a time zone, not {moment!r}")
+        return self._audit_entries(analyst, since, until, status, limit)
+
+    def prune_audit(self, before: datetime) -> int:
+        """Delete records stored before `before`, except those whose charge is still reserved;
+        return how many."""
+        if not isinstance(before, datetime) or before.tzinfo is None:
+            raise ValueError(f"before must be a datetime with a time zone, not {before!r}")
+        return self._prune_audit(before)
 
     def spent(self, analyst: str) -> Cost:
         """Sums of the analyst's reserved, committed and abandoned entries, exact to the nearest float:
@@ -228,11 +301,35 @@ class Ledger(ABC):
 
     @abstractmethod
     def _reserve(
-        self, analyst: str, cost: Cost, limit: Cost, statement: str, accounting: str
+        self,
+        analyst: str,
+        cost: Cost,
+        limit: Cost,
+        statement: str,
+        accounting: str,
+        record: StatementRecord | None = None,
     ) -> Reservation: ...
 
     @abstractmethod
-    def _finish(self, reservation: Reservation, status: EntryStatus) -> None: ...
+    def _finish(
+        self, reservation: Reservation, status: EntryStatus, record: StatementRecord | None = None
+    ) -> None: ...
+
+    @abstractmethod
+    def _audit_write(self, records: list[StatementRecord]) -> None: ...
+
+    @abstractmethod
+    def _audit_entries(
+        self,
+        analyst: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        status: str | None,
+        limit: int,
+    ) -> list[AuditEntry]: ...
+
+    @abstractmethod
+    def _prune_audit(self, before: datetime) -> int: ...
 
     @abstractmethod
     def _replay_get(self, analyst: str, key: str) -> bytes | None: ...
@@ -324,6 +421,103 @@ def finish_problem(
     if current != EntryStatus.RESERVED:
         return f"cannot mark {where} {verb}: it is already {current}"
     return None
+
+
+# The audit table's columns, in the order audit_values gives them and audit_entry reads them.
+AUDIT_COLUMNS = (
+    "at",
+    "analyst",
+    "client",
+    "session_id",
+    "statement_id",
+    "statement",
+    "parameters",
+    "kind",
+    "status",
+    "sqlstate",
+    "epsilon",
+    "delta",
+    "rho",
+    "replayed",
+    "rows",
+    "duration",
+    "stages",
+    "entry_id",
+)
+
+# What finishing a record changes (by its row id).
+AUDIT_FINISH_COLUMNS = (
+    "status",
+    "sqlstate",
+    "epsilon",
+    "delta",
+    "rho",
+    "replayed",
+    "rows",
+    "duration",
+    "stages",
+)
+
+
+def audit_values(record: StatementRecord, *, status: str | None = None) -> tuple[Any, ...]:
+    """A record as the audit table's row (AUDIT_COLUMNS order; `at` as a datetime)."""
+    cost = record.cost
+    return (
+        record.at,
+        record.analyst,
+        record.client,
+        record.session_id,
+        record.statement_id,
+        record.statement,
+        record.parameters_json(),
+        record.kind,
+        status or str(record.status),
+        record.sqlstate,
+        float(cost.epsilon),
+        float(cost.delta),
+        float(cost.rho),
+        bool(record.replayed),
+        int(record.rows),
+        record.duration,
+        record.stages_json(),
+        record.entry_id,
+    )
+
+
+def audit_finish_values(record: StatementRecord) -> tuple[Any, ...]:
+    """A record's AUDIT_FINISH_COLUMNS."""
+    values = dict(zip(AUDIT_COLUMNS, audit_values(record), strict=True))
+    return tuple(values[c] for c in AUDIT_FINISH_COLUMNS)
+
+
+def audit_entry(row: Sequence[Any], at: datetime) -> AuditEntry:
+    """An AuditEntry from a row of (id, *AUDIT_COLUMNS); `at` already read as an aware datetime."""
+    from dpproxy.audit import entry_parameters
+
+    values = dict(zip(("id", *AUDIT_COLUMNS), row, strict=True))
+    try:
+        stages = json.loads(values["stages"] or "{}")
+    except ValueError:
+        stages = {}
+    return AuditEntry(
+        id=int(values["id"]),
+        at=at,
+        analyst=values["analyst"],
+        client=values["client"],
+        session_id=values["session_id"],
+        statement_id=int(values["statement_id"]),
+        statement=values["statement"],
+        parameters=entry_parameters(values["parameters"]),
+        kind=values["kind"],
+        status=values["status"],
+        sqlstate=values["sqlstate"],
+        cost=Cost(values["epsilon"], values["delta"], values["rho"]),
+        replayed=bool(values["replayed"]),
+        rows=int(values["rows"]),
+        duration=values["duration"],
+        stages=stages,
+        entry_id=values["entry_id"],
+    )
 
 
 def open_ledger(spec: str | os.PathLike[str], *, replay_limit: int = REPLAY_LIMIT) -> Ledger:

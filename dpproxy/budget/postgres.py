@@ -24,13 +24,19 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from dpproxy.audit import ABANDONED, RUNNING, AuditEntry, StatementRecord
 from dpproxy.budget import (
+    AUDIT_COLUMNS,
+    AUDIT_FINISH_COLUMNS,
     REPLAY_LIMIT,
     SCHEMA_VERSION,
     EntryStatus,
     Ledger,
     LedgerEntry,
     Reservation,
+    audit_entry,
+    audit_finish_values,
+    audit_values,
     check_replay_limit,
     check_schema_version,
     finish_problem,
@@ -98,6 +104,9 @@ class PostgresLedger(Ledger):
         self._meta = sql.Identifier(*parts[:-1], parts[-1] + "_meta")
         self._totals_table = sql.Identifier(*parts[:-1], parts[-1] + "_totals")
         self._replay = sql.Identifier(*parts[:-1], parts[-1] + "_replay")
+        self._audit = sql.Identifier(*parts[:-1], parts[-1] + "_audit")
+        self._audit_index = sql.Identifier(_pg_index_name(parts[-1], "audit_at"))
+        self._audit_analyst_index = sql.Identifier(_pg_index_name(parts[-1], "audit_analyst_at"))
         self._index = sql.Identifier(parts[-1] + "_analyst_status")
         self._replay_index = sql.Identifier(_pg_index_name(parts[-1], "replay_seq"))
         self._analyst_lock_class = _lock_key("dpproxy ledger analyst", table)
@@ -209,20 +218,60 @@ class PostgresLedger(Ledger):
                     self._replay_index, self._replay
                 )
             )
+            conn.execute(
+                sql.SQL(
+                    """CREATE TABLE IF NOT EXISTS {} (
+                        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                        at timestamptz NOT NULL,
+                        analyst text NOT NULL,
+                        client text NOT NULL DEFAULT '',
+                        session_id text NOT NULL DEFAULT '',
+                        statement_id bigint NOT NULL DEFAULT 0,
+                        statement text NOT NULL DEFAULT '',
+                        parameters text NOT NULL DEFAULT '[]',
+                        kind text NOT NULL DEFAULT '',
+                        status text NOT NULL
+                            CHECK (status IN ('ok', 'refused', 'failed', 'running', 'abandoned')),
+                        sqlstate text,
+                        epsilon double precision NOT NULL DEFAULT 0,
+                        delta double precision NOT NULL DEFAULT 0,
+                        rho double precision NOT NULL DEFAULT 0,
+                        replayed boolean NOT NULL DEFAULT false,
+                        rows bigint NOT NULL DEFAULT 0,
+                        duration double precision,
+                        stages text NOT NULL DEFAULT '{{}}',
+                        entry_id bigint UNIQUE
+                    )"""
+                ).format(self._audit)
+            )
+            conn.execute(
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (at)").format(self._audit_index, self._audit)
+            )
+            conn.execute(
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (analyst, at)").format(
+                    self._audit_analyst_index, self._audit
+                )
+            )
             (version,) = conn.execute(
                 sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
             ).fetchone()
             check_schema_version(int(version), f"table {self.table}")
             if int(version) < SCHEMA_VERSION:
-                self._migrate(conn)
+                self._migrate(conn, int(version))
 
-    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Bring a version 1 or 2 table to SCHEMA_VERSION, inside the schema transaction.
+    def _migrate(self, conn: psycopg.Connection[Any], version: int) -> None:
+        """Bring a version 1, 2 or 3 table to SCHEMA_VERSION, inside the schema transaction.
 
         Version 1 had no totals, version 2 no ρ total (and no replay table, created above): sum every
         analyst's entries once, exactly, in Python (PostgreSQL's float8 → numeric cast keeps only 15
-        digits, which is not the double's value).
+        digits, which is not the double's value). Version 3 had no audit table (created above).
         """
+        if version >= 3:
+            conn.execute(
+                sql.SQL("UPDATE {} SET value = %s WHERE key = 'schema_version'").format(self._meta),
+                (str(SCHEMA_VERSION),),
+            )
+            return
         conn.execute(
             sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS rho numeric NOT NULL DEFAULT 0").format(
                 self._totals_table
@@ -267,6 +316,7 @@ class PostgresLedger(Ledger):
                     ).fetchone()
                     if not dead:
                         continue
+                self._abandon_audit(conn, owner)
                 conn.execute(
                     sql.SQL(
                         "UPDATE {} SET status = 'abandoned', finished_at = %s "
@@ -274,6 +324,40 @@ class PostgresLedger(Ledger):
                     ).format(self._table),
                     (finished, owner),
                 )
+
+    def _abandon_audit(self, conn: psycopg.Connection[Any], owner: int | None) -> None:
+        """The audit rows of the owner's reserved entries say abandoned (before the entries do)."""
+        conn.execute(
+            sql.SQL(
+                "UPDATE {a} SET status = %s WHERE status = %s AND entry_id IN (SELECT id FROM {t} "
+                "WHERE status = 'reserved' AND owner IS NOT DISTINCT FROM %s)"
+            ).format(a=self._audit, t=self._table),
+            (ABANDONED, RUNNING, owner),
+        )
+
+    def _audit_insert(
+        self, conn: psycopg.Connection[Any], record: StatementRecord, status: str | None
+    ) -> int:
+        (audit_id,) = conn.execute(
+            sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id").format(
+                self._audit,
+                sql.SQL(", ").join(sql.Identifier(c) for c in AUDIT_COLUMNS),
+                sql.SQL(", ").join(sql.Placeholder() for _ in AUDIT_COLUMNS),
+            ),
+            audit_values(record, status=status),
+        ).fetchone()
+        return int(audit_id)
+
+    def _audit_finish(self, conn: psycopg.Connection[Any], record: StatementRecord, extra: str = "") -> None:
+        conn.execute(
+            sql.SQL("UPDATE {} SET {} WHERE id = %s" + extra).format(
+                self._audit,
+                sql.SQL(", ").join(
+                    sql.SQL("{} = %s").format(sql.Identifier(c)) for c in AUDIT_FINISH_COLUMNS
+                ),
+            ),
+            (*audit_finish_values(record), record.audit_id),
+        )
 
     def _totals(self, conn: psycopg.Connection[Any], analyst: str) -> Totals:
         row = conn.execute(
@@ -305,7 +389,15 @@ class PostgresLedger(Ledger):
         with self._transaction() as conn:
             return self._totals(conn, analyst)
 
-    def _reserve(self, analyst: str, cost: Cost, limit: Cost, statement: str, accounting: str) -> Reservation:
+    def _reserve(
+        self,
+        analyst: str,
+        cost: Cost,
+        limit: Cost,
+        statement: str,
+        accounting: str,
+        record: StatementRecord | None = None,
+    ) -> Reservation:
         with self._transaction() as conn:
             # Read committed: every statement after the lock sees all reservations made before it.
             self._lock_analyst(conn, analyst)
@@ -326,9 +418,18 @@ class PostgresLedger(Ledger):
                     _now(),
                 ),
             ).fetchone()
+            if record is not None:
+                record.entry_id = entry_id
+                try:
+                    record.audit_id = self._audit_insert(conn, record, RUNNING)
+                except BaseException:
+                    record.entry_id = None
+                    raise
         return Reservation(id=entry_id, analyst=analyst, cost=cost, spent=after.spent)
 
-    def _finish(self, reservation: Reservation, status: EntryStatus) -> None:
+    def _finish(
+        self, reservation: Reservation, status: EntryStatus, record: StatementRecord | None = None
+    ) -> None:
         with self._transaction() as conn:
             row = conn.execute(
                 sql.SQL(
@@ -345,6 +446,8 @@ class PostgresLedger(Ledger):
             )
             if status == EntryStatus.RELEASED:
                 self._add_to_totals(conn, reservation.analyst, reservation.cost, -1)
+            if record is not None and record.audit_id is not None:
+                self._audit_finish(conn, record)
 
     def reset(self, analyst: str) -> int:
         with self._transaction() as conn:
@@ -418,6 +521,54 @@ class PostgresLedger(Ledger):
             for row in rows
         ]
 
+    def _audit_write(self, records: list[StatementRecord]) -> None:
+        with self._transaction() as conn:
+            for record in records:
+                if record.audit_id is None:
+                    record.audit_id = self._audit_insert(conn, record, None)
+                else:
+                    # Only once its charge is finished: an abandoned record stays so.
+                    self._audit_finish(conn, record, f" AND status NOT IN ('{RUNNING}', '{ABANDONED}')")
+
+    def _audit_entries(
+        self,
+        analyst: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        status: str | None,
+        limit: int,
+    ) -> list[AuditEntry]:
+        where: list[sql.Composable] = []
+        params: list[Any] = []
+        if analyst is not None:
+            where.append(sql.SQL("analyst = %s"))
+            params.append(analyst)
+        if since is not None:
+            where.append(sql.SQL("at >= %s"))
+            params.append(since)
+        if until is not None:
+            where.append(sql.SQL("at < %s"))
+            params.append(until)
+        if status is not None:
+            where.append(sql.SQL("status = %s"))
+            params.append(status)
+        clause = sql.SQL("WHERE {} ").format(sql.SQL(" AND ").join(where)) if where else sql.SQL("")
+        with self._transaction() as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT id, {} FROM {} {}ORDER BY at DESC, id DESC LIMIT %s").format(
+                    sql.SQL(", ").join(sql.Identifier(c) for c in AUDIT_COLUMNS), self._audit, clause
+                ),
+                (*params, limit),
+            ).fetchall()
+        return [audit_entry(row, row[1].astimezone(UTC)) for row in rows]
+
+    def _prune_audit(self, before: datetime) -> int:
+        with self._transaction() as conn:
+            return conn.execute(
+                sql.SQL("DELETE FROM {} WHERE at < %s AND status <> %s").format(self._audit),
+                (before, RUNNING),
+            ).rowcount
+
     def analysts(self) -> list[str]:
         with self._transaction() as conn:
             rows = conn.execute(
@@ -430,6 +581,7 @@ class PostgresLedger(Ledger):
             return
         try:
             with self._transaction() as conn:
+                self._abandon_audit(conn, self._owner)
                 conn.execute(
                     sql.SQL(
                         "UPDATE {} SET status = 'abandoned', finished_at = %s "

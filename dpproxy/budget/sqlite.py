@@ -23,13 +23,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dpproxy.audit import ABANDONED, RUNNING, AuditEntry, StatementRecord
 from dpproxy.budget import (
+    AUDIT_COLUMNS,
+    AUDIT_FINISH_COLUMNS,
     REPLAY_LIMIT,
     SCHEMA_VERSION,
     EntryStatus,
     Ledger,
     LedgerEntry,
     Reservation,
+    audit_entry,
+    audit_finish_values,
+    audit_values,
     check_replay_limit,
     check_schema_version,
     finish_problem,
@@ -114,6 +120,7 @@ _SQLITE_TABLE = "dpproxy_ledger"
 _SQLITE_META = "dpproxy_ledger_meta"
 _SQLITE_TOTALS = "dpproxy_ledger_totals"
 _SQLITE_REPLAY = "dpproxy_ledger_replay"
+_SQLITE_AUDIT = "dpproxy_ledger_audit"
 
 _SQLITE_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {_SQLITE_META} (
@@ -151,7 +158,63 @@ CREATE TABLE IF NOT EXISTS {_SQLITE_REPLAY} (
     UNIQUE (analyst, key)
 );
 CREATE INDEX IF NOT EXISTS {_SQLITE_REPLAY}_analyst_seq ON {_SQLITE_REPLAY} (analyst, seq);
+CREATE TABLE IF NOT EXISTS {_SQLITE_AUDIT} (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,  -- UTC, ISO 8601 with microseconds: sorts as text
+    analyst TEXT NOT NULL,
+    client TEXT NOT NULL DEFAULT '',
+    session_id TEXT NOT NULL DEFAULT '',
+    statement_id INTEGER NOT NULL DEFAULT 0,
+    statement TEXT NOT NULL DEFAULT '',
+    parameters TEXT NOT NULL DEFAULT '[]',  -- JSON
+    kind TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL
+        CHECK (status IN ('ok', 'refused', 'failed', 'running', 'abandoned')),
+    sqlstate TEXT,
+    epsilon REAL NOT NULL DEFAULT 0,
+    delta REAL NOT NULL DEFAULT 0,
+    rho REAL NOT NULL DEFAULT 0,
+    replayed INTEGER NOT NULL DEFAULT 0,
+    rows INTEGER NOT NULL DEFAULT 0,
+    duration REAL,
+    stages TEXT NOT NULL DEFAULT '{{}}',  -- JSON: seconds per stage
+    entry_id INTEGER UNIQUE  -- the ledger entry of its charge
+);
+CREATE INDEX IF NOT EXISTS {_SQLITE_AUDIT}_at ON {_SQLITE_AUDIT} (at);
+CREATE INDEX IF NOT EXISTS {_SQLITE_AUDIT}_analyst_at ON {_SQLITE_AUDIT} (analyst, at);
 """
+
+
+def _stamp(moment: datetime) -> str:
+    """A moment as the audit table stores it: UTC, microseconds always (so text order is time order)."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+_AUDIT_INSERT = (
+    f"INSERT INTO {_SQLITE_AUDIT} ({', '.join(AUDIT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)})"
+)
+_AUDIT_FINISH = (
+    f"UPDATE {_SQLITE_AUDIT} SET {', '.join(c + ' = ?' for c in AUDIT_FINISH_COLUMNS)} WHERE id = ?"
+)
+# Marks the audit rows of the reserved entries of one owner abandoned (before the entries are).
+_AUDIT_ABANDON = (
+    f"UPDATE {_SQLITE_AUDIT} SET status = '{ABANDONED}' WHERE status = '{RUNNING}' AND entry_id IN "
+    f"(SELECT id FROM {_SQLITE_TABLE} WHERE status = 'reserved' AND owner IS ?)"
+)
+
+
+def _audit_row(record: StatementRecord, *, status: str | None = None) -> tuple[Any, ...]:
+    values = list(audit_values(record, status=status))
+    values[0] = _stamp(values[0])
+    values[13] = int(values[13])  # replayed
+    return tuple(values)
+
+
+def _audit_finish_row(record: StatementRecord) -> tuple[Any, ...]:
+    values = list(audit_finish_values(record))
+    values[5] = int(values[5])  # replayed
+    return (*values, record.audit_id)
 
 
 class SQLiteLedger(Ledger):
@@ -227,14 +290,20 @@ class SQLiteLedger(Ledger):
             ).fetchone()
             check_schema_version(int(version), self.path)
             if int(version) < SCHEMA_VERSION:
-                self._migrate(conn)
+                self._migrate(conn, int(version))
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Bring a version 1 or 2 store to SCHEMA_VERSION, inside the schema transaction.
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Bring a version 1, 2 or 3 store to SCHEMA_VERSION, inside the schema transaction.
 
         Version 1 had no totals, version 2 no ρ total (and no replay table, created above): sum every
         analyst's entries once, exactly. For version 2 the ε and δ sums come out as they were.
+        Version 3 had no audit table (created above, empty: entries before it have no records).
         """
+        if version >= 3:
+            conn.execute(
+                f"UPDATE {_SQLITE_META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
+            return
         totals_columns = {row[1] for row in conn.execute(f"PRAGMA table_info({_SQLITE_TOTALS})")}
         if "rho" not in totals_columns:
             conn.execute(f"ALTER TABLE {_SQLITE_TOTALS} ADD COLUMN rho TEXT NOT NULL DEFAULT '0'")
@@ -288,6 +357,7 @@ class SQLiteLedger(Ledger):
             with self._owner_locks.dead(owners) as dead:
                 finished = _now().isoformat()
                 for owner in dead:
+                    conn.execute(_AUDIT_ABANDON, (owner,))
                     conn.execute(
                         f"UPDATE {_SQLITE_TABLE} SET status = 'abandoned', finished_at = ? "
                         "WHERE status = 'reserved' AND owner IS ?",
@@ -320,7 +390,15 @@ class SQLiteLedger(Ledger):
         with self._mutex:
             return self._totals(self._open_connection(), analyst)
 
-    def _reserve(self, analyst: str, cost: Cost, limit: Cost, statement: str, accounting: str) -> Reservation:
+    def _reserve(
+        self,
+        analyst: str,
+        cost: Cost,
+        limit: Cost,
+        statement: str,
+        accounting: str,
+        record: StatementRecord | None = None,
+    ) -> Reservation:
         with self._write() as conn:
             after = check_fits(analyst, self._totals(conn, analyst), cost, limit, accounting)
             self._store_totals(conn, analyst, after)
@@ -338,10 +416,21 @@ class SQLiteLedger(Ledger):
                 ),
             )
             entry_id = cursor.lastrowid
+            if record is not None:
+                record.entry_id = entry_id
+                try:
+                    record.audit_id = conn.execute(
+                        _AUDIT_INSERT, _audit_row(record, status=RUNNING)
+                    ).lastrowid
+                except BaseException:
+                    record.entry_id = None
+                    raise
         assert entry_id is not None
         return Reservation(id=entry_id, analyst=analyst, cost=cost, spent=after.spent)
 
-    def _finish(self, reservation: Reservation, status: EntryStatus) -> None:
+    def _finish(
+        self, reservation: Reservation, status: EntryStatus, record: StatementRecord | None = None
+    ) -> None:
         # Losing a commit to a machine crash is safe (the entry stays reserved, then abandoned: spent);
         # losing a release only keeps a cost that could have been returned. Neither needs an fsync.
         with self._write(durable=False) as conn:
@@ -359,6 +448,8 @@ class SQLiteLedger(Ledger):
             if status == EntryStatus.RELEASED:
                 totals = self._totals(conn, reservation.analyst)
                 self._store_totals(conn, reservation.analyst, totals.minus(reservation.cost))
+            if record is not None and record.audit_id is not None:
+                conn.execute(_AUDIT_FINISH, _audit_finish_row(record))
 
     def reset(self, analyst: str) -> int:
         with self._write() as conn:
@@ -414,6 +505,54 @@ class SQLiteLedger(Ledger):
             for row in rows
         ]
 
+    def _audit_write(self, records: list[StatementRecord]) -> None:
+        # Losing records to a machine crash loses no charge (a charge's record is written with it).
+        with self._write(durable=False) as conn:
+            for record in records:
+                if record.audit_id is None:
+                    record.audit_id = conn.execute(_AUDIT_INSERT, _audit_row(record)).lastrowid
+                else:
+                    # Only while its charge is finished: an abandoned record stays so.
+                    conn.execute(
+                        _AUDIT_FINISH + f" AND status != '{RUNNING}' AND status != '{ABANDONED}'",
+                        _audit_finish_row(record),
+                    )
+
+    def _audit_entries(
+        self,
+        analyst: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        status: str | None,
+        limit: int,
+    ) -> list[AuditEntry]:
+        where, params = [], []
+        if analyst is not None:
+            where.append("analyst = ?")
+            params.append(analyst)
+        if since is not None:
+            where.append("at >= ?")
+            params.append(_stamp(since))
+        if until is not None:
+            where.append("at < ?")
+            params.append(_stamp(until))
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self._read(
+            f"SELECT id, {', '.join(AUDIT_COLUMNS)} FROM {_SQLITE_AUDIT} {clause}"
+            "ORDER BY at DESC, id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [audit_entry(row, datetime.fromisoformat(row[1])) for row in rows]
+
+    def _prune_audit(self, before: datetime) -> int:
+        with self._write(durable=False) as conn:
+            return conn.execute(
+                f"DELETE FROM {_SQLITE_AUDIT} WHERE at < ? AND status != '{RUNNING}'", (_stamp(before),)
+            ).rowcount
+
     def analysts(self) -> list[str]:
         return [a for (a,) in self._read(f"SELECT DISTINCT analyst FROM {_SQLITE_TABLE} ORDER BY analyst")]
 
@@ -423,6 +562,7 @@ class SQLiteLedger(Ledger):
                 return
             try:
                 with self._write() as conn:
+                    conn.execute(_AUDIT_ABANDON, (self._owner,))
                     conn.execute(
                         f"UPDATE {_SQLITE_TABLE} SET status = 'abandoned', finished_at = ? "
                         "WHERE status = 'reserved' AND owner = ?",

@@ -5,7 +5,7 @@ The package's parts, each standing apart and using only parts listed before it:
 - `types`: `ColumnType` and every type name dpproxy understands, from policies and from databases;
 - `model`: the frozen, validated objects the rest of dpproxy reads (`Policy` and its parts);
 - `problems`, `marked_yaml`, `readers`: problem messages, YAML with line marks, typed value readers;
-- `defaults`, `analysts`, `columns`, `tables`: one section of a policy file each;
+- `defaults`, `analysts`, `columns`, `tables`, `console`: one section of a policy file each;
 - `loading`: `load_policy` and `parse_policy`, which report every problem of a file at once, each as
   "<file>:<line>: <key path>: <what is wrong>; <how to fix it>";
 - `live_schema`, `drafting`: checking a policy against the columns a backend reports, and drafting
@@ -31,6 +31,8 @@ from dpproxy.policy.model import (
     AnalystPolicy,
     AuthMethod,
     ColumnPolicy,
+    ConsoleOwner,
+    ConsolePolicy,
     Defaults,
     Mechanism,
     Policy,
@@ -53,6 +55,8 @@ __all__ = [
     "AuthMethod",
     "ColumnPolicy",
     "ColumnType",
+    "ConsoleOwner",
+    "ConsolePolicy",
     "Defaults",
     "LiveColumnLike",
     "Mechanism",

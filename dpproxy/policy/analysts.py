@@ -17,17 +17,27 @@ from dpproxy import scram
 from dpproxy.policy.marked_yaml import Node
 from dpproxy.policy.model import AnalystPolicy, AuthMethod, Defaults, ServerPolicy
 from dpproxy.policy.problems import Problems, join_path
-from dpproxy.policy.readers import check_keys, check_names, read_float, read_mapping, read_section, read_text
+from dpproxy.policy.readers import (
+    check_keys,
+    check_names,
+    read_float,
+    read_integer,
+    read_mapping,
+    read_section,
+    read_text,
+)
 
-_SERVER_KEYS = ("auth_methods",)
+_SERVER_KEYS = ("auth_methods", "audit_retention_days")
 _ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query", "md5_password")
 _MD5_HASH = re.compile(r"md5[0-9a-f]{32}")
 _PASSWD_FIX = "run `dpproxy policy passwd` and paste its output"
 
 
 def read_server(node: Node | None, p: Problems) -> ServerPolicy:
-    base = ServerPolicy()
     entries = read_section(node, "server", p, _SERVER_KEYS, example="{auth_methods: [scram-sha-256]}")
+    base = ServerPolicy()
+    if entries is not None and "audit_retention_days" in entries:
+        base = ServerPolicy(audit_retention_days=_read_retention(entries["audit_retention_days"], p))
     if entries is None or "auth_methods" not in entries:
         return base
     child = entries["auth_methods"]
@@ -55,7 +65,19 @@ def read_server(node: Node | None, p: Problems) -> ServerPolicy:
             p.add(item.line, path, f"`{name}` is listed twice", "list each method once")
             continue
         methods.append(method)
-    return ServerPolicy(tuple(methods)) if methods else base
+    return ServerPolicy(tuple(methods), base.audit_retention_days) if methods else base
+
+
+def _read_retention(node: Node, p: Problems) -> int:
+    """server.audit_retention_days: a whole number of days >= 0 (0 keeps records forever)."""
+    path = "server.audit_retention_days"
+    days = read_integer(node, path, p)
+    if days is None:
+        return ServerPolicy.audit_retention_days
+    if days < 0:
+        p.add(node.line, path, f"must be 0 or more, found {days}", "write a number of days, or 0 to keep all")
+        return ServerPolicy.audit_retention_days
+    return days
 
 
 def read_analysts(node: Node | None, defaults: Defaults, p: Problems) -> tuple[AnalystPolicy, ...]:

@@ -18,6 +18,7 @@ import yaml
 
 from dpproxy.errors import PolicyError
 from dpproxy.policy.analysts import read_analysts, read_server, report_unused_md5_passwords
+from dpproxy.policy.console import read_console
 from dpproxy.policy.defaults import read_defaults
 from dpproxy.policy.marked_yaml import MarkedLoader, Node, TooManyNodes
 from dpproxy.policy.model import Policy, TablePolicy
@@ -25,7 +26,7 @@ from dpproxy.policy.problems import Problems
 from dpproxy.policy.readers import check_keys, read_integer
 from dpproxy.policy.tables import read_tables
 
-_TOP_KEYS = ("version", "defaults", "analysts", "tables", "server")
+_TOP_KEYS = ("version", "defaults", "analysts", "tables", "server", "console")
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
@@ -96,6 +97,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     server = read_server(top.get("server"), p)
     analysts = read_analysts(top.get("analysts"), defaults, p)
     report_unused_md5_passwords(top.get("analysts"), server, p)
+    console = read_console(top.get("console"), p)
     if "tables" not in top:
         p.add(1, "tables", "missing", "add `tables:` listing the tables analysts may query")
         tables: tuple[TablePolicy, ...] = ()
@@ -104,5 +106,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 
     p.raise_if_any()
     return Policy(
-        defaults=defaults, analysts=analysts, tables=tables, version=1, source=source, server=server
+        defaults=defaults,
+        analysts=analysts,
+        tables=tables,
+        version=1,
+        source=source,
+        server=server,
+        console=console,
     )

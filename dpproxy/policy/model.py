@@ -145,6 +145,28 @@ class ServerPolicy:
 
     # Tried in this order for each analyst: the first the analyst has a credential for is used.
     auth_methods: tuple[AuthMethod, ...] = (AuthMethod.SCRAM_SHA_256,)
+    # Audit records older than this many days are deleted (at start and daily); 0 keeps them all.
+    audit_retention_days: int = 365
+
+
+@dataclass(frozen=True)
+class ConsoleOwner:
+    """A data owner who may log in to the console (`console.owners`)."""
+
+    name: str
+    # A SCRAM-SHA-256 verifier, never a plaintext password; kept out of repr like an analyst's.
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ConsolePolicy:
+    """The owners' web console (`console:`): who may log in, and for how long a login lasts."""
+
+    owners: tuple[ConsoleOwner, ...] = ()
+    session_minutes: int = 60
+
+    def owner(self, name: str) -> ConsoleOwner | None:
+        return next((o for o in self.owners if o.name == name), None)
 
 
 # How a deployment composes its queries' costs (`defaults.accounting`). "pure": every query is
@@ -179,6 +201,7 @@ class Policy:
     version: int = 1
     source: str = "<policy>"
     server: ServerPolicy = field(default_factory=ServerPolicy)
+    console: ConsolePolicy | None = None  # None: the policy has no `console:` section
     _tables: dict[str, TablePolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
     _analysts: dict[str, AnalystPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import dataclasses
 import functools
 import hmac
 import logging
@@ -36,10 +38,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dpproxy.backends import BackendError
 from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError, ProtocolViolation
+from dpproxy.logs import failure, statement_logged
+from dpproxy.policy import Policy
 from dpproxy.wire import codec
 from dpproxy.wire.catalog import ShadowCatalog, open_catalog
 from dpproxy.wire.codec import (
@@ -47,13 +52,19 @@ from dpproxy.wire.codec import (
     ErrorResponse,
     FrontendDecoder,
 )
+from dpproxy.wire.reload import Reloads, policy_text, problems_of
 from dpproxy.wire.session import EngineCatalogAuth, Session
+from dpproxy.wire.session.machine import client_address
+
+if TYPE_CHECKING:
+    from dpproxy.metrics import Metrics
 
 log = logging.getLogger("dpproxy.wire")
 
 _READ_SIZE = 65536
 _WRITE_HIGH_WATER = 256 * 1024
 _WATCH_BUFFER = 1024 * 1024  # pipelined bytes read while a statement runs, at most
+_USAGE_INTERVAL = 1.0  # seconds between readings of the backend's connections (metrics)
 
 
 @dataclass(frozen=True)
@@ -79,16 +90,36 @@ class ServerConfig:
             raise ValueError("workers and max_connections must be at least 1")
 
 
+@dataclass(frozen=True)
+class Operations:
+    """What `serve` adds for the people who run it (picklable: each worker process gets it)."""
+
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # serve Prometheus metrics on http://host:port/metrics (0: any port)
+    log_format: str = "text"  # dpproxy.logs
+    log_level: str = "warning"
+    policy_file: Path | None = None  # re-read on SIGHUP (None: SIGHUP is not handled)
+    status_file: Path | None = None  # where each reload's outcome is written (wire/reload.py)
+
+
+def reloaded_engine(engine: Engine, policy: Policy) -> Engine:
+    """An engine for `policy` on `engine`'s backend and ledger (and its other settings), after the
+    checks a new engine makes (Engine.__post_init__: the policy against the live schema). Closing
+    either engine closes the shared backend and ledger: only the server's current one is closed."""
+    return dataclasses.replace(engine, policy=policy, unique_columns={})
+
+
 class _Connection:
     """One client connection: its streams, its session once started, and whether it is idle."""
 
-    __slots__ = ("idle", "reader", "session", "writer")
+    __slots__ = ("authenticated", "idle", "reader", "session", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.session: Session | None = None
         self.idle = False  # waiting for the client's next message
+        self.authenticated = False
 
 
 class _ConnectionClosed(Exception):
@@ -106,7 +137,12 @@ class Server:
     workers share (instead of binding config.host/port), `slot` is (this worker's index, the number
     of workers): every session's process id is ≡ index (mod count), so a CancelRequest that lands on
     another worker is handed to `forward_cancel(owner index, request)`, and the owner checks the
-    secret key (`cancel_request`)."""
+    secret key (`cancel_request`).
+
+    `reload(policy)` serves a new policy to new connections (SIGHUP; see wire/reload.py): a new
+    engine on the same backend and ledger, a new shadow catalog and authenticator. Sessions already
+    connected finish under the policy they started with; analysts' spending is the ledger's, kept.
+    `metrics` (dpproxy.metrics) counts every statement, the sessions and the backend's connections."""
 
     def __init__(
         self,
@@ -117,11 +153,20 @@ class Server:
         listen: Sequence[socket.socket] = (),
         slot: tuple[int, int] = (0, 1),
         forward_cancel: CancelForward | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         index, count = slot
         if not 0 <= index < count:
             raise ValueError("a worker slot is (index, count) with 0 <= index < count")
         self.engine = engine
+        self.metrics = metrics
+        # Shared states of earlier policies, kept until their last session ends (then their
+        # catalog is closed); the backend and ledger are the current engine's, closed once.
+        self._retired: list[EngineCatalogAuth] = []
+        self._old_engines: list[Engine] = []  # their audit logs are flushed before the ledger closes
+        self._reloading = asyncio.Lock()
+        self._usage_task: asyncio.Task[None] | None = None
+        self.metrics_port: int | None = None  # where run_server serves the metrics, once started
         self.config = config
         self._catalog = catalog
         self._listen = tuple(listen)
@@ -150,6 +195,10 @@ class Server:
         self._shared = EngineCatalogAuth(
             self.engine, self._catalog, self.run_blocking, database=self.config.database
         )
+        self._shared.hooks.append(statement_logged)
+        if self.metrics is not None:
+            self._shared.hooks.append(self.metrics.observe)
+            self._usage_task = asyncio.ensure_future(self._read_usage())
         if self._listen:
             for sock in self._listen:
                 self._servers.append(
@@ -173,8 +222,68 @@ class Server:
         return [tuple(s.getsockname()[:2]) for server in self._servers for s in server.sockets]  # type: ignore[misc]
 
     async def run_blocking(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`function(*args, **kwargs)` in a worker thread, in a copy of the caller's context (so the
+        statement being handled, dpproxy.audit.CURRENT, tags what is logged there)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(function, *args, **kwargs))
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(context.run, function, *args, **kwargs)
+        )
+
+    async def _read_usage(self) -> None:
+        """Keep the metrics' backend connection gauges current (a worker's values are summed by the
+        supervisor, so each process sets its own)."""
+        assert self.metrics is not None
+        while not self._stopping:
+            backend = self.engine.backend
+            if backend is not None:
+                # A closed or failing backend: the gauges keep their last values.
+                with contextlib.suppress(Exception):
+                    self.metrics.backend_usage(backend.usage())
+            await asyncio.sleep(_USAGE_INTERVAL)
+
+    # -- policy reload --------------------------------------------------------------------------
+
+    async def reload(self, policy: Policy) -> None:
+        """Serve `policy` to new connections, after the checks `serve` makes at start (its tables and
+        columns against the live schema): a PolicyError (or BackendUnavailable) if it fails them, and
+        then nothing changed. Reloads run one at a time."""
+        async with self._reloading:
+            current = self._shared
+            assert current is not None
+            engine = await self.run_blocking(reloaded_engine, self.engine, policy)
+            catalog = await self.run_blocking(open_catalog, engine)
+            shared = EngineCatalogAuth(engine, catalog, self.run_blocking, database=self.config.database)
+            shared.hooks.extend(current.hooks)
+            self._old_engines.append(self.engine)
+            self.engine, self._catalog, self._shared = engine, catalog, shared
+            self._retired.append(current)
+            self._close_unused_catalogs()
+
+    async def reload_file(self, path: Path, reloads: Reloads | None = None) -> bool:
+        """Re-read the policy file at `path` and serve it (`reload`); a policy with any problem is
+        refused and the running one stays. The outcome is logged (and recorded in `reloads`)."""
+        try:
+            _, policy = await self.run_blocking(policy_text, path)
+            await self.reload(policy)
+        except (DPProxyError, BackendError, OSError) as error:
+            problems = problems_of(error)
+            if reloads is not None:
+                reloads.refused(problems)
+            else:
+                log.error("policy %s refused: %s", path, "; ".join(problems), extra={"problems": problems})
+            return False
+        if reloads is not None:
+            reloads.accepted(policy)
+        return True
+
+    def _close_unused_catalogs(self) -> None:
+        in_use = {id(c.session.shared) for c in self._connections if c.session is not None}
+        for shared in list(self._retired):
+            if id(shared) not in in_use:
+                self._retired.remove(shared)
+                with contextlib.suppress(Exception):
+                    shared.catalog.close()
 
     async def shutdown(self) -> None:
         """Stop accepting; let running queries finish for the grace period; then cancel them and
@@ -209,6 +318,15 @@ class Server:
         if self._catalog is not None:
             with contextlib.suppress(Exception):
                 self._catalog.close()
+        for shared in self._retired:
+            with contextlib.suppress(Exception):
+                shared.catalog.close()
+        self._retired.clear()
+        for old in self._old_engines:  # sessions of earlier policies wrote their records there
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(old.flush_audit)
+        if self._usage_task is not None:
+            self._usage_task.cancel()
 
     def close_engine(self) -> None:
         self.engine.close()
@@ -251,16 +369,20 @@ class Server:
             pass
         except asyncio.CancelledError:
             pass
-        except Exception:
-            log.exception("connection handler failed")
+        except Exception as error:  # its message may quote data: type and place only
+            log.error("connection handler failed: %s", failure(error))
         finally:
             session = connection.session
             if session is not None:
                 self._sessions.pop(session.process_id, None)
                 if session.busy:
                     _cancel_in_background(session)
+            if connection.authenticated and self.metrics is not None:
+                self.metrics.sessions.dec()
             self._connections.discard(connection)
             self._tasks.discard(task)  # type: ignore[arg-type]
+            if self._retired and session is not None and not session.busy:
+                self._close_unused_catalogs()
             with contextlib.suppress(Exception):
                 writer.close()
 
@@ -336,7 +458,8 @@ class Server:
 
         assert self._shared is not None
         process_id, secret_key = self._new_key()
-        session = Session(self._shared, process_id, secret_key)
+        peer = client_address(writer.get_extra_info("peername"))
+        session = Session(self._shared, process_id, secret_key, client=peer)
         connection.session = session
         decoder.startup = False
         decoder.max_length = MAX_AUTH_MESSAGE_LENGTH
@@ -398,9 +521,11 @@ class Server:
                 for reply in replies:
                     out += reply.encode()
                 if not authenticated and session.authenticated:
-                    authenticated = True
+                    authenticated = connection.authenticated = True
                     decoder.max_length = self.config.max_message_length
                     self._sessions[process_id] = session
+                    if self.metrics is not None:
+                        self.metrics.sessions.inc()
                 if len(out) > _WRITE_HIGH_WATER:
                     writer.write(bytes(out))
                     out.clear()
@@ -492,28 +617,79 @@ async def serve(
     *,
     stop: asyncio.Event | None = None,
     ready: Callable[[Server], None] | None = None,
+    operations: Operations | None = None,
+    on_reload: Callable[[Policy], None] | None = None,
 ) -> None:
-    """Serve until `stop` is set (forever without one), then shut down and close the engine."""
-    server = Server(engine, config)
+    """Serve until `stop` is set (forever without one), then shut down and close the engine.
+
+    `operations`: serve metrics (in this process's memory, budgets read from the ledger at scrape
+    time) and, on SIGHUP (in the main thread only), re-read `policy_file` (Server.reload_file);
+    `on_reload(policy)` is then called with each accepted policy (the console shows it)."""
+    from dpproxy.metrics import BudgetCollector, Metrics, start_endpoint
+
+    ops = operations or Operations()
+    metrics = Metrics() if ops.metrics_port is not None else None
+    server = Server(engine, config, metrics=metrics)
+    endpoint = None
+    reloads: Reloads | None = None
+    pending: set[asyncio.Future[bool]] = set()
     try:
         await server.start()
+        if metrics is not None and ops.metrics_port is not None:
+            metrics.registry.register(BudgetCollector(lambda: server.engine))
+            endpoint = start_endpoint(metrics.registry, ops.metrics_host, ops.metrics_port)
+            server.metrics_port = endpoint.port
+        if ops.policy_file is not None:
+            policy_file = ops.policy_file
+            reloads = Reloads(policy_file, ops.status_file, engine.policy)
+
+            async def hangup() -> bool:
+                accepted = await server.reload_file(policy_file, reloads)
+                if accepted and on_reload is not None:
+                    try:
+                        on_reload(server.engine.policy)
+                    except Exception as error:
+                        log.error("could not hand the reloaded policy on: %s", failure(error))
+                return accepted
+
+            def on_hangup() -> None:
+                future = asyncio.ensure_future(hangup())
+                pending.add(future)
+                future.add_done_callback(pending.discard)
+
+            with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hangup)
         if ready is not None:
             ready(server)
         await (stop.wait() if stop is not None else asyncio.Event().wait())
+        if pending:
+            await asyncio.wait(set(pending), timeout=60)
         await server.shutdown()
     finally:
+        if endpoint is not None:
+            endpoint.close()
+        if reloads is not None:
+            reloads.remove()
         server.close_engine()
 
 
-def run_server(engine: Engine, config: ServerConfig, *, ready: Callable[[Server], None] | None = None) -> int:
-    """Serve in the calling thread until SIGTERM or SIGINT; returns the exit status (0)."""
+def run_server(
+    engine: Engine,
+    config: ServerConfig,
+    *,
+    ready: Callable[[Server], None] | None = None,
+    operations: Operations | None = None,
+    on_reload: Callable[[Policy], None] | None = None,
+) -> int:
+    """Serve in the calling thread until SIGTERM or SIGINT; returns the exit status (0). SIGHUP
+    reloads the policy when `operations` names its file (then `on_reload(policy)`)."""
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await serve(engine, config, stop=stop, ready=ready)
+        await serve(engine, config, stop=stop, ready=ready, operations=operations, on_reload=on_reload)
 
     asyncio.run(main())
     return 0
@@ -534,8 +710,11 @@ class BackgroundServer:
         catalog: ShadowCatalog | None = None,
         slot: tuple[int, int] = (0, 1),
         forward_cancel: CancelForward | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
-        self.server = Server(engine, config, catalog=catalog, slot=slot, forward_cancel=forward_cancel)
+        self.server = Server(
+            engine, config, catalog=catalog, slot=slot, forward_cancel=forward_cancel, metrics=metrics
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="dpproxy-server", daemon=True)
         self._started = threading.Event()
@@ -567,6 +746,18 @@ class BackgroundServer:
         """Server.cancel_request from any thread (as a forwarded cancel request arrives)."""
         self._loop.call_soon_threadsafe(self.server.cancel_request, request)
 
+    def reload(self, policy: Policy) -> None:
+        """Server.reload from any thread; raises what it raises (PolicyError: nothing changed)."""
+        asyncio.run_coroutine_threadsafe(self.server.reload(policy), self._loop).result(timeout=120)
+
+    def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)` through Server.run_blocking, called from the server's event loop."""
+
+        async def call() -> Any:
+            return await self.server.run_blocking(function, *args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=120)
+
     def stop(self) -> None:
         if self._thread.is_alive():
             future = asyncio.run_coroutine_threadsafe(self.server.shutdown(), self._loop)
@@ -584,4 +775,13 @@ class BackgroundServer:
         self.stop()
 
 
-__all__ = ["BackgroundServer", "DPProxyError", "Server", "ServerConfig", "run_server", "serve"]
+__all__ = [
+    "BackgroundServer",
+    "DPProxyError",
+    "Operations",
+    "Server",
+    "ServerConfig",
+    "reloaded_engine",
+    "run_server",
+    "serve",
+]

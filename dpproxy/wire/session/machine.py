@@ -11,6 +11,12 @@ catalog statements go to the shadow catalog, queries on exposed tables to the en
 `engine.explain`. Calls that may block (engine, catalog, budget, routing of long text) run in the
 server's worker threads through `EngineCatalogAuth.run_blocking`.
 
+Each statement an analyst sends after authentication gets an audit record (dpproxy.audit): made
+when it arrives, named by dpproxy.audit.CURRENT while it runs (the engine fills in what it knows
+and the ledger writes it with any charge), finished with its status and SQLSTATE once its answer
+is queued, then handed to `EngineCatalogAuth.observe`. A record holds the statement as sent, its
+parameters apart, and the number of rows released, never a row.
+
 Nothing reaches the engine or the catalog before authentication succeeds. Errors a client sees are
 DPProxyErrors rendered here once; any other exception becomes a fixed internal-error message, and
 its text (which could hold a value) goes only to the operator's log.
@@ -20,9 +26,12 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from types import MappingProxyType
 
+from dpproxy.audit import CURRENT, StatementRecord, Status, new_session_id
 from dpproxy.backends import STATEMENT_TIMEOUT, Cancellation
 from dpproxy.errors import (
     DPProxyError,
@@ -94,13 +103,31 @@ class _EncodedRows(codec.BackendMessage):
 
 INTERNAL_ERROR = "internal error in dpproxy; the operator's log has the details"
 
+# The SQLSTATE recorded for a statement whose client went away while its answer was sent.
+_CONNECTION_LOST = "08006"
+
+
+def client_address(peer: object) -> str:
+    """A client's address as audit records show it, from the socket's peername: "host:port"
+    ("[host]:port" for IPv6), else the peername's text."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = str(peer[0]), peer[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(peer) if peer else ""
+
 
 class Session(SessionCommands, PortalCommands):
     """One connection's protocol state. `start()` the startup packet, then `handle()` each message;
     both return the backend messages to send. `closing` turns True when the connection must end."""
 
-    def __init__(self, shared: EngineCatalogAuth, process_id: int, secret_key: int) -> None:
+    def __init__(
+        self, shared: EngineCatalogAuth, process_id: int, secret_key: int, *, client: str = ""
+    ) -> None:
         self.shared = shared
+        # For audit records: the client's "host:port", this session's random id, its statement count.
+        self.client = client
+        self.session_id = new_session_id()
+        self._statement_count = 0
         self.engine = shared.engine
         self.process_id = process_id
         self.secret_key = secret_key
@@ -325,12 +352,63 @@ class Session(SessionCommands, PortalCommands):
         for name in [n for n, p in self._portals.items() if not p.holdable]:
             del self._portals[name]
 
+    # -- audit records --------------------------------------------------------------------------
+
+    @contextmanager
+    def _audited(
+        self, text: str, parameters: Sequence[object] = (), statement: Statement | None = None
+    ) -> Iterator[StatementRecord]:
+        """The audit record of one statement, CURRENT while the block runs (and so in the worker
+        threads it calls), finished and observed when the block ends: refused or failed by the
+        DPProxyError (or, with XX000, any other exception) that leaves it, or recorded inside."""
+        self._statement_count += 1
+        record = StatementRecord(
+            self.user,
+            text,
+            tuple(parameters),
+            client=self.client,
+            session_id=self.session_id,
+            statement_id=self._statement_count,
+        )
+        if statement is not None:
+            self._note_kind(record, statement)
+        token = CURRENT.set(record)
+        try:
+            yield record
+        except DPProxyError as error:
+            record.error(error.sqlstate)
+            raise
+        except BaseException:
+            record.error(InternalError.sqlstate)
+            raise
+        finally:
+            CURRENT.reset(token)
+            if not record.kind:
+                record.kind = "query"  # refused before the engine knew what it was
+            record.finish()
+            self.shared.observe(record)
+
+    @staticmethod
+    def _note_kind(record: StatementRecord, statement: Statement) -> None:
+        # The engine names its own statements (private, public, constant, empty).
+        if statement.kind is not Kind.ENGINE and not record.kind:
+            record.kind = statement.kind.value
+
+    @staticmethod
+    def _note_answer(record: StatementRecord, outcome: Outcome) -> None:
+        if outcome.stream is not None:
+            record.rows = outcome.stream.rows
+        elif outcome.counted:
+            record.rows = len(outcome.rows)
+
     # -- simple query ---------------------------------------------------------------------------
 
     async def _simple_query(self, sql: str, out: list[BackendMessage]) -> None:
         try:
             texts = await self.shared.split(sql)
         except DPProxyError as error:
+            with self._audited(sql) as record:
+                record.error(error.sqlstate)
             out.append(codec.error_from(error))
             self._after_error(extended=False)
             out.append(ReadyForQuery(self.status.value))
@@ -344,22 +422,29 @@ class Session(SessionCommands, PortalCommands):
             self._settings.begin()
         failed = False
         for text in texts:
-            try:
-                statement = await self.shared.route(text)
-                self._check_not_aborted(statement)
-                outcome = await self._run(
-                    statement, [], in_implicit_block=implicit_block, stream=self.send_now is not None
-                )
-                if outcome.stream is not None:
-                    assert outcome.columns is not None
-                    out.append(RowDescription(outcome.columns, (0,) * len(outcome.columns)))
-                    await self._send_stream(outcome, (0,) * len(outcome.columns), out)
-                else:
-                    self._send_outcome(outcome, out)
-            except DPProxyError as error:
-                out.append(codec.error_from(error))
-                self._after_error(extended=False)
-                failed = True
+            with self._audited(text) as record:
+                try:
+                    statement = await self.shared.route(text)
+                    self._note_kind(record, statement)
+                    self._check_not_aborted(statement)
+                    outcome = await self._run(
+                        statement, [], in_implicit_block=implicit_block, stream=self.send_now is not None
+                    )
+                    if outcome.stream is not None:
+                        assert outcome.columns is not None
+                        out.append(RowDescription(outcome.columns, (0,) * len(outcome.columns)))
+                        await self._send_stream(outcome, (0,) * len(outcome.columns), out)
+                    else:
+                        sending = time.perf_counter()
+                        self._send_outcome(outcome, out)
+                        record.add_stage("wire", time.perf_counter() - sending)
+                    self._note_answer(record, outcome)
+                except DPProxyError as error:
+                    record.error(error.sqlstate)
+                    out.append(codec.error_from(error))
+                    self._after_error(extended=False)
+                    failed = True
+            if failed:
                 break
         if implicit_block and self.status is TransactionStatus.IDLE:
             # Statements of one Query string form one transaction, as in PostgreSQL.
@@ -396,6 +481,9 @@ class Session(SessionCommands, PortalCommands):
         stream = outcome.stream
         assert stream is not None and outcome.columns is not None and self.send_now is not None
         exhausted = False
+        record = CURRENT.get()
+        sending = time.perf_counter()
+        engine_before = _engine_seconds(record)
         try:
             while True:
                 batch = await self.shared.run_blocking(next, stream, None)
@@ -409,6 +497,8 @@ class Session(SessionCommands, PortalCommands):
                     # The client is gone: stop the query (its charge stands) and end the connection.
                     self.closing = True
                     self._abandoned = True
+                    if record is not None:
+                        record.status, record.sqlstate = Status.FAILED, _CONNECTION_LOST
                     return
                 finally:
                     out.clear()
@@ -416,6 +506,9 @@ class Session(SessionCommands, PortalCommands):
             if not exhausted:
                 await self.shared.run_blocking(stream.close)
             self._end_stream(outcome)
+            if record is not None:
+                engine = _engine_seconds(record) - engine_before
+                record.add_stage("wire", max(0.0, time.perf_counter() - sending - engine))
         summary = stream.summary
         if summary is not None and summary.notice:
             out.extend(self._visible([codec.notice(summary.notice)]))
@@ -570,6 +663,7 @@ class Session(SessionCommands, PortalCommands):
                 epsilon=self._epsilon,
                 cancel=cancel,
                 stream=stream,
+                record=CURRENT.get(),
             )
             if isinstance(result, ResultStream):
                 # Sent batch by batch by the caller, which disarms the timeout once it is sent.
@@ -669,3 +763,11 @@ class Session(SessionCommands, PortalCommands):
         self.status = TransactionStatus.IDLE
         for name in [n for n, p in self._portals.items() if not p.holdable]:
             del self._portals[name]
+
+
+def _engine_seconds(record: StatementRecord | None) -> float:
+    """The seconds a record's engine stages (plan, backend, noise) add up to so far."""
+    if record is None:
+        return 0.0
+    stages = record.stages
+    return stages.get("plan", 0.0) + stages.get("backend", 0.0) + stages.get("noise", 0.0)

@@ -8,11 +8,17 @@ statement is run once, when first executed (a cursor's when declared), and its r
 kept: paging never runs, nor charges, a private query again. Parameters are decoded here, with the
 session's text format; describing a statement asks the engine or the catalog without running it.
 It never touches a socket; messages come decoded and leave as codec objects.
+
+Audit: a portal's first Execute is one statement (its record has the Parse text and the Bind
+values apart), and so is a Parse that is refused; Bind, Describe, later Executes of a suspended
+portal and Close are not statements of their own.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from dpproxy.errors import (
@@ -54,6 +60,7 @@ from dpproxy.wire.types import (
 )
 
 if TYPE_CHECKING:
+    from dpproxy.audit import StatementRecord
     from dpproxy.wire.session.shared import EngineCatalogAuth
 
 
@@ -75,6 +82,9 @@ class PortalCommands:
     _statements: dict[str, PreparedStatement]
     _portals: dict[str, Portal]
     send_now: Callable[[list[BackendMessage]], Awaitable[None]] | None
+    _audited: Callable[..., AbstractContextManager[StatementRecord]]
+    _note_kind: Callable[[StatementRecord, Statement], None]
+    _note_answer: Callable[[StatementRecord, Outcome], None]
 
     # -- cursors --------------------------------------------------------------------------------
 
@@ -163,7 +173,7 @@ class PortalCommands:
                 raise DuplicatePreparedStatement(f'prepared statement "{name}" already exists')
             given = tuple(BY_NAME[t].oid for t in statement.type_names)
             oids, columns = await self._describe_statement(inner, given)
-            self._statements[name] = PreparedStatement(name, inner, oids, columns)
+            self._statements[name] = PreparedStatement(name, inner, oids, columns, inner.sql)
             return Outcome("PREPARE")
         prepared = self._statements.get(name)
         if prepared is None or not name:
@@ -210,6 +220,15 @@ class PortalCommands:
         # Flush: the server writes whatever is pending whenever it waits for input.
 
     async def _parse(self, message: codec.Parse) -> None:
+        try:
+            await self._prepare(message)
+        except Exception:
+            # A refused Parse is a statement the analyst sent: recorded (a successful one is
+            # recorded when executed).
+            with self._audited(message.sql):
+                raise
+
+    async def _prepare(self, message: codec.Parse) -> None:
         if message.statement and message.statement in self._statements:
             raise DuplicatePreparedStatement(f'prepared statement "{message.statement}" already exists')
         texts = await self.shared.split(message.sql)
@@ -218,7 +237,9 @@ class PortalCommands:
         statement = await self.shared.route(texts[0] if texts else "")
         self._check_not_aborted(statement)
         oids, columns = await self._describe_statement(statement, message.parameter_oids)
-        self._statements[message.statement] = PreparedStatement(message.statement, statement, oids, columns)
+        self._statements[message.statement] = PreparedStatement(
+            message.statement, statement, oids, columns, message.sql
+        )
 
     async def _describe_statement(
         self, statement: Statement, given: tuple[int, ...]
@@ -372,38 +393,63 @@ class PortalCommands:
             raise InvalidCursorName(f'portal "{message.portal}" does not exist')
         if portal.outcome is None:
             assert portal.prepared is not None
-            self._check_not_aborted(portal.prepared.statement)
-            # An Execute for all rows streams a large private answer; one with a row limit keeps the
-            # released rows for the portal's later Executes.
-            stream = message.max_rows == 0 and self.send_now is not None
-            outcome = await self._run(portal.prepared.statement, portal.parameters, stream=stream)
-            portal.outcome = outcome
-            if outcome.empty:
-                portal.done = True
-                out.append(codec.EmptyQueryResponse())
-                return
-            out.extend(self._visible(outcome.notices))
-            if outcome.copy is not None:
-                portal.done = True
-                self._append_copy(outcome, out)
-                return
-            if portal.columns is None or (
-                outcome.columns is not None and len(outcome.columns) != len(portal.columns)
-            ):
-                portal.columns = outcome.columns
-            if outcome.stream is not None:
-                portal.done = True
-                if portal.columns is None:
-                    # Described as returning no rows: as below, the rows are not sent.
-                    await self.shared.run_blocking(outcome.stream.close)
-                    self._end_stream(outcome)
-                    out.append(CommandComplete(outcome.tag))
-                    return
-                formats = expand_formats(portal.formats, len(portal.columns))
-                await self._send_stream(outcome, formats, out)
-                portal.position = 0  # the rows were not kept: a finished portal completes with none
-                return
+            prepared = portal.prepared
+            with self._audited(
+                prepared.text or prepared.statement.sql, portal.parameters, prepared.statement
+            ) as record:
+                sending = await self._execute_first(portal, message, out)
+                if portal.outcome is not None:
+                    self._note_answer(record, portal.outcome)
+                    if sending is not None:
+                        record.add_stage("wire", time.perf_counter() - sending)
+            return
+        await self._execute_again(portal, message, out)
+
+    async def _execute_first(
+        self, portal: Portal, message: codec.Execute, out: list[BackendMessage]
+    ) -> float | None:
+        """A portal's first Execute runs its statement. Returns when the answer started to be queued
+        (None for a streamed answer, which times itself)."""
+        assert portal.prepared is not None
+        self._check_not_aborted(portal.prepared.statement)
+        # An Execute for all rows streams a large private answer; one with a row limit keeps the
+        # released rows for the portal's later Executes.
+        stream = message.max_rows == 0 and self.send_now is not None
+        outcome = await self._run(portal.prepared.statement, portal.parameters, stream=stream)
+        sending = time.perf_counter()
+        portal.outcome = outcome
+        if outcome.empty:
+            portal.done = True
+            out.append(codec.EmptyQueryResponse())
+            return sending
+        out.extend(self._visible(outcome.notices))
+        if outcome.copy is not None:
+            portal.done = True
+            self._append_copy(outcome, out)
+            return sending
+        if portal.columns is None or (
+            outcome.columns is not None and len(outcome.columns) != len(portal.columns)
+        ):
+            portal.columns = outcome.columns
+        if outcome.stream is not None:
+            portal.done = True
+            if portal.columns is None:
+                # Described as returning no rows: as below, the rows are not sent.
+                await self.shared.run_blocking(outcome.stream.close)
+                self._end_stream(outcome)
+                out.append(CommandComplete(outcome.tag))
+                return sending
+            formats = expand_formats(portal.formats, len(portal.columns))
+            await self._send_stream(outcome, formats, out)
+            portal.position = 0  # the rows were not kept: a finished portal completes with none
+            return None
+        await self._execute_again(portal, message, out)
+        return sending
+
+    async def _execute_again(self, portal: Portal, message: codec.Execute, out: list[BackendMessage]) -> None:
+        """An Execute of a portal whose statement has run: its next rows (or its completion)."""
         outcome = portal.outcome
+        assert outcome is not None
         if outcome.empty:
             out.append(codec.EmptyQueryResponse())
             return

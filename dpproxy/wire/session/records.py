@@ -59,6 +59,7 @@ class PreparedStatement:
     statement: Statement
     parameter_oids: tuple[int, ...]
     columns: tuple[WireColumn, ...] | str | None  # str: FROM_CURSOR
+    text: str = ""  # as the client sent it (Parse, PREPARE), for the audit records of its executions
 
 
 @dataclass

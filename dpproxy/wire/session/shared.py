@@ -54,6 +54,7 @@ class EngineCatalogAuth:
 
     def observe(self, record: StatementRecord) -> None:
         """A statement has finished (answered, refused or failed) and its answer was sent."""
+        self.engine.audit(record)  # queued for the audit log's thread: the loop never waits
         for hook in self.hooks:
             hook(record)
 

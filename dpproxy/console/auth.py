@@ -1,0 +1,119 @@
+"""Logging data owners in to the console: password checks, sessions and the brake on guessing.
+
+This module owns checking a submitted password against an owner's SCRAM-SHA-256 verifier from the
+policy's `console:` section (SaltedPassword from the verifier's salt and iterations, then ClientKey
+and StoredKey, compared in constant time), the sessions a login opens (a random token, kept in
+memory, that expires), and the per-address limit on failed logins.
+
+It must never store, log or show a password or a verifier's fields; a session token is only ever
+sent in the cookie that carries it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from dpproxy import scram
+from dpproxy.policy import ConsolePolicy
+
+COOKIE = "dpproxy_console"
+# Failed logins allowed per client address within FAILURE_WINDOW seconds before it must wait.
+MAX_FAILURES = 5
+FAILURE_WINDOW = 60.0
+
+# Checked when the name is unknown, so that a wrong name takes as long as a wrong password.
+_DECOY = scram.parse_verifier(scram.make_verifier(secrets.token_urlsafe(16)))
+
+
+def check_password(console: ConsolePolicy, name: str, password: str) -> bool:
+    """True when `password` is the password of owner `name` (constant time in the password)."""
+    owner = console.owner(name)
+    verifier = scram.parse_verifier(owner.password) if owner is not None else _DECOY
+    salted = scram.salted_password(password, verifier.salt, verifier.iterations)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    stored_key = hashlib.sha256(client_key).digest()
+    return hmac.compare_digest(stored_key, verifier.stored_key) and owner is not None
+
+
+@dataclass(frozen=True)
+class Session:
+    owner: str
+    expires: float  # time.monotonic()
+
+
+class Sessions:
+    """Open logins by token. Thread-safe; tokens live in memory only (a restart logs everyone out)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def open(self, owner: str, minutes: int) -> str:
+        token = secrets.token_urlsafe(32)
+        with self._lock:
+            self._expire()
+            self._sessions[token] = Session(owner, time.monotonic() + minutes * 60)
+        return token
+
+    def owner(self, token: str | None) -> str | None:
+        """The owner a live session token belongs to, or None."""
+        if not token:
+            return None
+        with self._lock:
+            session = self._sessions.get(token)
+            if session is None:
+                return None
+            if session.expires <= time.monotonic():
+                del self._sessions[token]
+                return None
+            return session.owner
+
+    def close(self, token: str | None) -> None:
+        if token:
+            with self._lock:
+                self._sessions.pop(token, None)
+
+    def close_others(self, owners: set[str]) -> None:
+        """Log out every session whose owner is not in `owners` (after a policy reload removed one)."""
+        with self._lock:
+            for token in [t for t, s in self._sessions.items() if s.owner not in owners]:
+                del self._sessions[token]
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for token in [t for t, s in self._sessions.items() if s.expires <= now]:
+            del self._sessions[token]
+
+
+class Failures:
+    """Failed logins per client address in the last FAILURE_WINDOW seconds."""
+
+    def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW) -> None:
+        self.limit = limit
+        self.window = window
+        self._seen: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def blocked(self, address: str) -> bool:
+        with self._lock:
+            return len(self._recent(address)) >= self.limit
+
+    def add(self, address: str) -> None:
+        with self._lock:
+            self._recent(address).append(time.monotonic())
+
+    def _recent(self, address: str) -> deque[float]:
+        seen = self._seen.setdefault(address, deque())
+        cutoff = time.monotonic() - self.window
+        while seen and seen[0] <= cutoff:
+            seen.popleft()
+        if len(self._seen) > 10_000:  # forget quiet addresses rather than grow without bound
+            for quiet in [a for a, times in self._seen.items() if not times and a != address]:
+                del self._seen[quiet]
+        return seen

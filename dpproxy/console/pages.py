@@ -1,0 +1,230 @@
+"""What the console's pages show, computed from the policy and the ledger: budgets over time, the
+policy as the proxy sees it, and the audit log's filters.
+
+This module owns turning an analyst's ledger entries into a cumulative spending chart (ε-equivalent
+after each charge, composed the way the ledger composes: dpproxy.budget.composition), drawn as SVG
+geometry for the templates, and the read-only views of the policy.
+
+It must never see data or a credential: the ledger holds costs and statement texts, the policy
+bounds and limits; verifiers and md5 hashes are never copied into a view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from dpproxy.budget import EntryStatus, Ledger
+from dpproxy.budget.composition import Totals
+from dpproxy.policy import Policy, TablePolicy
+from dpproxy.privacy.accounting import Cost
+from dpproxy.results import remaining_figure, spent_figure
+
+HISTORY = 2000  # the newest entries per analyst the chart draws
+WIDTH, HEIGHT = 560, 180  # the chart's drawing area (SVG user units)
+LEFT, TOP, BOTTOM = 48, 12, 28  # margins for the axis labels
+
+
+@dataclass(frozen=True)
+class Chart:
+    path: str  # the SVG polyline's points: cumulative ε-equivalent, a step per charge
+    limit_y: float
+    y_labels: tuple[tuple[float, str], ...]
+    x_labels: tuple[tuple[float, str], ...]
+    width: int = WIDTH + LEFT + 12
+    height: int = HEIGHT + TOP + BOTTOM
+    left: int = LEFT
+    right: int = WIDTH + LEFT
+    top: int = TOP
+    bottom: int = HEIGHT + TOP
+    charges: int = 0
+
+
+@dataclass(frozen=True)
+class AnalystBudget:
+    name: str
+    spent: str  # ε-equivalent, rounded up
+    remaining: str  # rounded down
+    limit: float
+    delta_spent: str
+    delta_limit: float
+    percent: float
+    chart: Chart
+
+
+def budgets(policy: Policy, ledger: Ledger, now: datetime | None = None) -> list[AnalystBudget]:
+    """Every analyst of the policy: spent, remaining, and spending over time."""
+    now = now or datetime.now(UTC)
+    shown = []
+    for analyst in policy.analysts:
+        limit = Cost(analyst.epsilon, analyst.delta)
+        spent = ledger.spent(analyst.name)
+        totals = Totals(Decimal(spent.epsilon), Decimal(spent.delta), Decimal(spent.rho))
+        worth = totals.worth(limit.delta)
+        left = max(0.0, limit.epsilon - worth)
+        points = _spending(ledger, analyst.name, totals, limit)
+        shown.append(
+            AnalystBudget(
+                analyst.name,
+                spent_figure(worth, limit.epsilon),
+                remaining_figure(left, limit.epsilon),
+                limit.epsilon,
+                spent_figure(spent.delta, limit.delta),
+                limit.delta,
+                min(100.0, 100.0 * worth / limit.epsilon) if limit.epsilon else 0.0,
+                chart(points, limit.epsilon, now),
+            )
+        )
+    return shown
+
+
+def _spending(ledger: Ledger, analyst: str, totals: Totals, limit: Cost) -> list[tuple[datetime, float]]:
+    """(time, ε-equivalent spent just after it), oldest first; the first point is what was spent
+    before the entries drawn (0 for an analyst whose whole history fits)."""
+    points: list[tuple[datetime, float]] = []
+    entries = [e for e in ledger.history(analyst, HISTORY) if e.status != EntryStatus.RELEASED]
+    for entry in entries:  # newest first: walk the totals back
+        points.append((_aware(entry.created_at), totals.worth(limit.delta)))
+        totals = totals.minus(entry.cost)
+    if points:
+        points.append((points[-1][0], max(0.0, totals.worth(limit.delta))))
+    points.reverse()
+    return points
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def chart(points: list[tuple[datetime, float]], limit: float, now: datetime) -> Chart:
+    """A step chart of cumulative spending from the first charge to `now`, against `limit`."""
+    top_value = max([limit, *(v for _, v in points)]) or 1.0
+    start = points[0][0] if points else now
+    span = max((now - start).total_seconds(), 1.0)
+
+    def x(moment: datetime) -> float:
+        return LEFT + WIDTH * (moment - start).total_seconds() / span
+
+    def y(value: float) -> float:
+        return TOP + HEIGHT * (1 - min(value, top_value) / top_value)
+
+    coordinates: list[tuple[float, float]] = []
+    previous = 0.0
+    for moment, value in points:
+        coordinates.append((x(moment), y(previous)))
+        coordinates.append((x(moment), y(value)))
+        previous = value
+    coordinates.append((LEFT + WIDTH, y(previous)))
+    if not points:
+        coordinates.insert(0, (LEFT, y(0.0)))
+    path = " ".join(f"{a:.1f},{b:.1f}" for a, b in coordinates)
+    y_labels = ((y(0.0), "0"), (y(limit), f"{limit:g}"))
+    middle = start + (now - start) / 2
+    x_labels = tuple(
+        (x(moment), moment.strftime("%Y-%m-%d %H:%M"))
+        for moment in ((start, middle, now) if points else (now,))
+    )
+    return Chart(path, y(limit), y_labels, x_labels, charges=max(0, len(points) - 1))
+
+
+@dataclass(frozen=True)
+class ColumnView:
+    name: str
+    type: str
+    bounds: str
+    public_values: str
+    notes: str
+
+
+@dataclass(frozen=True)
+class TableView:
+    name: str
+    schema: str | None
+    public: bool
+    privacy_unit: str
+    max_rows_per_unit: int
+    max_groups_per_unit: int
+    row_bounding: str
+    notes: str
+    columns: tuple[ColumnView, ...]
+
+
+@dataclass(frozen=True)
+class AnalystView:
+    name: str
+    epsilon: float
+    delta: float
+    max_epsilon_per_query: str
+    logs_in: str  # which credentials exist (never their values)
+
+
+def table_views(policy: Policy) -> list[TableView]:
+    return [_table_view(t) for t in policy.tables]
+
+
+def _table_view(table: TablePolicy) -> TableView:
+    columns = tuple(
+        ColumnView(
+            c.name,
+            c.type.value,
+            f"{c.lower} … {c.upper}" if c.bounded else "",
+            ", ".join(str(v) for v in c.public_values) if c.public_values is not None else "",
+            "; ".join(
+                n
+                for n in (
+                    "the privacy unit" if c.name == table.privacy_unit else "",
+                    "not summable" if not c.summable else "",
+                    f"grid scale {c.scale}" if c.scale is not None else "",
+                )
+                if n
+            ),
+        )
+        for c in table.columns
+    )
+    notes = "; ".join(
+        n
+        for n in (
+            "unit_unique: vouched one row per person" if table.unit_unique else "",
+            "randomized response for COUNT(DISTINCT unit)" if table.randomized_response else "",
+            "columns read from the database" if table.public and not table.columns else "",
+        )
+        if n
+    )
+    return TableView(
+        table.name,
+        table.schema,
+        table.public,
+        "—" if table.public else (table.privacy_unit or "each row"),
+        table.max_rows_per_unit,
+        table.max_groups_per_unit,
+        table.row_bounding,
+        notes,
+        columns,
+    )
+
+
+def analyst_views(policy: Policy) -> list[AnalystView]:
+    views = []
+    for a in policy.analysts:
+        credentials = [name for name, present in (("SCRAM", a.password), ("md5", a.md5_password)) if present]
+        views.append(
+            AnalystView(
+                a.name,
+                a.epsilon,
+                a.delta,
+                f"{a.max_epsilon_per_query:g}" if a.max_epsilon_per_query is not None else "policy default",
+                ", ".join(credentials) or "CLI and Python API only",
+            )
+        )
+    return views
+
+
+def parse_moment(text: str) -> datetime | None:
+    """A since/until filter: an ISO date or date and time (UTC unless it says otherwise); None if empty.
+    ValueError when malformed."""
+    text = text.strip()
+    if not text:
+        return None
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

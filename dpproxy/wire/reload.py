@@ -1,0 +1,178 @@
+"""Policy reload without restart: reading the policy file again, telling why a new policy was refused,
+and the reload-status file `dpproxy policy reload` waits on.
+
+This module owns the outcome of a reload (`Reloads`: a generation counter, the problems, one log line
+per problem) and the status file's place and shape. Checking a new policy is the engine's (the same
+checks `serve` makes at start: dpproxy.policy's validation, then Engine's comparison with the live
+schema); swapping it in is the server's (`Server.reload`) or, with several workers, the supervisor's
+(dpproxy.wire.workers). A refused policy changes nothing: the running one keeps serving.
+
+The status file holds the generation, whether the last reload was accepted, its problems (policy
+file lines, table and column names: never a value from the data) and when it happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dpproxy.backends import BackendError
+from dpproxy.errors import DPProxyError, PolicyError
+from dpproxy.policy import Policy
+from dpproxy.policy.loading import parse_policy
+
+__all__ = ["ReloadStatus", "Reloads", "policy_text", "problems_of", "read_status", "status_path"]
+
+log = logging.getLogger("dpproxy.reload")
+
+STATUS_SUFFIX = ".reload.json"
+
+
+def status_path(pid_file: Path | None, pid: int) -> Path:
+    """Where the server with `pid` writes its reload status: beside its pid file (`F.reload.json`),
+    else in the user's runtime directory ($XDG_RUNTIME_DIR/dpproxy, or a private one under the temp
+    directory), named by the pid."""
+    if pid_file is not None:
+        return pid_file.with_name(pid_file.name + STATUS_SUFFIX)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) / "dpproxy" if runtime else Path(tempfile.gettempdir()) / f"dpproxy-{os.getuid()}"
+    return base / f"{pid}{STATUS_SUFFIX}"
+
+
+@dataclass
+class ReloadStatus:
+    generation: int  # 0 at start, +1 per reload asked for (accepted or refused)
+    accepted: bool
+    policy: str  # the policy file
+    problems: list[str] = field(default_factory=list)
+    at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    tables: int = 0  # of the policy serving now
+    analysts: int = 0
+
+
+def read_status(path: Path) -> ReloadStatus | None:
+    """The status in `path`; None if there is none (yet) or it cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return ReloadStatus(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write(path: Path, status: ReloadStatus) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=".reload-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(asdict(status), file)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def policy_text(path: Path) -> tuple[str, Policy]:
+    """The policy file's text and the policy it validates to (PolicyError listing every problem)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(
+            [f"{path}: cannot read the policy file ({exc.strerror}); check the path and its permissions"],
+            source=str(path),
+        ) from None
+    except UnicodeDecodeError:
+        raise PolicyError(
+            [f"{path}: the policy file is not UTF-8 text; save it as UTF-8"], source=str(path)
+        ) from None
+    return text, parse_policy(text, str(path))
+
+
+def problems_of(error: BaseException) -> list[str]:
+    """What made a policy unservable, one problem per item: a policy's own problems, a mismatch with the
+    live schema, or an unreachable backend (whose text names where the DSN points, never a password)."""
+    if isinstance(error, PolicyError):
+        return list(error.problems)
+    if isinstance(error, DPProxyError):
+        return [error.message]
+    if isinstance(error, BackendError):
+        return [f"cannot reach the backing database: {error}"]
+    return [f"the policy could not be loaded: {type(error).__name__}"]
+
+
+class Reloads:
+    """The reload outcomes of one server (or supervisor): counted, logged and written to `path`."""
+
+    def __init__(self, policy_file: Path, path: Path | None, policy: Policy) -> None:
+        self.policy_file = policy_file
+        self.path = path
+        self.generation = 0
+        self._lock = threading.Lock()
+        self._status = ReloadStatus(
+            0, True, str(policy_file), tables=len(policy.tables), analysts=len(policy.analysts)
+        )
+        self._save()
+
+    def accepted(self, policy: Policy) -> None:
+        with self._lock:
+            self.generation += 1
+            self._status = ReloadStatus(
+                self.generation,
+                True,
+                str(self.policy_file),
+                tables=len(policy.tables),
+                analysts=len(policy.analysts),
+            )
+            log.info(
+                "policy %s reloaded (generation %d): %d table(s), %d analyst(s); new connections use it",
+                self.policy_file,
+                self.generation,
+                len(policy.tables),
+                len(policy.analysts),
+                extra={"generation": self.generation, "accepted": True},
+            )
+            self._save()
+
+    def refused(self, problems: list[str]) -> None:
+        with self._lock:
+            self.generation += 1
+            self._status = ReloadStatus(
+                self.generation,
+                False,
+                str(self.policy_file),
+                problems=list(problems),
+                tables=self._status.tables,
+                analysts=self._status.analysts,
+            )
+            log.error(
+                "policy %s refused (generation %d): %d problem(s); the running policy stays",
+                self.policy_file,
+                self.generation,
+                len(problems),
+                extra={"generation": self.generation, "accepted": False, "problems": list(problems)},
+            )
+            for problem in problems:
+                log.error(
+                    "policy problem: %s", problem, extra={"generation": self.generation, "problem": problem}
+                )
+            self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            _write(self.path, self._status)
+        except OSError as error:
+            log.warning("cannot write the reload status %s: %s", self.path, error.strerror or error)
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()

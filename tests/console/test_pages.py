@@ -1,0 +1,84 @@
+"""The console's pages over HTTP: budgets from the ledger, the policy without credentials, the
+planner's ± from a plan alone, and the audit log's filters."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dpproxy.budget import open_ledger
+from dpproxy.policy import load_policy
+from dpproxy.privacy.accounting import Cost
+from tests.console.consoles import Client, served
+
+POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def client():
+    policy = load_policy(POLICY)
+    with open_ledger(":memory:") as ledger:
+        for epsilon in (0.5, 0.25, 1.0):
+            ledger.commit(ledger.reserve("alice", Cost(epsilon, 0.0), Cost(10.0, 1e-5), statement="SELECT 1"))
+        ledger.release(ledger.reserve("alice", Cost(2.0, 0.0), Cost(10.0, 1e-5), statement="SELECT 2"))
+        with served(policy, ledger) as running:
+            logged_in = Client(running.url)
+            assert logged_in.login().status == 303
+            yield logged_in
+
+
+def test_budgets_show_spent_and_remaining_and_a_chart_of_each_charge(client):
+    page = client.request("/budgets").body
+    alice = page[page.index('id="budget-alice"') : page.index('id="budget-bob"')]
+    assert '<dd class="spent">1.75</dd>' in alice and '<dd class="remaining">8.25</dd>' in alice
+    assert "<dt>charges drawn</dt><dd>3</dd>" in alice  # the released reservation is not spending
+    points = re.search(r'<polyline class="spent" points="([^"]+)"', alice)[1].split()
+    heights = [float(p.split(",")[1]) for p in points]
+    assert heights == sorted(heights, reverse=True) and len(set(heights)) == 4  # 0, 0.5, 0.75, 1.75
+    bob = page[page.index('id="budget-bob"') :]
+    assert '<dd class="spent">0</dd>' in bob and '<dd class="remaining">2</dd>' in bob
+
+
+def test_the_policy_page_shows_bounds_and_limits_never_a_verifier(client):
+    page = client.request("/policy").body
+    for shown in ("patient_id", "0 … 500000", "healthy, flu, cold", "at most 5 row(s) per unit", "zip_info"):
+        assert shown in page
+    assert "SCRAM-SHA-256$" not in page and "md5" not in page.replace("SCRAM, md5", "")
+    for verifier in re.findall(r'"(SCRAM-SHA-256\$[^"]+)"', POLICY.read_text()):
+        for part in re.split(r"[$:]", verifier)[2:]:
+            assert part not in page
+
+
+def test_the_planner_reports_the_proxys_error_bars_without_data(client):
+    def plan(**query: str) -> dict:
+        path = "/planner.json?" + "&".join(f"{k}={v}" for k, v in query.items())
+        return json.loads(client.request(path).body)
+
+    count = plan(table="patients", column="*", aggregate="COUNT", epsilon="0.1")
+    assert count["sql"] == 'SELECT COUNT(*) FROM "patients"' and count["error"] == 30.0
+    assert plan(table="patients", column="*", aggregate="COUNT", epsilon="1")["error"] == 3.0
+    total = plan(table="visits", column="cost", aggregate="SUM", epsilon="1")
+    assert total["error_text"] == "±2.996e+05" and total["cost_epsilon"] == pytest.approx(1.0)
+    small, large = (
+        plan(table="patients", column="age", aggregate="AVG", epsilon="0.5", rows=rows)["error"]
+        for rows in ("100", "10000")
+    )
+    assert small > large > 0
+    refused = plan(table="patients", column="zip", aggregate="SUM", epsilon="0.5")
+    assert refused["problem"].startswith("42883:") and refused["error"] is None
+    outside = plan(table="patients", column="age", aggregate="AVG", epsilon="5")
+    assert outside["problem"].startswith("22023: per-query epsilon 5 is outside the range")
+    page = client.request("/planner?table=visits&column=cost&aggregate=SUM&epsilon=1").body
+    assert "±2.996e+05" in page and 'value="cost" selected' in page
+
+
+def test_the_audit_page_checks_its_filters(client):
+    page = client.request("/audit?since=yesterday").body
+    assert "Write since and until as dates" in page
+    page = client.request("/audit?status=bogus").body
+    assert "Status is one of ok, refused, failed" in page
+    page = client.request("/audit?analyst=alice&status=ok&since=2020-01-01").body
+    assert 'value="alice" selected' in page and "No statement matches." in page
