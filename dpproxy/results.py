@@ -6,6 +6,7 @@ is kept as for free replay (released values only, never true ones)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -143,6 +144,7 @@ def _round6(value: float, *, up: bool) -> Decimal:
     return exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR)
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of floats; a session shows the same ones often
 def budget_figure(value: float, *, up: bool, slack: float = 0.0) -> str:
     """A budget amount to BUDGET_DIGITS significant digits, rounded up (`up`, for what was spent)
     or down (for what is left), so that a figure shown never promises more than the ledger holds.
@@ -187,6 +189,7 @@ def format_number(value: float | None) -> str:
     return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
+@functools.lru_cache(maxsize=4096)
 def format_bound(value: float | None) -> str:
     """An error bound as format_number shows numbers, but rounded up at the digits shown: a "± at
     95%" printed below the bound it stands for would claim more accuracy than the answer has."""

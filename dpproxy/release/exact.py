@@ -70,6 +70,20 @@ def canonical_value(value: object) -> object:
 _SPELLED_ONE_WAY = frozenset({str, int, bool, type(None)})
 
 
+def _canonical_column(values: Sequence[object]) -> Sequence[object]:
+    """canonical_value of each value of a column (the column itself when no value needs it)."""
+    if set(map(type, values)) <= _SPELLED_ONE_WAY:
+        return values
+    return [canonical_value(v) for v in values]
+
+
+def _int_column(values: Sequence[object]) -> Sequence[int]:
+    """_as_int of each value of a column (the column itself when every value is an int)."""
+    if set(map(type, values)) <= {int}:
+        return values  # type: ignore[return-value]
+    return [_as_int(v) for v in values]
+
+
 def canonical_values(values: Sequence[object]) -> tuple[object, ...]:
     return tuple(canonical_value(v) for v in values)
 
@@ -81,11 +95,16 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
     n_keys, n_components = len(query.keys), len(query.components)
     statements = list(row_sets)
     rows = statements.pop(0) if query.needs_main_statement else []
-    keys, components, units = [], [], []
-    for row in rows:
-        keys.append(canonical_values(row[:n_keys]))
-        components.append([_as_int(v) for v in row[n_keys : n_keys + n_components]])
-        units.append(_as_int(row[n_keys + n_components]))
+    keys: list[tuple[object, ...]] = []
+    components: list[list[int]] = []
+    units: list[int] = []
+    if rows:  # a column at a time: a million groups are read as often as that
+        columns = list(zip(*rows, strict=True))
+        key_columns = [_canonical_column(column) for column in columns[:n_keys]]
+        keys = list(zip(*key_columns, strict=True)) if n_keys else [() for _ in rows]
+        counts = [_int_column(column) for column in columns[n_keys : n_keys + n_components]]
+        components = [list(row) for row in zip(*counts, strict=True)] if n_components else [[] for _ in rows]
+        units = list(_int_column(columns[n_keys + n_components]))
     if not query.keys and not keys:  # an aggregate without GROUP BY has one row; keep the promise
         keys, components, units = [()], [[0] * n_components], [0]
     index = {key: i for i, key in enumerate(keys)}

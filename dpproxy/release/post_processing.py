@@ -137,6 +137,15 @@ class PostProcessor:
     def output(self, row: Sequence[object]) -> tuple[object, ...]:
         return tuple(row[self.first_output :])
 
+    def typed_key_columns(self, keys: Sequence[Sequence[object]]) -> list[list[object]]:
+        """The keys' columns, each value as its column's type (`released` does it row by row)."""
+        if keys and set(map(len, keys)) != {len(self.key_types)}:
+            raise ValueError("a group key has the wrong number of columns")
+        columns = [list(column) for column in zip(*keys, strict=True)] if keys else []
+        if not keys:
+            columns = [[] for _ in self.key_types]
+        return [_converted(c, t) for c, t in zip(columns, self.key_types, strict=True)]
+
     def _project(
         self,
         indices: Sequence[int],
@@ -153,12 +162,7 @@ class PostProcessor:
         of it already."""
         if any(len(column) != len(keys) for column in columns):
             raise ValueError("released keys and aggregates differ in length")
-        if any(len(key) != len(self.key_types) for key in keys):
-            raise ValueError("a group key has the wrong number of columns")
-        key_columns = [list(column) for column in zip(*keys, strict=True)] if keys else []
-        if not keys:
-            key_columns = [[] for _ in self.key_types]
-        key_columns = [_converted(c, t) for c, t in zip(key_columns, self.key_types, strict=True)]
+        key_columns = self.typed_key_columns(keys)
         order: Sequence[int] = range(len(keys))
         if self.key_types and keys:
             rows = list(zip(*key_columns, strict=True))
@@ -176,7 +180,7 @@ class PostProcessor:
 def _converted(values: list[object], pg_type: PgType) -> list[object]:
     """A column's values as its PostgreSQL type's Python values (`_as_type`), copied only if needed."""
     expected = _PYTHON_TYPES.get(pg_type)
-    if expected is not None and all(v is None or type(v) is expected for v in values):
+    if expected is not None and set(map(type, values)) <= {expected, type(None)}:
         return values
     return [_as_type(v, pg_type) for v in values]
 

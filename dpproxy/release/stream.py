@@ -17,6 +17,7 @@ figures over the groups released so far.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from dpproxy.privacy import QueryNoise
@@ -97,10 +98,12 @@ class StreamedRelease:
         query = self.query
         groups = choose_groups(query, exact_groups(query, rows), self.noise)
         released = release_aggregates(query, groups, self.noise)
-        for row_errors in released.group_errors:
-            for a, error in enumerate(row_errors):
-                if error is not None and (self._largest[a] is None or error > self._largest[a]):  # type: ignore[operator]
-                    self._largest[a] = error
+        for a, column_errors_ in enumerate(released.error_columns):
+            known = [e for e in column_errors_ if e is not None]
+            if known and (self._largest[a] is None or max(known) > self._largest[a]):  # type: ignore[operator]
+                self._largest[a] = max(known)
+        if self.processor.project is not None and released.keys:
+            return self._projected(released.keys, released.columns)
         out: list[tuple[object, ...]] = []
         processor = self.processor
         n_aggregates = processor.n_aggregates
@@ -120,6 +123,35 @@ class StreamedRelease:
             if self._left is not None:
                 self._left -= 1
             out.append(processor.output(row))
+        self.rows += len(out)
+        return out
+
+    def _projected(
+        self, keys: Sequence[tuple[object, ...]], columns: Sequence[Sequence[object]]
+    ) -> list[tuple[object, ...]]:
+        """`release`'s loop a column at a time, when each output is a released column (no HAVING):
+        keys as their columns' types, checked strictly increasing in canonical order (by the values
+        themselves when each key column holds only str or only int, as `_plain_key` argues), then
+        OFFSET and LIMIT, then the outputs (PostProcessor.project)."""
+        processor = self.processor
+        typed = list(zip(*processor.typed_key_columns(keys), strict=True))
+
+        def rank(key: Sequence[object]) -> tuple[tuple[object, ...], ...]:
+            return tuple(_orderable(v) if v is not None else _NULL_RANK for v in key)
+
+        if self._last is not None and not self._last < rank(typed[0]):
+            raise StreamOrderError("the backend returned groups out of canonical key order")
+        plain = all(set(map(type, column)) in ({str}, {int}) for column in zip(*typed, strict=True))
+        ordered = typed if plain else [rank(key) for key in typed]
+        if not all(a < b for a, b in itertools.pairwise(ordered)):
+            raise StreamOrderError("the backend returned groups out of canonical key order")
+        self._last = rank(typed[-1])
+        skip = min(self._skip, len(typed))
+        self._skip -= skip
+        end = None if self._left is None else skip + self._left
+        out = processor.project(typed, columns, skip, end)  # type: ignore[misc]
+        if self._left is not None:
+            self._left -= len(out)
         self.rows += len(out)
         return out
 
