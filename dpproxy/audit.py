@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from dpproxy.errors import failure
 from dpproxy.privacy.accounting import Cost
 
 if TYPE_CHECKING:
@@ -260,9 +261,10 @@ class AuditLog:
     def _write(self, batch: Sequence[StatementRecord]) -> None:
         try:
             self.ledger.audit_write(batch)
-        except Exception:
-            # The records are lost, not the statements' answers; the operator's log says so.
-            log.exception("could not write %d audit records", len(batch))
+        except Exception as error:
+            # The records are lost, not the statements' answers; the operator's log says so (the
+            # error's type and place: its text could quote a statement's parameters).
+            log.error("could not write %d audit records: %s", len(batch), failure(error))
 
     def _maybe_prune(self) -> None:
         now = time.monotonic()
@@ -271,8 +273,8 @@ class AuditLog:
         self._next_prune = now + self.PRUNE_EVERY
         try:
             pruned = self.prune()
-        except Exception:
-            log.exception("could not delete old audit records")
+        except Exception as error:
+            log.error("could not delete old audit records: %s", failure(error))
             return
         if pruned:
             log.info("deleted %d audit records older than %d days", pruned, self.retention_days)

@@ -1042,7 +1042,8 @@ def _start_console(
     assert engine.ledger is not None
     ledger = engine.ledger if processes == 1 else open_ledger(ledger_spec)
     try:
-        return BackgroundConsole(Console(engine.policy, ledger), host=host, port=port).start()
+        console = Console(engine.policy, ledger, enforced_unique=engine.enforced_unique)
+        return BackgroundConsole(console, host=host, port=port).start()
     except OSError as e:
         engine.close()
         click.echo(f"ERROR: the console cannot listen on {_address(host, port)}: {e.strerror or e}", err=True)

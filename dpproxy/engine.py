@@ -54,6 +54,7 @@ from dpproxy.errors import (
     QueryCanceled,
     UndefinedColumn,
     UnknownAnalyst,
+    failure,
 )
 from dpproxy.explain import Explanation, explain_plan
 from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
@@ -223,12 +224,15 @@ class Engine:
     _local_session: str = field(default_factory=new_session_id, init=False)
     _local_statements: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
     _audit_log: AuditLog | None = field(default=None, init=False)
+    # unique_columns as read from the backend, before the policy's `unit_unique` is added.
+    enforced_unique: dict[str, frozenset[str]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         if not self.dialect:
             self.dialect = self.backend.dialect if self.backend is not None else "postgres"
         if self.backend is not None:
             self._check_schema()
+        self.enforced_unique = dict(self.unique_columns)  # what the database itself enforces
         # The policy's word adds to what the database enforces, never takes from it.
         for table in self.policy.tables:
             if table.unit_unique and table.privacy_unit is not None:
@@ -238,8 +242,19 @@ class Engine:
             self._audit_log = AuditLog(self.ledger, retention_days=self.policy.server.audit_retention_days)
             try:
                 self._audit_log.prune()  # at open, then once a day while the log writes
-            except Exception:
-                log.exception("could not delete old audit records")
+            except Exception as error:
+                log.error("could not delete old audit records: %s", failure(error))
+
+    def with_policy(self, policy: Policy) -> Engine:
+        """This engine for another policy (a policy reload): the same backend, ledger, dialect,
+        database and audit log, the policy checked against the live schema as a new engine's is
+        (`__post_init__`), and the unique columns read again. Closing either engine closes the
+        shared parts: close only the one in use last."""
+        engine = dataclasses.replace(self, policy=policy, unique_columns={})
+        if self._audit_log is not None:
+            self._audit_log.retention_days = policy.server.audit_retention_days
+            engine._audit_log = self._audit_log  # one writer thread, whatever the reloads
+        return engine
 
     def audit(self, record: StatementRecord) -> None:
         """Write a finished statement's record (in a thread of the audit log's; cheap, never raises).

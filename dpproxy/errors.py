@@ -3,10 +3,13 @@
 Errors are raised where the fault is found and rendered once, at the edge (CLI or wire server).
 A message must say what is wrong and what is allowed instead, naming the table, column or clause
 at fault. It must never contain a value read from a protected table: messages are built only from
-the query text, the policy and the budget.
+the query text, the policy and the budget. Unexpected exceptions never reach a user, and reach the
+operator's log only as `failure` renders them: their type and place, never their text.
 """
 
 from __future__ import annotations
+
+import traceback
 
 
 class DPProxyError(Exception):
@@ -279,3 +282,16 @@ class InternalError(DPProxyError):
     """A fault inside dpproxy itself (never one of the backend's: those are PrivateQueryFailed)."""
 
     sqlstate = "XX000"  # internal_error
+
+
+def failure(error: BaseException) -> str:
+    """An unexpected exception as it may be logged: its type and where it was raised (the innermost
+    frame of dpproxy's, else the last), never its message — a driver's message can quote data."""
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = [f for f in frames if "/dpproxy/" in f.filename.replace("\\", "/")] or frames
+    if not ours:
+        return type(error).__name__
+    frame = ours[-1]
+    where = frame.filename.replace("\\", "/")
+    where = "dpproxy/" + where.rsplit("/dpproxy/", 1)[1] if "/dpproxy/" in where else where.rsplit("/", 1)[-1]
+    return f"{type(error).__name__} at {where}:{frame.lineno} in {frame.name}"

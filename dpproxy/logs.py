@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 import sys
-import traceback
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pythonjsonlogger.json import JsonFormatter
 
 from dpproxy.audit import CURRENT, StatementRecord
+from dpproxy.errors import failure
 
 __all__ = ["LOG_FORMATS", "LOG_LEVELS", "StatementContext", "configure", "failure", "statement_logged"]
 
@@ -101,19 +101,6 @@ def configure(log_format: str = "text", level: str = "warning", *, worker: int |
     root.setLevel(level.upper())
     # A policy reload's outcome is always shown (its problems are errors anyway).
     logging.getLogger("dpproxy.reload").setLevel(min(logging.INFO, root.level))
-
-
-def failure(error: BaseException) -> str:
-    """An unexpected exception as it may be logged: its type and where it was raised (the innermost
-    frame of dpproxy's, else the last), never its message — a driver's message can quote data."""
-    frames = traceback.extract_tb(error.__traceback__)
-    ours = [f for f in frames if "/dpproxy/" in f.filename.replace("\\", "/")] or frames
-    if not ours:
-        return type(error).__name__
-    frame = ours[-1]
-    where = frame.filename.replace("\\", "/")
-    where = "dpproxy/" + where.rsplit("/dpproxy/", 1)[1] if "/dpproxy/" in where else where.rsplit("/", 1)[-1]
-    return f"{type(error).__name__} at {where}:{frame.lineno} in {frame.name}"
 
 
 def statement_logged(record: StatementRecord) -> None:

@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from dpproxy.errors import failure
+
 log = logging.getLogger("dpproxy.watchdog")
 
 
@@ -81,8 +83,8 @@ class _Watchdog:
                 deadline = heapq.heappop(self._heap)[2]
             try:
                 deadline.action()
-            except Exception:  # an action that fails must not stop every other time limit
-                log.exception("a statement time-limit action failed")
+            except Exception as error:  # an action that fails must not stop every other time limit
+                log.error("a statement time-limit action failed: %s", failure(error))
 
 
 _WATCHDOG = _Watchdog()

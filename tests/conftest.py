@@ -11,6 +11,7 @@ PostgreSQL refuses to run as root, so when the tests run as root the cluster bel
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,16 +99,23 @@ def demo_duckdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def demo_pg_dsn(pg_cluster: PgCluster, demo_duckdb: Path) -> Iterator[str]:
-    """DSN of a database in the test cluster loaded from `demo_duckdb`, built once. Do not modify."""
-    name = create_database(pg_cluster, prefix="demo")
+@contextlib.contextmanager
+def demo_database(pg_cluster: PgCluster, demo_duckdb: Path, prefix: str) -> Iterator[str]:
+    """DSN of a new database in the test cluster loaded from `demo_duckdb`, dropped on exit."""
+    name = create_database(pg_cluster, prefix=prefix)
     dsn = pg_cluster.dsn(name)
     try:
         load_into_postgres(demo_duckdb, dsn)
         yield dsn
     finally:
         drop_database(pg_cluster, name)
+
+
+@pytest.fixture(scope="session")
+def demo_pg_dsn(pg_cluster: PgCluster, demo_duckdb: Path) -> Iterator[str]:
+    """DSN of a database in the test cluster loaded from `demo_duckdb`, built once. Do not modify."""
+    with demo_database(pg_cluster, demo_duckdb, "demo") as dsn:
+        yield dsn
 
 
 # --- Spark Connect server -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from importlib.resources import files
 from typing import Any
 
@@ -54,9 +54,19 @@ class Console:
     """The console of one serving process: the policy it shows (swapped by `set_policy` on reload),
     the ledger it reads, and the logins it holds."""
 
-    def __init__(self, policy: Policy, ledger: Ledger, *, failure_delay: float = FAILURE_DELAY) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        ledger: Ledger,
+        *,
+        failure_delay: float = FAILURE_DELAY,
+        enforced_unique: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:
         self._policy = _with_console(policy)
         self.ledger = ledger
+        # What the backing database enforces unique (read by the serving engine at start; empty for
+        # `dpproxy console`, which has no backend): the planner's plans see it as the proxy's do.
+        self.enforced_unique = dict(enforced_unique or {})
         self.sessions = auth.Sessions()
         self.failures = auth.Failures()
         self.failure_delay = failure_delay
@@ -265,7 +275,9 @@ class Console:
             return form, planner.Estimate("", 0.0, problem="ε is a number and rows a whole number above 0")
         if not tables:
             return form, None
-        return form, planner.estimate(policy, table, column, form["aggregate"], epsilon, min(rows, 10**12))
+        return form, planner.estimate(
+            policy, table, column, form["aggregate"], epsilon, min(rows, 10**12), self.enforced_unique
+        )
 
     async def planner_page(self, request: web.Request, owner: str) -> web.StreamResponse:
         form, estimate = self._estimate(request)

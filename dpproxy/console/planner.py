@@ -11,13 +11,14 @@ It must never see data: the engine it is given has no backend, so nothing here c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
 from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import Policy, TablePolicy
-from dpproxy.release.aggregates import _average, _component_errors, _offsets, column_errors
+from dpproxy.release.aggregates import average_error, column_errors
 from dpproxy.sql.query import AggregateKind
 
 # The aggregates the planner offers, as the SQL function it writes.
@@ -70,9 +71,17 @@ def statement(table: str, column: str, aggregate: str) -> str:
 
 
 def estimate(
-    policy: Policy, table: str, column: str, aggregate: str, epsilon: float, rows: int = DEFAULT_ROWS
+    policy: Policy,
+    table: str,
+    column: str,
+    aggregate: str,
+    epsilon: float,
+    rows: int = DEFAULT_ROWS,
+    enforced_unique: Mapping[str, frozenset[str]] | None = None,
 ) -> Estimate:
-    """The ± the proxy would report for `aggregate(column)` over `table` at `epsilon`, from the plan alone."""
+    """The ± the proxy would report for `aggregate(column)` over `table` at `epsilon`, from the plan
+    alone. `enforced_unique`: the columns the backing database enforces unique (Engine.enforced_unique),
+    which decide, as the policy's `unit_unique` does, whether a person has one row."""
     aggregate = aggregate.upper()
     known = policy.table(table)
     if aggregate not in AGGREGATES or known is None or known.public:
@@ -80,7 +89,7 @@ def estimate(
     if column not in ("", "*") and known.column(column) is None:
         return Estimate("", epsilon, problem=f"table {table} has no column {column} in the policy")
     sql = statement(table, column, aggregate)
-    engine = Engine(policy, None, None)
+    engine = Engine(policy, None, None, unique_columns=dict(enforced_unique or {}))
     try:
         plan = engine.plan(sql, epsilon=epsilon)
     except DPProxyError as e:
@@ -92,11 +101,7 @@ def estimate(
     note = None
     if agg.kind is AggregateKind.AVG and agg.interval is not None:
         # The ± of one group with `rows` rows and its mean mid-range, as the release computes it.
-        noisy = [0] * len(plan.noise.columns)
-        _, count = agg.components
-        noisy[count] = max(int(rows), 1)
-        _, error = _average(agg, _offsets(agg), noisy, _component_errors(plan.noise, 2))
-        group_errors = [[error]]
+        group_errors = [[average_error(agg, plan.noise, int(rows))]]
         note = f"for a group of {max(int(rows), 1):,} rows (the ± of AVG shrinks as groups grow)"
     error = column_errors(query, plan.noise, group_errors)[0]
     return Estimate(

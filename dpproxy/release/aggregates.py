@@ -594,6 +594,16 @@ def _offsets(aggregate: Aggregate) -> Span:
     return Span(Decimal(lo - aggregate.centre), Decimal(hi - aggregate.centre))
 
 
+def average_error(aggregate: Aggregate, noise: QueryNoise, count: int) -> float | None:
+    """The ± at 95% AVG would be released with for a group whose noisy count is `count` and whose
+    noisy sum puts its mean at the middle of the column's range (the console's accuracy planner:
+    AVG's ± depends on the group's count)."""
+    noisy = [0] * len(noise.columns)
+    noisy[aggregate.components[1]] = max(count, 1)
+    _, error = _average(aggregate, _offsets(aggregate), noisy, _component_errors(noise, 2))
+    return error
+
+
 def column_errors(
     query: PrivateQuery, noise: QueryNoise, group_errors: Sequence[Sequence[float | None]]
 ) -> list[float | str | None]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import hmac
 import logging
@@ -42,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from dpproxy.backends import BackendError
 from dpproxy.engine import Engine
-from dpproxy.errors import DPProxyError, ProtocolViolation
-from dpproxy.logs import failure, statement_logged
+from dpproxy.errors import DPProxyError, ProtocolViolation, failure
+from dpproxy.logs import statement_logged
 from dpproxy.policy import Policy
 from dpproxy.wire import codec
 from dpproxy.wire.catalog import ShadowCatalog, open_catalog
@@ -106,7 +105,7 @@ def reloaded_engine(engine: Engine, policy: Policy) -> Engine:
     """An engine for `policy` on `engine`'s backend and ledger (and its other settings), after the
     checks a new engine makes (Engine.__post_init__: the policy against the live schema). Closing
     either engine closes the shared backend and ledger: only the server's current one is closed."""
-    return dataclasses.replace(engine, policy=policy, unique_columns={})
+    return engine.with_policy(policy)
 
 
 class _Connection:

@@ -49,8 +49,7 @@ from typing import Any
 
 from dpproxy.backends import BackendError
 from dpproxy.engine import Engine
-from dpproxy.errors import DPProxyError
-from dpproxy.logs import failure
+from dpproxy.errors import DPProxyError, failure
 from dpproxy.policy import Policy
 from dpproxy.policy.loading import parse_policy
 from dpproxy.wire import codec

@@ -20,8 +20,7 @@ import psycopg
 import pytest
 
 from dpproxy.budget import open_ledger
-from dpproxy.demo import load_into_postgres
-from tests.conftest import PgCluster, create_database, drop_database
+from tests.conftest import PgCluster, create_database, demo_database, drop_database
 from tests.wire.test_protocol import ALICE, REPO, Proxy, _start_serve, write_policy
 
 pytestmark = pytest.mark.postgres
@@ -30,13 +29,8 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture(scope="module")
 def lockable_demo(pg_cluster: PgCluster, demo_duckdb: Path) -> Iterator[str]:
     """The demo data in a database of this module's own: its tests lock its tables."""
-    name = create_database(pg_cluster, prefix="auditcrash")
-    dsn = pg_cluster.dsn(name)
-    try:
-        load_into_postgres(demo_duckdb, dsn)
+    with demo_database(pg_cluster, demo_duckdb, "auditcrash") as dsn:
         yield dsn
-    finally:
-        drop_database(pg_cluster, name)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

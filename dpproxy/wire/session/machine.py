@@ -42,6 +42,7 @@ from dpproxy.errors import (
     ProtocolViolation,
     UndefinedDatabase,
     UnknownAnalyst,
+    failure,
 )
 from dpproxy.policy import AnalystPolicy
 from dpproxy.results import ResultStream
@@ -219,8 +220,9 @@ class Session(SessionCommands, PortalCommands):
                 self._fatal(out, error)
             else:
                 out.append(codec.error_from(error))
-        except Exception:
-            log.exception("internal error in session %d", self.process_id)
+        except Exception as unexpected:
+            # Its type and place only: the text of an unexpected exception could hold a value.
+            log.error("internal error in session %d: %s", self.process_id, failure(unexpected))
             if self.phase is not Phase.READY:
                 self._fatal(out, InternalError(INTERNAL_ERROR))
             else:
