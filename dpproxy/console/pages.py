@@ -124,8 +124,7 @@ def chart(points: list[tuple[datetime, float]], limit: float, now: datetime) -> 
     # Times to the second over a short span (the labels would otherwise all read alike).
     shown = "%Y-%m-%d %H:%M" if span >= 3 * 3600 else "%Y-%m-%d %H:%M:%S"
     x_labels = tuple(
-        (x(moment), moment.strftime(shown))
-        for moment in ((start, middle, now) if points else (now,))
+        (x(moment), moment.strftime(shown)) for moment in ((start, middle, now) if points else (now,))
     )
     return Chart(path, y(limit), y_labels, x_labels, charges=max(0, len(points) - 1))
 
