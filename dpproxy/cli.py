@@ -363,6 +363,10 @@ def audit(
     _run(action)
 
 
+# C0 and C1 control characters (ESC, CSI, BEL, …) in an audit table's statement column.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def format_audit(entries: Sequence[AuditEntry], fmt: str) -> str:
     """Audit entries as a table, CSV (a header, then one line per statement) or a JSON array."""
     import csv
@@ -410,6 +414,8 @@ def format_audit(entries: Sequence[AuditEntry], fmt: str) -> str:
         text = " ".join(entry.statement.split())
         if entry.parameters:
             text += " -- " + json.dumps(list(entry.parameters), ensure_ascii=False)
+        # What an analyst wrote never drives the operator's terminal: control characters escaped.
+        text = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
         epsilon = entry.cost.epsilon if not entry.replayed else "replayed"
         rows.append(
             (

@@ -224,6 +224,8 @@ class Engine:
     _local_session: str = field(default_factory=new_session_id, init=False)
     _local_statements: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
     _audit_log: AuditLog | None = field(default=None, init=False)
+    # The policy in force for this engine and those `with_policy` made from it (see `analyst`).
+    _live: _LivePolicy = field(init=False)
     # unique_columns as read from the backend, before the policy's `unit_unique` is added.
     enforced_unique: dict[str, frozenset[str]] = field(default_factory=dict, init=False)
 
@@ -233,6 +235,7 @@ class Engine:
         if self.backend is not None:
             self._check_schema()
         self.enforced_unique = dict(self.unique_columns)  # what the database itself enforces
+        self._live = _LivePolicy(self.policy)
         # The policy's word adds to what the database enforces, never takes from it.
         for table in self.policy.tables:
             if table.unit_unique and table.privacy_unit is not None:
@@ -251,6 +254,7 @@ class Engine:
         (`__post_init__`), and the unique columns read again. Closing either engine closes the
         shared parts: close only the one in use last."""
         engine = dataclasses.replace(self, policy=policy, unique_columns={})
+        engine._live = self._live  # `make_current` once it serves
         if self._audit_log is not None:
             self._audit_log.retention_days = policy.server.audit_retention_days
             engine._audit_log = self._audit_log  # one writer thread, whatever the reloads
@@ -586,12 +590,35 @@ class Engine:
     # -- execution ---------------------------------------------------------------------------------
 
     def analyst(self, name: str) -> AnalystPolicy:
+        """The analyst's policy, with the limits in force now: after a policy reload, a session
+        still on an earlier policy gets the lower of its policy's limits and the current one's, and
+        an analyst the current policy no longer lists is refused (spending stops at once)."""
         analyst = self.policy.analyst(name)
         if analyst is None:
             raise UnknownAnalyst(
                 f'analyst "{name}" is not in the policy', hint="ask the data owner to add you"
             )
-        return analyst
+        current = self._live.policy
+        if current is self.policy:
+            return analyst
+        now = current.analyst(name)
+        if now is None:
+            raise UnknownAnalyst(
+                f'analyst "{name}" is no longer in the policy (it was reloaded)',
+                hint="ask the data owner to add you again",
+            )
+        caps = [c for c in (analyst.max_epsilon_per_query, now.max_epsilon_per_query) if c is not None]
+        return dataclasses.replace(
+            analyst,
+            epsilon=min(analyst.epsilon, now.epsilon),
+            delta=min(analyst.delta, now.delta),
+            max_epsilon_per_query=min(caps) if caps else None,
+        )
+
+    def make_current(self) -> None:
+        """This engine's policy is now the one in force for every engine of its lineage (the ones
+        `with_policy` made): sessions still on an earlier one are held to its limits too."""
+        self._live.policy = self.policy
 
     def budget(self, analyst: str) -> BudgetStatus:
         policy = self.analyst(analyst)
@@ -1348,6 +1375,13 @@ class _TokenEntry:
     parameters: tuple[object | None, ...]  # each parameter's constant; None for a slot's
     slots: tuple[int, ...]  # what fills each slot: an abstracted numeral (i ≥ 0) or $k (−k)
     learned: _LearnedShape
+
+
+@dataclass
+class _LivePolicy:
+    """The policy in force now, shared by an engine and its reloads (Engine.make_current)."""
+
+    policy: Policy
 
 
 def _columns_of(query: PublicQuery) -> list[tuple[str, PgType]]:

@@ -112,7 +112,11 @@ class Console:
 
     @web.middleware
     async def _headers(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        response = await handler(request)
+        try:
+            response = await handler(request)
+        except web.HTTPException as error:  # 403, 404, 405 …: the same headers as every page
+            error.headers.update(_HEADERS)
+            raise
         response.headers.update(_HEADERS)
         return response
 
@@ -152,7 +156,7 @@ class Console:
         form = await request.post()
         name = str(form.get("name", ""))[:200]
         password = str(form.get("password", ""))[:1024]
-        if self.failures.blocked(address):
+        if not self.failures.claim(address):  # counted as failed until the password is found right
             return self.render(
                 "login.html", 429, error="Too many failed logins from your address: wait a minute.", name=name
             )
@@ -163,10 +167,10 @@ class Console:
             None, auth.check_password, console, name, password
         )
         if not good:
-            self.failures.add(address)
             log.warning("console: failed login from %s", address)
             await asyncio.sleep(self.failure_delay)
             return self.render("login.html", 401, error="Wrong name or password.", name=name)
+        self.failures.forgive(address)
         token = self.sessions.open(name, console.session_minutes)
         response = _redirect("/budgets")
         response.set_cookie(

@@ -108,6 +108,23 @@ class Failures:
         with self._lock:
             self._recent(address).append(time.monotonic())
 
+    def claim(self, address: str) -> bool:
+        """Count an attempt as failed before its password is checked, unless the address is blocked
+        (False): attempts sent at once are limited as attempts sent one by one. `forgive` it if good."""
+        with self._lock:
+            recent = self._recent(address)
+            if len(recent) >= self.limit:
+                return False
+            recent.append(time.monotonic())
+            return True
+
+    def forgive(self, address: str) -> None:
+        """Take back the attempt last claimed from `address` (its password was right)."""
+        with self._lock:
+            recent = self._seen.get(address)
+            if recent:
+                recent.pop()
+
     def _recent(self, address: str) -> deque[float]:
         seen = self._seen.setdefault(address, deque())
         cutoff = time.monotonic() - self.window

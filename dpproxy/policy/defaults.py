@@ -135,6 +135,9 @@ def _read_data_epoch(node: Node, path: str, p: Problems) -> int | str | None:
     refused: `true` or `1.5` read as one thing and may be meant as another (`yes`, `1.50`)."""
     fix = 'write a whole number such as 1, or text such as "2024-06-01"'
     if node.kind == "scalar" and node.plain and INTEGER_TEXT.fullmatch(node.text):
+        if len(node.text) > MAX_DATA_EPOCH_LENGTH:
+            p.add(node.line, path, f"must be a whole number of at most {MAX_DATA_EPOCH_LENGTH} digits", fix)
+            return None
         return int(node.text)
     numeric = node.plain and DECIMAL_TEXT.fullmatch(node.text) is not None
     if node.kind != "scalar" or node.value is None or isinstance(node.value, bool | float) or numeric:

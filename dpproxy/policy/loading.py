@@ -47,10 +47,22 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     return parse_policy(text, source)
 
 
+def _unquoted(error: yaml.YAMLError) -> str:
+    """Why the YAML reader refused a text, without quoting the text (it may hold a password)."""
+    character, position = getattr(error, "character", None), getattr(error, "position", None)
+    if isinstance(character, int) and isinstance(position, int):
+        return f"the character U+{character:04X} at offset {position} is not allowed"
+    return type(error).__name__
+
+
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Validate policy YAML `text`; raise PolicyError listing every problem, each naming `source`:line."""
     p = Problems(source)
-    loader = MarkedLoader(text, p)
+    try:
+        loader = MarkedLoader(text, p)
+    except yaml.YAMLError as exc:  # the reader refuses the text itself: a NUL byte, a control character
+        p.add(1, "(yaml)", f"not valid YAML: {_unquoted(exc)}", "save the policy as plain UTF-8 text")
+        p.fail()
     try:
         root = loader.marked_tree()
     except TooManyNodes as exc:

@@ -40,6 +40,9 @@ def read_decimal(node: Node, path: str, p: Problems) -> Decimal | None:
 
 def read_integer(node: Node, path: str, p: Problems) -> int | None:
     if node.kind == "scalar" and node.plain and INTEGER_TEXT.fullmatch(node.text):
+        if len(node.text) > 100:  # beyond any setting (and Python's limit on converting digits)
+            p.add(node.line, path, "is far too large", "write a whole number such as 1")
+            return None
         return int(node.text)
     if node.kind == "scalar" and node.plain and DECIMAL_TEXT.fullmatch(node.text):
         p.add(

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpproxy.backends import BackendError
 from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError, ProtocolViolation, failure
 from dpproxy.logs import statement_logged
@@ -255,6 +254,7 @@ class Server:
             shared = EngineCatalogAuth(engine, catalog, self.run_blocking, database=self.config.database)
             shared.hooks.extend(current.hooks)
             self._old_engines.append(self.engine)
+            engine.make_current()  # sessions on earlier policies are held to its limits too
             self.engine, self._catalog, self._shared = engine, catalog, shared
             self._retired.append(current)
             self._close_unused_catalogs()
@@ -265,7 +265,7 @@ class Server:
         try:
             _, policy = await self.run_blocking(policy_text, path)
             await self.reload(policy)
-        except (DPProxyError, BackendError, OSError) as error:
+        except Exception as error:  # any problem refuses the policy; the running one stays
             problems = problems_of(error)
             if reloads is not None:
                 reloads.refused(problems)

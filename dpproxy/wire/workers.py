@@ -47,9 +47,8 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from dpproxy.backends import BackendError
 from dpproxy.engine import Engine
-from dpproxy.errors import DPProxyError, failure
+from dpproxy.errors import failure
 from dpproxy.policy import Policy
 from dpproxy.policy.loading import parse_policy
 from dpproxy.wire import codec
@@ -189,7 +188,7 @@ async def _worker_serve(args: _WorkerArgs, engine: Engine) -> None:
     async def reload(text: str, source: str) -> None:
         try:
             await server.reload(parse_policy(text, source))
-        except (DPProxyError, BackendError, OSError) as error:
+        except Exception as error:  # answered, whatever it is: the supervisor waits for it
             answer: tuple[Any, ...] = ("refused", problems_of(error))
         else:
             answer = ("ok",)
@@ -346,7 +345,7 @@ def run_workers(
             text, policy = policy_text(reloads.policy_file)
             # The checks `serve` makes at start, on a backend and ledger of its own.
             engine_factory(policy=policy).close()
-        except (DPProxyError, BackendError, OSError, ValueError) as error:
+        except Exception as error:  # any problem refuses it: the supervisor and its workers go on
             reloads.refused(problems_of(error))
             return
         source = str(reloads.policy_file)
@@ -357,6 +356,7 @@ def run_workers(
             return
         if view[0] is not None:
             view[0] = reloaded_engine(view[0], policy)
+            view[0].make_current()
         reloads.accepted(policy)
         if on_reload is not None:
             try:

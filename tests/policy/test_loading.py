@@ -169,3 +169,23 @@ def test_census_policy_loads_with_the_expected_shape():
     assert policy.console is not None
     steward = policy.console.owner("steward")
     assert steward is not None and parse_verifier(steward.password).matches("census-console")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("version: 1\x00\n", "(yaml): not valid YAML: the character U+0000 at offset 10 is not allowed"),
+        ("version: " + "9" * 5000 + "\n", "version: is far too large"),
+        (
+            "version: 1\ndefaults:\n  data_epoch: " + "7" * 5000 + "\n",
+            "must be a whole number of at most 100 digits",
+        ),
+    ],
+    ids=["a NUL byte", "a 5000-digit version", "a 5000-digit data epoch"],
+)
+def test_text_the_yaml_reader_or_python_refuses_is_a_policy_problem(text: str, expected: str) -> None:
+    """Not a traceback: a PolicyError naming the line, never quoting the text."""
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.yaml")
+    assert any(expected in problem for problem in info.value.problems), info.value.problems
+    assert "9" * 50 not in str(info.value) and "7" * 50 not in str(info.value)
