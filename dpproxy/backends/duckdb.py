@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,6 +23,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from dpproxy import watchdog
 from dpproxy.backends import (
     DEFAULT_STATEMENT_TIMEOUT_S,
     STREAM_BATCH_ROWS,
@@ -112,6 +113,43 @@ WHERE k.database_name = current_database() AND k.schema_name = ?
 """
 
 
+class InterruptGuard:
+    """Interrupts one statement on a checked-out cursor (a cancel, the time limit), and never a
+    later statement on the same cursor: once `finish` is called, `interrupt` does nothing. Also the
+    shadow catalog's (dpproxy.wire.catalog.shadow), whose cursors are DuckDB's too."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        self._cursor = cursor
+        self._lock = threading.Lock()
+        self._finished = False
+        self.timed_out = False
+
+    def interrupt(self) -> None:
+        with self._lock:
+            if not self._finished:
+                self._cursor.interrupt()
+
+    def time_out(self) -> None:
+        self.timed_out = True
+        self.interrupt()
+
+    def finish(self) -> None:
+        with self._lock:
+            self._finished = True
+
+
+def _single_select(cursor: duckdb.DuckDBPyConnection, sql: str) -> duckdb.Statement:
+    statements = cursor.extract_statements(sql)
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise BackendError("the backend runs exactly one SELECT statement per call")
+    return statements[0]
+
+
+def _integral_columns(description: Sequence[Sequence[object]]) -> list[int]:
+    """Result columns of DECIMAL(p, 0): their values are returned as ints."""
+    return [i for i, column in enumerate(description) if _SCALE_ZERO_DECIMAL.match(str(column[1]))]
+
+
 class DuckDBBackend(Backend):
     """A DuckDB database file opened read-only and locked down, or an existing connection locked down.
 
@@ -172,45 +210,24 @@ class DuckDBBackend(Backend):
         if cancel is not None and cancel.cancelled:
             raise QueryCancelled.of(cancel, started=False)
         cursor = self._checkout()
-        finished = threading.Event()
-        timed_out = threading.Event()
-        timer: threading.Timer | None = None
-        interrupt_lock = threading.Lock()
-
-        def interrupt() -> None:
-            # The lock and flag keep a late timer from interrupting the next query on this cursor.
-            with interrupt_lock:
-                if not finished.is_set():
-                    cursor.interrupt()
-
-        def time_out() -> None:
-            timed_out.set()
-            interrupt()
-
+        guard = InterruptGuard(cursor)
+        deadline: watchdog.Deadline | None = None
         try:
-            statements = cursor.extract_statements(sql)
-            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-                raise BackendError("the backend runs exactly one SELECT statement per call")
+            statement = _single_select(cursor, sql)
             if self._statement_timeout_ms is not None:
-                timer = threading.Timer(self._statement_timeout_ms / 1000, time_out)
-                timer.daemon = True
-                timer.start()
+                deadline = watchdog.after(self._statement_timeout_ms / 1000, guard.time_out)
             if cancel is not None:
-                cancel.attach(interrupt)
-            result = cursor.execute(statements[0])
+                cancel.attach(guard.interrupt)
+            result = cursor.execute(statement)
             description = result.description or []
             rows = result.fetchall()
         except duckdb.Error as exc:
-            raise self._failure(exc, cancel, timed_out=timed_out.is_set()) from exc
+            raise self._failure(exc, cancel, timed_out=guard.timed_out) from exc
         finally:
-            if cancel is not None:
-                cancel.detach()
-            with interrupt_lock:
-                finished.set()
-            if timer is not None:
-                timer.cancel()
-            self._checkin(cursor)
-        integral = [i for i, column in enumerate(description) if _SCALE_ZERO_DECIMAL.match(str(column[1]))]
+            if deadline is not None:
+                deadline.cancel()
+            self._finished(cursor, guard, cancel)
+        integral = _integral_columns(description)
         if integral:
             rows = [_decimals_to_int(row, integral) for row in rows]
         return rows
@@ -224,19 +241,8 @@ class DuckDBBackend(Backend):
         if cancel is not None and cancel.cancelled:
             raise QueryCancelled.of(cancel, started=False)
         cursor = self._checkout()
-        finished = threading.Event()
-        timed_out = threading.Event()
-        interrupt_lock = threading.Lock()
+        guard = InterruptGuard(cursor)
         left = None if self._statement_timeout_ms is None else self._statement_timeout_ms / 1000
-
-        def interrupt() -> None:
-            with interrupt_lock:
-                if not finished.is_set():
-                    cursor.interrupt()
-
-        def time_out() -> None:
-            timed_out.set()
-            interrupt()
 
         def timed(step: Callable[[], T]) -> T:
             """One call into DuckDB under what is left of the time limit."""
@@ -246,40 +252,40 @@ class DuckDBBackend(Backend):
             if left is None:
                 return step()
             if left <= 0:
-                timed_out.set()
+                guard.timed_out = True
                 raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000)  # type: ignore[operator]
-            timer = threading.Timer(left, time_out)
-            timer.daemon = True
+            deadline = watchdog.after(left, guard.time_out)
             began = time.monotonic()
-            timer.start()
             try:
                 return step()
             finally:
-                timer.cancel()
+                deadline.cancel()
                 left -= time.monotonic() - began
 
         try:
-            statements = cursor.extract_statements(sql)
-            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-                raise BackendError("the backend runs exactly one SELECT statement per call")
+            statement = _single_select(cursor, sql)
             if cancel is not None:
-                cancel.attach(interrupt)
-            result = timed(lambda: cursor.execute(statements[0]))
-            description = result.description or []
-            integral = [i for i, c in enumerate(description) if _SCALE_ZERO_DECIMAL.match(str(c[1]))]
+                cancel.attach(guard.interrupt)
+            result = timed(lambda: cursor.execute(statement))
+            integral = _integral_columns(result.description or [])
             while True:
                 rows = timed(lambda: result.fetchmany(batch_rows))
                 if not rows:
                     return
                 yield [_decimals_to_int(row, integral) for row in rows] if integral else rows
         except duckdb.Error as exc:
-            raise self._failure(exc, cancel, timed_out=timed_out.is_set()) from exc
+            raise self._failure(exc, cancel, timed_out=guard.timed_out) from exc
         finally:
-            if cancel is not None:
-                cancel.detach()
-            with interrupt_lock:
-                finished.set()
-            self._checkin(cursor)
+            self._finished(cursor, guard, cancel)
+
+    def _finished(
+        self, cursor: duckdb.DuckDBPyConnection, guard: InterruptGuard, cancel: Cancellation | None
+    ) -> None:
+        """A statement on `cursor` is over: nothing may interrupt it any more, and it goes back."""
+        if cancel is not None:
+            cancel.detach()
+        guard.finish()
+        self._checkin(cursor)
 
     def _failure(self, exc: duckdb.Error, cancel: Cancellation | None, *, timed_out: bool) -> Exception:
         """What a statement's failure means to the engine: a cancel, the time limit, or an error."""

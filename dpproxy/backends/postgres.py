@@ -226,19 +226,9 @@ class PostgresBackend(Backend):
                     conn.execute("BEGIN READ ONLY")
                 except psycopg.OperationalError as exc:
                     return exc
-                try:
-                    if cancel is not None:
-                        cancel.attach(conn.cancel_safe)
+                with self._read_only(conn, cancel):
                     # binary=True forces the extended protocol: one statement, never `a; b`.
                     return conn.execute(sql, binary=True).fetchall()
-                except psycopg.Error as exc:
-                    raise self._failure(exc, cancel) from exc
-                finally:
-                    if cancel is not None:
-                        cancel.detach()
-                    # Undo whatever the statement changed, session settings included.
-                    with contextlib.suppress(psycopg.Error):
-                        conn.execute("ROLLBACK")
         except PoolTimeout as exc:
             raise BackendUnreachable(f"no connection to {self.description} became free") from exc
 
@@ -262,27 +252,37 @@ class PostgresBackend(Backend):
                             self._pool.check()
                             continue
                         raise BackendUnreachable(f"lost the connection to {self.description}: {exc}") from exc
-                    try:
-                        if cancel is not None:
-                            cancel.attach(conn.cancel_safe)
-                        with conn.cursor(name=f"dpproxy_stream_{next(_CURSOR_NUMBERS)}", binary=True) as cur:
-                            cur.execute(sql)
-                            while True:
-                                if cancel is not None and cancel.cancelled:
-                                    raise QueryCancelled.of(cancel, started=True)
-                                rows = cur.fetchmany(batch_rows)
-                                if not rows:
-                                    return
-                                yield rows
-                    except psycopg.Error as exc:
-                        raise self._failure(exc, cancel) from exc
-                    finally:
-                        if cancel is not None:
-                            cancel.detach()
-                        with contextlib.suppress(psycopg.Error):
-                            conn.execute("ROLLBACK")
+                    with (
+                        self._read_only(conn, cancel),
+                        conn.cursor(name=f"dpproxy_stream_{next(_CURSOR_NUMBERS)}", binary=True) as cur,
+                    ):
+                        cur.execute(sql)
+                        while True:
+                            if cancel is not None and cancel.cancelled:
+                                raise QueryCancelled.of(cancel, started=True)
+                            rows = cur.fetchmany(batch_rows)
+                            if not rows:
+                                return
+                            yield rows
             except PoolTimeout as exc:
                 raise BackendUnreachable(f"no connection to {self.description} became free") from exc
+
+    @contextlib.contextmanager
+    def _read_only(self, conn: psycopg.Connection, cancel: Cancellation | None) -> Iterator[None]:
+        """The body of a `BEGIN READ ONLY` transaction (begun by the caller): `cancel` interrupts it,
+        a failure becomes what it means to the engine (`_failure`), and ROLLBACK ends it whatever
+        happened, undoing anything the statement changed, session settings included."""
+        try:
+            if cancel is not None:
+                cancel.attach(conn.cancel_safe)
+            yield
+        except psycopg.Error as exc:
+            raise self._failure(exc, cancel) from exc
+        finally:
+            if cancel is not None:
+                cancel.detach()
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
 
     def _failure(self, exc: psycopg.Error, cancel: Cancellation | None) -> Exception:
         """What a statement's failure means to the engine: a cancel, the time limit, or an error."""

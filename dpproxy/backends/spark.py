@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import sqlglot
 from sqlglot import exp
 
+from dpproxy import watchdog
 from dpproxy.backends import (
     DEFAULT_STATEMENT_TIMEOUT_S,
     Backend,
@@ -134,7 +135,7 @@ class SparkBackend(Backend):
         finished = threading.Event()
         stopping = threading.Event()  # a cancel or the time limit asked the query to stop
         timed_out = threading.Event()
-        timer: threading.Timer | None = None
+        timer: watchdog.Deadline | None = None
 
         def keep_interrupting() -> None:
             # interruptTag stops only operations the server has registered under the tag: one sent
@@ -159,9 +160,7 @@ class SparkBackend(Backend):
         self._session.addTag(tag)
         try:
             if self._statement_timeout_ms is not None:
-                timer = threading.Timer(self._statement_timeout_ms / 1000, time_out)
-                timer.daemon = True
-                timer.start()
+                timer = watchdog.after(self._statement_timeout_ms / 1000, time_out)
             if cancel is not None:
                 cancel.attach(interrupt)
             table = self._session.sql(sql).toArrow()

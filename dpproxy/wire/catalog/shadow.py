@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from dpproxy import watchdog
+from dpproxy.backends.duckdb import InterruptGuard
 from dpproxy.errors import (
     DPProxyError,
     InvalidParameter,
@@ -217,15 +218,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
     ) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
         """(column names, DuckDB column types, rows); `describe` binds the query without running it."""
         cursor, applied = self._checkout()
-        finished = threading.Event()
-        interrupt_lock = threading.Lock()
-
-        def interrupt() -> None:
-            # The lock and the flag keep a late timer from interrupting the cursor's next query.
-            with interrupt_lock:
-                if not finished.is_set():
-                    cursor.interrupt()
-
+        guard = InterruptGuard(cursor)
         timer: watchdog.Deadline | None = None
         try:
             key = _session_key(session)
@@ -236,7 +229,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
             statements = cursor.extract_statements(translation.sql)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 raise NotSupported("the catalog answers one SELECT statement at a time")
-            timer = watchdog.after(self._statement_timeout_s, interrupt)
+            timer = watchdog.after(self._statement_timeout_s, guard.interrupt)
             if describe:
                 described = cursor.execute("DESCRIBE " + translation.sql, list(values)).fetchall()
                 return [d[0] for d in described], [str(d[1]) for d in described], []
@@ -248,8 +241,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
         except duckdb.Error as exc:
             raise _translate_error(exc) from None
         finally:
-            with interrupt_lock:
-                finished.set()
+            guard.finish()
             if timer is not None:
                 timer.cancel()
             self._checkin(cursor, applied)
