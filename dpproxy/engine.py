@@ -46,6 +46,7 @@ from dpproxy.budget import Ledger, Reservation, open_ledger
 from dpproxy.errors import (
     BackendUnavailable,
     DPProxyError,
+    InternalError,
     InvalidParameter,
     NotSupported,
     PolicyError,
@@ -664,7 +665,7 @@ class Engine:
             given.error(error.sqlstate)
             raise
         except BaseException:
-            given.error(InternalErrorState)
+            given.error(InternalError.sqlstate)
             raise
         finally:
             timed = given.stages.get("backend", 0.0) + given.stages.get("noise", 0.0) - timed_before
@@ -1213,8 +1214,7 @@ class Engine:
                 record.reached = sent
                 if error is not None:
                     _failed(record, error, sent=sent)
-                if result is not None:
-                    record.rows = result.rows
+                record.rows = result.rows
             if reservation is not None and not finished:
                 finished = True
                 (self.ledger.commit if sent else self.ledger.release)(reservation, record)  # type: ignore[union-attr]
@@ -1275,7 +1275,6 @@ class Engine:
             result.summary = summary
 
         unknown: list[float | str | None] = [None] * len(plan.query.aggregates)
-        result = None  # type: ignore[assignment]
         result = ResultStream(self._columns(plan, unknown), batches(), lambda: finish(sent=False))
         return result
 
@@ -1393,10 +1392,6 @@ def _has_subquery(tree: exp.Expression) -> bool:
     return any(isinstance(node, (exp.Subquery, exp.Select)) and node is not tree for node in tree.walk())
 
 
-# The SQLSTATE of an unexpected exception (the client sees an internal error).
-InternalErrorState = "XX000"
-
-
 def _kind(record: StatementRecord | None, kind: str) -> None:
     """The engine's kind of a statement, unless the session named it (a cursor, COPY, EXECUTE)."""
     if record is not None and not record.kind:
@@ -1408,7 +1403,7 @@ def _failed(record: StatementRecord | None, error: BaseException, *, sent: bool)
     if record is None:
         return
     record.reached = sent
-    record.error(error.sqlstate if isinstance(error, DPProxyError) else InternalErrorState)
+    record.error(error.sqlstate if isinstance(error, DPProxyError) else InternalError.sqlstate)
 
 
 def _stopped(failure: BackendUnreachable | QueryCancelled, *, sent: bool) -> DPProxyError:
