@@ -17,16 +17,14 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
 
 from dpproxy.audit import CURRENT, StatementRecord
-from dpproxy.errors import failure
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "StatementContext", "configure", "failure", "statement_logged"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "StatementContext", "configure", "statement_logged"]
 
-LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[str, ...] = ("text", "json")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 

@@ -101,7 +101,6 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
-        self._lock = threading.Lock()
 
     def observe(self, record: StatementRecord) -> None:
         """Count one finished statement (an EngineCatalogAuth hook: cheap, never raises)."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 
 # The one table of type names: a live column's type means what the same name means in a policy.
+from dpproxy import watchdog
 from dpproxy.policy.types import ColumnType, normalise_type
 
 
@@ -161,7 +162,7 @@ class Cancellation:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._interrupt: Callable[[], None] | None = None
-        self._timers: list[threading.Timer] = []
+        self._timers: list[watchdog.Deadline] = []
         self.cancelled = False
         self.reason = USER_REQUEST
         self.hint: str | None = None
@@ -176,12 +177,17 @@ class Cancellation:
             interrupt()
 
     def cancel_after(self, seconds: float, reason: str, hint: str | None = None) -> None:
-        """Cancel with `reason` once `seconds` have passed, unless `disarm` comes first."""
-        timer = threading.Timer(seconds, self.cancel, kwargs={"reason": reason, "hint": hint})
-        timer.daemon = True
+        """Cancel with `reason` once `seconds` have passed, unless `disarm` comes first. The deadline
+        waits on the watchdog thread; the cancel itself runs in a thread of its own, since
+        interrupting a backend query can wait on the network (PostgreSQL's cancel request)."""
+
+        def fire() -> None:
+            kwargs = {"reason": reason, "hint": hint}
+            threading.Thread(target=self.cancel, kwargs=kwargs, name="dpproxy-cancel", daemon=True).start()
+
+        deadline = watchdog.after(seconds, fire)
         with self._lock:
-            self._timers.append(timer)
-        timer.start()
+            self._timers.append(deadline)
 
     def disarm(self) -> None:
         with self._lock:

@@ -100,13 +100,6 @@ class Operations:
     status_file: Path | None = None  # where each reload's outcome is written (wire/reload.py)
 
 
-def reloaded_engine(engine: Engine, policy: Policy) -> Engine:
-    """An engine for `policy` on `engine`'s backend and ledger (and its other settings), after the
-    checks a new engine makes (Engine.__post_init__: the policy against the live schema). Closing
-    either engine closes the shared backend and ledger: only the server's current one is closed."""
-    return engine.with_policy(policy)
-
-
 class _Connection:
     """One client connection: its streams, its session once started, and whether it is idle."""
 
@@ -161,7 +154,6 @@ class Server:
         # Shared states of earlier policies, kept until their last session ends (then their
         # catalog is closed); the backend and ledger are the current engine's, closed once.
         self._retired: list[EngineCatalogAuth] = []
-        self._old_engines: list[Engine] = []  # their audit logs are flushed before the ledger closes
         self._reloading = asyncio.Lock()
         self._usage_task: asyncio.Task[None] | None = None
         self.metrics_port: int | None = None  # where run_server serves the metrics, once started
@@ -249,11 +241,11 @@ class Server:
         async with self._reloading:
             current = self._shared
             assert current is not None
-            engine = await self.run_blocking(reloaded_engine, self.engine, policy)
+            # The same backend, ledger and audit log (whose writer outlives every reload).
+            engine = await self.run_blocking(self.engine.with_policy, policy)
             catalog = await self.run_blocking(open_catalog, engine)
             shared = EngineCatalogAuth(engine, catalog, self.run_blocking, database=self.config.database)
             shared.hooks.extend(current.hooks)
-            self._old_engines.append(self.engine)
             engine.make_current()  # sessions on earlier policies are held to its limits too
             self.engine, self._catalog, self._shared = engine, catalog, shared
             self._retired.append(current)
@@ -321,9 +313,6 @@ class Server:
             with contextlib.suppress(Exception):
                 shared.catalog.close()
         self._retired.clear()
-        for old in self._old_engines:  # sessions of earlier policies wrote their records there
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(old.flush_audit)
         if self._usage_task is not None:
             self._usage_task.cancel()
 
@@ -780,7 +769,6 @@ __all__ = [
     "Operations",
     "Server",
     "ServerConfig",
-    "reloaded_engine",
     "run_server",
     "serve",
 ]

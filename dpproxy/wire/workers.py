@@ -53,7 +53,7 @@ from dpproxy.policy import Policy
 from dpproxy.policy.loading import parse_policy
 from dpproxy.wire import codec
 from dpproxy.wire.reload import Reloads, policy_text, problems_of
-from dpproxy.wire.server import Operations, Server, ServerConfig, reloaded_engine
+from dpproxy.wire.server import Operations, Server, ServerConfig
 
 log = logging.getLogger("dpproxy.wire")
 
@@ -144,7 +144,7 @@ def _worker_main(args: _WorkerArgs) -> None:
         else:
             engine = args.engine_factory()
     except Exception as error:  # reported to the supervisor, which exits non-zero
-        _report(args, f"could not open the engine: {error}")
+        _report(args, f"could not open the engine: {'; '.join(problems_of(error))}")
         sys.exit(1)
     try:
         asyncio.run(_worker_serve(args, engine))
@@ -257,7 +257,6 @@ class _Slot:
     started: float = 0.0
     failures: int = 0  # consecutive starts that never reached "ready"
     ready: bool = False
-    history: list[float] = field(default_factory=list)
 
 
 class WorkersFailed(Exception):
@@ -355,7 +354,7 @@ def run_workers(
             reloads.refused(failures)
             return
         if view[0] is not None:
-            view[0] = reloaded_engine(view[0], policy)
+            view[0] = view[0].with_policy(policy)
             view[0].make_current()
         reloads.accepted(policy)
         if on_reload is not None:
