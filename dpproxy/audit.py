@@ -219,10 +219,6 @@ class AuditLog:
                 self._thread = threading.Thread(target=self._run, name="dpproxy-audit", daemon=True)
                 self._thread.start()
 
-    def start(self) -> None:
-        """Start the writer now (a server does, so that old records are pruned at once)."""
-        self._start()
-
     def _run(self) -> None:
         while True:
             self._maybe_prune()

@@ -180,8 +180,9 @@ class Ledger(ABC):
         try:
             reservation = self._reserve(analyst, cost, limit, statement, accounting, record)
         except BaseException:
-            if record is not None:
+            if record is not None:  # nothing was written (its transaction rolled back, even at COMMIT)
                 record.cost = Cost.ZERO
+                record.audit_id = record.entry_id = None
             raise
         if record is not None:
             reservation = dataclasses.replace(reservation, record=record)

@@ -420,11 +420,7 @@ class PostgresLedger(Ledger):
             ).fetchone()
             if record is not None:
                 record.entry_id = entry_id
-                try:
-                    record.audit_id = self._audit_insert(conn, record, RUNNING)
-                except BaseException:
-                    record.entry_id = None
-                    raise
+                record.audit_id = self._audit_insert(conn, record, RUNNING)
         return Reservation(id=entry_id, analyst=analyst, cost=cost, spent=after.spent)
 
     def _finish(

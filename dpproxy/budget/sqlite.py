@@ -418,13 +418,7 @@ class SQLiteLedger(Ledger):
             entry_id = cursor.lastrowid
             if record is not None:
                 record.entry_id = entry_id
-                try:
-                    record.audit_id = conn.execute(
-                        _AUDIT_INSERT, _audit_row(record, status=RUNNING)
-                    ).lastrowid
-                except BaseException:
-                    record.entry_id = None
-                    raise
+                record.audit_id = conn.execute(_AUDIT_INSERT, _audit_row(record, status=RUNNING)).lastrowid
         assert entry_id is not None
         return Reservation(id=entry_id, analyst=analyst, cost=cost, spent=after.spent)
 
