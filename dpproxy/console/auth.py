@@ -11,8 +11,6 @@ sent in the cookie that carries it.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 import threading
 import time
@@ -35,10 +33,7 @@ def check_password(console: ConsolePolicy, name: str, password: str) -> bool:
     """True when `password` is the password of owner `name` (constant time in the password)."""
     owner = console.owner(name)
     verifier = scram.parse_verifier(owner.password) if owner is not None else _DECOY
-    salted = scram.salted_password(password, verifier.salt, verifier.iterations)
-    client_key = hmac.digest(salted, b"Client Key", "sha256")
-    stored_key = hashlib.sha256(client_key).digest()
-    return hmac.compare_digest(stored_key, verifier.stored_key) and owner is not None
+    return verifier.matches(password) and owner is not None
 
 
 @dataclass(frozen=True)
@@ -99,14 +94,6 @@ class Failures:
         self.window = window
         self._seen: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
-
-    def blocked(self, address: str) -> bool:
-        with self._lock:
-            return len(self._recent(address)) >= self.limit
-
-    def add(self, address: str) -> None:
-        with self._lock:
-            self._recent(address).append(time.monotonic())
 
     def claim(self, address: str) -> bool:
         """Count an attempt as failed before its password is checked, unless the address is blocked

@@ -58,12 +58,9 @@ def _unquoted(error: yaml.YAMLError) -> str:
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Validate policy YAML `text`; raise PolicyError listing every problem, each naming `source`:line."""
     p = Problems(source)
+    loader: MarkedLoader | None = None
     try:
         loader = MarkedLoader(text, p)
-    except yaml.YAMLError as exc:  # the reader refuses the text itself: a NUL byte, a control character
-        p.add(1, "(yaml)", f"not valid YAML: {_unquoted(exc)}", "save the policy as plain UTF-8 text")
-        p.fail()
-    try:
         root = loader.marked_tree()
     except TooManyNodes as exc:
         p.add(
@@ -79,11 +76,12 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         what = " ".join(part for part in (exc.context, exc.problem) if part)
         p.add(line, "(yaml)", f"not valid YAML: {what}", "fix the YAML syntax (indent with spaces, not tabs)")
         p.fail()
-    except yaml.YAMLError as exc:
-        p.add(1, "(yaml)", f"not valid YAML: {exc}", "fix the YAML syntax")
+    except yaml.YAMLError as exc:  # the reader refuses the text itself: a NUL byte, a control character
+        p.add(1, "(yaml)", f"not valid YAML: {_unquoted(exc)}", "save the policy as plain UTF-8 text")
         p.fail()
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
     if root is None or root.kind != "map":
         found = "an empty file" if root is None else root.describe()
