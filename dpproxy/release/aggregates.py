@@ -198,10 +198,11 @@ def release_aggregates(
     rows: list[list[int]] | None = None  # noisy as Python ints, for the aggregates released group by group
     value_columns: list[list[object]] = []  # [aggregate][group]
     error_columns: list[list[float | None]] = []
+    refined_aggregates = {a for _, a in refined}
     for a, aggregate in enumerate(query.aggregates):
         # Counts, sums and averages column by column (numpy, exact integers); the rest group by group.
         column = None
-        if not any(index == a for _, index in refined):
+        if a not in refined_aggregates:
             column = _vector_column(aggregate, noisy, bounds[_parts(aggregate)])
         if column is None:
             rows = noisy.tolist() if rows is None else rows

@@ -101,14 +101,17 @@ class PostProcessor:
         # … GROUP BY k`, the commonest shape) are taken a column at a time (`project`).
         columns = [o.expression for o in post.outputs]
         self.project: _Projection | None = None
+        # The same for groups already in canonical order, their keys typed: (key columns, aggregate
+        # columns, which groups) → rows (a streamed batch, dpproxy.release.stream).
+        self.emit: Callable[..., list[tuple[object, ...]]] | None = None
         if (
             self.having is None
             and not self.sort_keys
             and all(isinstance(c, exp.Column) and c.name in types for c in columns)
         ):
-            self.project = functools.partial(
-                self._project, [slots[c.name] for c in columns], [o.type for o in post.outputs]
-            )
+            indices, out_types = [slots[c.name] for c in columns], [o.type for o in post.outputs]
+            self.project = functools.partial(self._project, indices, out_types)
+            self.emit = functools.partial(self._emit, indices, out_types)
 
     def released(self, key: Sequence[object], values: Sequence[object]) -> list[object]:
         """A released group as a row: its aggregates, then its key values as their columns' types."""
@@ -157,7 +160,7 @@ class PostProcessor:
     ) -> list[tuple[object, ...]]:
         """What `released`, the canonical sort, `produce` and `output` give row by row, a column
         at a time, when each output is a released column: key columns converted to their types,
-        rows in canonical order (by the values, as `_plain_key`, or by `canonical_key`), then
+        rows in canonical order (by the values when `plain_columns`, else by `canonical_key`), then
         OFFSET/LIMIT, then each output column converted to the output's type where a value is not
         of it already."""
         if any(len(column) != len(keys) for column in columns):
@@ -166,9 +169,20 @@ class PostProcessor:
         order: Sequence[int] = range(len(keys))
         if self.key_types and keys:
             rows = list(zip(*key_columns, strict=True))
-            plain = all({type(v) for v in column} in ({str}, {int}) for column in key_columns)
-            order = sorted(order, key=rows.__getitem__ if plain else lambda i: canonical_key(rows[i]))
-        order = order[offset:end]
+            sort_key = rows.__getitem__ if plain_columns(key_columns) else lambda i: canonical_key(rows[i])
+            order = sorted(order, key=sort_key)
+        return self._emit(indices, out_types, key_columns, columns, order[offset:end])
+
+    def _emit(
+        self,
+        indices: Sequence[int],
+        out_types: Sequence[PgType],
+        key_columns: Sequence[Sequence[object]],
+        columns: Sequence[Sequence[object]],
+        order: Sequence[int],
+    ) -> list[tuple[object, ...]]:
+        """The output rows of the groups at `order` (key columns already typed): each output column
+        converted to the output's type where a value is not of it already."""
         outputs = []
         for index, pg_type in zip(indices, out_types, strict=True):
             first_key = self.n_aggregates
@@ -206,26 +220,34 @@ def _as_type(value: object, pg_type: PgType) -> object:
     return postprocess.convert(value, pg_type)
 
 
+def canonical_ranks(key: Sequence[object]) -> tuple[tuple[object, ...], ...]:
+    """A group key's ranks in the canonical order: each column ascending, NULLs last, under the
+    total order of `_orderable`."""
+    return tuple(_orderable(value) if value is not None else (2,) for value in key)
+
+
 def canonical_key(key: Sequence[object]) -> tuple[tuple[object, ...], ...]:
-    """A group key's place in the canonical order: each column ascending, NULLs last, under the
-    total order of `_orderable`; then, for keys equal there (which distinct groups never are after
-    conversion to their column's type), their text, so that no tie is left to the input order."""
-    ranks = tuple(_orderable(value) if value is not None else (2,) for value in key)
-    return (*ranks, tuple(repr(value) for value in key))
+    """A group key's place in the canonical order: its ranks; then, for keys equal there (which
+    distinct groups never are after conversion to their column's type), their text, so that no tie
+    is left to the input order."""
+    return (*canonical_ranks(key), tuple(repr(value) for value in key))
+
+
+def plain_columns(key_columns: Sequence[Sequence[object]]) -> bool:
+    """Whether every key column holds only str or only int values (never NULL): canonical order is
+    then the order of the values themselves (their ranks are (0, kind, value) with one kind per
+    column, and keys equal there are equal in text too)."""
+    return all(set(map(type, column)) in ({str}, {int}) for column in key_columns)
 
 
 def _plain_key(
     processor: PostProcessor, rows: Sequence[Sequence[object]]
 ) -> Callable[[Sequence[object]], Sequence[object]] | None:
-    """A faster sort key giving the canonical order when every key column holds only str or only
-    int values (never NULL): canonical_key then orders by the values themselves (its ranks are
-    (0, kind, value) with one kind per column, and keys equal there are equal in text too, so they
-    stay in input order either way, as a stable sort keeps them). None otherwise."""
+    """A faster sort key giving the canonical order when the keys are `plain_columns` (keys equal
+    in value stay in input order either way, as a stable sort keeps them). None otherwise."""
     start, end = processor.n_aggregates, processor.first_output
-    for j in range(start, end):
-        kinds = {type(row[j]) for row in rows}
-        if kinds != {str} and kinds != {int}:
-            return None
+    if not plain_columns([[row[j] for row in rows] for j in range(start, end)]):
+        return None
     return lambda row: row[start:end]
 
 

@@ -71,7 +71,7 @@ def refine_quantiles(
             centre = spec.select(groups.histograms[g][h])
             picks[g, a] = centre
             bins.setdefault(h, set()).update(histogram.window(centre))
-    index = {canonical_values(key): g for g, key in enumerate(groups.keys)}
+    index = {key: g for g, key in enumerate(groups.keys)}  # keys are canonical already (exact_groups)
     fine: dict[int, dict[tuple[int, int], list[int]]] = {}  # [h][(group, coarse bin)] sub-bin counts
     steps = {step.name: step.select for step in rewrite.auxiliary}
     for h, window_bins in sorted(bins.items()):

@@ -24,7 +24,7 @@ from dpproxy.privacy import QueryNoise
 from dpproxy.release.aggregates import column_errors, release_aggregates
 from dpproxy.release.exact import exact_groups
 from dpproxy.release.groups import choose_groups
-from dpproxy.release.post_processing import PostProcessor, _orderable
+from dpproxy.release.post_processing import PostProcessor, canonical_ranks, plain_columns
 from dpproxy.release.requests import selectors
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.types import PgType
@@ -46,9 +46,6 @@ STREAMABLE_KEY_TYPES = frozenset(
         PgType.TIMESTAMPTZ,
     }
 )
-
-
-_NULL_RANK = (2,)  # NULLs last, as canonical_key ranks them
 
 
 class StreamOrderError(Exception):
@@ -102,7 +99,7 @@ class StreamedRelease:
             known = [e for e in column_errors_ if e is not None]
             if known and (self._largest[a] is None or max(known) > self._largest[a]):  # type: ignore[operator]
                 self._largest[a] = max(known)
-        if self.processor.project is not None and released.keys:
+        if self.processor.emit is not None and released.keys:
             return self._projected(released.keys, released.columns)
         out: list[tuple[object, ...]] = []
         processor = self.processor
@@ -111,7 +108,7 @@ class StreamedRelease:
             row = processor.released(key, values)
             # The key's ranks, without canonical_key's final tie-break on the text: distinct groups
             # never tie on them, so strictly increasing ranks are strictly increasing keys.
-            rank = tuple(_orderable(v) if v is not None else _NULL_RANK for v in row[n_aggregates:])
+            rank = canonical_ranks(row[n_aggregates:])
             if self._last is not None and not self._last < rank:
                 raise StreamOrderError("the backend returned groups out of canonical key order")
             self._last = rank
@@ -131,25 +128,21 @@ class StreamedRelease:
     ) -> list[tuple[object, ...]]:
         """`release`'s loop a column at a time, when each output is a released column (no HAVING):
         keys as their columns' types, checked strictly increasing in canonical order (by the values
-        themselves when each key column holds only str or only int, as `_plain_key` argues), then
-        OFFSET and LIMIT, then the outputs (PostProcessor.project)."""
+        themselves when `plain_columns`), then OFFSET and LIMIT, then the outputs
+        (PostProcessor.emit: the groups are in canonical order already)."""
         processor = self.processor
-        typed = list(zip(*processor.typed_key_columns(keys), strict=True))
-
-        def rank(key: Sequence[object]) -> tuple[tuple[object, ...], ...]:
-            return tuple(_orderable(v) if v is not None else _NULL_RANK for v in key)
-
-        if self._last is not None and not self._last < rank(typed[0]):
+        key_columns = processor.typed_key_columns(keys)
+        typed = list(zip(*key_columns, strict=True))
+        if self._last is not None and not self._last < canonical_ranks(typed[0]):
             raise StreamOrderError("the backend returned groups out of canonical key order")
-        plain = all(set(map(type, column)) in ({str}, {int}) for column in zip(*typed, strict=True))
-        ordered = typed if plain else [rank(key) for key in typed]
+        ordered = typed if plain_columns(key_columns) else [canonical_ranks(key) for key in typed]
         if not all(a < b for a, b in itertools.pairwise(ordered)):
             raise StreamOrderError("the backend returned groups out of canonical key order")
-        self._last = rank(typed[-1])
+        self._last = canonical_ranks(typed[-1])
         skip = min(self._skip, len(typed))
         self._skip -= skip
-        end = None if self._left is None else skip + self._left
-        out = processor.project(typed, columns, skip, end)  # type: ignore[misc]
+        end = len(typed) if self._left is None else min(len(typed), skip + self._left)
+        out = processor.emit(key_columns, columns, range(skip, end))  # type: ignore[misc]
         if self._left is not None:
             self._left -= len(out)
         self.rows += len(out)

@@ -173,14 +173,6 @@ def _free_column(slot: exp.Literal, keys: set[str], aliases: set[str]) -> bool:
 _BOUNDARY = "(?<![0-9.]){}(?![0-9])"
 
 
-def substitute(text: str, replacements: dict[str, str]) -> str:
-    """`text` with each sentinel numeral replaced by its value (whole numerals only)."""
-    if not replacements:
-        return text
-    pattern = re.compile("|".join(_BOUNDARY.format(re.escape(s)) for s in replacements))
-    return pattern.sub(lambda m: replacements[m.group(0)], text)
-
-
 def count_sentinels(text: str, sentinels: tuple[str, ...]) -> int:
     return sum(len(re.findall(_BOUNDARY.format(re.escape(s)), text)) for s in sentinels)
 
