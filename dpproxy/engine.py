@@ -224,7 +224,9 @@ class Engine:
     # per engine, statements numbered from 1.
     _local_session: str = field(default_factory=new_session_id, init=False)
     _local_statements: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
-    _audit_log: AuditLog | None = field(default=None, init=False)
+    # Where statements' records are written (dpproxy.audit): one per ledger, shared by the engines
+    # `with_policy` makes; by default a new one when there is a ledger.
+    audit_log: AuditLog | None = field(default=None, repr=False, compare=False)
     # The policy in force for this engine and those `with_policy` made from it (see `analyst`).
     _live: _LivePolicy = field(init=False)
     # unique_columns as read from the backend, before the policy's `unit_unique` is added.
@@ -242,10 +244,10 @@ class Engine:
             if table.unit_unique and table.privacy_unit is not None:
                 known = self.unique_columns.get(table.name, frozenset())
                 self.unique_columns[table.name] = known | {table.privacy_unit}
-        if self.ledger is not None:
-            self._audit_log = AuditLog(self.ledger, retention_days=self.policy.server.audit_retention_days)
+        if self.ledger is not None and self.audit_log is None:
+            self.audit_log = AuditLog(self.ledger, retention_days=self.policy.server.audit_retention_days)
             try:
-                self._audit_log.prune()  # at open, then once a day while the log writes
+                self.audit_log.prune()  # at open, then once a day while the log writes
             except Exception as error:
                 log.error("could not delete old audit records: %s", failure(error))
 
@@ -254,23 +256,22 @@ class Engine:
         database and audit log, the policy checked against the live schema as a new engine's is
         (`__post_init__`), and the unique columns read again. Closing either engine closes the
         shared parts: close only the one in use last."""
-        engine = dataclasses.replace(self, policy=policy, unique_columns={})
+        engine = dataclasses.replace(self, policy=policy, unique_columns={})  # same audit_log
         engine._live = self._live  # `make_current` once it serves
-        if self._audit_log is not None:
-            self._audit_log.retention_days = policy.server.audit_retention_days
-            engine._audit_log = self._audit_log  # one writer thread, whatever the reloads
+        if self.audit_log is not None:
+            self.audit_log.retention_days = policy.server.audit_retention_days
         return engine
 
     def audit(self, record: StatementRecord) -> None:
         """Write a finished statement's record (in a thread of the audit log's; cheap, never raises).
         A charged statement's row exists already: this completes it."""
-        if self._audit_log is not None:
-            self._audit_log.submit(record)
+        if self.audit_log is not None:
+            self.audit_log.submit(record)
 
     def flush_audit(self) -> None:
         """Wait until every record handed to `audit` so far is written."""
-        if self._audit_log is not None:
-            self._audit_log.flush()
+        if self.audit_log is not None:
+            self.audit_log.flush()
 
     @classmethod
     def open(
@@ -286,8 +287,8 @@ class Engine:
         return cls(loaded, opened, ledger_obj)
 
     def close(self) -> None:
-        if self._audit_log is not None:
-            self._audit_log.close()
+        if self.audit_log is not None:
+            self.audit_log.close()
         if self.backend is not None:
             self.backend.close()
         if self.ledger is not None:
