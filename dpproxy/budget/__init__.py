@@ -162,7 +162,9 @@ class Ledger(ABC):
         engine charges Gaussian noise as its (ε, δ) conversion); under "zcdp" it may (then its ε is
         for display and not charged), and the refusal message speaks of ρ as well as ε.
         `record`: the statement's audit record, inserted (status "running", this cost) in the same
-        transaction as the entry; its audit_id and entry_id are set. Not written when refused.
+        transaction as the entry; its audit_id and entry_id are set. Not written when refused. A
+        caller that gives none gets a record of the statement alone (client "local"): no charge is
+        ever written without one.
         """
         _check_analyst(analyst)
         _check_accounting(accounting)
@@ -175,18 +177,16 @@ class Ledger(ABC):
                 f"a cost in ρ (ρ={cost.rho!r}) needs accounting='zcdp'; under pure accounting, charge "
                 "Gaussian noise as its (ε, δ) conversion"
             )
-        if record is not None:
-            record.cost = cost  # as its row says while reserved
+        if record is None:
+            record = StatementRecord(analyst, statement, client="local")
+        record.cost = cost  # as its row says while reserved
         try:
             reservation = self._reserve(analyst, cost, limit, statement, accounting, record)
-        except BaseException:
-            if record is not None:  # nothing was written (its transaction rolled back, even at COMMIT)
-                record.cost = Cost.ZERO
-                record.audit_id = record.entry_id = None
+        except BaseException:  # nothing was written (its transaction rolled back, even at COMMIT)
+            record.cost = Cost.ZERO
+            record.audit_id = record.entry_id = None
             raise
-        if record is not None:
-            reservation = dataclasses.replace(reservation, record=record)
-        return reservation
+        return dataclasses.replace(reservation, record=record)
 
     def commit(self, reservation: Reservation, record: StatementRecord | None = None) -> None:
         """The query ran: its cost is spent for good. Its audit record (`record`, else the one it was

@@ -47,6 +47,18 @@ def test_a_charge_and_its_record_are_written_together(ledger: Ledger) -> None:
     assert done.duration == sent.duration and done.charged
 
 
+def test_a_charge_reserved_without_a_record_still_gets_one(ledger: Ledger) -> None:
+    """Callers of the Ledger that pass no record (the Python API's Engine.run) cannot charge
+    without an audit row: the ledger writes one of the statement alone, finished with the charge."""
+    reservation = ledger.reserve("alice", Cost(0.5, 0.0), BUDGET, statement="SELECT 1 FROM t")
+    (running,) = ledger.audit_entries()
+    assert (running.status, running.cost, running.entry_id) == ("running", Cost(0.5, 0.0), reservation.id)
+    assert (running.statement, running.client, running.analyst) == ("SELECT 1 FROM t", "local", "alice")
+    ledger.commit(reservation)
+    (done,) = ledger.audit_entries()
+    assert (done.status, done.cost) == ("ok", Cost(0.5, 0.0))
+
+
 def test_a_released_charge_records_no_cost(ledger: Ledger) -> None:
     sent = record()
     reservation = ledger.reserve("alice", Cost(0.5, 1e-7), BUDGET, record=sent)
