@@ -448,6 +448,11 @@ class PostgresLedger(Ledger):
     def reset(self, analyst: str) -> int:
         with self._transaction() as conn:
             self._lock_analyst(conn, analyst)
+            # A query still running loses its entry: its record can never be finished, so it ends here.
+            conn.execute(
+                sql.SQL("UPDATE {} SET status = %s WHERE status = %s AND analyst = %s").format(self._audit),
+                (ABANDONED, RUNNING, analyst),
+            )
             conn.execute(sql.SQL("DELETE FROM {} WHERE analyst = %s").format(self._replay), (analyst,))
             conn.execute(sql.SQL("DELETE FROM {} WHERE analyst = %s").format(self._totals_table), (analyst,))
             cursor = conn.execute(

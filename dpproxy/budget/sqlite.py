@@ -447,6 +447,11 @@ class SQLiteLedger(Ledger):
 
     def reset(self, analyst: str) -> int:
         with self._write() as conn:
+            # A query still running loses its entry: its record can never be finished, so it ends here.
+            conn.execute(
+                f"UPDATE {_SQLITE_AUDIT} SET status = ? WHERE status = ? AND analyst = ?",
+                (ABANDONED, RUNNING, analyst),
+            )
             conn.execute(f"DELETE FROM {_SQLITE_REPLAY} WHERE analyst = ?", (analyst,))
             conn.execute(f"DELETE FROM {_SQLITE_TOTALS} WHERE analyst = ?", (analyst,))
             return conn.execute(f"DELETE FROM {_SQLITE_TABLE} WHERE analyst = ?", (analyst,)).rowcount

@@ -59,6 +59,16 @@ def test_a_charge_reserved_without_a_record_still_gets_one(ledger: Ledger) -> No
     assert (done.status, done.cost) == ("ok", Cost(0.5, 0.0))
 
 
+def test_a_reset_ends_the_records_of_charges_it_deletes(ledger: Ledger) -> None:
+    """`budget reset` while a query runs deletes its entry: its record can never be finished, so it
+    says abandoned rather than running for ever (which pruning would keep)."""
+    ledger.reserve("alice", Cost(0.5, 0.0), BUDGET, record=record())
+    ledger.reserve("bob", Cost(0.5, 0.0), BUDGET, record=record("bob"))
+    ledger.reset("alice")
+    statuses = {e.analyst: e.status for e in ledger.audit_entries()}
+    assert statuses == {"alice": "abandoned", "bob": "running"}
+
+
 def test_a_released_charge_records_no_cost(ledger: Ledger) -> None:
     sent = record()
     reservation = ledger.reserve("alice", Cost(0.5, 1e-7), BUDGET, record=sent)
