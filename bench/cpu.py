@@ -1,4 +1,4 @@
-"""Engine CPU per query, without backend time: cold, repeated text, same shape with new constants, and
+"""Engine CPU per query, without backend time: cold, repeated text, the same statement with new constants, and
 a trivial public query.
 
     python bench/cpu.py [--repeat 15] [--persons 2000]
@@ -7,13 +7,12 @@ Runs on a small demo DuckDB (built in a temporary directory): every figure is th
 Engine.execute minus the time spent inside Backend.run (as bench/engine.py measures engine CPU), so
 it is parse, analysis, rewriting, noise planning, noise and post-processing. Columns (medians, ms):
   cold    plan caches cleared before each execution;
-  text    the same text again (the exact-text plan cache);
-  shape   the same statement with a new constant in its row filter each time (the shape cache,
-          found from the statement's tokens without parsing, dpproxy.sql.shape; "-" when the
-          statement has no such constant);
-and, on their own lines, a trivial public query (the public fast path) and a public query with a
-new parameter each time (shape: its learned template, dpproxy.sql.shape). Machines are noisy: compare
-columns of one run.
+  text    the same text again (the plan cache: dpproxy.engine.caches, exact inputs only);
+  new     the same statement with a new constant in its row filter each time, as a dashboard sends
+          it ("-" when the statement has no such constant): analysed cold, since no cache re-binds
+          constants (docs/privacy.md §7);
+and, on their own lines, a trivial public query and a public query with a new parameter each time.
+Machines are noisy: compare columns of one run.
 """
 
 from __future__ import annotations
@@ -70,16 +69,8 @@ def main() -> None:
 
         def cpu(sql: str, params: tuple[object, ...] = (), *, clear: bool = False) -> float:
             if clear:
-                for cache in (
-                    "_plans",
-                    "_shapes",
-                    "_token_shapes",
-                    "_sightings",
-                    "_publics",
-                    "_public_templates",
-                    "_public_sightings",
-                ):
-                    getattr(engine, cache, {}).clear()
+                engine.caches.private.clear()
+                engine.caches.public.clear()
             backend.spent = 0.0
             started = time.perf_counter()
             engine.execute(sql, params, analyst="alice")
@@ -88,7 +79,7 @@ def main() -> None:
         def ms(values: list[float]) -> str:
             return f"{statistics.median(values) * 1e3:7.3f}"
 
-        print(f"{'statement':34} {'cold':>7} {'text':>7} {'shape':>7}   (median engine CPU, ms)")
+        print(f"{'statement':34} {'cold':>7} {'text':>7} {'new':>7}   (median engine CPU, ms)")
         counter = iter(range(20, 10**6))
         statements = [(name, sql, None) for name, sql, _ in QUERIES] + [
             (name, template.format(10), template) for name, template in BI
@@ -97,14 +88,14 @@ def main() -> None:
             cold = [cpu(sql, clear=True) for _ in range(args.repeat)]
             cpu(sql)
             text = [cpu(sql) for _ in range(args.repeat)]
-            shape = "      -"
+            new = "      -"
             if template is not None:
-                shape = ms([cpu(template.format(next(counter))) for _ in range(args.repeat)])
-            print(f"{name:34} {ms(cold)} {ms(text)} {shape}", flush=True)
+                new = ms([cpu(template.format(next(counter))) for _ in range(args.repeat)])
+            print(f"{name:34} {ms(cold)} {ms(text)} {new}", flush=True)
         cold = [cpu(PUBLIC, clear=True) for _ in range(args.repeat)]
         text = [cpu(PUBLIC) for _ in range(args.repeat)]
         print(f"{'public: ' + PUBLIC:34} {ms(cold)} {ms(text)}")
-        # A new parameter each time: a template learned from the first two (dpproxy.sql.shape).
+        # A new parameter each time: analysed cold, like a new constant.
         zips = iter(f"{z:05d}" for z in range(10**5))
         cold = [cpu(PUBLIC_PARAM, (next(zips),), clear=True) for _ in range(args.repeat)]
         cpu(PUBLIC_PARAM, (next(zips),))

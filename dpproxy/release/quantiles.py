@@ -4,7 +4,8 @@ candidates (docs/privacy.md, quantiles).
 Per released group, a first report-noisy-max over the coarse histogram (QuantileSpec at its coarse
 share) picks a coarse bin; that pick is released to this module only and sets a window (the bin and
 Histogram.WINDOW_RADIUS bins on each side), public from then on. A second statement counts the same
-bounded rows per sub-bin inside the windows (dpproxy.sql.rewrite.row_pipeline.refinement_select);
+bounded rows per sub-bin inside the windows (dpproxy.sql.rewrite.row_pipeline.refinement_statement,
+emitted with the plan: this module only writes the window's bin numbers into it);
 the second pick (QuantileSpec.refined) then scores the partition made of the coarse bins outside the
 window and the sub-bins inside it, with global ranks (the coarse counts below a sub-bin come from the
 first pass, which counted the same rows), and the middle of the picked bin is released.
@@ -16,17 +17,15 @@ refined quantiles. It never shows a count or a first pick: only the second pick'
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 
 from dpproxy.errors import InvalidParameter
 from dpproxy.privacy import QuantileSpec, QueryNoise
 from dpproxy.release.exact import ExactGroups, canonical_values
 from dpproxy.release.requests import selectors
-from dpproxy.sql.numbers import emit
 from dpproxy.sql.query import AggregateKind, PrivateQuery
-from dpproxy.sql.rewrite.row_pipeline import refinement_select
-from dpproxy.sql.rewrite.state import RewriteState
+from dpproxy.sql.rewrite.row_pipeline import RefinementStatement
 from dpproxy.sql.types import PgType
 
 Runner = Callable[[str], Sequence[Sequence[object]]]
@@ -47,14 +46,14 @@ def refined_aggregates(query: PrivateQuery, noise: QueryNoise) -> dict[int, Quan
 
 def refine_quantiles(
     query: PrivateQuery,
-    rewrite: RewriteState,
-    dialect: str,
+    refinements: Mapping[int, RefinementStatement],
     groups: ExactGroups,
     noise: QueryNoise,
     run: Runner | None,
 ) -> dict[tuple[int, int], object]:
     """The released value of every refined quantile, by (group, aggregate): both picks, and the
-    second statement of each refined histogram run through `run`."""
+    second statement of each refined histogram (emitted with the plan: `refinements`, by histogram)
+    run through `run` for the windows of the first picks."""
     refined = refined_aggregates(query, noise)
     if not refined or not groups.keys:
         return {}
@@ -73,12 +72,10 @@ def refine_quantiles(
             bins.setdefault(h, set()).update(histogram.window(centre))
     index = {key: g for g, key in enumerate(groups.keys)}  # keys are canonical already (exact_groups)
     fine: dict[int, dict[tuple[int, int], list[int]]] = {}  # [h][(group, coarse bin)] sub-bin counts
-    steps = {step.name: step.select for step in rewrite.auxiliary}
     for h, window_bins in sorted(bins.items()):
         histogram = query.histograms[h]
         counts = fine.setdefault(h, {})
-        select = refinement_select(steps[f"histogram_{h}"], h, sorted(window_bins))
-        for row in run(emit(select, dialect)):
+        for row in run(refinements[h].sql(sorted(window_bins))):
             g = index.get(canonical_values(row[:n_keys]))
             if g is None:
                 continue

@@ -16,22 +16,38 @@ what results. Pure function over sqlglot trees.
 
 from __future__ import annotations
 
-import itertools
-
 from sqlglot import exp
 
 from dpproxy.errors import NotSupported, UndefinedTable
 
-_counter = itertools.count(1)
 
+class _FreshNames:
+    """Fresh table aliases for one statement: `alias__n`, n counted from 1 within the statement and
+    skipping names it already uses, so that the same text is always inlined the same way (an analysis
+    is a function of its input: nothing of other statements shows in its names)."""
 
-def _fresh(alias: str) -> str:
-    return f"{alias}__{next(_counter)}"
+    def __init__(self, tree: exp.Expression) -> None:
+        self._used = {
+            name.lower()
+            for node in tree.find_all(exp.Table, exp.TableAlias)
+            for name in (node.name, node.alias_or_name if isinstance(node, exp.Table) else "")
+            if name
+        }
+        self._next = 1
+
+    def __call__(self, alias: str) -> str:
+        while True:
+            name = f"{alias}__{self._next}"
+            self._next += 1
+            if name.lower() not in self._used:
+                self._used.add(name.lower())
+                return name
 
 
 def inline(tree: exp.Select) -> exp.Select:
     """Return a copy of `tree` with its CTEs and row-level FROM-subqueries inlined."""
-    return _inline_from(expand_ctes(tree))
+    expanded = expand_ctes(tree)
+    return _inline_from(expanded, _FreshNames(expanded))
 
 
 def expand_ctes(tree: exp.Expression) -> exp.Expression:
@@ -105,7 +121,7 @@ def _own_nodes(select: exp.Select):
             yield node
 
 
-def _inline_from(select: exp.Select) -> exp.Select:
+def _inline_from(select: exp.Select, fresh: _FreshNames) -> exp.Select:
     """Inline the row-level subqueries of this SELECT's FROM and JOINs (recursively)."""
     from_ = select.args.get("from_") or select.args.get("from")
     if from_ is None:
@@ -113,12 +129,12 @@ def _inline_from(select: exp.Select) -> exp.Select:
     # Inline inside subqueries first, so that nested ones are flattened bottom-up.
     for node in [from_.this, *(j.this for j in select.args.get("joins") or [])]:
         if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
-            node.set("this", _inline_from(node.this))
+            node.set("this", _inline_from(node.this, fresh))
     # One subquery at a time: each merge rewrites the outer query, so re-read it afterwards.
     while True:
         from_ = select.args.get("from_") or select.args.get("from")
         if isinstance(from_.this, exp.Subquery) and is_row_level(from_.this.this):
-            base, extra_joins, where = _flatten(select, from_.this)
+            base, extra_joins, where = _flatten(select, from_.this, fresh)
             joins = list(select.args.get("joins") or [])
             select.set("from_", exp.From(this=base))
             select.set("joins", [*extra_joins, *joins] or None)
@@ -137,7 +153,7 @@ def _inline_from(select: exp.Select) -> exp.Select:
                 )
             if join.args.get("using"):
                 raise NotSupported("JOIN … USING a subquery is not supported", hint="write JOIN … ON")
-            first, extra_joins, where = _flatten(select, node)
+            first, extra_joins, where = _flatten(select, node, fresh)
             joins = list(select.args.get("joins") or [])  # the merge rewrote this join's ON
             parts = [p for p in (joins[i].args.get("on"), where) if p is not None]
             merged = exp.Join(this=first, on=exp.and_(*parts) if parts else None)
@@ -154,7 +170,7 @@ def _and_where(select: exp.Select, condition: exp.Expression) -> None:
 
 
 def _flatten(
-    outer: exp.Select, subquery: exp.Subquery
+    outer: exp.Select, subquery: exp.Subquery, fresh: _FreshNames
 ) -> tuple[exp.Expression, list[exp.Join], exp.Expression | None]:
     """Merge a row-level subquery into `outer`: its FROM item, its joins, its WHERE (renamed), and
     every outer reference alias.col replaced by the subquery's expression for col."""
@@ -182,7 +198,7 @@ def _flatten(
                 f"subquery {alias} reads a subquery that aggregates", hint="aggregate in the outer query"
             )
         old = item.alias_or_name
-        new = _fresh(old)
+        new = fresh(old)
         renames[old.lower()] = new
         item.set("alias", exp.TableAlias(this=exp.to_identifier(new)))
     only_table = next(iter(renames.values())) if len(renames) == 1 else None

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpproxy.engine.plan import answer_columns
 from dpproxy.release import canonical_values
 from dpproxy.release.stream import StreamedRelease, StreamOrderError, streamable
 from tests.release.test_canonical_order import (
@@ -55,7 +56,7 @@ def test_every_split_into_batches_releases_what_the_whole_answer_releases(drawn,
             break
     assert released == whole.rows
     if "LIMIT" not in which:  # a LIMIT stops reading early: its figures cover the groups read
-        assert ENGINE._columns(plan, stream.errors()) == whole.columns
+        assert answer_columns(plan, stream.errors()) == whole.columns
 
 
 def test_rows_out_of_canonical_key_order_are_refused() -> None:

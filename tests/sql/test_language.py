@@ -3,7 +3,9 @@
 Every statement the grammar of tests/sql/language/grammar.py generates must be refused with a documented
 SQLSTATE before it reads protected data, or be accepted and then run on both backends, give the same
 pre-noise values on both, and pass the sensitivity certificate on every neighbour (see
-tests/sql/language/harness.py for the checks).
+tests/sql/language/harness.py for the checks); and every cache path must give what the cold path gives
+for the same input, with the statement's constants replaced by adversarial ones, in the text and as
+parameters (tests/sql/language/caches.py).
 
 Batches:
   - a fixed batch (seed 0, DPPROXY_FUZZ_FIXED queries, default 2000) in every run, split in chunks so
@@ -29,6 +31,7 @@ import pytest
 from dpproxy.policy import parse_policy
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema
+from tests.sql.language.caches import cache_failures
 from tests.sql.language.databases import Loaded
 from tests.sql.language.grammar import Generated, generate
 from tests.sql.language.harness import Backends, check
@@ -38,6 +41,9 @@ FIXED_QUERIES = int(os.environ.get("DPPROXY_FUZZ_FIXED", "2000"))
 CHUNKS = 40
 RANDOM_QUERIES = int(os.environ.get("DPPROXY_FUZZ_RANDOM", "200"))
 REGRESSIONS = Path(__file__).parent / "language" / "regressions.sql"
+# The fixed batch certifies the cache paths (tests/sql/language/caches.py) on one statement in this
+# many; the random batch, the regressions and the long runs on every statement.
+CACHES_EVERY = int(os.environ.get("DPPROXY_FUZZ_CACHES_EVERY", "4"))
 
 DATABASES = {
     "adversarial": lambda: schema.adversarial(1),
@@ -75,12 +81,16 @@ def databases(pg_cluster: PgCluster) -> Iterator[list[Backends]]:
             drop_database(pg_cluster, dbname)
 
 
-def _run_batch(queries: list[Generated], databases: list[Backends]) -> None:
+def _run_batch(queries: list[Generated], databases: list[Backends], *, caches_every: int = 1) -> None:
+    """`caches_every`: the cache paths are certified on one statement in that many (by index)."""
     failures = []
+    policy = databases[0].engines[("limits", "duckdb")].policy
     for query in queries:
         # Certificates on PostgreSQL too for one statement in four: both engines' hashes are exercised.
         certify_on = ("duckdb", "postgres") if query.index % 4 == 0 else ("duckdb",)
         found = check(query, databases, certify_on=certify_on)
+        if query.index % caches_every == 0:
+            found += cache_failures(query.sql, query.params, policy)
         if found:
             failures.append(f"{query}\n    " + "\n    ".join(found))
     assert not failures, f"{len(failures)} of {len(queries)} statements failed:\n" + "\n".join(failures)
@@ -90,7 +100,7 @@ def _run_batch(queries: list[Generated], databases: list[Backends]) -> None:
 def test_fixed_batch(databases: list[Backends], chunk: int) -> None:
     size = -(-FIXED_QUERIES // CHUNKS)
     indexes = range(chunk * size, min(FIXED_QUERIES, (chunk + 1) * size))
-    _run_batch([generate(FIXED_SEED, i) for i in indexes], databases)
+    _run_batch([generate(FIXED_SEED, i) for i in indexes], databases, caches_every=CACHES_EVERY)
 
 
 def test_random_batch(databases: list[Backends]) -> None:

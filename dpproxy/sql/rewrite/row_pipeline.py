@@ -18,9 +18,13 @@ an integer from the argument clipped to its range on its grid: ((v − lo)·(K �
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from sqlglot import exp
 
-from dpproxy.sql.numbers import grid_integer
+from dpproxy.sql.numbers import emit, grid_integer
 from dpproxy.sql.query import Histogram
 from dpproxy.sql.rewrite.bound_rows import keep_first, keep_rows_of_first_groups
 from dpproxy.sql.rewrite.select_rows import public_value_literal, read_relation
@@ -61,18 +65,48 @@ def sub_bin_sql(histogram: Histogram) -> exp.Expression:
     return exp.IntDiv(this=numerator, expression=exp.Literal.number(hi - lo))
 
 
-def refinement_select(histogram_step: exp.Select, h: int, bins: list[int]) -> exp.Select:
+def refinement_select(histogram_step: exp.Select, h: int, bins: list[int] | exp.Expression) -> exp.Select:
     """The second pass of refined histogram h: the same bounded rows as its first pass (the same CTEs,
     salt and order, so the same rows), counted per group, coarse bin and sub-bin, in the coarse bins
-    `bins` only (public: the windows of the first, released picks)."""
+    `bins` only (public: the windows of the first, released picks), or at the one node `bins` stands
+    for them (`refinement_statement`)."""
     select = histogram_step.copy()
     name, sub = histogram_column(h), sub_bin_column(h)
     projections = select.expressions
     # …, the coarse bin, the sub-bin, the count.
     select.set("expressions", [*projections[:-1], col(sub), projections[-1]])
-    inside = exp.In(this=col(name), expressions=[exp.Literal.number(b) for b in bins])
+    listed = [bins] if isinstance(bins, exp.Expression) else [exp.Literal.number(b) for b in bins]
+    inside = exp.In(this=col(name), expressions=listed)
     select = select.where(inside, append=True, copy=False).group_by(col(sub), append=True, copy=False)
     return select
+
+
+@dataclass(frozen=True)
+class RefinementStatement:
+    """The second pass of a refined histogram, emitted with the plan: its SQL with one place for the
+    coarse bins it counts. The bins are integers the release computes from released picks (never
+    analyst text); `sql` writes them as numerals, so the statement that runs is the analysed one with
+    that list, and the release step writes no SQL of its own."""
+
+    histogram: int
+    before: str
+    after: str
+
+    def sql(self, bins: Sequence[int]) -> str:
+        if not bins:
+            raise ValueError("a refinement counts at least one coarse bin")
+        return self.before + ", ".join(str(int(b)) for b in bins) + self.after
+
+
+def refinement_statement(histogram_step: exp.Select, h: int, dialect: str) -> RefinementStatement:
+    """`refinement_select` emitted for `dialect` once, with a node of its own (named by a fresh random
+    token, so no text the analyst wrote can hold it) where the bin list goes, and split there."""
+    marker = f"__dpproxy_bins_{secrets.token_hex(16)}"
+    text = emit(refinement_select(histogram_step, h, exp.Var(this=marker)), dialect, owned=True)
+    before, found, after = text.partition(marker)
+    if not found or marker in after:
+        raise AssertionError("the refinement's bin list was not emitted exactly once")
+    return RefinementStatement(h, before, after)
 
 
 def bin_sql(histogram: Histogram) -> exp.Expression:
