@@ -1,4 +1,5 @@
-"""Exact, vectorised samplers of the discrete Laplace and discrete Gaussian, from the OS CSPRNG.
+"""Exact, vectorised samplers of the discrete Laplace and discrete Gaussian, from the OS CSPRNG, whose
+running time does not depend on the values drawn.
 
 This module owns the draws behind NoiseSpec.sample: n independent values of
 
@@ -10,13 +11,22 @@ OpenDP's make_laplace / make_gaussian sample on integer vectors. Calibration and
 (dpproxy.privacy.noise keeps OpenDP's maps for those); only the draw is.
 
 How (the argument is docs/privacy.md, "How noise is drawn"): a geometric G = floor(−b·ln U) by
-inversion, U a uniform real of which only the bits needed are read. Most elements are decided in
-float64, but only when a rigorous error bound proves the whole interval of U that the bits read so far
-allow lies in one cell [k, k + 1); the rest are decided exactly with `decimal` and directed bounds,
-reading more bits of the same U until decided (never redrawing it, which would bias the result).
-The discrete Laplace is ±G with the sign from the same word, (−, 0) rejected; the discrete Gaussian is
-Canonne, Kamath & Steinke 2020, Algorithm 3, with its Bernoulli(exp(−γ)) decided the same way.
-Nothing here uses a floating-point value as a random output, so no Mironov-style attack applies.
+inversion, U a uniform real of which only the bits needed are read; at scales from 2^31 up, G is
+2^K·H + L with L's K bits uniform, kept with probability exp(−L/b), and H a geometric of scale
+b/2^K in [2^30, 2^31). The discrete Laplace is ±G with the sign from the same word, (−, 0) rejected;
+the discrete Gaussian is Canonne, Kamath & Steinke 2020, Algorithm 3, its Bernoulli(exp(−γ)) read as
+"−ln V > γ". Every decision is taken in three stages, each only where it has proved its answer:
+
+1. float64 on every element, with rigorous error bounds;
+2. double-double arithmetic on U's first 181 bits, on a fixed number of slots per batch: the
+   elements stage 1 left undecided, padded with others up to a count that depends only on the batch
+   size and the scale (more than that happens with probability below 2^-64);
+3. `decimal`, reading more bits of the same U until decided, for what stage 2 left (about 2^-59 of
+   the slots).
+
+So a batch does the same work whatever values it draws, except with probability about 2^-50 per
+batch (docs/privacy.md says what holds, and tests/privacy/test_draw_time.py measures it). Nothing
+here uses a floating-point value as a random output, so no Mironov-style attack applies.
 
 Random bits come from `bytes_source` (os.urandom unless a test injects a deterministic source), in
 bulk, at most _MAX_REQUEST bytes per call. It never sees SQL, true values or group keys.
@@ -40,6 +50,7 @@ from decimal import (
     InvalidOperation,
 )
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -53,32 +64,85 @@ _MAX_REQUEST = 1 << 20
 # the discrete Laplace's sign.
 _PREFIX_BITS = 53
 _TWO_M53 = 2.0**-53
-# Error allowances of the float decisions, relative: np.log / np.exp are assumed within 16 ulps
-# (2^-52 relative each), far above the < 1 ulp of the implementations (tests/privacy/test_sampling.py
-# checks them against correctly rounded `decimal` values); every float multiply or divide adds 2^-53.
+_U = 2.0**-53  # the unit roundoff of float64
+# Error allowances of the float decisions, relative: np.log, np.exp and np.expm1 are assumed within
+# 16 ulps (2^-52 relative each), far above the < 1 ulp of the implementations
+# (tests/privacy/test_sampling.py checks them against correctly rounded `decimal` values); every
+# float multiply or divide adds 2^-53.
 _LOG_SLACK = 64 * 2.0**-52  # covers log (16 ulps) + one product (1/2 ulp) + rounding the bound itself
 _EXP_SLACK = 64 * 2.0**-52
 # Integers below this are exact in float64 with room for k + 1: beyond it the float path defers.
 _FLOAT_INT_LIMIT = 2.0**52
-# Scales the float path accepts; outside (never in practice), every element is decided exactly.
-_FLOAT_MIN_SCALE = 2.0**-30
-_FLOAT_MAX_SCALE = 2.0**60
+# Absolute allowances that cover results in (or rounded to) the subnormal range.
+_TINY = 2.0**-1000
 # Values at least this large in magnitude make the result an object array of Python ints.
 _INT64_SAFE = 1 << 62
+
+# Stage 2: a slot reads two more words of its U, which is then known to 53 + 128 = 181 bits.
+_SLOT_WORDS = 2
+_SLOT_BITS = _PREFIX_BITS + 64 * _SLOT_WORDS
+# |computed − true| of stage 2's −ln U is at most this times (1 + −ln U) (about 2^-98 in fact: 15
+# double-double operations of relative error <= 16u² each on values <= 1 + −ln U, a series truncated
+# at 2^-112; the test compares it with `decimal` on adversarial inputs).
+_DD_LOG_ERROR = 2.0**-92
+# Slots per batch are chosen so that more undecided elements than slots has probability <= this.
+_SLOT_OVERFLOW = 2.0**-64
+
+# Geometric scales from 2^_SPLIT_BITS up are split into 2^K·H + L, H of scale in [2^30, 2^31).
+_SPLIT_BITS = 31
+# 2^K·H + L stays an int64 up to this K (H < 2^38 once decided by stages 1 and 2).
+_INT64_SPLIT_BITS = 24
+# Below this σ the discrete Gaussian's γ is bounded without dividing by σ (docs: "tiny σ").
+_TINY_SIGMA = 2.0**-20
+_TINY_SIGMA_GAMMA = 2.0**38  # γ >= this for every |y| >= 1 when σ < _TINY_SIGMA
+
+
+def _geometric_undecided_bound(scale: float) -> float:
+    """An upper bound on the probability that stage 1 leaves a geometric draw of scale <= 2^31
+    undecided: about b·2^-44.7 (float error on −b·ln U, and U's 53-bit grid), taken 3× wider;
+    tests/privacy/test_draw_time.py measures it."""
+    return scale * 2.0**-43 + 2.0**-50
+
+
+# The same for the discrete Gaussian's Bernoulli decisions (about 2^-44 at most), taken 16× wider.
+_BERNOULLI_UNDECIDED_BOUND = 2.0**-40
 
 
 @dataclass
 class SamplerStats:
-    """Counts since the process started (or since reset): elements decided, and those the float path
-    left to the exact fallback. For benchmarks; not used by any decision."""
+    """Counts since the process started (or since reset). For benchmarks and tests; not used by any
+    decision. What a batch's time depends on: `words` (64-bit words read), the elements (`geometric`,
+    `bernoulli`), the stage-2 slots run (`*_slots`, a function of the batch size and scale only), and
+    the two rare events `*_exact` (stage-3 decisions) and `slot_overflows`. `*_undecided` (elements
+    stage 1 left to stage 2) is informational: those elements fill slots that run anyway."""
 
     geometric: int = 0
+    geometric_undecided: int = 0
+    geometric_slots: int = 0
     geometric_exact: int = 0
     bernoulli: int = 0
+    bernoulli_undecided: int = 0
+    bernoulli_slots: int = 0
     bernoulli_exact: int = 0
+    slot_overflows: int = 0
+    words: int = 0
 
     def reset(self) -> None:
-        self.geometric = self.geometric_exact = self.bernoulli = self.bernoulli_exact = 0
+        for name in self.__dataclass_fields__:
+            setattr(self, name, 0)
+
+    def work(self) -> tuple[int, ...]:
+        """The counts a batch's running time is a function of."""
+        return (
+            self.words,
+            self.geometric,
+            self.geometric_slots,
+            self.geometric_exact,
+            self.bernoulli,
+            self.bernoulli_slots,
+            self.bernoulli_exact,
+            self.slot_overflows,
+        )
 
 
 STATS = SamplerStats()
@@ -101,14 +165,32 @@ class _Bits:
                 raise RuntimeError("the random byte source returned fewer bytes than asked")
             chunks.append(data)
             remaining -= size
+        STATS.words += n
         return np.frombuffer(b"".join(chunks), dtype="<u8").astype(np.uint64, copy=False)
 
     def word(self) -> int:
-        return int.from_bytes(self._source(8), "little")
+        STATS.words += 1
+        data = self._source(8)
+        if len(data) != 8:
+            raise RuntimeError("the random byte source returned fewer bytes than asked")
+        return int.from_bytes(data, "little")
+
+
+@dataclass(frozen=True)
+class _Mode:
+    """How decisions are taken. Both flags are for tests: `exact` decides every element with `decimal`
+    on the same bits the fast path would read (so both must give the same values), `all_slots` sends
+    every element through stage 2."""
+
+    exact: bool = False
+    all_slots: bool = False
+
+
+_FAST = _Mode()
 
 
 # ---------------------------------------------------------------------------------------------------
-# Exact decisions with `decimal`. Decimal's ln and exp are correctly rounded (to nearest), so the
+# Stage 3: exact decisions with `decimal`. Decimal's ln is correctly rounded (to nearest), so the
 # neighbours of a result bracket the true value; products and quotients are rounded towards −∞ or +∞.
 
 
@@ -148,11 +230,10 @@ def _precision(m: int, magnitude: float) -> int:
     return 30 + math.ceil(0.302 * m) + max(0, math.ceil(math.log10(max(magnitude, 1.0))))
 
 
-def _exact_geometric(prefix: int, scale: Fraction, bits: _Bits) -> int:
-    """floor(−scale·ln U) for U whose first 53 bits are `prefix`, reading more bits of U as needed."""
-    p, m = prefix, _PREFIX_BITS
-    magnitude = float(scale) * 64.0
+def _exact_geometric(p: int, m: int, scale: Fraction, bits: _Bits) -> int:
+    """floor(−scale·ln U) for U whose first m bits are p, reading 64 more bits of U at a time as needed."""
     while True:
+        magnitude = float(scale) * (m * 0.7 + 1.0)
         lo, hi = _neg_log_bounds(p, m, scale, _precision(m, magnitude))
         if hi is not None:
             k = int(lo.to_integral_value(rounding=ROUND_FLOOR))
@@ -161,76 +242,404 @@ def _exact_geometric(prefix: int, scale: Fraction, bits: _Bits) -> int:
         # Undecided: U's interval still straddles a cell boundary; 64 more bits of the same U.
         p = (p << 64) | bits.word()
         m += 64
-        magnitude = float(scale) * (m * 0.7 + 1.0)
 
 
-def _exact_bernoulli_exp(prefix: int, gamma: Fraction, bits: _Bits) -> bool:
-    """V < exp(−gamma) for V uniform in [0, 1) whose first 53 bits are `prefix`, reading more as needed."""
-    p, m = prefix, _PREFIX_BITS
+def _exact_neg_log_above(p: int, m: int, gamma: Fraction, bits: _Bits) -> bool:
+    """−ln V > gamma (that is, V < exp(−gamma)) for V whose first m bits are p, reading more as needed.
+
+    Compared as logarithms, never by computing exp(−gamma): a huge gamma (a tiny σ) is decided as
+    soon as V's bits are not all zero, instead of hanging on a number with 10^18 digits."""
     while True:
-        near, down, up = _contexts(30 + math.ceil(0.302 * m))
+        prec = _precision(m, m * 0.7 + 1.0)
+        lo, hi = _neg_log_bounds(p, m, Fraction(1), prec)  # −ln V ∈ (lo, hi]
+        _, down, up = _contexts(prec)
         g_lo = down.divide(Decimal(gamma.numerator), Decimal(gamma.denominator))
         g_hi = up.divide(Decimal(gamma.numerator), Decimal(gamma.denominator))
-        e_lo = near.exp(g_hi.copy_negate()).next_minus(near)
-        e_hi = near.exp(g_lo.copy_negate()).next_plus(near)
-        if Fraction(p + 1, 1 << m) <= Fraction(e_lo):
+        if lo >= g_hi:
             return True
-        if Fraction(p, 1 << m) >= Fraction(e_hi):
+        if hi is not None and hi <= g_lo:
             return False
         p = (p << 64) | bits.word()
         m += 64
 
 
 # ---------------------------------------------------------------------------------------------------
-# Float decisions with a rigorous margin.
+# Stage 2: double-double arithmetic (pairs hi + lo of float64s, ~106 bits), one slot at a time in
+# Python floats: the same operations whatever the slot holds, and no numpy call overhead (a batch
+# runs at least one slot). The building blocks are error-free transformations and the algorithms of
+# Joldes, Muller & Popescu, "Tight and rigorous error bounds for basic building blocks of double-word
+# arithmetic" (2017); u = 2^-53.
+
+_SPLITTER = 134217729.0  # 2^27 + 1
 
 
-def _float_scale(scale: Fraction) -> float | None:
-    """The scale as a float64 when it is one exactly and within the float path's range, else None."""
-    approx = float(scale)
-    if Fraction(approx) != scale or not _FLOAT_MIN_SCALE <= approx <= _FLOAT_MAX_SCALE:
-        return None
-    return approx
+def _two_sum(a: float, b: float) -> tuple[float, float]:
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
 
 
-def _geometric_from_prefixes(
-    prefixes: np.ndarray, exact_scale: Fraction, bits: _Bits, force_exact: bool = False
-) -> np.ndarray:
-    """floor(−scale·ln U) for each U whose first 53 bits are the element of `prefixes` (uint64 < 2^53).
+def _fast_two_sum(a: float, b: float) -> tuple[float, float]:
+    """Exact for |a| >= |b| (or a = 0)."""
+    s = a + b
+    return s, b - (s - a)
 
-    Returns int64, or an object array of Python ints if some value is beyond the int64-safe range.
+
+def _two_prod(a: float, b: float) -> tuple[float, float]:
+    p = a * b
+    c = _SPLITTER * a
+    ah = c - (c - a)
+    al = a - ah
+    c = _SPLITTER * b
+    bh = c - (c - b)
+    bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _dd_add(xh: float, xl: float, yh: float, yl: float) -> tuple[float, float]:
+    """AccurateDWPlusDW: relative error <= 3u²."""
+    sh, sl = _two_sum(xh, yh)
+    th, tl = _two_sum(xl, yl)
+    sh, sl = _fast_two_sum(sh, sl + th)
+    return _fast_two_sum(sh, sl + tl)
+
+
+def _dd_add_f(xh: float, xl: float, y: float) -> tuple[float, float]:
+    """DWPlusFP: relative error <= 2u²."""
+    sh, sl = _two_sum(xh, y)
+    return _fast_two_sum(sh, xl + sl)
+
+
+def _dd_mul(xh: float, xl: float, yh: float, yl: float) -> tuple[float, float]:
+    """DWTimesDW without a fused multiply-add: relative error <= 7u²."""
+    ch, cl = _two_prod(xh, yh)
+    return _fast_two_sum(ch, cl + (xh * yl + (xl * yh + xl * yl)))
+
+
+def _dd_mul_f(xh: float, xl: float, y: float) -> tuple[float, float]:
+    """DWTimesFP1: relative error <= 2u²."""
+    ch, cl1 = _two_prod(xh, y)
+    th, tl = _fast_two_sum(ch, xl * y)
+    return _fast_two_sum(th, tl + cl1)
+
+
+def _dd_div(xh: float, xl: float, yh: float, yl: float) -> tuple[float, float]:
+    """DWDivDW2: relative error <= 15u² + 56u³."""
+    th = xh / yh
+    rh, rl = _dd_mul_f(yh, yl, th)
+    return _fast_two_sum(th, ((xh - rh) + (xl - rl)) / yh)
+
+
+def _dd_from_fraction(value: Fraction) -> tuple[float, float]:
+    """hi + lo within 2^-106 relative of value (both roundings to nearest)."""
+    hi = float(value)
+    return hi, float(value - Fraction(hi))
+
+
+@lru_cache(maxsize=1)
+def _log_tables() -> tuple[list[float], list[float], float, float, float]:
+    """ln(c_j), c_j = 1 + (j + 1/2)/256, as double-doubles; ln 2 as 40 + 53 + 53 bits (so E·ln 2 is
+    exact in its first two parts for |E| < 2^13)."""
+    ctx = Context(prec=60)
+    his, los = [], []
+    for j in range(256):
+        value = ctx.ln(ctx.add(1, ctx.divide(2 * j + 1, 512)))
+        hi = float(value)
+        his.append(hi)
+        los.append(float(ctx.subtract(value, Decimal(hi))))
+    ln2 = ctx.ln(2)
+    first = math.ldexp(float(ctx.multiply(ln2, 1 << 40).to_integral_value()), -40)
+    second = float(ctx.subtract(ln2, Decimal(first)))
+    third = float(ctx.subtract(ctx.subtract(ln2, Decimal(first)), Decimal(second)))
+    return his, los, first, second, third
+
+
+_TWO_THIRDS_HI, _TWO_THIRDS_LO = _dd_from_fraction(Fraction(2, 3))
+
+
+def _dd_neg_log(prefix: int, w1: int, w2: int) -> tuple[float, float, float] | None:
+    """−ln U as a double-double for U whose first 181 bits are `prefix` (53 bits), w1 and w2 (64 each).
+
+    Returns (hi, lo, width): the true −ln U is in [hi + lo − width − e, hi + lo + e] with
+    e = _DD_LOG_ERROR·(1 + hi) for every U those bits allow; None when U's first 117 bits are all
+    zero (left to stage 3).
     """
+    # R = U·2^53 = prefix + w1/2^64 + w2/2^128 when the prefix is not 0 (R >= 1); otherwise
+    # R = U·2^117 = w1 + w2/2^64 (R >= 1 unless w1 = 0): exact parts, then one rounded sum. The bits
+    # left out (w2's last 11, U's past the 181st) are below 2^-116 (2^-52 with the prefix 0) in units
+    # of R: through −ln, U's interval is that much over R wide at most.
+    if prefix:
+        rh, rl = _two_sum(float(prefix), (w1 >> 11) * 2.0**-53)
+        rh, rl = _dd_add_f(rh, rl, (w1 & 2047) * 2.0**-64 + (w2 >> 11) * 2.0**-117)
+        shift, width = -53, 2.0**-116 / rh
+    elif w1:
+        rh, rl = _two_sum(float((w1 >> 11) << 11), float(w1 & 2047))
+        rh, rl = _dd_add_f(rh, rl, (w2 >> 11) * 2.0**-53)
+        shift, width = -117, 2.0**-52 / rh
+    else:
+        return None
+    # R = f·2^(e−1), f ∈ [1, 2); ln f = ln c_j + 2·atanh(s), s = (f − c_j)/(f + c_j), |s| <= 2^-10.
+    mantissa, exponent = math.frexp(rh)
+    fh = mantissa * 2.0
+    fl = math.ldexp(rl, 1 - exponent)
+    j = min(math.floor((fh - 1.0) * 256.0), 255)
+    c = 1.0 + (j + 0.5) / 256.0
+    dh, dl = _two_sum(fh - c, fl)  # fh − c is exact (Sterbenz)
+    qh, ql = _two_sum(fh, c)
+    qh, ql = _fast_two_sum(qh, ql + fl)
+    sh, sl = _dd_div(dh, dl, qh, ql)
+    s2h, s2l = _dd_mul(sh, sl, sh, sl)
+    s3h, s3l = _dd_mul(s2h, s2l, sh, sl)
+    t3h, t3l = _dd_mul(s3h, s3l, _TWO_THIRDS_HI, _TWO_THIRDS_LO)
+    # 2s⁵/5 + 2s⁷/7 + 2s⁹/9 <= 2^-51: float is enough; the next term is below 2^-112.
+    tail = (s3h * s2h) * (0.4 + s2h * (2.0 / 7.0 + s2h * (2.0 / 9.0)))
+    ah, al = _dd_add(2.0 * sh, 2.0 * sl, t3h, t3l)
+    ah, al = _dd_add_f(ah, al, tail)
+    ln_c_hi, ln_c_lo, ln2_first, ln2_second, ln2_third = _log_tables()
+    lh, ll = _dd_add(ln_c_hi[j], ln_c_lo[j], ah, al)
+    # ln U = ln f + E·ln 2, E = e − 1 + shift.
+    e = float(exponent - 1 + shift)
+    ph, pl = _two_prod(e, ln2_second)
+    ph, pl = _dd_add_f(ph, pl, e * ln2_first)
+    ph, pl = _dd_add_f(ph, pl, e * ln2_third)
+    lh, ll = _dd_add(lh, ll, ph, pl)
+    return -lh, -ll, width
+
+
+def _stage2_geometric(prefix: int, w1: int, w2: int, scale: float) -> int | None:
+    """floor(−scale·ln U), scale < 2^31, or None when not proved."""
+    neg_log = _dd_neg_log(prefix, w1, w2)
+    if neg_log is None:
+        return None
+    xh, xl, width = neg_log
+    vh, vl = _dd_mul_f(xh, xl, scale)
+    above = scale * _DD_LOG_ERROR * (1.0 + xh) + abs(vh) * 2.0**-100 + _TINY  # v <= vh + vl + above
+    below = above + scale * width  # v >= vh + vl − below
+    k = math.floor(vh)
+    if vh == k and vl < 0.0:  # vh + vl is just below the integer vh
+        k -= 1
+    d1, e1 = _two_sum(vh - k, vl)  # the fraction vh + vl − k ∈ [0, 1), exactly d1 + e1 (vh − k exact)
+    if (
+        d1 + e1 >= below * (1.0 + 2.0**-50)
+        and (1.0 - d1) - e1 > above * (1.0 + 2.0**-50)
+        and vh < _FLOAT_INT_LIMIT
+    ):
+        return k
+    return None
+
+
+def _stage2_bernoulli(prefix: int, w1: int, w2: int, gamma: tuple[float, float, float]) -> bool | None:
+    """V < exp(−γ), i.e. −ln V > γ, or None when not proved; γ within gamma[2] of gamma[0] + gamma[1]."""
+    neg_log = _dd_neg_log(prefix, w1, w2)
+    if neg_log is None:
+        return None
+    xh, xl, width = neg_log
+    gh, gl, gamma_error = gamma
+    dh, dl = _dd_add(xh, xl, -gh, -gl)  # −ln V − γ
+    above = (_DD_LOG_ERROR * (1.0 + xh) + gamma_error + abs(dh) * 2.0**-100 + _TINY) * (1.0 + 2.0**-50)
+    below = above + width * (1.0 + 2.0**-50)
+    if (dh - below) + dl > 0.0:
+        return True
+    if (dh + above) + dl < 0.0:
+        return False
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _slot_count(n: int, p: float) -> int:
+    """Slots for a batch of n elements each undecided with probability <= p: the smallest s with
+    P(Binomial(n, p) > s) <= _SLOT_OVERFLOW, by Chernoff's P(X >= k) <= (e·μ/k)^k·e^−μ (k > μ)."""
+    mu = n * p
+    target = math.log(_SLOT_OVERFLOW)
+    k = math.floor(mu) + 1
+    while k * (1.0 + math.log(mu / k)) - mu > target:
+        k += 1
+    return min(k - 1, n)
+
+
+def _slots(
+    undecided: np.ndarray, n: int, bound: float, bits: _Bits, mode: _Mode
+) -> tuple[list[int], list[list[int]]]:
+    """Stage 2's slots: the undecided elements first, then others (whose results are discarded) up to
+    a count that depends on n and the scale only; and each slot's two extension words."""
+    count = n if mode.all_slots else max(_slot_count(n, bound), 1)
+    if len(undecided) > count:  # probability <= 2^-64 per batch
+        STATS.slot_overflows += 1
+        count = len(undecided)
+    slots = undecided.tolist() + [i % n for i in range(count - len(undecided))]
+    return slots, bits.words(_SLOT_WORDS * count).reshape(count, _SLOT_WORDS).tolist()
+
+
+def _extended(prefix: int, extension: list[int]) -> int:
+    """U's first 181 bits as an integer."""
+    return (prefix << 128) | (extension[0] << 64) | extension[1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The geometric distribution, P(G >= k) = q^k, q = exp(−1/b).
+
+
+@dataclass
+class _Magnitudes:
+    """Geometric draws: values (int64, or object when beyond int64), and the parts the discrete
+    Gaussian's γ is computed from: values = 2^split·high + low, low's bits read from low_words
+    (most significant first; None when split = 0), and which are kept (None: all)."""
+
+    values: np.ndarray
+    high: np.ndarray
+    low_words: np.ndarray | None
+    split: int
+    kept: np.ndarray | None
+
+
+def _split_of(scale: float) -> tuple[int, float]:
+    """(K, scale/2^K): K = 0 below 2^31, else scale/2^K ∈ [2^30, 2^31) (exact: a power-of-2 scaling)."""
+    if scale < 2.0**_SPLIT_BITS:
+        return 0, scale
+    _, exponent = math.frexp(scale)
+    k = exponent - _SPLIT_BITS
+    return k, math.ldexp(scale, -k)
+
+
+def _geometric_high(prefixes: np.ndarray, scale: float, bits: _Bits, mode: _Mode) -> np.ndarray:
+    """floor(−scale·ln U) for each U whose first 53 bits are the element of `prefixes` (uint64 < 2^53),
+    scale < 2^31 a float. Returns int64, or an object array when a value is beyond the int64-safe range."""
     n = prefixes.shape[0]
     out = np.zeros(n, dtype=np.int64)
     if n == 0:
         return out
-    scale = _float_scale(exact_scale)
-    if force_exact or scale is None:
-        undecided = np.arange(n)
-    else:
-        low_end = prefixes.astype(np.float64) * _TWO_M53  # exact: prefixes < 2^53, a power-of-2 scaling
-        high_end = (prefixes + np.uint64(1)).astype(np.float64) * _TWO_M53  # exact, at most 1
-        with np.errstate(divide="ignore"):
-            neg_log_low = -np.log(low_end)  # +inf at U's lower end 0: then undecided
+    low_end = prefixes.astype(np.float64) * _TWO_M53  # exact: prefixes < 2^53, a power-of-2 scaling
+    high_end = (prefixes + np.uint64(1)).astype(np.float64) * _TWO_M53  # exact, at most 1
+    with np.errstate(divide="ignore", over="ignore", under="ignore"):
+        neg_log_low = -np.log(low_end)  # +inf at U's lower end 0: then undecided
         neg_log_high = np.where(high_end == 1.0, 0.0, -np.log(high_end))
-        # −scale·ln U over the interval is in [lo, hi]: the float results within their error bounds.
-        # neg_log_high is 0 or >= 2^-53, and scale >= 2^-30, so no product is subnormal.
+        # −scale·ln U over the interval is in [lo, hi]: the float results within their error bounds
+        # (products that underflow only make lo smaller, and hi carries an absolute allowance).
         lo = (scale * neg_log_high) * (1.0 - _LOG_SLACK)
-        hi = (scale * neg_log_low) * (1.0 + _LOG_SLACK)
-        k = np.floor(lo)
-        decided = (hi < k + 1.0) & (hi < _FLOAT_INT_LIMIT)
-        out[decided] = k[decided].astype(np.int64)
-        undecided = np.flatnonzero(~decided)
+        hi = (scale * neg_log_low) * (1.0 + _LOG_SLACK) + _TINY
+    k = np.floor(lo)
+    decided = (hi < k + 1.0) & (hi < _FLOAT_INT_LIMIT)
+    out[decided] = k[decided].astype(np.int64)
+    undecided = np.flatnonzero(~decided)
     STATS.geometric += n
-    STATS.geometric_exact += len(undecided)
-    if len(undecided) == 0:
-        return out
-    values = {int(i): _exact_geometric(int(prefixes[i]), exact_scale, bits) for i in undecided}
+    STATS.geometric_undecided += len(undecided)
+    slots, extension = _slots(undecided, n, _geometric_undecided_bound(scale), bits, mode)
+    STATS.geometric_slots += len(slots)
+    exact_scale = Fraction(scale)
+    values: dict[int, int] = {}
+    real = len(undecided)
+    slot_prefixes = prefixes[slots].tolist()
+    left = []
+    if mode.exact:
+        for i in np.flatnonzero(decided).tolist():
+            values[i] = _exact_geometric(int(prefixes[i]), _PREFIX_BITS, exact_scale, bits)
+        left = list(range(real))
+    else:
+        for j, (prefix, (w1, w2)) in enumerate(zip(slot_prefixes, extension, strict=True)):
+            k2 = _stage2_geometric(prefix, w1, w2, scale)  # every slot, padding included
+            if j < real:
+                if k2 is None:
+                    left.append(j)
+                else:
+                    out[slots[j]] = k2
+    for j in left:
+        values[slots[j]] = _exact_geometric(
+            _extended(slot_prefixes[j], extension[j]), _SLOT_BITS, exact_scale, bits
+        )
+    STATS.geometric_exact += len(values)
     if any(v >= _INT64_SAFE for v in values.values()):
         out = out.astype(object)
     for i, v in values.items():
         out[i] = v
     return out
+
+
+def _geometric(scale: float, prefixes: np.ndarray, bits: _Bits, mode: _Mode) -> _Magnitudes:
+    """Geometric draws of scale `scale` (a float, read exactly), one per prefix.
+
+    Below 2^31, inversion. From 2^31 up, G = 2^K·H + L: H of scale b/2^K ∈ [2^30, 2^31) by inversion,
+    L uniform on [0, 2^K) from K fresh bits, the pair kept with probability exp(−L/b) (decided on a
+    fresh word V: 1 − V > 1 − exp(−L/b)). Kept pairs have P ∝ q^(2^K·H)·q^L = q^G: G is geometric.
+    """
+    n = prefixes.shape[0]
+    k_split, scale_high = _split_of(scale)
+    high = _geometric_high(prefixes, scale_high, bits, mode)
+    if k_split == 0:
+        return _Magnitudes(high, high, None, 0, None)
+    count = -(-k_split // 64)
+    low_words = bits.words(n * count).reshape(n, count)
+    acceptance = bits.words(n)
+    kept = _split_acceptance(low_words, k_split, scale_high, acceptance, Fraction(scale), bits, mode)
+    if k_split <= _INT64_SPLIT_BITS and high.dtype != object and (n == 0 or int(high.max()) < 1 << 37):
+        values = (high << np.int64(k_split)) | (low_words[:, 0] >> np.uint64(64 - k_split)).astype(np.int64)
+    else:
+        values = np.array(
+            [
+                (int(h) << k_split) | _low_int(row, k_split)
+                for h, row in zip(high.tolist(), low_words, strict=True)
+            ],
+            dtype=object,
+        )
+    return _Magnitudes(values, high, low_words, k_split, kept)
+
+
+def _low_int(row: np.ndarray, k_split: int) -> int:
+    """L, the first k_split bits of the row's words (most significant first), as a Python int."""
+    value = int.from_bytes(row.astype(">u8").tobytes(), "big")
+    return value >> (64 * len(row) - k_split)
+
+
+def _low_fraction(low_words: np.ndarray, k_split: int) -> tuple[np.ndarray, float]:
+    """ℓ = L/2^K in float64 (relative error <= 2^-53) and an absolute error allowance beyond it."""
+    if k_split <= 64:
+        low = low_words[:, 0] >> np.uint64(64 - k_split)
+        return np.ldexp(low.astype(np.float64), -k_split), 0.0
+    return low_words[:, 0].astype(np.float64) * 2.0**-64, 2.0**-64
+
+
+def _low_fraction_dd(row: list[int], k_split: int) -> tuple[float, float]:
+    """ℓ = L/2^K as a double-double from L's words (most significant first), within 2^-117
+    (exact when K <= 64)."""
+    if k_split <= 64:
+        low = row[0] >> (64 - k_split)
+        hi, lo = _fast_two_sum(float((low >> 11) << 11), float(low & 2047))
+        return math.ldexp(hi, -k_split), math.ldexp(lo, -k_split)
+    top = row[0]
+    return _fast_two_sum(((top >> 11) << 11) * 2.0**-64, (top & 2047) * 2.0**-64 + (row[1] >> 11) * 2.0**-117)
+
+
+def _split_acceptance(
+    low_words: np.ndarray,
+    k_split: int,
+    scale_high: float,
+    acceptance: np.ndarray,
+    scale: Fraction,
+    bits: _Bits,
+    mode: _Mode,
+) -> np.ndarray:
+    """V < exp(−L/b) for each element: with τ = 1 − exp(−L/b) = −expm1(−ℓ/scale_high) <= 2^-30 and
+    D = 2^64 − 1 − V's word, 1 − V ∈ (D/2^64, (D + 1)/2^64]: accept when D/2^64 >= τ's upper bound,
+    reject when (D + 1)/2^64 <= its lower bound. Undecided only when the word is one of the one or two
+    next to τ (probability about 2^-63): then `decimal` on V's further bits."""
+    ell, ell_error = _low_fraction(low_words, k_split)
+    tau = -np.expm1(-(ell / scale_high))
+    allowance = 2.0 * ell_error / scale_high
+    tau_hi = tau * (1.0 + _EXP_SLACK) + allowance + 2.0**-1070
+    tau_lo = tau * (1.0 - _EXP_SLACK) - allowance
+    complement = ~acceptance
+    d = np.minimum(complement, np.uint64(1 << 53)).astype(np.float64) * 2.0**-64  # exact below 2^53
+    accept = d >= tau_hi
+    reject = (d + 2.0**-64) <= tau_lo
+    undecided = np.flatnonzero(~(accept | reject)) if not mode.exact else np.arange(len(acceptance))
+    for i in undecided:
+        gamma = Fraction(_low_int(low_words[i], k_split)) / scale
+        accept[i] = _exact_neg_log_above(int(acceptance[i]), 64, gamma, bits)
+        STATS.geometric_exact += 1
+    return accept
+
+
+# ---------------------------------------------------------------------------------------------------
+# The samplers.
 
 
 def _check(scale: float, n: int) -> None:
@@ -248,78 +657,191 @@ def sample_discrete_laplace(
     ±G with G geometric (P(G >= k) = q^k, q = exp(−1/scale)) and an independent fair sign, the
     pair (−, 0) rejected: P(Z = 0) ∝ (1 − q)/2 and P(Z = ±k) ∝ (1 − q)·q^k/2 for k >= 1.
     Returns int64, or an object array of Python ints when a value is beyond ±2^62.
-    `force_exact` (tests only) decides every element by the exact fallback.
+    `force_exact` (tests only) decides every element with `decimal`.
     """
     _check(scale, n)
-    return _laplace(Fraction(scale), n, _Bits(bytes_source), force_exact)
+    return _laplace(float(scale), n, _Bits(bytes_source), _Mode(exact=force_exact)).values
 
 
-def _laplace(scale: Fraction, n: int, bits: _Bits, force_exact: bool) -> np.ndarray:
-    parts: list[np.ndarray] = []
+@dataclass
+class _Candidates:
+    """Discrete Laplace draws with the parts of their magnitudes (see _Magnitudes)."""
+
+    values: np.ndarray
+    high: np.ndarray
+    low_words: np.ndarray | None
+    split: int
+
+    def take(self, index: np.ndarray) -> _Candidates:
+        low = None if self.low_words is None else self.low_words[index]
+        return _Candidates(self.values[index], self.high[index], low, self.split)
+
+
+def _laplace(scale: float, n: int, bits: _Bits, mode: _Mode) -> _Candidates:
+    parts: list[_Candidates] = []
     pending = n
     # Rejection keeps a draw with probability (1 + q)/2 >= 1/2: ask for a few more than expected.
-    keep = (1.0 + math.exp(-1.0 / float(scale))) / 2.0
+    keep = (1.0 + math.exp(-1.0 / scale)) / 2.0
     while pending > 0:
         m = min(pending + int(pending * (1.0 - keep) / keep * 1.1) + 8, 1 << 22)
         words = bits.words(m)
-        magnitude = _geometric_from_prefixes(words >> np.uint64(64 - _PREFIX_BITS), scale, bits, force_exact)
+        magnitude = _geometric(scale, words >> np.uint64(64 - _PREFIX_BITS), bits, mode)
         negative = (words & np.uint64(1)).astype(bool)
-        kept = ~(negative & (magnitude == 0))
-        values = np.where(negative, -magnitude, magnitude)[kept][:pending]
-        parts.append(values)
-        pending -= values.shape[0]
-    return _concatenate(parts)
+        kept = ~(negative & (magnitude.values == 0))
+        if magnitude.kept is not None:
+            kept &= magnitude.kept
+        index = np.flatnonzero(kept)[:pending]
+        values = magnitude.values[index]
+        values = np.where(negative[index], -values, values)
+        low = None if magnitude.low_words is None else magnitude.low_words[index]
+        parts.append(_Candidates(values, magnitude.high[index], low, magnitude.split))
+        pending -= len(index)
+    return _concatenate(parts, _Candidates(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None, 0))
 
 
-def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
+def _join(arrays: list[np.ndarray]) -> np.ndarray:
+    if any(a.dtype == object for a in arrays):
+        return np.concatenate([a.astype(object) for a in arrays])
+    return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+
+
+def _concatenate(parts: list[_Candidates], empty: _Candidates) -> _Candidates:
     if not parts:
-        return np.zeros(0, dtype=np.int64)
-    if any(p.dtype == object for p in parts):
-        return np.concatenate([p.astype(object) for p in parts])
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return empty
+    if len(parts) == 1:
+        return parts[0]
+    low = None if parts[0].low_words is None else np.concatenate([p.low_words for p in parts])  # type: ignore[misc]
+    return _Candidates(_join([p.values for p in parts]), _join([p.high for p in parts]), low, parts[0].split)
+
+
+@dataclass(frozen=True)
+class _GaussianConstants:
+    """σ and t exactly, and the floats and double-doubles γ is computed from:
+    γ = (|Y|/σ − σ/t)²/2 with |Y|/σ = (H + ℓ)·a, a = 2^K/σ, ℓ = L/2^K."""
+
+    sigma: Fraction
+    t: Fraction
+    tiny: bool
+    a: float
+    a_lo: float
+    rho: float
+    rho_lo: float
+
+
+@lru_cache(maxsize=1024)
+def _gaussian_constants(sigma: float, t: float, k_split: int) -> _GaussianConstants:
+    exact_sigma, exact_t = Fraction(sigma), Fraction(t)
+    if sigma < _TINY_SIGMA:
+        return _GaussianConstants(exact_sigma, exact_t, True, 0.0, 0.0, 0.0, 0.0)
+    a, a_lo = _dd_from_fraction(Fraction(2**k_split) / exact_sigma)
+    rho, rho_lo = _dd_from_fraction(exact_sigma / exact_t)
+    return _GaussianConstants(exact_sigma, exact_t, False, a, a_lo, rho, rho_lo)
 
 
 def _bernoulli_exp_gaussian(
-    candidates: np.ndarray, sigma: float, t: int, bits: _Bits, force_exact: bool = False
+    candidates: _Candidates, sigma: float, t: float, bits: _Bits, mode: _Mode = _FAST
 ) -> np.ndarray:
     """For each candidate Y, V < exp(−γ), γ = (|Y| − σ²/t)²/(2σ²), V an independent uniform."""
-    n = candidates.shape[0]
+    n = candidates.values.shape[0]
     prefixes = bits.words(n) >> np.uint64(64 - _PREFIX_BITS)
     accept = np.zeros(n, dtype=bool)
     if n == 0:
         return accept
-    float_path = _float_scale(Fraction(sigma)) is not None and t < _FLOAT_INT_LIMIT
-    if force_exact or candidates.dtype == object or not float_path:
-        undecided = np.arange(n)
+    consts = _gaussian_constants(sigma, t, candidates.split)
+    high = candidates.high
+    if high.dtype == object:
+        huge = np.array([h >= 1 << 52 for h in high.tolist()], dtype=bool)
+        high = np.where(huge, 0, high).astype(np.int64)
     else:
-        u = 2.0**-53
-        y = np.abs(candidates).astype(np.float64)  # exact below 2^53; larger ones are left undecided
-        c = (sigma * sigma) / float(t)  # σ²/t within 2 roundings: |c − σ²/t| <= 3u·c
-        d = np.abs(y - c)
-        # |(|Y| − σ²/t)| − d| <= 3u·c + u·(d + 3u·c) <= 8u·(c + d), generously (and rounding e itself).
-        e = 8.0 * u * (c + d) * (1.0 + 4.0 * u)
-        two_var = 2.0 * sigma * sigma
-        gamma_lo = (np.maximum(d - e, 0.0) ** 2 / two_var) * (1.0 - 16.0 * u)
-        gamma_hi = ((d + e) ** 2 / two_var) * (1.0 + 16.0 * u)
+        huge = high >= 1 << 52
+    h = high.astype(np.float64)  # exact below 2^53
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if consts.tiny:
+            # t = 1, no split: γ = σ²/2 for Y = 0, and γ >= 2^38 for |Y| >= 1 (|Y|/σ >= 2^20).
+            gamma_lo = np.where(h == 0.0, 0.0, _TINY_SIGMA_GAMMA)
+            gamma_hi = np.where(h == 0.0, (sigma * sigma * 0.5) * (1.0 + 4.0 * _U) + 2.0**-1070, np.inf)
+        else:
+            ell, ell_error = (
+                (np.zeros(n), 0.0)
+                if candidates.low_words is None
+                else _low_fraction(candidates.low_words, candidates.split)
+            )
+            big_a = (h + ell) * consts.a
+            r = big_a - consts.rho
+            # |r − true r| <= 5.1u·(A + ρ) + a·ℓ's allowance: taken as 8u and 2×.
+            e_r = 8.0 * _U * (big_a + consts.rho) + 2.0 * consts.a * ell_error + 2.0**-1070
+            r_lo = np.maximum(np.abs(r) - e_r, 0.0)
+            r_hi = np.abs(r) + e_r
+            gamma_lo = (r_lo * r_lo * 0.5) * (1.0 - 4.0 * _U)
+            gamma_hi = (r_hi * r_hi * 0.5) * (1.0 + 4.0 * _U) + 2.0**-1070
         # exp within its slack; an underflowed upper bound is replaced by one that is surely above.
         exp_lo = np.exp(-gamma_hi) * (1.0 - _EXP_SLACK)
-        exp_hi = np.exp(-gamma_lo) * (1.0 + _EXP_SLACK) + 2.0**-1000
-        v_lo = prefixes.astype(np.float64) * _TWO_M53
-        v_hi = (prefixes + np.uint64(1)).astype(np.float64) * _TWO_M53
-        yes = v_hi <= exp_lo
-        no = v_lo >= exp_hi
-        decided = (yes | no) & (y < _FLOAT_INT_LIMIT)
-        accept = yes & decided
-        undecided = np.flatnonzero(~decided)
+        exp_hi = np.exp(-gamma_lo) * (1.0 + _EXP_SLACK) + _TINY
+    v_lo = prefixes.astype(np.float64) * _TWO_M53
+    v_hi = (prefixes + np.uint64(1)).astype(np.float64) * _TWO_M53
+    yes = v_hi <= exp_lo
+    no = v_lo >= exp_hi
+    decided = (yes | no) & ~huge
+    accept = yes & decided
+    undecided = np.flatnonzero(~decided)
     STATS.bernoulli += n
-    STATS.bernoulli_exact += len(undecided)
-    if len(undecided):
-        sigma_exact = Fraction(sigma)
-        shift = sigma_exact * sigma_exact / t
-        for i in undecided:
-            gamma = (abs(int(candidates[i])) - shift) ** 2 / (2 * sigma_exact * sigma_exact)
-            accept[i] = _exact_bernoulli_exp(int(prefixes[i]), gamma, bits)
+    STATS.bernoulli_undecided += len(undecided)
+    slots, extension = _slots(undecided, n, _BERNOULLI_UNDECIDED_BOUND, bits, mode)
+    STATS.bernoulli_slots += len(slots)
+    real = len(undecided)
+    slot_prefixes = prefixes[slots].tolist()
+    left = []
+    if mode.exact:
+        for i in np.flatnonzero(decided).tolist():
+            accept[i] = _exact_neg_log_above(
+                int(prefixes[i]), _PREFIX_BITS, _gamma(candidates, i, consts), bits
+            )
+        STATS.bernoulli_exact += n - real
+        left = list(range(real))
+    else:
+        highs = candidates.high[slots].tolist()
+        rows = [None] * len(slots) if candidates.low_words is None else candidates.low_words[slots].tolist()
+        for j, (prefix, (w1, w2)) in enumerate(zip(slot_prefixes, extension, strict=True)):
+            gamma = _gamma_dd(highs[j], rows[j], candidates.split, consts)  # every slot, padding included
+            yes = _stage2_bernoulli(prefix, w1, w2, gamma)
+            if j < real:
+                if yes is None or highs[j] >= 1 << 52:
+                    left.append(j)
+                else:
+                    accept[slots[j]] = yes
+    for j in left:
+        i = slots[j]
+        v = _extended(slot_prefixes[j], extension[j])
+        accept[i] = _exact_neg_log_above(v, _SLOT_BITS, _gamma(candidates, i, consts), bits)
+        STATS.bernoulli_exact += 1
     return accept
+
+
+def _gamma(candidates: _Candidates, i: int, consts: _GaussianConstants) -> Fraction:
+    y = abs(int(candidates.values[i]))
+    sigma = consts.sigma
+    return (y - sigma * sigma / consts.t) ** 2 / (2 * sigma * sigma)
+
+
+def _gamma_dd(
+    high: int, row: list[int] | None, k_split: int, consts: _GaussianConstants
+) -> tuple[float, float, float]:
+    """γ for a candidate of magnitude 2^K·high + L as a double-double, and a bound on its error."""
+    h = float(min(high, 1 << 52))  # exact; larger ones are left to stage 3
+    if consts.tiny:
+        if high:  # only a rejection can be proved: −ln V <= 126 < 2^38 <= γ
+            return _TINY_SIGMA_GAMMA, 0.0, 0.0
+        sigma = float(consts.sigma)
+        sh, sl = _two_prod(sigma, sigma)
+        return sh * 0.5, sl * 0.5, 2.0**-1000
+    ell_hi, ell_lo = (0.0, 0.0) if row is None else _low_fraction_dd(row, k_split)
+    yh, yl = _two_sum(h, ell_hi)
+    yh, yl = _fast_two_sum(yh, yl + ell_lo)
+    ah, al = _dd_mul(yh, yl, consts.a, consts.a_lo)  # |Y|/σ
+    rh, rl = _dd_add(ah, al, -consts.rho, -consts.rho_lo)  # |Y|/σ − σ/t
+    gh, gl = _dd_mul(rh, rl, rh, rl)
+    error = 2.0**-100 * (ah + consts.rho + 1.0) * (abs(rh) + 1.0) + 2.0**-1000
+    return gh * 0.5, gl * 0.5, error
 
 
 def sample_discrete_gaussian(
@@ -327,21 +849,28 @@ def sample_discrete_gaussian(
 ) -> np.ndarray:
     """n independent draws of Z with P(Z = z) ∝ exp(−z²/(2·scale²)), scale read exactly as a rational.
 
-    Canonne, Kamath & Steinke 2020, Algorithm 3: t = floor(σ) + 1, Y discrete Laplace with scale t,
-    kept with probability exp(−(|Y| − σ²/t)²/(2σ²)); rejected candidates are redrawn in bulk.
+    Canonne, Kamath & Steinke 2020, Algorithm 3: Y discrete Laplace with scale t, kept with
+    probability exp(−(|Y| − σ²/t)²/(2σ²)); rejected candidates are redrawn in bulk. The kept Y have
+    P ∝ exp(−|y|/t)·exp(−(|y| − σ²/t)²/(2σ²)) ∝ exp(−y²/(2σ²)) for every t > 0; t = floor(σ) + 1 as
+    in the paper below 2^52, σ itself above (both exact floats). Every σ > 0 is drawn exactly: below
+    2^-20, |Y| >= 1 has γ >= 2^38 and is rejected as soon as V's bits are not all zero.
     Returns int64, or an object array of Python ints when a value is beyond ±2^62.
     """
     _check(scale, n)
-    sigma = float(scale)
-    t = math.floor(sigma) + 1
-    bits = _Bits(bytes_source)
+    return _gaussian(float(scale), n, _Bits(bytes_source), _Mode(exact=force_exact))
+
+
+def _gaussian(sigma: float, n: int, bits: _Bits, mode: _Mode) -> np.ndarray:
+    t = float(math.floor(sigma) + 1) if sigma < 2.0**52 else sigma
     parts: list[np.ndarray] = []
     pending = n
     while pending > 0:
         # Acceptance is above 1/2 for every σ (CKS20, §5.3; about 0.6 to 0.8): oversample by half.
         m = min(pending + pending // 2 + 8, 1 << 22)
-        candidates = _laplace(Fraction(t), m, bits, force_exact)
-        accepted = candidates[_bernoulli_exp_gaussian(candidates, sigma, t, bits, force_exact)][:pending]
+        candidates = _laplace(t, m, bits, mode)
+        accepted = candidates.values[_bernoulli_exp_gaussian(candidates, sigma, t, bits, mode)][:pending]
         parts.append(accepted)
         pending -= accepted.shape[0]
-    return _concatenate(parts)
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return _join(parts)

@@ -20,10 +20,17 @@ from scipy import stats
 from dpproxy.policy import Mechanism
 from dpproxy.privacy import NoiseSpec
 from dpproxy.privacy.sampling import (
+    _SLOT_BITS,
     STATS,
     _bernoulli_exp_gaussian,
     _Bits,
-    _geometric_from_prefixes,
+    _Candidates,
+    _dd_neg_log,
+    _gaussian,
+    _geometric,
+    _geometric_high,
+    _laplace,
+    _Mode,
     sample_discrete_gaussian,
     sample_discrete_laplace,
 )
@@ -40,15 +47,18 @@ def seeded(seed: int) -> Callable[[int], bytes]:
     return lambda k: rng.bytes(k)
 
 
-def words(*values: int) -> Callable[[int], bytes]:
-    """A byte source that returns the given 64-bit words, in order, then fails."""
+def words(*values: int, then: int | None = None) -> Callable[[int], bytes]:
+    """A byte source that returns the given 64-bit words, in order, then fails (or, given `then`,
+    continues with seeded random bytes)."""
     stream = bytearray(b"".join(v.to_bytes(8, "little") for v in values))
+    rest = None if then is None else seeded(then)
 
     def source(k: int) -> bytes:
-        assert k <= len(stream), "the sampler read more bits than the test provided"
+        if rest is None:
+            assert k <= len(stream), "the sampler read more bits than the test provided"
         out = bytes(stream[:k])
         del stream[:k]
-        return out
+        return out if rest is None else out + rest(k - len(out))
 
     return source
 
@@ -149,14 +159,64 @@ def test_same_distribution_as_opendp_samplers(mechanism: Mechanism) -> None:
 def test_float_decisions_agree_with_exact_decisions_element_by_element() -> None:
     """On the same bits, the float path and the exact path (every element forced through it) give
     the same values: the float path only decides what is already decided."""
-    for scale in (0.5, 3.7, 1e6, 1e9, 1e12):
+    for scale in (0.5, 3.7, 1e6, 1e9, 1e12, 3e20):
         fast = sample_discrete_laplace(scale, 2_000, seeded(4))
         exact = sample_discrete_laplace(scale, 2_000, seeded(4), force_exact=True)
         assert fast.tolist() == exact.tolist()
-    for sigma in (0.5, 3.7, 1e6):
+    for sigma in (0.5, 3.7, 1e6, 1e13):
         fast = sample_discrete_gaussian(sigma, 1_000, seeded(5))
         exact = sample_discrete_gaussian(sigma, 1_000, seeded(5), force_exact=True)
         assert fast.tolist() == exact.tolist()
+
+
+@pytest.mark.parametrize(
+    "scale", [0.3, 1.0, 3.7, 1e3, 1e9, 2.0**31 - 1, 2.0**31, 1e12, 1e15, 2.0**70, 1e300, 1e-300]
+)
+def test_double_double_decisions_agree_with_exact_decisions_element_by_element(scale: float) -> None:
+    """Every element through stage 2 (double-double on 181 bits of U) and, on the same bits, every
+    element decided by `decimal`: the same values, for both samplers, across the split at 2^31."""
+    slots, exact = _Mode(all_slots=True), _Mode(all_slots=True, exact=True)
+    before = STATS.geometric_exact
+    fast = _laplace(scale, 400, _Bits(seeded(13)), slots).values
+    assert STATS.geometric_exact - before <= 1  # stage 2 settles (nearly) everything
+    assert fast.tolist() == _laplace(scale, 400, _Bits(seeded(13)), exact).values.tolist()
+    before = STATS.bernoulli_exact
+    fast = _gaussian(scale, 300, _Bits(seeded(14)), slots)
+    assert STATS.bernoulli_exact - before <= 1
+    assert fast.tolist() == _gaussian(scale, 300, _Bits(seeded(14)), exact).tolist()
+
+
+def test_double_double_log_is_within_its_stated_error() -> None:
+    """Stage 2's −ln U against `decimal` at 90 digits, on random and adversarial bits (U near 1,
+    tiny U, the prefix 0, the edges of the log table): the true −ln U of every U the 181 bits allow
+    lies in [x − width − e, x + e] with e = 2^-96·(1 + x), 16 times inside the bound the decisions use."""
+    rng = np.random.default_rng(15)
+    n = 3_000
+    prefixes = [int(v) for v in rng.integers(0, 2**53, n, dtype=np.uint64)]
+    prefixes[:50] = [2**53 - 1] * 50
+    prefixes[50:100] = [int(v) for v in rng.integers(0, 4, 50)]
+    prefixes[100:150] = [0] * 50
+    edges = [(256 + j) << 44 for j in range(256)]
+    prefixes[150:406] = edges
+    prefixes[406:662] = [e - 1 for e in edges]
+    extensions = rng.integers(0, 2**64, (n, 2), dtype=np.uint64).tolist()
+    for i in range(100, 125):
+        extensions[i][0] = int(rng.integers(0, 2**8))
+    with localcontext(Context(prec=90)) as ctx:
+        ln2 = ctx.ln(2)
+        for prefix, (w1, w2) in zip(prefixes, extensions, strict=True):
+            result = _dd_neg_log(prefix, w1, w2)
+            if prefix == 0 and w1 == 0:
+                assert result is None
+                continue
+            assert result is not None
+            hi, lo, width = result
+            x = Decimal(hi) + Decimal(lo)
+            bits = (prefix << 128) | (w1 << 64) | w2
+            for u in (bits, bits + 1):  # the ends of U's interval
+                true = _SLOT_BITS * ln2 - Decimal(u).ln()
+                error = max(true - x, x - Decimal(width) - true, Decimal(0))
+                assert error <= Decimal(2.0**-96) * (1 + true)
 
 
 @pytest.mark.parametrize("scale", [1.0, 3.7])
@@ -185,29 +245,42 @@ def _exact_cell(scale: Fraction, u_num: int, u_bits: int) -> int:
 @pytest.mark.parametrize("scale", [1.0, 3.7, 1e9])
 def test_words_at_cell_boundaries_are_resolved_exactly(scale: float) -> None:
     """A 53-bit prefix whose interval contains exp(−k/b), where the cell changes from k to k − 1,
-    is left to the exact path, which reads 64 more bits of the same U and decides by them."""
+    is left by the float stage to stage 2, which reads 128 more bits of the same U and decides by
+    them; when those bits still straddle the edge, stage 3 reads on."""
     for k in (1, 2, 5, 20):
         with localcontext(Context(prec=80)):
             edge = (Decimal(-k) / Decimal(scale)).exp()  # U = edge ⇔ −b·ln U = k
             prefix = math.floor(edge * 2**53)
             edge_bits = edge * 2**117 - prefix * 2**64  # where the edge is in the next word
-        for extension in (0, int(edge_bits) - 1, int(edge_bits) + 2, 2**64 - 1):
-            before = STATS.geometric_exact
-            [value] = _geometric_from_prefixes(
-                np.array([prefix], dtype=np.uint64), Fraction(scale), _Bits(words(extension))
+            edge_next = edge * 2**181 - prefix * 2**128 - int(edge_bits) * 2**64  # and in the one after
+        for extension, last in (
+            (0, 5),
+            (int(edge_bits) - 1, 5),
+            (int(edge_bits) + 2, 5),
+            (2**64 - 1, 5),
+            (int(edge_bits), int(edge_next) - 3),  # the edge lies in the third word: 181 bits decide
+            (int(edge_bits), int(edge_next)),  # U's 181-bit interval holds the edge: stage 3 reads on
+        ):
+            before, before_exact = STATS.geometric_undecided, STATS.geometric_exact
+            source = words(extension, last, 0, then=16)  # stage 2's two words, then stage 3's next one
+            [value] = _geometric_high(
+                np.array([prefix], dtype=np.uint64), scale, _Bits(source), _Mode()
             ).tolist()
-            assert STATS.geometric_exact == before + 1  # the float path did not decide it
-            u_num = prefix * 2**64 + extension
-            assert (
-                value
-                == _exact_cell(Fraction(scale), u_num, 117)
-                == _exact_cell(Fraction(scale), u_num + 1, 117)
-            )
+            assert STATS.geometric_undecided == before + 1  # the float stage did not decide it
             assert value in (k - 1, k)
-        # Prefixes just off the edge are decided in float, and correctly.
-        for neighbour in (prefix - 3, prefix + 3):
-            [value] = _geometric_from_prefixes(
-                np.array([neighbour], dtype=np.uint64), Fraction(scale), _Bits(words())
+            u_num = (prefix << 128) | (extension << 64) | last
+            cells = {_exact_cell(Fraction(scale), u, _SLOT_BITS) for u in (u_num, u_num + 1)}
+            if len(cells) == 1:  # 181 bits decide: stage 2 did, or stage 3 on the same bits
+                assert value == cells.pop()
+            else:  # stage 3 read the next word (0)
+                assert STATS.geometric_exact == before_exact + 1
+                assert value == _exact_cell(Fraction(scale), u_num << 64, _SLOT_BITS + 64)
+            if extension in (0, 2**64 - 1):  # far from the edge: the double-doubles decide
+                assert STATS.geometric_exact == before_exact
+        # Prefixes just off the edge are decided by their 53 bits, and correctly.
+        for neighbour in (prefix - 3, prefix + 3, prefix - 2**12, prefix + 2**12):
+            [value] = _geometric_high(
+                np.array([neighbour], dtype=np.uint64), scale, _Bits(seeded(17)), _Mode()
             ).tolist()
             assert (
                 value
@@ -218,16 +291,17 @@ def test_words_at_cell_boundaries_are_resolved_exactly(scale: float) -> None:
 
 def test_bernoulli_at_its_edge_is_resolved_exactly() -> None:
     """V's 53-bit prefix straddles exp(−γ): the answer is decided by V's next bits."""
-    sigma, t = 2.5, 3
+    sigma, t = 2.5, 3.0
     candidate = 7
-    gamma = (Fraction(candidate) - Fraction(sigma) ** 2 / t) ** 2 / (2 * Fraction(sigma) ** 2)
+    gamma = (Fraction(candidate) - Fraction(sigma) ** 2 / Fraction(t)) ** 2 / (2 * Fraction(sigma) ** 2)
     with localcontext(Context(prec=80)):
         edge = (-Decimal(gamma.numerator) / Decimal(gamma.denominator)).exp()
         prefix = math.floor(edge * 2**53)
         below = math.floor(edge * 2**117 - prefix * 2**64) - 2
+    candidates = _Candidates(np.array([candidate]), np.array([candidate]), None, 0)
     for extension, expected in ((below, True), (below + 4, False), (0, True), (2**64 - 1, False)):
-        source = words(prefix << 11, extension)  # the prefix is the word's top 53 bits
-        [accepted] = _bernoulli_exp_gaussian(np.array([candidate]), sigma, t, _Bits(source)).tolist()
+        source = words(prefix << 11, extension, 0, then=18)  # the prefix is the word's top 53 bits
+        [accepted] = _bernoulli_exp_gaussian(candidates, sigma, t, _Bits(source)).tolist()
         assert accepted is expected
 
 
@@ -265,37 +339,31 @@ def test_noise_spec_returns_python_ints_from_the_given_source() -> None:
 
 
 def test_values_beyond_int64_are_exact_python_ints() -> None:
-    """U's first 53 + 3·64 bits all zero: −ln U > 169, times b = 2^60 is past 2^63."""
+    """At b = 2^60, G = 2^30·H + L: Python ints assembled from H and the 30 bits of L, some of them
+    past 2^62, with the discrete Laplace's distribution."""
     scale = 2.0**60
-    tail = (2**63 + 12345, 777, 999, 2**64 - 5)
-    [value] = _geometric_from_prefixes(
-        np.array([0], dtype=np.uint64), Fraction(scale), _Bits(words(0, 0, 0, *tail))
-    ).tolist()
-    u_num, u_bits = 0, 53
-    for word in (0, 0, 0, *tail):
-        u_num, u_bits = u_num << 64 | word, u_bits + 64
-    assert type(value) is int and value > 2**63
-    assert (
-        value
-        == _exact_cell(Fraction(scale), u_num, u_bits)
-        == _exact_cell(Fraction(scale), u_num + 1, u_bits)
-    )
-    # Through the public sampler: its first bulk read is 9 words, the first with prefix 0 and sign +;
-    # the first element's extensions come next, then whatever the others need.
-    rest = seeded(12)
-    designed = bytearray(b"".join(w.to_bytes(8, "little") for w in (0, *([2**63] * 8), 0, 0, 0, *tail)))
+    prefixes = np.frombuffer(seeded(19)(8 * 2_000), dtype="<u8") >> np.uint64(11)
+    magnitudes = _geometric(scale, prefixes, _Bits(seeded(20)), _Mode())
+    assert magnitudes.values.dtype == object and magnitudes.split == 30
+    assert magnitudes.low_words is not None
+    low = (magnitudes.low_words[:, 0] >> np.uint64(34)).tolist()
+    assert magnitudes.values.tolist() == [
+        (h << 30) | lo for h, lo in zip(magnitudes.high.tolist(), low, strict=True)
+    ]
+    draws = sample_discrete_laplace(scale, 20_000, seeded(21))
+    assert draws.dtype == object and all(type(z) is int for z in draws.tolist())
+    assert max(abs(z) for z in draws.tolist()) > 2**62
+    assert_fits(draws.astype(np.float64), lambda z: laplace_cdf(scale, z), scale)
 
-    def source(k: int) -> bytes:
-        out = bytes(designed[:k])
-        del designed[:k]
-        return out + rest(k - len(out))
 
-    draws = sample_discrete_laplace(scale, 1, source)
-    assert draws.dtype == object and draws.tolist() == [value]
+@pytest.mark.parametrize("scale", [3.0 * 2.0**31, 1e12, 1e15])
+def test_split_scales_match_the_pmf(scale: float) -> None:
+    assert_fits(sample_discrete_laplace(scale, 100_000, seeded(22)), lambda z: laplace_cdf(scale, z), scale)
+    assert_fits(sample_discrete_gaussian(scale, 100_000, seeded(23)), lambda z: gaussian_cdf(scale, z), scale)
 
 
 def test_numpy_log_and_exp_are_within_the_assumed_error() -> None:
-    """The float path assumes np.log and np.exp within 16 ulps; check they are within 2 here."""
+    """The float path assumes np.log, np.exp and np.expm1 within 16 ulps; check they are within 2 here."""
     rng = np.random.default_rng(11)
     x = np.concatenate([rng.random(2_000), rng.random(500) * 2.0**-40, 1 - rng.random(500) * 2.0**-40])
     x = x[x > 0]
@@ -303,6 +371,7 @@ def test_numpy_log_and_exp_are_within_the_assumed_error() -> None:
     for values, fn, exact in (
         (x, np.log, lambda v: ctx.ln(Decimal(v))),
         (-rng.random(3_000) * 700, np.exp, lambda v: ctx.exp(Decimal(v))),
+        (-rng.random(3_000) * 2.0**-30, np.expm1, lambda v: ctx.exp(Decimal(v)) - 1),
     ):
         computed = fn(values)
         for v, c in zip(values.tolist(), computed.tolist(), strict=True):
