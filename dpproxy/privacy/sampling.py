@@ -125,6 +125,7 @@ class SamplerStats:
     bernoulli_slots: int = 0
     bernoulli_exact: int = 0
     slot_overflows: int = 0
+    rounds: int = 0  # rounds of candidates drawn (more than one only after rejections)
     words: int = 0
 
     def reset(self) -> None:
@@ -135,6 +136,7 @@ class SamplerStats:
         """The counts a batch's running time is a function of."""
         return (
             self.words,
+            self.rounds,
             self.geometric,
             self.geometric_slots,
             self.geometric_exact,
@@ -683,6 +685,7 @@ def _laplace(scale: float, n: int, bits: _Bits, mode: _Mode) -> _Candidates:
     # Rejection keeps a draw with probability (1 + q)/2 >= 1/2: ask for a few more than expected.
     keep = (1.0 + math.exp(-1.0 / scale)) / 2.0
     while pending > 0:
+        STATS.rounds += 1
         m = min(pending + int(pending * (1.0 - keep) / keep * 1.1) + 8, 1 << 22)
         words = bits.words(m)
         magnitude = _geometric(scale, words >> np.uint64(64 - _PREFIX_BITS), bits, mode)
@@ -866,6 +869,7 @@ def _gaussian(sigma: float, n: int, bits: _Bits, mode: _Mode) -> np.ndarray:
     pending = n
     while pending > 0:
         # Acceptance is above 1/2 for every σ (CKS20, §5.3; about 0.6 to 0.8): oversample by half.
+        STATS.rounds += 1
         m = min(pending + pending // 2 + 8, 1 << 22)
         candidates = _laplace(t, m, bits, mode)
         accepted = candidates.values[_bernoulli_exp_gaussian(candidates, sigma, t, bits, mode)][:pending]
