@@ -507,21 +507,24 @@ def _geometric_high(prefixes: np.ndarray, scale: float, bits: _Bits, mode: _Mode
     """floor(−scale·ln U) for each U whose first 53 bits are the element of `prefixes` (uint64 < 2^53),
     scale < 2^31 a float. Returns int64, or an object array when a value is beyond the int64-safe range."""
     n = prefixes.shape[0]
-    out = np.zeros(n, dtype=np.int64)
     if n == 0:
-        return out
-    low_end = prefixes.astype(np.float64) * _TWO_M53  # exact: prefixes < 2^53, a power-of-2 scaling
-    high_end = (prefixes + np.uint64(1)).astype(np.float64) * _TWO_M53  # exact, at most 1
-    with np.errstate(divide="ignore", over="ignore", under="ignore"):
-        neg_log_low = -np.log(low_end)  # +inf at U's lower end 0: then undecided
-        neg_log_high = np.where(high_end == 1.0, 0.0, -np.log(high_end))
+        return np.zeros(0, dtype=np.int64)
+    low_end = prefixes.astype(np.float64)
+    low_end *= _TWO_M53  # exact: prefixes < 2^53, a power-of-2 scaling
+    high_end = low_end + _TWO_M53  # exact, at most 1
+    with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
         # −scale·ln U over the interval is in [lo, hi]: the float results within their error bounds
         # (products that underflow only make lo smaller, and hi carries an absolute allowance).
-        lo = (scale * neg_log_high) * (1.0 - _LOG_SLACK)
-        hi = (scale * neg_log_low) * (1.0 + _LOG_SLACK) + _TINY
-    k = np.floor(lo)
-    decided = (hi < k + 1.0) & (hi < _FLOAT_INT_LIMIT)
-    out[decided] = k[decided].astype(np.int64)
+        hi = np.log(low_end, out=low_end)  # −inf at U's lower end 0: then undecided
+        hi *= -scale * (1.0 + _LOG_SLACK)
+        hi += _TINY
+        lo = np.log(high_end, out=high_end)
+        lo *= -scale * (1.0 - _LOG_SLACK)
+        np.maximum(lo, 0.0, out=lo)  # −ln U >= 0 (and ln 1 may come out as −0)
+        k = np.floor(lo, out=lo)
+        out = k.astype(np.int64)  # the undecided ones are overwritten below
+        k += 1.0
+        decided = (hi < k) & (hi < _FLOAT_INT_LIMIT)
     undecided = np.flatnonzero(~decided)
     STATS.geometric += n
     STATS.geometric_undecided += len(undecided)
@@ -756,35 +759,52 @@ def _bernoulli_exp_gaussian(
         huge = np.array([h >= 1 << 52 for h in high.tolist()], dtype=bool)
         high = np.where(huge, 0, high).astype(np.int64)
     else:
-        huge = high >= 1 << 52
+        huge = high >= 1 << 52 if int(high.max()) >= 1 << 52 else None
     h = high.astype(np.float64)  # exact below 2^53
+    # Bounds on −γ (arrays reused in place: this runs on every candidate).
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         if consts.tiny:
             # t = 1, no split: γ = σ²/2 for Y = 0, and γ >= 2^38 for |Y| >= 1 (|Y|/σ >= 2^20).
-            gamma_lo = np.where(h == 0.0, 0.0, _TINY_SIGMA_GAMMA)
-            gamma_hi = np.where(h == 0.0, (sigma * sigma * 0.5) * (1.0 + 4.0 * _U) + 2.0**-1070, np.inf)
-        else:
-            ell, ell_error = (
-                (np.zeros(n), 0.0)
-                if candidates.low_words is None
-                else _low_fraction(candidates.low_words, candidates.split)
+            minus_gamma_lo = np.where(h == 0.0, 0.0, -_TINY_SIGMA_GAMMA)
+            minus_gamma_hi = np.where(
+                h == 0.0, -((sigma * sigma * 0.5) * (1.0 + 4.0 * _U) + 2.0**-1070), -np.inf
             )
-            big_a = (h + ell) * consts.a
+        else:
+            ell_error = 0.0
+            if candidates.low_words is not None:
+                ell, ell_error = _low_fraction(candidates.low_words, candidates.split)
+                h += ell
+            big_a = h
+            big_a *= consts.a  # |Y|/σ
             r = big_a - consts.rho
+            np.abs(r, out=r)
             # |r − true r| <= 5.1u·(A + ρ) + a·ℓ's allowance: taken as 8u and 2×.
-            e_r = 8.0 * _U * (big_a + consts.rho) + 2.0 * consts.a * ell_error + 2.0**-1070
-            r_lo = np.maximum(np.abs(r) - e_r, 0.0)
-            r_hi = np.abs(r) + e_r
-            gamma_lo = (r_lo * r_lo * 0.5) * (1.0 - 4.0 * _U)
-            gamma_hi = (r_hi * r_hi * 0.5) * (1.0 + 4.0 * _U) + 2.0**-1070
-        # exp within its slack; an underflowed upper bound is replaced by one that is surely above.
-        exp_lo = np.exp(-gamma_hi) * (1.0 - _EXP_SLACK)
-        exp_hi = np.exp(-gamma_lo) * (1.0 + _EXP_SLACK) + _TINY
-    v_lo = prefixes.astype(np.float64) * _TWO_M53
-    v_hi = (prefixes + np.uint64(1)).astype(np.float64) * _TWO_M53
-    yes = v_hi <= exp_lo
-    no = v_lo >= exp_hi
-    decided = (yes | no) & ~huge
+            e_r = big_a + consts.rho
+            e_r *= 8.0 * _U
+            e_r += 2.0 * consts.a * ell_error + 2.0**-1070
+            r_hi = r + e_r
+            r -= e_r
+            r_lo = np.maximum(r, 0.0, out=r)
+            # γ <= r_hi²/2 and >= r_lo²/2, each rounding allowed for by a factor 1 ± 4u (exact).
+            minus_gamma_lo = np.multiply(r_lo, r_lo, out=r_lo)
+            minus_gamma_lo *= -0.5 * (1.0 - 4.0 * _U)
+            minus_gamma_hi = np.multiply(r_hi, r_hi, out=r_hi)
+            minus_gamma_hi *= -0.5 * (1.0 + 4.0 * _U)
+            minus_gamma_hi -= 2.0**-1070
+        # exp within its slack, scaled by 2^53 (exactly) to compare with V's prefix r:
+        # V ∈ [r, r + 1)/2^53. An underflowed upper bound is replaced by one that is surely above.
+        exp_lo = np.exp(minus_gamma_hi, out=minus_gamma_hi)
+        exp_lo *= (1.0 - _EXP_SLACK) * 2.0**53
+        exp_hi = np.exp(minus_gamma_lo, out=minus_gamma_lo)
+        exp_hi *= (1.0 + _EXP_SLACK) * 2.0**53
+        exp_hi += _TINY * 2.0**53
+    v = prefixes.astype(np.float64)
+    no = v >= exp_hi
+    v += 1.0  # exact: prefixes < 2^53
+    yes = v <= exp_lo
+    decided = yes | no
+    if huge is not None:
+        decided &= ~huge
     accept = yes & decided
     undecided = np.flatnonzero(~decided)
     STATS.bernoulli += n
