@@ -21,11 +21,12 @@ the discrete Gaussian is Canonne, Kamath & Steinke 2020, Algorithm 3, its Bernou
 2. double-double arithmetic on U's first 181 bits, on a fixed number of slots per batch: the
    elements stage 1 left undecided, padded with others up to a count that depends only on the batch
    size and the scale (more than that happens with probability below 2^-64);
-3. `decimal`, reading more bits of the same U until decided, for what stage 2 left (about 2^-59 of
-   the slots).
+3. `decimal`, reading more bits of the same U until decided, for what stage 2 left (below 2^-55 of
+   the undecided elements).
 
-So a batch does the same work whatever values it draws, except with probability about 2^-50 per
-batch (docs/privacy.md says what holds, and tests/privacy/test_draw_time.py measures it). Nothing
+So a batch does the same work whatever values it draws, except with probability below 2^-40 per
+batch of up to 4M draws, at every scale (docs/privacy.md, "Why draw time does not depend on the
+values drawn", says what holds; tests/privacy/test_draw_time.py measures it). Nothing
 here uses a floating-point value as a random output, so no Mironov-style attack applies.
 
 Random bits come from `bytes_source` (os.urandom unless a test injects a deterministic source), in
