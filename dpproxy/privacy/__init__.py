@@ -22,6 +22,8 @@ One module per job:
   checks       refusals of impossible parameters
   calibration  fitting a scale to OpenDP's map
   noise        additive integer noise for released values, its samplers and 95% bounds
+  sampling     the exact discrete Laplace / Gaussian draws: the float stage, slots, bits
+  exact_stages the draws' double-double and `decimal` decisions, with their error bounds
   selection    DP partition selection of group keys that are not public
   selectors    report-noisy-max: quantiles, MIN/MAX, MODE, top-k
   responses    randomized response

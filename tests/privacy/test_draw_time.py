@@ -157,7 +157,8 @@ def test_slot_counts_leave_overflow_below_two_to_the_minus_64(n: int, p: float) 
 _TINY_SCALES = """
 import sys
 import numpy as np
-from dpproxy.privacy.sampling import _Bits, _exact_neg_log_above, sample_discrete_gaussian, sample_discrete_laplace
+from dpproxy.privacy.exact_stages import _exact_neg_log_above
+from dpproxy.privacy.sampling import _Bits, sample_discrete_gaussian, sample_discrete_laplace
 from fractions import Fraction
 for scale in (2.0**-30 * 0.99, 2.0**-31, 2.0**-100, 1e-300, 5e-324):
     for force in (False, True):

@@ -19,13 +19,13 @@ from scipy import stats
 
 from dpproxy.policy import Mechanism
 from dpproxy.privacy import NoiseSpec
+from dpproxy.privacy.exact_stages import _dd_neg_log
 from dpproxy.privacy.sampling import (
     _SLOT_BITS,
     STATS,
     _bernoulli_exp_gaussian,
     _Bits,
     _Candidates,
-    _dd_neg_log,
     _gaussian,
     _geometric,
     _geometric_high,
