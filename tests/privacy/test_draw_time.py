@@ -5,16 +5,15 @@ each stage, the stage-2 slots it runs (a function of the batch size and the scal
 events (a stage-3 decision, more undecided elements than slots). SamplerStats.work() counts exactly
 those. The deterministic checks draw batches whose values are all small or all large and require the
 same work; before, at scale 1e12 the large ones sent about 30% of their elements to the slow exact
-path and the small ones 0.03%. A wall-clock check confirms it with generous margins (shared cores).
+path and the small ones 0.03%. Wall-clock time is measured where timings belong, in a benchmark:
+`python bench/noise.py --timing` prints the AUC of a draw's time against |value| per scale.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -115,23 +114,6 @@ def test_batches_do_the_same_work_whatever_they_draw(scale: float) -> None:
             assert STATS.geometric_exact == STATS.bernoulli_exact == STATS.slot_overflows == 0
             works.setdefault((STATS.rounds, STATS.geometric, STATS.bernoulli), set()).add(STATS.work())
         assert all(len(same_candidates) == 1 for same_candidates in works.values())
-
-
-def test_wall_clock_time_does_not_depend_on_the_values() -> None:
-    """Interleaved timings of batches of small and of large values, at scales where the old sampler
-    took the slow path for many large values: the medians agree within a generous factor."""
-    n = 20_000
-    small, large = prefixes_with_neg_log_in(0.0, 0.05, n, 8), prefixes_with_neg_log_in(8.0, 12.0, n, 9)
-    for scale in (1e9, 1e12, 1e15):
-        times: dict[str, list[float]] = {"small": [], "large": []}
-        for _ in range(9):
-            for name, prefixes in (("small", small), ("large", large)):
-                bits = _Bits(seeded(10))
-                start = time.perf_counter()
-                _geometric(scale, prefixes, bits, _Mode())
-                times[name].append(time.perf_counter() - start)
-        ratio = statistics.median(times["large"]) / statistics.median(times["small"])
-        assert 0.6 < ratio < 1.67, (scale, ratio)
 
 
 @pytest.mark.parametrize("scale", [1e6, 1e9, 2.0**31 - 1])
