@@ -228,9 +228,11 @@ def budget_show(policy_path: Path, ledger: str | None, analysts: tuple[str, ...]
                     name,
                     Decimal(spent_figure(status.epsilon_spent, limit.epsilon)),
                     Decimal(remaining_figure(left.epsilon, limit.epsilon)),
-                    limit.epsilon,
+                    Decimal(budget_figure(limit.epsilon, up=False)),
                     Decimal(spent_figure(status.spent.delta, limit.delta)),
-                    limit.delta,
+                    # As a decimal too, so that δ spent and δ budget are written alike (0.0000001,
+                    # not 1e-07 beside 0.0000000812334).
+                    Decimal(budget_figure(limit.delta, up=False)),
                 ]
                 if zcdp:
                     row.append(Decimal(budget_figure(status.spent.rho, up=True)))

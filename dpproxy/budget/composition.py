@@ -141,17 +141,31 @@ class Totals:
         return self.worth(limit.delta) <= limit.epsilon * (1.0 + FIT_RELATIVE_TOLERANCE)
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.6g}"
+def _up(value: float, limit: float | None = None) -> str:
+    """What a query costs or what was spent (of `limit`), as the notices, SHOW dpproxy.budget and
+    `dpproxy budget show` print it (dpproxy.results): 6 significant digits, rounded up but for the
+    float rounding the ledger forgives; δ = 1e-05 is 0.00001, δ = 1e-07 is 1e-07, 0 only if 0."""
+    from dpproxy.results import budget_figure, spent_figure  # here: dpproxy.results imports this package
+
+    return budget_figure(value, up=True) if limit is None else spent_figure(value, limit)
 
 
-def _fmt_pair(cost: float, remains: float) -> tuple[str, str]:
-    # "costs ε=0.5 but only ε=0.5 remain" would be nonsense: add digits until they differ.
-    for precision in (6, 10, 17):
-        a, b = f"{cost:.{precision}g}", f"{remains:.{precision}g}"
-        if a != b:
+def _down(value: float, limit: float | None = None) -> str:
+    """What is left of `limit` (or a limit itself), as the notices print it: rounded down."""
+    from dpproxy.results import budget_figure, remaining_figure
+
+    value = max(0.0, value)
+    return budget_figure(value, up=False) if limit is None else remaining_figure(value, limit)
+
+
+def _apart(first: float, second: float, first_text: str, second_text: str) -> tuple[str, str]:
+    """Two amounts a message compares ("costs δ=… but only δ=… remain"), with digits added until
+    they differ: "costs ε=0.5 but only ε=0.5 remain" would be nonsense."""
+    for precision in (10, 17):
+        if first_text != second_text or first == second:
             break
-    return a, b
+        first_text, second_text = f"{first:.{precision}g}", f"{second:.{precision}g}"
+    return first_text, second_text
 
 
 def check_fits(analyst: str, total: Totals, cost: Cost, limit: Cost, accounting: str) -> Totals:
@@ -168,12 +182,16 @@ def _pure_refusal(analyst: str, total: Totals, cost: Cost, limit: Cost) -> Budge
     spent = total.spent
     remains_eps = max(0.0, limit.epsilon - spent.epsilon)
     remains_delta = max(0.0, limit.delta - spent.delta)
-    cost_eps, remains_eps_text = _fmt_pair(cost.epsilon, remains_eps)
-    cost_delta, remains_delta_text = _fmt_pair(cost.delta, remains_delta)
+    cost_eps, remains_eps_text = _apart(
+        cost.epsilon, remains_eps, _up(cost.epsilon), _down(remains_eps, limit.epsilon)
+    )
+    cost_delta, remains_delta_text = _apart(
+        cost.delta, remains_delta, _up(cost.delta), _down(remains_delta, limit.delta)
+    )
     return BudgetExhausted(
         f'privacy budget exhausted for analyst "{analyst}": this query costs ε={cost_eps}, '
         f"δ={cost_delta} but only ε={remains_eps_text}, δ={remains_delta_text} remain of "
-        f"ε={_fmt(limit.epsilon)}, δ={_fmt(limit.delta)}",
+        f"ε={_down(limit.epsilon)}, δ={_down(limit.delta)}",
         hint=EXHAUSTED_HINT,
     )
 
@@ -182,34 +200,38 @@ def _zcdp_refusal(analyst: str, total: Totals, after: Totals, cost: Cost, limit:
     """Says what the query costs (ρ and its ε), what is spent (ρ and its ε-equivalent), what remains."""
     delta_after = float_down(after.delta_left(limit.delta))
     if cost.rho > 0:
-        costs = f"ρ={_fmt(cost.rho)}" + (f", δ={_fmt(cost.delta)}" if cost.delta else "")
+        costs = f"ρ={_up(cost.rho)}" + (f", δ={_up(cost.delta)}" if cost.delta else "")
         if delta_after > 0:
-            costs += f" (ε={_fmt(zcdp_to_approx_dp(cost.rho, min(delta_after, _BELOW_ONE)))} on its own)"
+            costs += f" (ε={_up(zcdp_to_approx_dp(cost.rho, min(delta_after, _BELOW_ONE)))} on its own)"
     else:
-        costs = f"ε={_fmt(cost.epsilon)}" + (f", δ={_fmt(cost.delta)}" if cost.delta else "")
+        costs = f"ε={_up(cost.epsilon)}" + (f", δ={_up(cost.delta)}" if cost.delta else "")
     if after.rho > 0 and not delta_after > 0:
         # All of δ spent is a reason here, so the two may well print alike.
         why = (
-            f"with it δ={_fmt(float(after.delta))} of δ={_fmt(limit.delta)} would be spent, and converting "
+            f"with it δ={_up(float(after.delta), limit.delta)} of δ={_down(limit.delta)} would be spent, "
+            "and converting "
             "ρ to ε needs some δ left"
         )
     elif not Cost(0.0, float(after.delta)).fits_within(limit):
-        spent_delta, budget_delta = _fmt_pair(float(after.delta), limit.delta)
+        spent_delta, budget_delta = _apart(
+            float(after.delta), limit.delta, _up(float(after.delta), limit.delta), _down(limit.delta)
+        )
         why = f"with it δ={spent_delta} of δ={budget_delta} would be spent"
     else:
-        worth_after, budget = _fmt_pair(after.worth(limit.delta), limit.epsilon)
+        worth = after.worth(limit.delta)
+        worth_after, budget = _apart(worth, limit.epsilon, _up(worth, limit.epsilon), _down(limit.epsilon))
         why = f"with it the spending would be worth ε={worth_after} of ε={budget}"
     spent = total.spent
-    spent_parts = [f"ρ={_fmt(spent.rho)}", f"δ={_fmt(spent.delta)}"]
+    spent_parts = [f"ρ={_up(spent.rho)}", f"δ={_up(spent.delta, limit.delta)}"]
     if spent.epsilon:
-        spent_parts.append(f"ε={_fmt(spent.epsilon)} in pure-DP queries")
+        spent_parts.append(f"ε={_up(spent.epsilon, limit.epsilon)} in pure-DP queries")
     worth_before = total.worth(limit.delta)
     return BudgetExhausted(
         f'privacy budget exhausted for analyst "{analyst}": this query costs {costs} but {why}; '
-        f"spent so far: {', '.join(spent_parts)}, worth ε={_fmt(worth_before)}; remaining: "
-        f"ε={_fmt(max(0.0, limit.epsilon - worth_before))}, "
-        f"δ={_fmt(max(0.0, float_down(total.delta_left(limit.delta))))} of "
-        f"ε={_fmt(limit.epsilon)}, δ={_fmt(limit.delta)}",
+        f"spent so far: {', '.join(spent_parts)}, worth ε={_up(worth_before, limit.epsilon)}; remaining: "
+        f"ε={_down(limit.epsilon - worth_before, limit.epsilon)}, "
+        f"δ={_down(float_down(total.delta_left(limit.delta)), limit.delta)} of "
+        f"ε={_down(limit.epsilon)}, δ={_down(limit.delta)}",
         hint=EXHAUSTED_HINT,
     )
 

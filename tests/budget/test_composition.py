@@ -19,6 +19,7 @@ from dpproxy.budget import Ledger, Reservation, epsilon_equivalent
 from dpproxy.budget.sqlite import SQLiteLedger
 from dpproxy.errors import BudgetExhausted
 from dpproxy.privacy.accounting import FIT_RELATIVE_TOLERANCE, Cost, converted_epsilon, zcdp_to_approx_dp
+from dpproxy.results import budget_figure
 from tests.budget.stores import ZCDP_BUDGET, Store, zcdp
 
 
@@ -86,11 +87,15 @@ def test_zcdp_refusal_shows_rho_and_epsilon_and_changes_nothing(ledger: Ledger) 
     worth_after = zcdp_to_approx_dp(0.7, 1e-5)
     worth_before = zcdp_to_approx_dp(0.2, 1e-5)
     assert error.sqlstate == "53400"
+    # Figures as the notices show them: what is spent or costs rounded up, what is left down.
+    up, down = (lambda v: budget_figure(v, up=True)), (lambda v: budget_figure(v, up=False))
     assert error.message == (
-        f'privacy budget exhausted for analyst "alice": this query costs ρ=0.5 (ε={on_its_own:.6g} on its '
-        f"own) but with it the spending would be worth ε={worth_after:.6g} of ε=5; spent so far: ρ=0.2, "
-        f"δ=0, worth ε={worth_before:.6g}; remaining: ε={5 - worth_before:.6g}, δ=1e-05 of ε=5, δ=1e-05"
+        f'privacy budget exhausted for analyst "alice": this query costs ρ=0.5 (ε={up(on_its_own)} on its '
+        f"own) but with it the spending would be worth ε={up(worth_after)} of ε=5; spent so far: ρ=0.2, "
+        f"δ=0, worth ε={up(worth_before)}; remaining: ε={down(5 - worth_before)}, δ=0.00001 of ε=5, "
+        "δ=0.00001"
     )
+    assert up(worth_before) == "2.81364" and down(5 - worth_before) == "2.18636"
     assert error.hint is not None and "SET dpproxy.epsilon" in error.hint
     assert (ledger.spent("alice"), ledger.history("alice")) == before
 

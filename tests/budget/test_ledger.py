@@ -79,7 +79,7 @@ def test_refusal_explains_itself_and_changes_nothing(ledger: Ledger) -> None:
     assert error.sqlstate == "53400"
     assert error.message == (
         'privacy budget exhausted for analyst "alice": this query costs ε=0.5, δ=1e-07 '
-        "but only ε=0.2, δ=1e-05 remain of ε=10, δ=1e-05"
+        "but only ε=0.2, δ=0.00001 remain of ε=10, δ=0.00001"
     )
     assert error.hint is not None and "SET dpproxy.epsilon" in error.hint
     assert (ledger.spent("alice"), ledger.history("alice")) == before
