@@ -30,7 +30,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
 from typing import TypeVar
 
 import numpy as np
@@ -56,6 +56,7 @@ from dpproxy.release.spans import (
     quotient,
     reach,
 )
+from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import Aggregate, AggregateKind, PrivateQuery
 from dpproxy.sql.types import PgType
 
@@ -68,7 +69,10 @@ class ReleasedGroups:
     row views ([group][aggregate]) are built when first asked for."""
 
     keys: list[tuple[object, ...]]
-    columns: list[list[object]]  # [aggregate][group], noisy and post-processed
+    # [aggregate][group], noisy and post-processed; then, for each interval end the query's
+    # post-processing reads (dp_interval_low/high, in dpproxy.sql.postprocess.interval_slots' order),
+    # that end per group (interval_columns): what PostProcessor reads as a row's released columns.
+    columns: list[list[object]]
     # [aggregate] ± at 95% in the aggregate's unit that holds for every released group (the largest
     # of the groups' own), or a sentence for the exponential mechanism's releases (their error is in
     # ranks or counts, not in value units).
@@ -184,7 +188,7 @@ def release_aggregates(
     refined = refined or {}
     if query.randomized_response:
         assert responses is not None
-        return _release_responses(groups, responses)
+        return _with_intervals(query, _release_responses(groups, responses))
     n = len(groups.keys)
     noisy = add_noise(groups, noise)
     if not isinstance(noisy, np.ndarray):  # rows from elsewhere (tests record them): exact integers
@@ -216,7 +220,101 @@ def release_aggregates(
         )
         for a, aggregate in enumerate(query.aggregates)
     ]
-    return ReleasedGroups(groups.keys, value_columns, errors, error_columns)
+    return _with_intervals(query, ReleasedGroups(groups.keys, value_columns, errors, error_columns))
+
+
+def _with_intervals(query: PrivateQuery, released: ReleasedGroups) -> ReleasedGroups:
+    """The released groups with the interval ends the query reads appended to their columns."""
+    ends = interval_slots(query.post_processing)
+    if not ends:
+        return released
+    extra = [
+        interval_column(
+            query.aggregates[a], end, released.columns[a], released.error_columns[a], released.errors[a]
+        )
+        for a, end in ends
+    ]
+    return ReleasedGroups(released.keys, [*released.columns, *extra], released.errors, released.error_columns)
+
+
+def interval_column(
+    aggregate: Aggregate,
+    end: str,
+    values: Sequence[object],
+    group_errors: Sequence[float | None],
+    column_error: float | str | None,
+) -> list[object]:
+    """One end ("low" or "high") of each released group's 95% interval of an aggregate, for
+    dp_interval_low/high: the released value minus or plus the group's own ± (AVG, VAR, STDDEV,
+    randomized response), else the column's (counts and sums: one noise scale for every group),
+    clamped as the value is (counts never below 0, averages within the column's bounds, …), in the
+    aggregate's result type, rounded outwards. A function of released values and released ± only.
+
+    It covers the true value whenever the ± does: the ± reaches past every end of the span the true
+    value lies in with probability >= 95% (the module docstring), and the true value lies within
+    the clamp too. NULL where the value is NULL or has no ±; the exponential mechanism's releases,
+    whose bound is a text, are refused when the query is analysed
+    (dpproxy.sql.postprocess.intervals)."""
+    if aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
+        raise ValueError("the exponential mechanism's releases have no interval of values")
+    floor, ceiling = _interval_clamp(aggregate)
+    low = end == "low"
+    out: list[object] = []
+    for value, own in zip(values, group_errors, strict=True):
+        error = own if own is not None else column_error
+        if value is None or not isinstance(error, (int, float)) or not math.isfinite(error):
+            out.append(None)
+            continue
+        with localcontext() as ctx:
+            ctx.prec = 200  # exact: a value of at most ~60 digits, a float's exact expansion
+            released = Decimal(value)  # type: ignore[arg-type]  # exact, floats included
+            reached = released - Decimal(error) if low else released + Decimal(error)
+            if floor is not None:
+                reached = max(reached, floor)
+            if ceiling is not None:
+                reached = min(reached, ceiling)
+            out.append(_outwards(reached, released, aggregate.result_type, low))
+    return out
+
+
+def _interval_clamp(aggregate: Aggregate) -> tuple[Decimal | None, Decimal | None]:
+    """What the release clamps an aggregate's value into, which holds the true value as well."""
+    if aggregate.kind in _COUNTS or aggregate.kind is AggregateKind.COUNT_RESPONSES:
+        return Decimal(0), None
+    interval = aggregate.interval
+    if aggregate.kind is AggregateKind.SUM and interval is not None:
+        return (Decimal(0) if interval.lo >= 0 else None), (Decimal(0) if interval.hi <= 0 else None)
+    if aggregate.kind is AggregateKind.AVG and interval is not None:
+        return Decimal(interval.lo), Decimal(interval.hi)
+    if aggregate.kind in (AggregateKind.VAR_POP, AggregateKind.STDDEV_POP) and interval is not None:
+        # A population variance of values within the bounds is at most the half-width squared;
+        # the sample versions' factor n/(n − 1) depends on the noisy count: only 0 bounds them.
+        offsets = _offsets(aggregate)
+        half_width = Decimal(max(-offsets.lo, offsets.hi)).scaleb(-aggregate.scale)
+        if aggregate.kind is AggregateKind.VAR_POP:
+            return Decimal(0), half_width * half_width
+        return Decimal(0), half_width
+    if aggregate.kind.is_spread:
+        return Decimal(0), None
+    return None, None
+
+
+def _outwards(value: Decimal, released: Decimal, result_type: PgType, low: bool) -> object:
+    """An interval end as the aggregate's result type, rounded away from the interval's inside:
+    integers, floats, or decimals at the released value's own number of decimals."""
+    rounding = ROUND_FLOOR if low else ROUND_CEILING
+    if result_type.is_integer:
+        return int(value.to_integral_value(rounding))
+    if result_type.is_float:
+        nearest = float(value)
+        if low and Decimal(nearest) > value:
+            return math.nextafter(nearest, -math.inf)
+        if not low and Decimal(nearest) < value:
+            return math.nextafter(nearest, math.inf)
+        return nearest
+    exponent = released.as_tuple().exponent
+    digits = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+    return value.quantize(Decimal(1).scaleb(-digits), rounding=rounding)
 
 
 _COUNTS = (

@@ -23,6 +23,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from dpproxy.sql import postprocess
+from dpproxy.sql.postprocess.intervals import interval_slots, slot_name
 from dpproxy.sql.query import PostProcessing, SortKey
 from dpproxy.sql.types import PgType
 
@@ -40,7 +41,8 @@ def post_process(
     first put in canonical order: by group key, so that nothing of the backend's order (which
     depends on unreleased data) survives, and LIMIT without ORDER BY keeps the first keys.
 
-    `aggregates` is [group][aggregate], or [aggregate][group] with `by_column`."""
+    `aggregates` is [group][aggregate], or [aggregate][group] with `by_column`; after the aggregates
+    come the interval ends the query reads (ReleasedGroups.columns)."""
     processor = PostProcessor(post, key_types, aggregate_types)
     end = None if post.limit is None else post.offset + post.limit
     columns = aggregates if by_column else None
@@ -76,8 +78,12 @@ class PostProcessor:
     ) -> None:
         self.post = post
         self.key_types = tuple(key_types)
-        self.n_aggregates = len(aggregate_types)
+        # The released columns of a row: the aggregates, then the interval ends post-processing
+        # reads (dp_interval_low/high: dpproxy.sql.postprocess.intervals), as the release gives them.
+        ends = interval_slots(post)
+        self.n_aggregates = len(aggregate_types) + len(ends)
         types: dict[str, PgType] = {f"__agg_{i}": t for i, t in enumerate(aggregate_types)}
+        types.update({slot_name(a, end): aggregate_types[a] for a, end in ends})
         types.update({f"__key_{j}": t for j, t in enumerate(key_types)})
         out_types = {f"__out_{i}": o.type for i, o in enumerate(post.outputs)}
         all_types = {**types, **out_types}

@@ -10,6 +10,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from dpproxy.errors import (
+    AmbiguousColumn,
     DatatypeMismatch,
     DPProxyError,
     GroupingError,
@@ -22,6 +23,7 @@ from dpproxy.policy import Policy
 from dpproxy.sql import postprocess
 from dpproxy.sql.aggregates import SUPPORTED_AGGREGATES, AggregateRules, known_type
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.postprocess import intervals
 from dpproxy.sql.probes import aggregate_view
 from dpproxy.sql.query import (
     Aggregate,
@@ -70,6 +72,7 @@ class PrivateAnalyzer(AggregateRules):
 
     def run(self) -> PrivateQuery:
         tree = self.tree
+        intervals.refuse_misplaced(tree)
         where = tree.args.get("where")
         where_sql = None
         if where is not None:
@@ -286,6 +289,7 @@ class PrivateAnalyzer(AggregateRules):
 
     def _placeholder_types(self) -> dict[str, PgType]:
         types = {f"__agg_{i}": a.result_type for i, a in enumerate(self.aggregates)}
+        types.update(intervals.interval_types([a.result_type for a in self.aggregates]))
         types.update({f"__key_{j}": k.type for j, k in enumerate(self.keys)})
         return types
 
@@ -308,6 +312,10 @@ class PrivateAnalyzer(AggregateRules):
         """Replace aggregates and group keys by placeholders; reject references to raw values."""
 
         def substitute(n: exp.Expression) -> exp.Expression:
+            end = intervals.interval_end(n)
+            if end is not None:
+                assert isinstance(n, exp.Anonymous)
+                return self._interval(n, end, substitute(intervals.interval_argument(n, self._output_alias)))
             if isinstance(n, (exp.AggFunc, exp.Filter, exp.WithinGroup)):
                 placeholder = aggregate_placeholder(self._aggregate(n))
                 self.originals.setdefault(placeholder.name, n.copy())
@@ -339,6 +347,33 @@ class PrivateAnalyzer(AggregateRules):
             return n
 
         return substitute(node.copy())
+
+    def _interval(self, call: exp.Anonymous, end: str, argument: exp.Expression) -> exp.Expression:
+        """`dp_interval_low/high(argument)`: the argument (over one aggregate's placeholder, already
+        checked to be monotone forms of it) over the placeholder of that end of its interval."""
+        (placeholder,) = [c for c in argument.find_all(exp.Column) if c.name.startswith("__agg_")]
+        index = int(placeholder.name.removeprefix("__agg_"))
+        aggregate = self.aggregates[index]
+        if aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
+            raise intervals.refuse_exponential(call, self.originals[placeholder.name].sql())
+        replacement = intervals.interval_placeholder(index, end)
+        self.originals.setdefault(replacement.name, call.copy())
+        if placeholder is argument:
+            return replacement
+        placeholder.replace(replacement)
+        return argument
+
+    def _output_alias(self, node: exp.Column) -> exp.Expression | None:
+        """The select-list expression a bare name stands for inside dp_interval_*(…) (Snowflake's
+        form names the aggregate's output alias), unless an input column has that name (as SQL
+        resolves names: the column first)."""
+        name = node.name if node.this.quoted else node.name.lower()
+        if node.table or any(s.column(name) for s in self.relation.sources):
+            return None
+        items = [i for i in self.tree.expressions if isinstance(i, exp.Alias) and output_name(i) == name]
+        if len(items) > 1:
+            raise AmbiguousColumn(f'output alias "{name}" is ambiguous in dp_interval_low/high')
+        return items[0].this if items else None
 
     def _check_not_alias(self, node: exp.Column, clause: str) -> None:
         """An output alias is not a column: in HAVING, or inside an ORDER BY expression, PostgreSQL

@@ -9,6 +9,7 @@ from sqlglot import exp
 
 from dpproxy.errors import DatatypeMismatch, NotSupported, UndefinedFunction
 from dpproxy.sql.datetimes import parse_temporal
+from dpproxy.sql.postprocess.intervals import interval_end, refuse_outside_private
 from dpproxy.sql.types import INTEGER_RANGE, PgType, arithmetic_result, check_comparable, from_sqlglot
 
 Env = Mapping[str, object]
@@ -157,6 +158,8 @@ def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
         for child in node.iter_expressions():
             infer_type(child, env)
         return PgType.TEXT
+    if interval_end(node) is not None:  # left in place: no released aggregate to take it from
+        raise refuse_outside_private(node)
     raise _unsupported(node)
 
 
