@@ -55,6 +55,8 @@ class Result:
     budget: BudgetStatus | None = None
     private: bool = False
     replayed: bool = False  # a stored answer to the same question, returned for free
+    # Further sentences of the notice about how the answer was made (e.g. the bounds chosen for it).
+    notes: tuple[str, ...] = ()
 
     @property
     def notice(self) -> str | None:
@@ -86,6 +88,7 @@ class Result:
         ]
         if errors:
             parts.append("95% error: " + ", ".join(errors))
+        parts.extend(self.notes)
         return "; ".join(parts)
 
 
@@ -179,6 +182,25 @@ def _slack(limit: float) -> float:
     return limit * FIT_RELATIVE_TOLERANCE if math.isfinite(limit) else 0.0
 
 
+def hidden_groups_note(threshold: int, shown_from: int, *, released: int) -> str:
+    """The notice's sentence about partition selection (dpproxy.release.groups.hidden_groups_notes):
+    the threshold and where a group is all but sure to be shown, both of the plan; when no group was
+    released, why the answer is empty and what would show the keys. No count of hidden groups: that
+    would need its own share of ε (docs/privacy.md §5)."""
+    text = (
+        f"groups of fewer than ~{format_number(threshold)} persons are not shown (a group appears when "
+        f"its noisy count of persons reaches {format_number(threshold)}; from {format_number(shown_from)} "
+        "persons, with probability ≥ 95%)"
+    )
+    if released == 0:
+        text += (
+            "; no group reached it, so the answer is empty (whether any group exists is not revealed): "
+            "to list every value of a key, the data owner can declare its values public (public_values "
+            "in the policy); or group by a coarser key, or spend a larger ε, which lowers the threshold"
+        )
+    return text
+
+
 def format_number(value: float | None) -> str:
     if value is None:
         return "-"
@@ -237,12 +259,16 @@ def encode_result(result: Result) -> bytes:
         {
             "columns": [[c.name, c.type.value, c.error95, c.error_note] for c in result.columns],
             "rows": [[_encode_value(v) for v in row] for row in result.rows],
+            "notes": list(result.notes),
         }
     ).encode()
 
 
-def decode_result(payload: bytes) -> tuple[tuple[ResultColumn, ...], list[tuple[object, ...]]]:
+def decode_result(
+    payload: bytes,
+) -> tuple[tuple[ResultColumn, ...], list[tuple[object, ...]], tuple[str, ...]]:
+    """A stored answer's columns, rows and notes (none in answers stored before notes were kept)."""
     data = json.loads(payload)
     columns = tuple(ResultColumn(name, PgType(t), error, note) for name, t, error, note in data["columns"])
     rows = [tuple(_decode_value(v) for v in row) for row in data["rows"]]
-    return columns, rows
+    return columns, rows, tuple(data.get("notes", ()))

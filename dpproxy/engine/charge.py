@@ -114,7 +114,7 @@ class Charge:
             if spent is None:
                 spent = self.ledger.spent(self.analyst)
             status = BudgetStatus(self.analyst, spent, self.limit)
-        return Result(result.columns, result.rows, cost, status, private=True)
+        return Result(result.columns, result.rows, cost, status, private=True, notes=result.notes)
 
     def _finish(self, sent: bool, error: DPProxyError | None) -> None:
         record = self.record

@@ -55,6 +55,7 @@ from dpproxy.explain import Explanation, explain_plan
 from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
 from dpproxy.privacy import Cost
 from dpproxy.release import choose_groups, exact_groups, post_process, release_aggregates
+from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.quantiles import refine_quantiles
 from dpproxy.release.stream import streamable
 from dpproxy.results import (
@@ -563,10 +564,10 @@ class Engine:
         return hashlib.sha256(repr((self.policy.defaults, self.policy.tables)).encode()).hexdigest()
 
     def _replayed(self, payload: bytes, analyst: AnalystPolicy) -> Result:
-        columns, rows = decode_result(payload)
+        columns, rows, notes = decode_result(payload)
         spent = self.ledger.spent(analyst.name) if self.ledger is not None else Cost.ZERO
         status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
-        return Result(columns, rows, Cost.ZERO, status, private=True, replayed=True)
+        return Result(columns, rows, Cost.ZERO, status, private=True, replayed=True, notes=notes)
 
     def backend_or_fail(self) -> Backend:
         if self.backend is None:
@@ -685,7 +686,8 @@ class Engine:
             released.columns,
             by_column=True,
         )
-        return Result(answer_columns(plan, released.errors), out_rows)
+        notes = hidden_groups_notes(query, plan.noise, len(released.keys))  # the threshold
+        return Result(answer_columns(plan, released.errors), out_rows, notes=notes)
 
     # Answers with more rows than this are not stored for free replay: a repeat is charged again
     # (the stored bytes would grow with the answer). Decided by the released answer's size alone.

@@ -21,6 +21,7 @@ from dpproxy.backends import Cancellation
 from dpproxy.engine.plan import Plan, answer_columns
 from dpproxy.errors import InvalidParameter
 from dpproxy.policy import AnalystPolicy
+from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.stream import StreamedRelease, StreamOrderError
 from dpproxy.results import Result, ResultStream, encode_result
 from dpproxy.sql.rewrite.state import key_column
@@ -96,10 +97,12 @@ def stream_plan(
         finally:
             source.close()
         columns = answer_columns(plan, release.errors())
+        notes = hidden_groups_notes(plan.query, plan.noise, release.groups)
         count_rows()
-        summary = charge.commit(Result(columns, []), plan.cost)
+        summary = charge.commit(Result(columns, [], notes=notes), plan.cost)
         if stored is not None and replay is not None:
-            engine.ledger.replay_put(analyst.name, replay, encode_result(Result(columns, stored)))  # type: ignore[union-attr]
+            stored_answer = encode_result(Result(columns, stored, notes=notes))
+            engine.ledger.replay_put(analyst.name, replay, stored_answer)  # type: ignore[union-attr]
         result.summary = summary
 
     unknown: list[float | str | None] = [None] * len(plan.query.aggregates)

@@ -5,16 +5,19 @@ public go through DP partition selection on each group's noisy count of units; a
 keeps the groups its report-noisy-top-k selection picks. The groups come out with their true values,
 in no meaningful order: post_process puts released rows in canonical order.
 
-This module never adds noise to values and never orders or shows groups: it only chooses them.
+This module never adds noise to values and never orders or shows groups: it only chooses them. What
+the notice says about the groups not shown (`hidden_groups_notes`) is a function of the plan and of
+the number of groups released, never of the groups that were not (docs/privacy.md §5).
 """
 
 from __future__ import annotations
 
 import itertools
 
-from dpproxy.privacy import QueryNoise
+from dpproxy.privacy import NoiseSpec, QueryNoise, SelectionSpec
 from dpproxy.release.exact import ExactGroups
 from dpproxy.release.requests import selectors
+from dpproxy.results import hidden_groups_note
 from dpproxy.sql.query import PrivateQuery
 
 
@@ -45,3 +48,35 @@ def choose_groups(query: PrivateQuery, exact: ExactGroups, noise: QueryNoise) ->
         spec = noise.selectors[plan.top_k]
         groups = groups.subset(spec.select([row[component_index] for row in groups.components]))
     return groups
+
+
+def selection_threshold(query: PrivateQuery, noise: QueryNoise) -> tuple[int, int] | None:
+    """Partition selection's threshold τ in persons (a group is released when its count of persons
+    plus the selection's noise reaches τ) and the fewest persons from which a group is released with
+    probability >= 95%: τ + w, w the least integer with P(Z >= −w) >= 95% (the noise is symmetric, so
+    P(|Z| <= w) >= 90% gives it). None when no key goes through selection. Functions of the plan only.
+    """
+    spec = noise.selection
+    if not query.keys or not query.needs_selection or not isinstance(spec, SelectionSpec):
+        return None
+    noise_of_selection = NoiseSpec(
+        mechanism=spec.mechanism,
+        sensitivity=1,
+        max_groups=1,
+        scale=spec.scale,
+        d_in=1.0,
+        epsilon=0.0,
+        rho=0.0,
+    )
+    return spec.threshold, spec.threshold + int(noise_of_selection.error_at(0.10))
+
+
+def hidden_groups_notes(query: PrivateQuery, noise: QueryNoise, released: int) -> tuple[str, ...]:
+    """The notice's sentence about the groups partition selection may have hidden: its threshold (of
+    the plan), and, when no group was released, that this is why the answer is empty. `released`:
+    the number of groups released, which the answer shows anyway. Never a count of hidden groups:
+    that is a function of the data (docs/privacy.md §5, "What an answer says about hidden groups")."""
+    figures = selection_threshold(query, noise)
+    if figures is None:
+        return ()
+    return (hidden_groups_note(*figures, released=released),)

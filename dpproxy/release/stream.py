@@ -85,6 +85,7 @@ class StreamedRelease:
         # [aggregate] the largest of the released groups' own 95% errors so far (None: none known)
         self._largest: list[float | None] = [None] * len(query.aggregates)
         self.rows = 0  # rows released so far
+        self.groups = 0  # groups released so far (before HAVING, OFFSET and LIMIT)
 
     @property
     def done(self) -> bool:
@@ -95,6 +96,7 @@ class StreamedRelease:
         query = self.query
         groups = choose_groups(query, exact_groups(query, rows), self.noise)
         released = release_aggregates(query, groups, self.noise)
+        self.groups += len(released.keys)
         for a, column_errors_ in enumerate(released.error_columns):
             known = [e for e in column_errors_ if e is not None]
             if known and (self._largest[a] is None or max(known) > self._largest[a]):  # type: ignore[operator]
