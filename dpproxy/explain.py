@@ -13,11 +13,12 @@ from dpproxy.release import (
     selectors,
 )
 from dpproxy.results import format_number
+from dpproxy.sql.bounds import component_bounds
 from dpproxy.sql.numbers import emit
 from dpproxy.sql.query import PrivateQuery
 
 if TYPE_CHECKING:
-    from dpproxy.engine import Plan
+    from dpproxy.engine.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,12 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             (
                 c.kind.value + (f"({c.argument.sql('postgres')})" if c.argument is not None else ""),
                 sensitivity,
-                query.max_groups,
+                groups,
                 spec.scale,
                 spec.error95(),
             )
-            for c, sensitivity, spec in zip(
-                query.components, plan.sensitivities, plan.noise.columns, strict=True
+            for c, (sensitivity, groups), spec in zip(
+                query.components, component_bounds(query, -1, -1), plan.noise.columns, strict=True
             )
         )
     selection = None
@@ -129,6 +130,19 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             f"top {query.top_k[1]} groups by report-noisy-top-k on "
             f"{query.components[query.top_k[0]].kind.value} (score sensitivity {spec.sensitivity}, "
             f"noise scale {spec.scale:.6g})"
+        )
+    for choice in plan.noise.choices:
+        if choice.kind == "rows":
+            what = f"aiming at about {choice.target} person(s) with more rows (their rows scaled down to k)"
+            name = "k, a person's rows in the whole query"
+        else:
+            what = "the noisy median of the persons' numbers of groups"
+            name = "g, the groups a person counts in (partition selection, COUNT(DISTINCT unit))"
+        choices.append(
+            f"contribution bound {name}: chosen among {', '.join(map(str, choice.candidates))} by "
+            f"report-noisy-max, {what} (noise scale {choice.scale:.6g}, "
+            f"ε={format_number(choice.epsilon)}{f', ρ={format_number(choice.rho)}' if choice.rho else ''}); "
+            "the values above are shown at the ceilings, the answer's are noised for the chosen bounds"
         )
     auxiliary = tuple(
         (step.name, step.summary, emit(step.select, dialect, pretty=True)) for step in plan.rewrite.auxiliary

@@ -21,6 +21,102 @@ def by_key(m: ExactGroups) -> dict[tuple, tuple[list[int], int, list[list[int]]]
 
 
 def certify(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
+    """See `certify_fixed`; with bounds chosen per query, `certify_candidates`."""
+    if plan.chooses_bounds:
+        certify_candidates(plan, run, persons)
+    else:
+        certify_fixed(plan, run, persons)
+
+
+def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
+    """With bounds chosen per query, every candidate's values (ExactGroups.candidates): a component at
+    candidate k moves by at most its sensitivity for min(k, row ceiling) rows in one group and for k
+    rows over all groups (L1); each count of persons per candidate (above, wider, persons) by at most
+    1 in all; the units counted at candidate g by at most 1 per group, in at most g groups; no person
+    changes more groups than the group ceiling; the row pipeline as with fixed limits."""
+    query = plan.query
+    bounds = query.bounds
+    assert bounds is not None
+    measured = measure(plan, run)
+    full = _candidates_by_key(measured)
+    spelled = {key: repr(key) for key in measured.keys}
+    assert measured.candidates is not None
+    empty_row = (
+        [[0] * len(bounds.rows) for _ in query.components],
+        [0] * len(bounds.groups),
+        [0] * len(query.components),
+        [[0] * h.candidates for h in query.histograms],
+    )
+    for unit in range(persons) if isinstance(persons, int) else persons:
+        neighbour_measured = measure(plan, run, unit)
+        assert neighbour_measured.candidates is not None
+        neighbour = _candidates_by_key(neighbour_measured)
+        for key in neighbour_measured.keys:
+            assert key not in spelled or spelled[key] == repr(key), (query.text, "key spelling", key)
+        a_found, b_found = measured.candidates, neighbour_measured.candidates
+        for name, a, b in (
+            ("above", a_found.above, b_found.above),
+            ("wider", a_found.wider, b_found.wider),
+            ("persons", [a_found.persons], [b_found.persons]),
+        ):
+            for j, (x, y) in enumerate(zip(a, b, strict=True)):
+                assert abs(x - y) <= 1, (query.text, unit, name, j, x, y)
+        l1 = [[0] * len(bounds.rows) for _ in query.components]
+        units_changed = [0] * len(bounds.groups)
+        changed = 0
+        for key in set(full) | set(neighbour):
+            (ca, ua, xa, ha), (cb, ub, xb, hb) = full.get(key, empty_row), neighbour.get(key, empty_row)
+            moved = False
+            for i, component in enumerate(query.components):
+                if component.kind.row_pipeline:
+                    delta = abs(xa[i] - xb[i])
+                    assert delta <= component.sensitivity(bounds.row_cap), (query.text, key, i, delta)
+                    moved = moved or delta > 0
+                    continue
+                if component.kind.name == "UNITS":
+                    continue  # read from the units per candidate g, checked below
+                for j, k in enumerate(bounds.rows):
+                    delta = abs(ca[i][j] - cb[i][j])
+                    per_group = component.sensitivity(min(k, bounds.row_cap))
+                    assert delta <= per_group, (query.text, key, i, k, delta, per_group)
+                    l1[i][j] += delta
+                    moved = moved or delta > 0
+            for j, (x, y) in enumerate(zip(ua, ub, strict=True)):
+                assert abs(x - y) <= 1, (query.text, key, "units", j, x, y)
+                if x != y:
+                    units_changed[j] += 1
+                    moved = True
+            moved_histograms = [
+                sum(abs(x - y) for x, y in zip(p, q, strict=True)) for p, q in zip(ha, hb, strict=True)
+            ]
+            for h, histogram_moved in enumerate(moved_histograms):
+                assert histogram_moved <= query.max_rows, (query.text, key, "histogram", h, histogram_moved)
+            if moved or any(moved_histograms):
+                changed += 1
+        assert changed <= max(bounds.group_cap, query.max_groups), (query.text, unit, changed)
+        for j, g in enumerate(bounds.groups):
+            assert units_changed[j] <= g, (query.text, unit, "units in groups", g, units_changed[j])
+        for i, component in enumerate(query.components):
+            if component.kind.row_pipeline or component.kind.name == "UNITS":
+                continue
+            for j, k in enumerate(bounds.rows):
+                assert l1[i][j] <= component.sensitivity(k), (query.text, unit, i, k, l1[i][j])
+
+
+def _candidates_by_key(
+    m: ExactGroups,
+) -> dict[tuple, tuple[list[list[int]], list[int], list[int], list[list[int]]]]:
+    assert m.candidates is not None
+    histograms = m.histograms or [[] for _ in m.keys]
+    return {
+        k: (c, u, x, h)
+        for k, c, u, x, h in zip(
+            m.keys, m.candidates.components, m.candidates.units, m.components, histograms, strict=True
+        )
+    }
+
+
+def certify_fixed(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
     """Every released value moves by at most its sensitivity when one person is removed; over the
     query's groups by at most max_groups × that (L1); no person changes more than max_groups groups;
     each histogram of a group moves by at most max_rows counts (L1 over its candidates); a group key

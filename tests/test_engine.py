@@ -323,11 +323,14 @@ def test_explain_touches_neither_data_nor_budget(tmp_path: Path) -> None:
         "SELECT department, AVG(cost) FROM visits WHERE duration_minutes > 30 GROUP BY department"
     )
     text = explanation.render()
-    for name in ("selected_rows", "grid_values", "per_unit", "bounded_groups"):
+    for name in ("selected_rows", "grid_values", "per_unit", "ranked_groups"):
         assert name in text
-    assert "contribution clamped to what 5 row(s) can add" in text
-    # AVG(cost): centred sum with sensitivity r·(U−L)/2 on the cent grid, and its count (r).
-    assert "sensitivity 5000000 per group, ≤ 3 group(s) per unit" in text
+    # The demo's limits are ceilings: each query chooses k, a person's rows, below them.
+    assert "its rows capped at 5 and its sums scaled by 5/n beyond that" in text
+    assert "contribution bound k, a person's rows in the whole query: chosen among 1, 2, 4, 5" in text
+    # AVG(cost) at the ceiling k = 5: centred sum with sensitivity k·(U−L)/2 on the cent grid, and
+    # its count (k).
+    assert "sensitivity 5000000 per group, ≤ 1 group(s) per unit" in text
     assert "sensitivity 5 per group" in text
     assert "every combination of their declared values is released" in text
     assert "cost: ε=0.5" in text

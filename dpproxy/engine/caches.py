@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 from dpproxy.engine.plan import Plan
 from dpproxy.lru import LRU
+from dpproxy.sql.bounds import SessionBounds
 from dpproxy.sql.query import PublicQuery
 
-CacheKey = tuple[str, tuple[tuple[type, str], ...], float]
+CacheKey = tuple[str, tuple[tuple[type, str], ...], float, object]
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,13 @@ class PublicStatement:
     sql: str
 
 
-def cache_key(sql: str, params: Sequence[object], epsilon: float) -> CacheKey:
+def cache_key(
+    sql: str, params: Sequence[object], epsilon: float, bounds: SessionBounds | None = None
+) -> CacheKey:
     """The exact input: the text, each parameter by its type and its repr (1, True, 1.0 and
-    Decimal('1.0') are equal in Python but bind as different constants), and ε."""
-    return (sql, tuple((type(p), repr(p)) for p in params), float(epsilon))
+    Decimal('1.0') are equal in Python but bind as different constants), ε, and the bounds the
+    session set (dpproxy.sql.bounds)."""
+    return (sql, tuple((type(p), repr(p)) for p in params), float(epsilon), bounds)
 
 
 class PlanCaches:

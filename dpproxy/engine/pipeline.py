@@ -55,6 +55,7 @@ from dpproxy.explain import Explanation, explain_plan
 from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
 from dpproxy.privacy import Cost
 from dpproxy.release import choose_groups, exact_groups, post_process, release_aggregates
+from dpproxy.release.bounds import choose_bounds
 from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.quantiles import refine_quantiles
 from dpproxy.release.stream import streamable
@@ -74,6 +75,7 @@ from dpproxy.sql.analyze import (
     infer_parameter_types,
     parse_statement,
 )
+from dpproxy.sql.bounds import SessionBounds, with_session_bounds
 from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.public import backend_sql
@@ -315,8 +317,17 @@ class Engine:
             )
         return float(epsilon)
 
-    def plan_private(self, query: PrivateQuery, epsilon: float, *, salt: str | None = None) -> Plan:
-        return plan_private(query, self.policy, epsilon, self.dialect, salt=salt)
+    def plan_private(
+        self,
+        query: PrivateQuery,
+        epsilon: float,
+        *,
+        salt: str | None = None,
+        bounds: SessionBounds | None = None,
+    ) -> Plan:
+        """The plan of an analysed private query; `bounds`: those the analyst set for the session
+        (dpproxy.sql.bounds), within the ceilings, instead of choosing them."""
+        return plan_private(with_session_bounds(query, bounds), self.policy, epsilon, self.dialect, salt=salt)
 
     def plan(
         self,
@@ -325,6 +336,7 @@ class Engine:
         *,
         epsilon: float | None = None,
         salt: str | None = None,
+        bounds: SessionBounds | None = None,
     ) -> Plan:
         """The plan of a private query, without touching data or budget."""
         query = self.analyze(sql, params)
@@ -332,10 +344,15 @@ class Engine:
             raise InvalidParameter(f"this query has no rows ({query.reason}): it has no private plan")
         if not isinstance(query, PrivateQuery):
             raise InvalidParameter("this query reads no protected table: it has no private plan")
-        return self.plan_private(query, self.query_epsilon(epsilon), salt=salt)
+        return self.plan_private(query, self.query_epsilon(epsilon), salt=salt, bounds=bounds)
 
     def explain(
-        self, sql: str, params: Sequence[object] = (), *, epsilon: float | None = None
+        self,
+        sql: str,
+        params: Sequence[object] = (),
+        *,
+        epsilon: float | None = None,
+        bounds: SessionBounds | None = None,
     ) -> Explanation:
         tree = bind_parameters(parse_statement(sql), params)
         parts = series_parts(self, tree, answer=False)
@@ -360,10 +377,10 @@ class Engine:
                 outputs=tuple((o.name, o.type.value) for o in query.outputs),
             )
         chosen = self.query_epsilon(epsilon)
-        explanation = explain_plan(self.plan_private(query, chosen), self.dialect)
+        explanation = explain_plan(self.plan_private(query, chosen, bounds=bounds), self.dialect)
         if parts is None:
             return explanation
-        top_k = self.plan_private(parts.inner, chosen)
+        top_k = self.plan_private(parts.inner, chosen, bounds=bounds)
         note = (
             f"series limit: the top-k query ({parts.inner.text}) is asked first as a private query "
             f"(ε={format_number(top_k.cost.epsilon)}); the keys it releases replace the join, inlined as "
@@ -421,6 +438,7 @@ class Engine:
         cancel: Cancellation | None = None,
         stream: bool = False,
         record: StatementRecord | None = None,
+        bounds: SessionBounds | None = None,
     ) -> Result | ResultStream:
         """Answer one statement for an analyst: noisy rows, what it cost, and the budget left.
 
@@ -445,7 +463,7 @@ class Engine:
         started = time.perf_counter()
         timed_before = given.stages.get("backend", 0.0) + given.stages.get("noise", 0.0)
         try:
-            result = self._execute(sql, params, analyst, epsilon, cancel, stream, given)
+            result = self._execute(sql, params, analyst, epsilon, cancel, stream, given, bounds)
         except DPProxyError as error:
             given.error(error.sqlstate)
             raise
@@ -471,10 +489,11 @@ class Engine:
         cancel: Cancellation | None,
         stream: bool,
         record: StatementRecord,
+        bounds: SessionBounds | None = None,
     ) -> Result | ResultStream:
         who = self.analyst(analyst)
         chosen = self.query_epsilon(epsilon, who)
-        prepared = self.prepare(sql, params, epsilon=chosen)
+        prepared = self.prepare(sql, params, epsilon=chosen, bounds=bounds)
         if isinstance(prepared, PublicStatement):
             _kind(record, "public")
             return self._run_public(prepared, cancel, record=record)
@@ -487,7 +506,7 @@ class Engine:
             return Result(tuple(ResultColumn(o.name, o.type) for o in prepared.outputs), [])
         _kind(record, "private")
         if isinstance(prepared, SeriesStatement):
-            return execute_series(self, prepared, who, chosen, cancel, record)
+            return execute_series(self, prepared, who, chosen, cancel, record, bounds)
         plan = prepared
         replay = self._replay_key(plan) if self.policy.defaults.replay and self.ledger is not None else None
         if replay is not None:
@@ -506,14 +525,14 @@ class Engine:
         return result
 
     def prepare(
-        self, sql: str, params: Sequence[object] = (), *, epsilon: float
+        self, sql: str, params: Sequence[object] = (), *, epsilon: float, bounds: SessionBounds | None = None
     ) -> Plan | PublicStatement | ConstantQuery | EmptyQuery | SeriesStatement:
         """What `execute` runs for a statement at a per-query ε, from the caches when this exact input
         was analysed before (dpproxy.engine.caches), else analysed cold: a private plan, a statement over
         public tables, a constant query, a probe answered without data, or a series limit (analysed
         again when run: never cached). Touches neither data nor budget, but public subqueries are run
         and inlined. The language tests compare it, cached and cold, statement by statement."""
-        key = cache_key(sql, params, epsilon)
+        key = cache_key(sql, params, epsilon, bounds)
         cached = self.caches.public.get(key) or self.caches.private.get(key)
         if cached is not None:
             return cached
@@ -529,7 +548,7 @@ class Engine:
             if not _has_subquery(tree):  # an inlined subquery's answer is data of its moment
                 self.caches.public.put(key, public)
             return public
-        plan = self.plan_private(query, epsilon, salt=self.new_salt())
+        plan = self.plan_private(query, epsilon, salt=self.new_salt(), bounds=bounds)
         if not query.inlined_subqueries:
             self.caches.private.put(key, plan)
         return plan
@@ -673,10 +692,17 @@ class Engine:
         quantiles run their second statement (emitted with the plan: `Plan.refinements`) through
         `run`; nothing here writes SQL."""
         query = plan.query
-        groups = choose_groups(query, exact_groups(query, *row_sets), plan.noise)
+        exact = exact_groups(query, *row_sets)
+        noise = plan.noise
+        notes: tuple[str, ...] = ()
+        if exact.candidates is not None:  # bounds chosen per query: k and g drawn, then their values
+            exact, chosen = choose_bounds(query, exact, noise)
+            noise = plan.noise_at(chosen.rows_index, chosen.groups_index)
+            notes = (chosen.note(),)
+        groups = choose_groups(query, exact, noise)
         refinements = plan.refinements if query.histograms else {}
-        refined = refine_quantiles(query, refinements, groups, plan.noise, run)
-        released = release_aggregates(query, groups, plan.noise, plan.responses, refined)
+        refined = refine_quantiles(query, refinements, groups, noise, run)
+        released = release_aggregates(query, groups, noise, plan.responses, refined)
         post = query.post_processing
         out_rows = post_process(
             post,
@@ -686,7 +712,7 @@ class Engine:
             released.columns,
             by_column=True,
         )
-        notes = hidden_groups_notes(query, plan.noise, len(released.keys))  # the threshold
+        notes = (*notes, *hidden_groups_notes(query, noise, len(released.keys)))  # the threshold
         return Result(answer_columns(plan, released.errors), out_rows, notes=notes)
 
     # Answers with more rows than this are not stored for free replay: a repeat is charged again

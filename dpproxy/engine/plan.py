@@ -23,9 +23,11 @@ from dpproxy.privacy import (
     plan_query_noise,
     randomized_response_count_plan,
 )
+from dpproxy.privacy.bounds import BoundRequest
 from dpproxy.release import ExactGroups, exact_groups, selectors
 from dpproxy.results import ResultColumn
-from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.bounds import choosing, component_bounds
+from dpproxy.sql.query import AggregateKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.rewrite.row_pipeline import RefinementStatement, refinement_statement
 
@@ -41,6 +43,8 @@ class Plan:
     epsilon: float
     delta: float
     responses: RandomizedResponseCount | None = None  # COUNT by randomized response
+    # The policy's mechanism and accounting (for the noise at chosen bounds: Plan.noise_at).
+    _defaults: tuple[str, str] = ("laplace", "pure")
 
     @functools.cached_property
     def statements(self) -> tuple[str, ...]:
@@ -67,7 +71,23 @@ class Plan:
 
     @property
     def sensitivities(self) -> tuple[int, ...]:
-        return tuple(c.sensitivity(self.query.max_rows) for c in self.query.components)
+        """Each component's per-group sensitivity (with bounds chosen per query: at the ceilings)."""
+        return tuple(s for s, _ in component_bounds(self.query, -1, -1))
+
+    @property
+    def chooses_bounds(self) -> bool:
+        """Whether the release chooses k and g from every candidate's values (PrivateQuery.bounds)."""
+        return choosing(self.query)
+
+    def noise_at(self, rows: int, groups: int) -> QueryNoise:
+        """The noise for the values at the chosen candidates (indexes into the query's bounds): the
+        same shares, and so the same cost, as the plan's, with sensitivities for those bounds."""
+        if not self.chooses_bounds or self.responses is not None:
+            return self.noise
+        noise = _query_noise(self.query, self.epsilon, self.delta, self._defaults, rows, groups)
+        if noise.cost != self.noise.cost:  # both are the allocation: the same whatever the bounds
+            raise AssertionError("the noise at a chosen bound must cost what the plan reserved")
+        return noise
 
     def measure(self, *row_sets: Sequence[Sequence[object]]) -> ExactGroups:
         """True values per group from each statement's rows: the certificates' seam (see
@@ -80,7 +100,9 @@ def plan_private(
 ) -> Plan:
     """The plan of an analysed private query at the query's ε (chosen within the policy's limits by
     the caller): the rewrite for `dialect` (per-person choices salted with `salt`, random when None)
-    and the noise of every released value, with the policy's mechanism, δ and accounting."""
+    and the noise of every released value, with the policy's mechanism, δ and accounting. With bounds
+    chosen per query, the noise planned is the ceilings' (the cost is the same for every candidate:
+    Plan.noise_at)."""
     state = rewrite(query, salt=salt, dialect=dialect)
     defaults = policy.defaults
     if query.randomized_response:
@@ -92,18 +114,44 @@ def plan_private(
             accounting=defaults.accounting,
         )
         return Plan(query, state, dialect, responses.noise, epsilon, defaults.delta, responses)
-    components = [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
-    selection = query.max_groups if query.needs_selection else None
-    noise = plan_query_noise(
-        defaults.mechanism,
+    settings = (str(defaults.mechanism), str(defaults.accounting))
+    noise = _query_noise(query, epsilon, defaults.delta, settings, -1, -1)
+    return Plan(query, state, dialect, noise, epsilon, defaults.delta, None, settings)
+
+
+def _spread(query: PrivateQuery) -> int:
+    """How many times m the persons left above k may be (dpproxy.privacy.bounds): twice for an
+    average or a spread (scaling a person's rows moves a weighted mean far less than it removes
+    rows), once otherwise."""
+    return 2 if any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates) else 1
+
+
+def _query_noise(
+    query: PrivateQuery, epsilon: float, delta: float, settings: tuple[str, str], rows: int, groups: int
+) -> QueryNoise:
+    mechanism, accounting = settings
+    bounds = query.bounds if choosing(query) else None
+    selection = None
+    asked: tuple[BoundRequest, ...] = ()
+    if query.needs_selection:
+        selection = bounds.groups[groups] if bounds is not None and bounds.groups else query.max_groups
+    if bounds is not None:
+        asked = tuple(
+            BoundRequest(kind, candidates, _spread(query) if kind == "rows" else 1)
+            for kind, candidates in (("rows", bounds.rows), ("groups", bounds.groups))
+            if len(candidates) > 1
+        )
+    return plan_query_noise(
+        mechanism,
         epsilon,
-        defaults.delta,
-        components,
+        delta,
+        component_bounds(query, rows, groups),
         selection,
-        accounting=defaults.accounting,
+        accounting=accounting,
         selectors=selectors(query).requests,
+        choices=asked,
+        allocated=bounds is not None,
     )
-    return Plan(query, state, dialect, noise, epsilon, defaults.delta)
 
 
 def answer_columns(plan: Plan, errors: Sequence[float | str | None]) -> tuple[ResultColumn, ...]:

@@ -24,6 +24,7 @@ from dpproxy.backends import Cancellation
 from dpproxy.errors import NotSupported, PrivateQueryFailed, UndefinedColumn
 from dpproxy.policy import AnalystPolicy
 from dpproxy.results import Result, ResultColumn
+from dpproxy.sql.bounds import SessionBounds
 from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.query import PrivateQuery
@@ -82,10 +83,11 @@ def execute_series(
     epsilon: float,
     cancel: Cancellation | None,
     record: StatementRecord | None = None,
+    bounds: SessionBounds | None = None,
 ) -> Result:
     """The top-k query, then the main query restricted to the keys it released; both charged."""
     series, inner = statement.series, statement.inner
-    inner_plan = engine.plan_private(inner, epsilon)
+    inner_plan = engine.plan_private(inner, epsilon, bounds=bounds)
     types = key_types(series, inner)
     estimate = engine._analyze_tree(with_placeholder_keys(series, inner), answer=False)
     if not isinstance(estimate, PrivateQuery):
@@ -93,7 +95,7 @@ def execute_series(
             "a series limit over a main query on public tables only is not supported",
             hint="ask the main query and the top-k query separately",
         )
-    main_cost = engine.plan_private(estimate, epsilon).cost
+    main_cost = engine.plan_private(estimate, epsilon, bounds=bounds).cost
     total = inner_plan.cost + main_cost
     charge = engine.charge(who, total, statement.text, record)
     ranked = engine.run_charged(inner_plan, charge, cancel)
@@ -105,7 +107,7 @@ def execute_series(
             result = Result(tuple(ResultColumn(o.name, o.type) for o in main.outputs), [])
             return charge.commit(result, total)
         assert isinstance(main, PrivateQuery)
-        main_plan = engine.plan_private(main, epsilon)
+        main_plan = engine.plan_private(main, epsilon, bounds=bounds)
         actual = main_plan.cost
         if not (actual.fits_within(main_cost) and actual.rho <= main_cost.rho * (1 + 1e-9)):
             raise PrivateQueryFailed()

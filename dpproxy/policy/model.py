@@ -12,6 +12,7 @@ by tests and the Python API.
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -51,8 +52,11 @@ def is_valid_name(text: str) -> bool:
 class ColumnPolicy:
     name: str
     type: ColumnType
-    lower: Decimal | None = None
-    upper: Decimal | None = None
+    # Number columns: exact decimals, values are clipped into them. Date and time columns: a date or
+    # datetime of the column's type (a timestamptz's in UTC), the declared range values are clipped
+    # into and date_trunc/extract keys are enumerated from (dpproxy.sql.public_keys).
+    lower: Decimal | datetime.date | None = None
+    upper: Decimal | datetime.date | None = None
     # Values of a key column that are public knowledge: all of them are released, zero-filled,
     # and no budget is spent selecting them. Values are Python values of the column's type.
     public_values: tuple[object, ...] | None = None
@@ -77,6 +81,9 @@ class ColumnPolicy:
 
 # How a table's max_rows_per_unit is enforced (`row_bounding`), see TablePolicy.
 ROW_BOUNDING = ("clamp", "sample")
+# Whether each query chooses its contribution bounds within the table's limits (`chosen`, the
+# default: the limits are ceilings) or uses the limits themselves (`fixed`), see TablePolicy.
+CONTRIBUTION_BOUNDS = ("chosen", "fixed")
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,10 @@ class TablePolicy:
     # How max_rows_per_unit is enforced: "clamp" caps each unit's contribution to a group at what
     # that many rows can add; "sample" keeps that many of the unit's rows. Same sensitivity.
     row_bounding: str = "clamp"
+    # "chosen": max_rows_per_unit and max_groups_per_unit are ceilings, and each query chooses the
+    # bounds it uses within them, privately (docs/privacy.md §3, "Bounds chosen per query");
+    # "fixed": every query uses the limits themselves, enforced by `row_bounding`.
+    contribution_bounds: str = "chosen"
     # COUNT(DISTINCT unit) … WHERE predicate is answered by randomized response (the survey
     # protocol: each person reports whether the predicate holds for them, truthfully with p = 3/4).
     randomized_response: bool = False

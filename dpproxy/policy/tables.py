@@ -15,7 +15,7 @@ import difflib
 
 from dpproxy.policy.columns import read_columns
 from dpproxy.policy.marked_yaml import Node
-from dpproxy.policy.model import ROW_BOUNDING, ColumnPolicy, TablePolicy, is_valid_name
+from dpproxy.policy.model import CONTRIBUTION_BOUNDS, ROW_BOUNDING, ColumnPolicy, TablePolicy, is_valid_name
 from dpproxy.policy.problems import Problems
 from dpproxy.policy.readers import (
     check_keys,
@@ -27,8 +27,9 @@ from dpproxy.policy.readers import (
 )
 
 # A person contributing to more groups or rows than this is not a contribution *bound*; a larger
-# value is almost certainly a slip of the data owner (and would drown every answer in noise).
-MAX_CONTRIBUTIONS = 1000
+# value is almost certainly a slip of the data owner. With bounds chosen per query the limits are
+# ceilings, and generous ones cost little (each query chooses its bounds below them).
+MAX_CONTRIBUTIONS = 100_000
 
 _PROTECTED_TABLE_KEYS = (
     "public",
@@ -36,6 +37,7 @@ _PROTECTED_TABLE_KEYS = (
     "max_groups_per_unit",
     "max_rows_per_unit",
     "row_bounding",
+    "contribution_bounds",
     "randomized_response",
     "unit_unique",
     "schema",
@@ -92,6 +94,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
                 "max_groups_per_unit",
                 "max_rows_per_unit",
                 "row_bounding",
+                "contribution_bounds",
                 "randomized_response",
                 "unit_unique",
             )
@@ -144,8 +147,8 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
                 child.line,
                 f"{path}.{key}",
                 f"must be between 1 and {MAX_CONTRIBUTIONS}",
-                "give the most a single person may contribute; a larger value is almost certainly a "
-                "mistake and would drown every answer in noise",
+                "give the most a single person may contribute (a ceiling: each query chooses its "
+                "bounds below it); a larger value is almost certainly a mistake",
             )
         else:
             limits[key] = value
@@ -169,6 +172,28 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
             )
         elif value_text is not None:
             row_bounding = value_text
+    # Sampling rows is a way of enforcing fixed limits: asking for it fixes them.
+    bounds = "fixed" if row_bounding == "sample" else "chosen"
+    if "contribution_bounds" in entries:
+        child = entries["contribution_bounds"]
+        value_text = read_text(child, f"{path}.contribution_bounds", p, fix="write chosen or fixed")
+        if value_text is not None and value_text not in CONTRIBUTION_BOUNDS:
+            p.add(
+                child.line,
+                f"{path}.contribution_bounds",
+                f"`{value_text}` is not a way of bounding contributions",
+                "write chosen (each query chooses its bounds within the limits) or fixed (the limits)",
+            )
+        elif value_text == "chosen" and row_bounding == "sample":
+            p.add(
+                child.line,
+                f"{path}.contribution_bounds",
+                "row_bounding: sample keeps max_rows_per_unit rows per person and group: "
+                "the limits are fixed",
+                "remove row_bounding: sample, or write contribution_bounds: fixed",
+            )
+        elif value_text is not None:
+            bounds = value_text
 
     columns_node = entries.get("columns")
     if columns_node is None or (columns_node.kind == "scalar" and columns_node.value is None):
@@ -221,6 +246,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
         max_rows_per_unit=limits["max_rows_per_unit"],
         schema=schema,
         row_bounding=row_bounding,
+        contribution_bounds=bounds,
         randomized_response=randomized,
         unit_unique=unit_unique,
     )

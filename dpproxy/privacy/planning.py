@@ -11,6 +11,7 @@ of partition selection, and the selector requests.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,6 +27,7 @@ from dpproxy.privacy.accounting import (
     sum_up,
     zcdp_to_approx_dp,
 )
+from dpproxy.privacy.bounds import VALUE_PARTS, BoundChoice, BoundRequest, bound_choice
 from dpproxy.privacy.checks import check_positive, check_unit_limits
 from dpproxy.privacy.noise import NoiseSpec, gaussian_noise, laplace_noise
 from dpproxy.privacy.selection import SelectionSpec, gaussian_partition_selection, partition_selection
@@ -56,6 +58,7 @@ class QueryNoise:
     selectors: tuple[SelectorSpec, ...] = ()  # one per SelectorRequest, in the order requested
     accounting: Accounting = Accounting.PURE
     conversion_delta: float = 0.0  # zCDP: the δ at which cost.epsilon holds (the request's)
+    choices: tuple[BoundChoice, ...] = ()  # one per BoundRequest, in the order requested
 
     @property
     def approx_dp(self) -> Cost:
@@ -74,6 +77,8 @@ def plan_query_noise(
     *,
     accounting: Accounting | str = Accounting.PURE,
     selectors: Sequence[SelectorRequest] = (),
+    choices: Sequence[BoundRequest] = (),
+    allocated: bool = False,
 ) -> QueryNoise:
     """The noise for every value a query releases, and what the query costs.
 
@@ -83,7 +88,10 @@ def plan_query_noise(
 
     Rules:
     * ε is split equally over the k components, the s selectors, and one share for partition
-      selection if present. Shares are rounded down so that their upward-rounded sum is within ε.
+      selection if present, except that each choice of a contribution bound (`choices`,
+      dpproxy.privacy.bounds) gets a quarter of one such share. Shares are rounded down so that
+      their upward-rounded sum is within ε. The choice of k aims at leaving ln(20)/ε_share persons
+      above it (under zCDP, the 95% error of a unit-sensitivity value at the share, in units).
     * Selectors (pure accounting) get ε_i = share, as their map says (per group share/g for
       quantiles and modes).
     * Laplace: each component gets ε_i = share; its scale starts at b = d_in/ε_i and grows by tiny
@@ -104,6 +112,10 @@ def plan_query_noise(
       map δ), with epsilon = the OpenDP conversion of that ρ at δ − that δ: the query alone is
       (epsilon, δ)-DP.
     * The cost never exceeds (epsilon, delta) (converted, under zCDP); that is checked, not assumed.
+    * `allocated`: the cost is what the shares allocate, not what each part's map spends — the same
+      for every sensitivity and group limit, and at least each one's map. Bounds chosen per query
+      charge this before choosing (the values at every candidate then fit in it); under zCDP the
+      selection's δ is then its half of δ (its ρ is not raised by what its threshold leaves).
 
     Impossible requests raise InvalidParameter. Results are cached: the same request is a lookup.
     """
@@ -145,7 +157,18 @@ def plan_query_noise(
             "the gaussian mechanism needs delta > 0: set defaults.delta in the policy",
             hint="or use mechanism: laplace, which needs no delta",
         )
-    return _plan(mechanism, accounting, float(epsilon), float(delta), frozen, selection_groups, requests)
+    asked = tuple(choices)
+    return _plan(
+        mechanism,
+        accounting,
+        float(epsilon),
+        float(delta),
+        frozen,
+        selection_groups,
+        requests,
+        asked,
+        allocated,
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -157,18 +180,24 @@ def _plan(
     components: tuple[tuple[int, int], ...],
     selection_groups: int | None,
     requests: tuple[SelectorRequest, ...],
+    asked: tuple[BoundRequest, ...] = (),
+    allocated: bool = False,
 ) -> QueryNoise:
     if accounting == Accounting.ZCDP:
-        return _plan_zcdp(epsilon, delta, components, selection_groups, requests)
+        return _plan_zcdp(epsilon, delta, components, selection_groups, requests, asked, allocated)
     k = len(components)
     shares = k + len(requests) + (1 if selection_groups is not None else 0)
     if shares == 0:
         return QueryNoise((), None, Cost.ZERO)
-    share = even_share(epsilon, shares)
+    part = _weighted_part(epsilon, shares, len(asked))
+    share = VALUE_PARTS * part if asked else even_share(epsilon, shares)
     selectors = tuple(selector_for(request, Accounting.PURE, share) for request in requests)
     cost = Cost.ZERO
     for selector in selectors:
         cost = cost + Cost(selector.epsilon)
+    choices = _choices(asked, Accounting.PURE, part, laplace_noise(1, 1, share).error95() if asked else 1.0)
+    for choice in choices:
+        cost = cost + Cost(choice.epsilon)
 
     if mechanism == Mechanism.LAPLACE:
         columns = tuple(laplace_noise(s, g, share) for s, g in components)
@@ -181,13 +210,14 @@ def _plan(
         selection = None
         epsilon_rest, delta_rest = epsilon, delta
         pure_shares = len(requests) + (1 if selection_groups is not None else 0)
+        pure_parts = [share] * pure_shares + [part] * len(asked)
         if selection_groups is not None:
             delta_share = delta if k == 0 else delta / 2.0
             selection = partition_selection(selection_groups, share, delta_share)
             delta_rest = remainder(delta, delta_share)
             cost = cost + Cost(selection.epsilon, selection.delta)
-        if pure_shares:
-            epsilon_rest = remainder(epsilon, sum_up([share] * pure_shares))
+        if pure_parts:
+            epsilon_rest = remainder(epsilon, sum_up(pure_parts))
         columns = ()
         if k:
             rho = rho_for(epsilon_rest, delta_rest)
@@ -197,7 +227,30 @@ def _plan(
 
     if not (cost.epsilon <= epsilon and cost.delta <= delta):
         raise AssertionError(f"planned cost {cost} exceeds the requested (ε={epsilon!r}, δ={delta!r})")
-    return QueryNoise(columns, selection, cost, selectors)
+    if allocated:
+        spends_delta = selection_groups is not None or (mechanism != Mechanism.LAPLACE and k > 0)
+        cost = Cost(epsilon, delta if spends_delta else 0.0)
+    return QueryNoise(columns, selection, cost, selectors, choices=choices)
+
+
+def _weighted_part(total: float, values: int, choices: int) -> float:
+    """The largest part p whose upward-rounded sum over `values` shares of VALUE_PARTS·p and
+    `choices` shares of p is <= total."""
+    part = even_share(total, VALUE_PARTS * values + choices)
+    while sum_up([VALUE_PARTS * part] * values + [part] * choices) > total:
+        part = math.nextafter(part, 0.0)
+    return part
+
+
+def _choices(
+    asked: tuple[BoundRequest, ...], accounting: Accounting, budget: float, unit_error: float
+) -> tuple[BoundChoice, ...]:
+    """The bound choices, each paid for by `budget`; k aims at leaving as many persons above it as
+    a released value of sensitivity 1 has rows of 95% error (`unit_error`)."""
+    return tuple(
+        bound_choice(a.kind, a.candidates, max(1, round(unit_error * a.spread)), accounting, budget)
+        for a in asked
+    )
 
 
 def _plan_zcdp(
@@ -206,32 +259,50 @@ def _plan_zcdp(
     components: tuple[tuple[int, int], ...],
     selection_groups: int | None,
     requests: tuple[SelectorRequest, ...],
+    asked: tuple[BoundRequest, ...] = (),
+    allocated: bool = False,
 ) -> QueryNoise:
-    shares = len(components) + len(requests) + (1 if selection_groups is not None else 0)
-    if shares == 0:
+    values = len(components) + len(requests) + (1 if selection_groups is not None else 0)
+    if values == 0:
         return QueryNoise((), None, Cost.ZERO, (), Accounting.ZCDP)
+    # In parts: VALUE_PARTS per released value, one per choice of a bound (see _plan).
+    shares = VALUE_PARTS * values + len(asked) if asked else values
+    weight = VALUE_PARTS if asked else 1
     # Partition selection's δ is spent for sure (up to half of δ); the rest converts ρ into ε.
     selection = None
     native_delta = 0.0
     spent_rho: list[float] = []
     if selection_groups is None:
-        share = even_share(rho_for(epsilon, delta), shares)
+        part = even_share(rho_for(epsilon, delta), shares)
     else:
         delta_selection = delta / 2.0
-        share = even_share(rho_for(epsilon, remainder(delta, delta_selection)), shares)
-        selection = gaussian_partition_selection(selection_groups, share, delta_selection)
+        part = even_share(rho_for(epsilon, remainder(delta, delta_selection)), shares)
+        selection = gaussian_partition_selection(selection_groups, weight * part, delta_selection)
         native_delta = selection.delta
         spent_rho.append(selection.rho)
-        if shares > 1:
+        if shares > weight and not allocated:
             # Its integer threshold spends less δ than half: what is left converts into more ρ, which
             # the other values share.
             total = rho_for(epsilon, remainder(delta, native_delta))
-            share = max(share, even_share(remainder(total, selection.rho), shares - 1))
+            part = max(part, even_share(remainder(total, selection.rho), shares - weight))
+    share = weight * part
     columns = tuple(gaussian_noise(s, g, share) for s, g in components)
     selectors = tuple(selector_for(request, Accounting.ZCDP, share) for request in requests)
-    rho = sum_up(spent_rho + [c.rho for c in columns] + [s.rho for s in selectors])
+    unit_error = gaussian_noise(1, 1, share).error95() if asked else 1.0
+    choices = _choices(asked, Accounting.ZCDP, part, unit_error)
+    rho = sum_up(spent_rho + [c.rho for c in columns] + [s.rho for s in selectors] + [c.rho for c in choices])
     converted = zcdp_to_approx_dp(rho, remainder(delta, native_delta))
     cost = Cost(converted, native_delta, rho)
     if not (converted <= epsilon and native_delta < delta):
         raise AssertionError(f"planned cost {cost} exceeds the requested (ε={epsilon!r}, δ={delta!r})")
-    return QueryNoise(columns, selection, cost, selectors, Accounting.ZCDP, delta)
+    if allocated:
+        allocated_delta = delta / 2.0 if selection_groups is not None else 0.0
+        allocated_rho = sum_up([part] * shares)
+        cost = Cost(
+            zcdp_to_approx_dp(allocated_rho, remainder(delta, allocated_delta)),
+            allocated_delta,
+            allocated_rho,
+        )
+        if not (cost.epsilon <= epsilon and rho <= allocated_rho and native_delta <= allocated_delta):
+            raise AssertionError(f"allocated cost {cost} does not cover the plan or exceeds the request")
+    return QueryNoise(columns, selection, cost, selectors, Accounting.ZCDP, delta, choices)

@@ -14,7 +14,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.query import ComponentKind, PrivateQuery
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """With bounds chosen per query (PrivateQuery.bounds): every candidate bound's true values, from
+    which the release chooses k and g privately and keeps one (`ExactGroups.resolve`)."""
+
+    components: list[list[list[int]]]  # [group][component][candidate j of k]
+    units: list[list[int]]  # [group][candidate j of g]: units counting the group among their first g
+    above: list[int]  # [candidate j of k]: units whose rows in all exceed k (each unit once)
+    wider: list[int]  # [candidate j of g]: units with more groups than g (each unit once)
+    persons: int  # units with a row in the query, each once
 
 
 @dataclass(frozen=True)
@@ -25,14 +37,37 @@ class ExactGroups:
     components: list[list[int]]  # [group][component]
     units: list[int]  # [group] distinct units present
     histograms: list[list[list[int]]] = field(default_factory=list)  # [group][histogram][candidate]
+    # Bounds chosen per query: every candidate's values; `components` and `units` then hold the
+    # ceiling's until `resolve` keeps the chosen ones.
+    candidates: Candidates | None = None
 
     def subset(self, indexes: Sequence[int]) -> ExactGroups:
+        assert self.candidates is None, "groups are chosen once the bounds are"
         return ExactGroups(
             [self.keys[i] for i in indexes],
             [self.components[i] for i in indexes],
             [self.units[i] for i in indexes],
             [self.histograms[i] for i in indexes] if self.histograms else [],
         )
+
+    def resolve(self, query: PrivateQuery, rows: int, groups: int | None) -> ExactGroups:
+        """The values at the chosen candidates (indexes into the query's bounds): each component's at
+        k (a COUNT(DISTINCT unit)'s, and the units partition selection reads, at g; the row
+        pipeline's as computed), no longer any candidate's."""
+        found = self.candidates
+        if found is None:
+            return self
+        counted = [None if c.kind.row_pipeline else (c.kind is ComponentKind.UNITS) for c in query.components]
+        units = [row[groups] for row in found.units] if groups is not None else self.units
+        components = []
+        for g, (row, exact) in enumerate(zip(found.components, self.components, strict=True)):
+            components.append(
+                [
+                    exact[i] if kind is None else (units[g] if kind else row[i][rows])
+                    for i, kind in enumerate(counted)
+                ]
+            )
+        return ExactGroups(self.keys, components, units, self.histograms)
 
 
 def _as_int(value: object) -> int:
@@ -98,15 +133,28 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
     keys: list[tuple[object, ...]] = []
     components: list[list[int]] = []
     units: list[int] = []
-    if rows:  # a column at a time: a million groups are read as often as that
+    chosen = query.bounds is not None and query.needs_main_statement
+    candidates = None
+    if chosen and rows:
+        keys, components, units, candidates = _candidate_columns(query, rows)
+    elif rows:  # a column at a time: a million groups are read as often as that
         columns = list(zip(*rows, strict=True))
         key_columns = [_canonical_column(column) for column in columns[:n_keys]]
         keys = list(zip(*key_columns, strict=True)) if n_keys else [() for _ in rows]
         counts = [_int_column(column) for column in columns[n_keys : n_keys + n_components]]
         components = [list(row) for row in zip(*counts, strict=True)] if n_components else [[] for _ in rows]
         units = list(_int_column(columns[n_keys + n_components]))
+    if chosen and candidates is None and query.keys:  # no group at all
+        assert query.bounds is not None
+        j_rows, j_groups = len(query.bounds.rows), len(query.bounds.groups)
+        candidates = Candidates([], [], [0] * j_rows, [0] * j_groups, 0)
     if not query.keys and not keys:  # an aggregate without GROUP BY has one row; keep the promise
         keys, components, units = [()], [[0] * n_components], [0]
+        if chosen:
+            assert query.bounds is not None
+            j_rows, j_groups = len(query.bounds.rows), len(query.bounds.groups)
+            candidates = Candidates([[[0] * j_rows for _ in range(n_components)]], [[0] * j_groups],
+                                    [0] * j_rows, [0] * j_groups, 0)  # fmt: skip
     index = {key: i for i, key in enumerate(keys)}
     histograms = [[[0] * h.candidates for h in query.histograms] for _ in keys]
 
@@ -135,4 +183,45 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
             g = group(row)
             if g is not None:
                 histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1])
-    return ExactGroups(keys, components, units, histograms if query.histograms else [])
+    return ExactGroups(keys, components, units, histograms if query.histograms else [], candidates)
+
+
+def _candidate_columns(
+    query: PrivateQuery, rows: Sequence[Sequence[object]]
+) -> tuple[list[tuple[object, ...]], list[list[int]], list[int], Candidates]:
+    """The main statement's rows with bounds chosen per query (dpproxy.sql.rewrite.per_group): keys,
+    each component at every candidate of k, above per candidate of k, units and wider per candidate
+    of g, persons, units. `components` and `units` are the ceiling's until the choice."""
+    assert query.bounds is not None
+    n_keys, n_components = len(query.keys), len(query.components)
+    j_rows, j_groups = len(query.bounds.rows), len(query.bounds.groups)
+    columns = list(zip(*rows, strict=True))
+    key_columns = [_canonical_column(column) for column in columns[:n_keys]]
+    keys = list(zip(*key_columns, strict=True)) if n_keys else [() for _ in rows]
+    at = n_keys
+    per_component = []
+    for _ in range(n_components):
+        per_component.append([_int_column(c) for c in columns[at : at + j_rows]])
+        at += j_rows
+    above = [sum(_int_column(c)) for c in columns[at : at + j_rows]]
+    at += j_rows
+    units_by_g = [_int_column(c) for c in columns[at : at + j_groups]]
+    at += j_groups
+    wider = [sum(_int_column(c)) for c in columns[at : at + j_groups]]
+    at += j_groups
+    persons = sum(_int_column(columns[at]))
+    units = list(_int_column(columns[at + 1]))
+    n = len(keys)
+    candidate_components = [
+        [[int(per_component[i][j][g]) for j in range(j_rows)] for i in range(n_components)] for g in range(n)
+    ]
+    candidate_units = [[int(units_by_g[j][g]) for j in range(j_groups)] for g in range(n)]
+    # Until the choice: the ceilings' values (a COUNT(DISTINCT unit) is the units counted at the
+    # largest g, or all units without a count per candidate).
+    ceiling_units = [row[-1] for row in candidate_units] if j_groups else units
+    counted = [c.kind is ComponentKind.UNITS for c in query.components]
+    components = [
+        [ceiling_units[g] if counted[i] else values[-1] for i, values in enumerate(group)]
+        for g, group in enumerate(candidate_components)
+    ]
+    return keys, components, units, Candidates(candidate_components, candidate_units, above, wider, persons)

@@ -64,6 +64,7 @@ def streamable(query: PrivateQuery, statements: int) -> bool:
         and not query.histograms
         and not requests.requests
         and query.top_k is None
+        and query.bounds is None  # chosen bounds need every group's counts first
         and not query.post_processing.order_by
         and all(k.type in STREAMABLE_KEY_TYPES for k in query.keys)
     )

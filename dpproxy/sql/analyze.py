@@ -20,6 +20,7 @@ from dpproxy.errors import NotSupported, PolicyViolation, UndefinedColumn, Unres
 from dpproxy.policy import Policy
 from dpproxy.sql import postprocess
 from dpproxy.sql.aggregates import known_type
+from dpproxy.sql.bounds import contribution_bounds
 from dpproxy.sql.datetimes import fold_constant_calls
 from dpproxy.sql.inline import expand_ctes, inline
 from dpproxy.sql.names import qualify_names
@@ -74,6 +75,7 @@ def analyze(
     database: str | None = None,
     *,
     probes: bool = True,
+    fetch_key_values: PublicRunner | None = None,
 ) -> AnalyzedQuery | EmptyQuery:
     """Validate a parsed, parameter-bound statement and reduce it to what the engine runs.
 
@@ -82,6 +84,8 @@ def analyze(
     from the backend's schema at start); `database` the served database's name (what
     `current_database()` answers), which a `db.schema.table` name must give. Functions of
     constants (to_date('2020-01-01', 'YYYY-MM-DD')) are folded into constants first.
+    `fetch_key_values` reads a public table's distinct values of a GROUP BY key joined to it
+    (dpproxy.sql.public_keys); None (no backend) leaves such keys to partition selection.
     """
     tree = fold_constant_calls(qualify_names(tree, policy, database))
     if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
@@ -137,10 +141,11 @@ def analyze(
         )
         if empty is not None:
             return empty
-    query = PrivateAnalyzer(inline(distinct_as_group_by(tree)), policy, facts, text).run()
-    return dataclasses.replace(
+    query = PrivateAnalyzer(inline(distinct_as_group_by(tree)), policy, facts, text, fetch_key_values).run()
+    query = dataclasses.replace(
         query, unit_unique=query.relation.unit_unique, sample_rows=query.relation.sample_rows
     )
+    return dataclasses.replace(query, bounds=contribution_bounds(query))
 
 
 def _constant_post_processing(tree: exp.Select) -> PostProcessing:

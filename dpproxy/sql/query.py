@@ -211,6 +211,12 @@ class GroupKey:
     type: PgType
     text: str  # normalised SQL, to match select-list expressions against keys
     public_values: tuple[object, ...] | None = None  # released without selection, zero-filled
+    # Where the key's public values come from when the policy does not list them (a public table, a
+    # declared date range), or why it has none; for explain (dpproxy.sql.public_keys).
+    origin: str | None = None
+    # Its values were read from a public table when the query was planned: the plan holds public data
+    # of that moment and is never reused for a later execution of the same text.
+    fetched: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,37 @@ class PostProcessing:
     order_by: tuple[SortKey, ...]
     limit: int | None
     offset: int
+
+
+@dataclass(frozen=True)
+class ContributionBounds:
+    """The contribution bounds a query chooses from, within its tables' ceilings (docs/privacy.md §3,
+    "Bounds chosen per query"). Each person's rows in one group are scaled down to at most `row_cap`
+    rows' worth, their groups cut to `group_cap`, and their rows in the whole query scaled down to
+    at most k rows' worth, k one of `rows`; the groups a person counts in for partition selection
+    and COUNT(DISTINCT unit) are at most g of them, g one of `groups` (empty: no such count). The
+    main statement computes every candidate's values in one pass; the release chooses k and g
+    privately (dpproxy.privacy.bounds) and releases those. One candidate: nothing to choose."""
+
+    rows: tuple[int, ...]  # candidates for k, ascending; the last is the ceiling
+    groups: tuple[int, ...]  # candidates for g, ascending; () when no count of units is released
+    row_cap: int  # the ceiling of one person's rows in one group
+    group_cap: int  # the ceiling of one person's groups (at most the public keys' domain)
+
+    @property
+    def choose_rows(self) -> bool:
+        return len(self.rows) > 1
+
+    @property
+    def choose_groups(self) -> bool:
+        return len(self.groups) > 1
+
+    def component_bound(self, component: Component, k: int) -> tuple[int, int]:
+        """(per-group sensitivity, groups) for the noise of a component at candidate k: one person
+        adds at most min(k, row_cap) rows' worth to one group and k rows' worth in all, which the
+        planner's L1 (groups × sensitivity) and L2 (√groups × sensitivity) bound from above."""
+        per_group = min(k, self.row_cap)
+        return component.sensitivity(per_group), -(-k // per_group)
 
 
 @dataclass(frozen=True)
@@ -265,6 +302,9 @@ class PrivateQuery:
     # …answered with placeholder constants of their type (no backend: Describe, explain): such a
     # plan gives types and the shape of the rewrite, and is never run.
     subquery_placeholders: bool = False
+    # The bounds chosen per query within the ceilings (None: the limits are fixed, or every row is
+    # its own person, or randomized response).
+    bounds: ContributionBounds | None = None
 
     @property
     def needs_row_pipeline(self) -> bool:

@@ -60,6 +60,9 @@ class Relation:
     sample_rows: bool
     label: str
     nullable: frozenset[str] = frozenset()  # aliases of sources on the right of a LEFT JOIN
+    # A table of the relation fixes its contribution limits (`contribution_bounds: fixed`): every
+    # query uses them; otherwise they are ceilings within which each query chooses its bounds.
+    fixed_bounds: bool = False
 
     @property
     def unit_is_row(self) -> bool:
@@ -372,6 +375,7 @@ def _assemble(
         max_groups=max_groups,
         sample_rows=any(p.row_bounding == "sample" for p in policies),
         label=label,
+        fixed_bounds=any(p.contribution_bounds == "fixed" for p in policies),
     )
 
 

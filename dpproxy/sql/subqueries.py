@@ -32,6 +32,7 @@ from dpproxy.errors import NotSupported, SubqueryCardinality, SubqueryTooLarge, 
 from dpproxy.policy import Policy
 from dpproxy.sql import literals
 from dpproxy.sql.query import PublicQuery
+from dpproxy.sql.types import PgType
 
 # The most distinct values an IN (SELECT …) over public tables may bring into a private query.
 MAX_INLINED_VALUES = 10_000
@@ -130,7 +131,13 @@ def _answer(
                 hint="make it return one row, e.g. with an aggregate or LIMIT 1",
             )
         value = rows[0][0] if rows else None
-        return exp.Paren(this=literals.constant(value, pg_type)) if value is not None else exp.Null()
+        if value is None:
+            # A NULL of the subquery's type: whether the statement is accepted must not depend on
+            # whether the subquery found a row (SUM(NULL) alone would be untyped, 42883).
+            if pg_type is PgType.UNKNOWN:
+                return exp.Null()
+            return exp.Cast(this=exp.Null(), to=exp.DataType.build(pg_type.value, dialect="postgres"))
+        return exp.Paren(this=literals.constant(value, pg_type))
     # Distinct values in a fixed order: the statement's text (which the replay key and the matching
     # of GROUP BY to select-list expressions read) must not depend on the order rows came back in.
     values = sorted({(type(row[0]).__name__, row[0]) for row in rows}, key=_value_order)

@@ -37,6 +37,11 @@ SERVER_VERSION_NUM = "150000"
 
 EPSILON_SETTING = "dpproxy.epsilon"
 BUDGET_SETTING = "dpproxy.budget"
+# The contribution bounds a session fixes instead of each query choosing them (docs/privacy.md §3):
+# "chosen" (the default) or a whole number, capped at the policy's ceiling when a query uses it.
+ROWS_SETTING = "dpproxy.max_rows_per_unit"
+GROUPS_SETTING = "dpproxy.max_groups_per_unit"
+BOUND_SETTINGS = (ROWS_SETTING, GROUPS_SETTING)
 
 # A transaction's modes: what SET TRANSACTION chose in this block, else the session's defaults
 # (SET SESSION CHARACTERISTICS), as PostgreSQL starts each transaction. Every transaction through
@@ -222,6 +227,27 @@ def timeout_ms(value: str) -> int:
     return round(float(match[1]) * _TIME_UNITS_MS[match[2] or "ms"])
 
 
+def _check_bound(name: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        text = value.strip().lower()
+        if text in ("chosen", "default"):
+            return "chosen"
+        if text.isdigit() and 1 <= int(text) <= 100_000:
+            return str(int(text))
+        raise InvalidParameter(
+            f'invalid value for parameter "{name}": "{value}"',
+            hint="write a whole number from 1 (the policy's ceiling caps it), or chosen: each query "
+            "chooses its bound privately",
+        )
+
+    return check
+
+
+def bound_value(text: str | None) -> int | None:
+    """A bound setting's value as the engine takes it: None when each query chooses."""
+    return int(text) if text and text.isdigit() else None
+
+
 def _check_timeout(name: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         match = _TIME_VALUE.fullmatch(value)
@@ -279,6 +305,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("default_table_access_method", "heap", per_session=False),
     Setting("default_tablespace", "", per_session=False),
     Setting("default_text_search_config", "pg_catalog.simple", per_session=False),
+    Setting(GROUPS_SETTING, "chosen", check=_check_bound(GROUPS_SETTING)),
+    Setting(ROWS_SETTING, "chosen", check=_check_bound(ROWS_SETTING)),
     Setting("default_transaction_deferrable", "off", check=_check_boolean("default_transaction_deferrable")),
     Setting(
         "default_transaction_isolation",
@@ -378,10 +406,11 @@ def checked_value(name: str, value: str, *, startup: bool, check_epsilon: Callab
         )
     if name == EPSILON_SETTING:
         return check_epsilon(value)
-    if name.startswith("dpproxy."):
+    if name.startswith("dpproxy.") and name not in BOUND_SETTINGS:
         raise UndefinedObject(
             f'unrecognized configuration parameter "{name}"',
-            hint="dpproxy's settings are dpproxy.epsilon (SET/SHOW) and dpproxy.budget (SHOW)",
+            hint="dpproxy's settings are dpproxy.epsilon, dpproxy.max_rows_per_unit, "
+            "dpproxy.max_groups_per_unit (SET/SHOW) and dpproxy.budget (SHOW)",
         )
     setting = _BY_NAME.get(name)
     if setting is None:
@@ -397,7 +426,7 @@ def check_resettable(name: str) -> None:
     """RESET's refusals, for a lower-case `name`."""
     if name in READ_ONLY or name in ("role", "session_authorization", BUDGET_SETTING):
         raise CantChangeParameter(f'parameter "{canonical(name)}" cannot be changed')
-    if name.startswith("dpproxy.") and name != EPSILON_SETTING:
+    if name.startswith("dpproxy.") and name != EPSILON_SETTING and name not in BOUND_SETTINGS:
         raise UndefinedObject(f'unrecognized configuration parameter "{name}"')
 
 

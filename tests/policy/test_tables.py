@@ -36,7 +36,7 @@ def test_row_unit_tables_cannot_raise_contribution_limits():
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("0", "between 1 and 1000"), ("1001", "almost certainly a mistake"), ("2.5", "whole")],
+    [("0", "between 1 and 100000"), ("100001", "almost certainly a mistake"), ("2.5", "whole")],
 )
 def test_contribution_limits_are_positive_and_sane(value, fragment):
     text = TABLE.replace("privacy_unit: pid", f"privacy_unit: pid\n        max_rows_per_unit: {value}")

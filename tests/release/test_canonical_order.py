@@ -34,6 +34,7 @@ tables:
     privacy_unit: pid
     max_rows_per_unit: 2
     max_groups_per_unit: 3
+    contribution_bounds: fixed  # the backend's rows are built for the fixed limits' layout
     columns:
       pid: {type: integer, summable: false}
       grp: {type: text}

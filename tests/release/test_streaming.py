@@ -15,12 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpproxy.engine import Engine
 from dpproxy.engine.plan import answer_columns
+from dpproxy.policy import parse_policy
 from dpproxy.release import canonical_values
 from dpproxy.release.stream import StreamedRelease, StreamOrderError, streamable
 from tests.release.test_canonical_order import (
     ENGINE,
     PLANS,
+    POLICY,
     QUERIES,
     SELECT,
     TOP_K,
@@ -84,3 +87,9 @@ def test_which_queries_stream() -> None:
     assert not streams("SELECT COUNT(*) FROM t")  # one row
     assert not streams("SELECT grp, MEDIAN(n) FROM t GROUP BY grp")  # a histogram statement
     assert not streams("SELECT grp, COUNT(DISTINCT n) FROM t GROUP BY grp")  # two statements
+    # Bounds chosen per query: the choice needs every group's counts before any group is released.
+    chosen = Engine(
+        parse_policy(POLICY.replace("contribution_bounds: fixed", "contribution_bounds: chosen")), None
+    )
+    plan = chosen.plan(SELECT, epsilon=1.0)
+    assert plan.chooses_bounds and not streamable(plan.query, len(plan.statements))

@@ -33,8 +33,11 @@ Y_BOUNDS = (Decimal("0"), Decimal("100"))
 GROUPS = ("a", "b", "c", "d")
 
 
-def policy_text(*, unit: str = "pid", rows: int = 2, groups: int = 2) -> str:
+def policy_text(*, unit: str = "pid", rows: int = 2, groups: int = 2, bounds: str | None = None) -> str:
+    """The test table's policy; `bounds`: its contribution_bounds (default: chosen per query)."""
     limits = "" if unit == "row" else f"\n    max_rows_per_unit: {rows}\n    max_groups_per_unit: {groups}"
+    if bounds is not None:
+        limits += f"\n    contribution_bounds: {bounds}"
     return f"""
 version: 1
 defaults: {{epsilon: 1.0, delta: 1.0e-6}}
@@ -133,7 +136,7 @@ def certify(
 ) -> None:
     query = engine.analyze(sql)
     if sample_rows:
-        query = dataclasses.replace(query, sample_rows=True)
+        query = dataclasses.replace(query, sample_rows=True, bounds=None)
     plan = engine.plan_private(query, 1.0, salt="certificate")
     check(plan, loader.run, len(people))
 
@@ -147,12 +150,14 @@ CERT_SETTINGS = settings(
 
 @pytest.mark.parametrize("sql", QUERIES)
 @CERT_SETTINGS
-@given(people=database, rows=st.integers(1, 3), groups=st.integers(1, 3))
+@given(people=database, rows=st.integers(1, 3), groups=st.integers(1, 3), fixed=st.booleans())
 def test_unit_level_sensitivity(
-    loader: Loader, sql: str, people: list[list[tuple]], rows: int, groups: int
+    loader: Loader, sql: str, people: list[list[tuple]], rows: int, groups: int, fixed: bool
 ) -> None:
+    """Fixed limits, and bounds chosen per query (every candidate's values certified)."""
     # groups = 3 lets `pub` (3 public values) skip group bounding: no more groups can be released.
-    engine = Engine(parse_policy(policy_text(rows=rows, groups=groups)), None, dialect=loader.kind)
+    text = policy_text(rows=rows, groups=groups, bounds="fixed" if fixed else None)
+    engine = Engine(parse_policy(text), None, dialect=loader.kind)
     loader.load(flatten(people))
     certify(engine, sql, loader, people)
 
@@ -173,8 +178,9 @@ def test_public_keys_with_few_values_need_no_group_bound(
     groups: int, sql: str, max_groups: int, bounded: bool, shown: str
 ) -> None:
     """Rows outside the public values are never released: a unit reaches at most as many released
-    groups as there are values, so the noise is calibrated to that and no ranking is emitted."""
-    engine = Engine(parse_policy(policy_text(rows=2, groups=groups)), None)
+    groups as there are values, so the noise is calibrated to that and no ranking is emitted (fixed
+    limits; chosen bounds rank each person's groups to count them once)."""
+    engine = Engine(parse_policy(policy_text(rows=2, groups=groups, bounds="fixed")), None)
     plan = engine.plan(sql, salt="s")
     assert plan.query.max_groups == max_groups
     text = engine.explain(sql).render()

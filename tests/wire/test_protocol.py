@@ -296,6 +296,34 @@ def test_set_and_show_dpproxy_settings(duck_proxy: Proxy) -> None:
             conn.execute("SHOW dpproxy.nothing")
 
 
+def test_a_session_can_fix_the_contribution_bounds(duck_proxy: Proxy) -> None:
+    """SET dpproxy.max_rows_per_unit / max_groups_per_unit fix the bounds each query would choose
+    (within the policy's ceilings, capped at them), spending nothing on the choice; RESET and
+    `chosen` go back to choosing."""
+    with duck_proxy.connect(autocommit=True) as conn:
+        notices = notices_of(conn)
+        assert conn.execute("SHOW dpproxy.max_rows_per_unit").fetchone() == ("chosen",)
+        conn.execute("SELECT department, COUNT(*) FROM visits GROUP BY department")
+        assert "contribution bounds of this query: at most" in notices[-1] and "(chosen" in notices[-1]
+        conn.execute("SET dpproxy.max_rows_per_unit = 2")
+        conn.execute("SET dpproxy.max_groups_per_unit = 1000")  # capped at the ceiling when used
+        assert conn.execute("SHOW dpproxy.max_rows_per_unit").fetchone() == ("2",)
+        conn.execute("SELECT department, COUNT(DISTINCT patient_id) FROM visits GROUP BY department")
+        assert (
+            "at most 2 row(s) per person (set; ceiling 5), counted in at most 3 group(s) (set: the ceiling)"
+            in notices[-1]
+        )
+        text = "\n".join(r[0] for r in conn.execute("EXPLAIN SELECT COUNT(*) FROM visits").fetchall())
+        assert "chosen among" not in text  # nothing to choose: no ε spent on it
+        for bad in ("0", "-1", "many", "2.5"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+                conn.execute(f"SET dpproxy.max_rows_per_unit = '{bad}'")
+            assert 'invalid value for parameter "dpproxy.max_rows_per_unit"' in str(caught.value)
+        conn.execute("SET dpproxy.max_rows_per_unit = chosen")
+        conn.execute("RESET dpproxy.max_groups_per_unit")
+        assert conn.execute("SHOW dpproxy.max_groups_per_unit").fetchone() == ("chosen",)
+
+
 def test_session_settings_are_answered_locally(duck_proxy: Proxy) -> None:
     with duck_proxy.connect(autocommit=True) as conn:
         assert conn.execute("SHOW server_version").fetchone() == ("15.0 (dpproxy 0.1)",)

@@ -5,6 +5,20 @@
 
 An empty input gives 0, never NULL (no GROUP BY: one row of zeros). `__units` counts the units
 present in each group; it feeds partition selection and COUNT(DISTINCT unit).
+
+With bounds chosen per query (PrivateQuery.bounds) every candidate's values come from this one pass:
+per component and candidate k_j, the sum of each unit's value scaled by k_j/TOTAL when the unit's
+rows in all its groups exceed k_j (`per_unit.scaled`: its contributions to all groups then add up to
+at most k_j rows' worth); per candidate, the units (counted in their first group only) whose TOTAL
+exceeds k_j; per candidate g_j, the units that count this group among their first g_j and the units
+(in their first group) with more than g_j groups; and the units counted once each:
+
+    SELECT __k0, SUM(CASE WHEN __total > 4 THEN <__c0·4/__total> ELSE __c0 END) AS __c0_2, …,
+           SUM(CASE WHEN __gn = 1 AND __total > 4 THEN 1 ELSE 0 END) AS __above2, …,
+           SUM(CASE WHEN __gn <= 2 THEN 1 ELSE 0 END) AS __units1, …,
+           SUM(CASE WHEN __gn = 1 AND __groups > 2 THEN 1 ELSE 0 END) AS __wider1, …,
+           SUM(CASE WHEN __gn = 1 THEN 1 ELSE 0 END) AS __persons, COUNT(*) AS __units
+    FROM ranked_groups GROUP BY __k0
 """
 
 from __future__ import annotations
@@ -13,7 +27,23 @@ from sqlglot import exp
 
 from dpproxy.sql.numbers import summable_integer
 from dpproxy.sql.query import ComponentKind
-from dpproxy.sql.rewrite.state import ROWS, UNITS, RewriteContext, RewriteState, col, component_column
+from dpproxy.sql.rewrite.per_unit import scaled
+from dpproxy.sql.rewrite.state import (
+    GROUP_RANK,
+    GROUPS,
+    PERSONS,
+    ROWS,
+    TOTAL,
+    UNITS,
+    RewriteContext,
+    RewriteState,
+    above_column,
+    candidate_column,
+    col,
+    component_column,
+    units_column,
+    wider_column,
+)
 
 
 def _zero_if_empty(value: exp.Expression) -> exp.Expression:
@@ -22,6 +52,8 @@ def _zero_if_empty(value: exp.Expression) -> exp.Expression:
 
 def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
+    if ctx.chosen:
+        return _candidates_per_group(state, ctx)
     row_table = not ctx.per_unit
     projections: list[exp.Expression] = [col(k) for k in ctx.keys]
     for i, component in enumerate(query.components):
@@ -34,6 +66,62 @@ def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         else:
             value = _zero_if_empty(exp.Sum(this=summable_integer(col(component_column(i)))))
         projections.append(exp.alias_(value, component_column(i), quoted=True))
+    projections.append(exp.alias_(exp.Count(this=exp.Star()), UNITS, quoted=True))
+    final = exp.select(*projections, copy=False).from_(state.current, copy=False)
+    if ctx.keys:
+        final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
+    return RewriteState(state.steps, final)
+
+
+def _count_where(condition: exp.Expression) -> exp.Expression:
+    return _zero_if_empty(
+        exp.Sum(
+            this=exp.Case(
+                ifs=[exp.If(this=condition, true=exp.Literal.number(1))], default=exp.Literal.number(0)
+            )
+        )
+    )
+
+
+def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
+    query = ctx.query
+    bounds = query.bounds
+    assert bounds is not None
+    first = exp.EQ(this=col(GROUP_RANK), expression=exp.Literal.number(1))
+    projections: list[exp.Expression] = [col(k) for k in ctx.keys]
+    for i, component in enumerate(query.components):
+        source = ROWS if component.kind is ComponentKind.ROWS else component_column(i)
+        for j, k in enumerate(bounds.rows):
+            value: exp.Expression
+            if component.kind.row_pipeline:
+                value = exp.Literal.number(0)  # filled in from the row pipeline's statement
+            elif component.kind is ComponentKind.UNITS:
+                value = exp.Literal.number(0)  # the release reads the units counted in g groups
+            else:
+                limit = exp.Literal.number(k)
+                over = exp.GT(this=col(TOTAL), expression=limit)
+                never_negative = component.contribution_range(1)[0] >= 0
+                weighted = exp.Case(
+                    ifs=[
+                        exp.If(
+                            this=over,
+                            true=scaled(col(source), limit, col(TOTAL), non_negative=never_negative),
+                        )
+                    ],
+                    default=col(source),
+                )
+                value = _zero_if_empty(exp.Sum(this=summable_integer(weighted)))
+            projections.append(exp.alias_(value, candidate_column(i, j), quoted=True))
+    for j, k in enumerate(bounds.rows):
+        above = exp.and_(first.copy(), exp.GT(this=col(TOTAL), expression=exp.Literal.number(k)))
+        projections.append(exp.alias_(_count_where(above), above_column(j), quoted=True))
+    for j, g in enumerate(bounds.groups):
+        within = exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(g))
+        projections.append(exp.alias_(_count_where(within), units_column(j), quoted=True))
+    for j, g in enumerate(bounds.groups):
+        wider = exp.and_(first.copy(), exp.GT(this=col(GROUPS), expression=exp.Literal.number(g)))
+        projections.append(exp.alias_(_count_where(wider), wider_column(j), quoted=True))
+    projections.append(exp.alias_(_count_where(first.copy()), PERSONS, quoted=True))
     projections.append(exp.alias_(exp.Count(this=exp.Star()), UNITS, quoted=True))
     final = exp.select(*projections, copy=False).from_(state.current, copy=False)
     if ctx.keys:

@@ -1,4 +1,6 @@
-"""Pass 4 — pre-aggregate per unit and group, clamping each unit's contribution.
+"""Pass 4 — pre-aggregate per unit and group, bounding each unit's contribution to the group.
+
+Fixed bounds (the policy's limits):
 
     SELECT __unit, __k0, LEAST(COUNT(*), 5) AS __rows,
            LEAST(GREATEST(COALESCE(SUM(__c0), 0), 0), 10000000) AS __c0
@@ -6,8 +8,17 @@
 
 One row per (unit, group) holds that unit's contribution to the group, clamped to what
 max_rows_per_unit rows can add (Component.contribution_range): the bound the sensitivity is computed
-from holds whatever the data, and a unit below it keeps its whole contribution. The clamp depends
-only on the unit's own rows. Skipped when every row is its own unit.
+from holds whatever the data, and a unit below it keeps its whole contribution.
+
+Bounds chosen per query (PrivateQuery.bounds): a unit with n rows in a group, more than the ceiling
+r, has its sums *scaled* by r/n instead of clamped (`scaled`, exact integer arithmetic truncating
+towards zero), so its contribution stays a mix of its own values — an average is never pulled
+towards a bound of the column — and counts at most r rows' worth:
+
+    SELECT __unit, __k0, LEAST(COUNT(*), 600) AS __rows,
+           CASE WHEN COUNT(*) > 600 THEN <SUM(__c0)·600/COUNT(*), truncated> ELSE SUM(__c0) END AS __c0 …
+
+Either way the bound depends only on the unit's own rows. Skipped when every row is its own unit.
 """
 
 from __future__ import annotations
@@ -31,10 +42,46 @@ def clamp(value: exp.Expression, lo: int, hi: int) -> exp.Expression:
     return exp.Least(this=lower, expressions=[number_literal(hi)], ignore_nulls=True)
 
 
+def scaled(
+    value: exp.Expression,
+    numerator: exp.Expression,
+    denominator: exp.Expression,
+    *,
+    non_negative: bool = False,
+) -> exp.Expression:
+    """value·numerator/denominator truncated towards zero, exactly, for integers with denominator
+    > 0: (|v| div d)·n + ((|v| mod d)·n) div d, signed — no intermediate larger than |v| or d·n, so
+    it stays in range on every engine (div and mod of non-negative integers agree on all).
+    `non_negative`: the value is never negative (counts, sums of non-negative values)."""
+
+    def positive(magnitude: exp.Expression) -> exp.Expression:
+        whole = exp.Mul(
+            this=exp.IntDiv(this=magnitude.copy(), expression=denominator.copy()), expression=numerator.copy()
+        )
+        rest = exp.IntDiv(
+            this=exp.Mul(
+                this=exp.Paren(this=exp.Mod(this=magnitude.copy(), expression=denominator.copy())),
+                expression=numerator.copy(),
+            ),
+            expression=denominator.copy(),
+        )
+        return exp.Paren(this=exp.Add(this=whole, expression=rest))
+
+    if non_negative:
+        return positive(value)
+    negative = exp.LT(this=value.copy(), expression=exp.Literal.number(0))
+    return exp.Case(
+        ifs=[exp.If(this=negative, true=exp.Neg(this=positive(exp.Paren(this=exp.Neg(this=value.copy())))))],
+        default=positive(value),
+    )
+
+
 def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     if not ctx.per_unit:
         return state
+    if ctx.chosen:
+        return _scaled_per_unit(state, ctx)
     r = query.max_rows
     group = [UNIT, *ctx.keys]
     projections: list[exp.Expression] = [col(c) for c in group]
@@ -61,5 +108,42 @@ def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     return state.then(
         "per_unit",
         f"one row per unit and group, its contribution clamped to what {r} row(s) can add",
+        select,
+    )
+
+
+def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
+    """Per unit and group, with bounds chosen per query: rows capped at the ceiling r, sums scaled by
+    r/n when the unit has n > r rows in the group."""
+    query = ctx.query
+    assert query.bounds is not None
+    r = query.bounds.row_cap
+    group = [UNIT, *ctx.keys]
+    rows = exp.Count(this=exp.Star())
+    cap = exp.Literal.number(r)
+    projections: list[exp.Expression] = [col(c) for c in group]
+    projections.append(
+        exp.alias_(exp.Least(this=rows, expressions=[cap], ignore_nulls=True), ROWS, quoted=True)
+    )
+    for i in ctx.valued_components:
+        name = component_column(i)
+        total = exp.Coalesce(
+            this=exp.Sum(this=summable_integer(col(name))), expressions=[exp.Literal.number(0)]
+        )
+        over = exp.GT(this=rows.copy(), expression=cap.copy())
+        never_negative = query.components[i].contribution_range(1)[0] >= 0
+        value = exp.Case(
+            ifs=[exp.If(this=over, true=scaled(total, cap, rows, non_negative=never_negative))],
+            default=total.copy(),
+        )
+        projections.append(exp.alias_(value, name, quoted=True))
+    select = (
+        exp.select(*projections, copy=False)
+        .from_(state.current, copy=False)
+        .group_by(*[col(c) for c in group], copy=False)
+    )
+    return state.then(
+        "per_unit",
+        f"one row per unit and group, its rows capped at {r} and its sums scaled by {r}/n beyond that",
         select,
     )

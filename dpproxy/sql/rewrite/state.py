@@ -22,6 +22,31 @@ def component_column(i: int) -> str:
 
 ROWS = "__rows"  # per unit and group: rows kept
 UNITS = "__units"  # per group: units present (partition selection, COUNT(DISTINCT unit))
+# Bounds chosen per query (PrivateQuery.bounds), per unit and group:
+TOTAL = "__total"  # the unit's rows (each group's capped at row_cap) in all its kept groups
+GROUPS = "__groups"  # how many groups the unit has rows in (after the group ceiling)
+GROUP_RANK = "__gn"  # the group's rank among the unit's groups (salted hash): 1 is its first
+PERSONS = "__persons"  # per group: units whose first group it is (summed: every unit once)
+
+
+def candidate_column(i: int, j: int) -> str:
+    """Component i's per-group value at the j-th candidate of k (bounds chosen per query)."""
+    return f"__c{i}_{j}"
+
+
+def above_column(j: int) -> str:
+    """Per group: units whose first group it is and whose TOTAL exceeds the j-th candidate of k."""
+    return f"__above{j}"
+
+
+def units_column(j: int) -> str:
+    """Per group: units present that count it among their first g groups, g the j-th candidate."""
+    return f"__units{j}"
+
+
+def wider_column(j: int) -> str:
+    """Per group: units whose first group it is and who have more groups than the j-th candidate of g."""
+    return f"__wider{j}"
 
 
 def col(name: str, table: str | None = None) -> exp.Column:
@@ -63,6 +88,12 @@ class RewriteContext:
     def per_unit(self) -> bool:
         """Whether contributions must be bounded per unit (not when every row is its own unit)."""
         return not self.query.row_level
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the bounds are chosen per query: the main statement then computes every
+        candidate's values (PrivateQuery.bounds)."""
+        return self.per_unit and self.query.bounds is not None
 
 
 @dataclass(frozen=True)

@@ -331,6 +331,17 @@ class ArithmeticRules:
                 "cannot hold",
                 hint="cast to double precision",
             )
+        if isinstance(inner.sql, exp.Null):
+            # CAST(NULL AS t): a NULL of type t (a public scalar subquery that found no row is
+            # inlined so, with its type: whether a statement is accepted must not depend on it).
+            interval = Interval.point(0) if target.is_number else None
+            return Typed(
+                exp.Cast(this=exp.Null(), to=canonical_type(to, target)),
+                target,
+                interval,
+                constant=True,
+                double=target.is_float,
+            )
         if inner.type is PgType.UNKNOWN or (inner.type.is_text and inner.constant):
             if isinstance(inner.sql, exp.Literal):
                 check_castable_text(inner.sql.this, target)

@@ -46,6 +46,7 @@ from dpproxy.errors import (
 )
 from dpproxy.policy import AnalystPolicy
 from dpproxy.results import ResultStream
+from dpproxy.sql.bounds import SessionBounds
 from dpproxy.wire import codec
 from dpproxy.wire.auth import AuthExchange
 from dpproxy.wire.catalog import SessionInfo
@@ -72,9 +73,12 @@ from dpproxy.wire.session.records import (
 from dpproxy.wire.session.shared import EngineCatalogAuth
 from dpproxy.wire.settings import (
     EPSILON_SETTING,
+    GROUPS_SETTING,
     REPORTED,
+    ROWS_SETTING,
     SESSION_DEFAULTS,
     SessionSettings,
+    bound_value,
     canonical,
     notice_visible,
     parse_options,
@@ -645,6 +649,13 @@ class Session(SessionCommands, PortalCommands):
         value = self._settings.get(EPSILON_SETTING)
         return float(value) if value else None
 
+    @property
+    def _bounds(self) -> SessionBounds | None:
+        """The contribution bounds the session fixed (SET dpproxy.max_rows_per_unit …), if any."""
+        rows = bound_value(self._settings.get(ROWS_SETTING))
+        groups = bound_value(self._settings.get(GROUPS_SETTING))
+        return None if rows is None and groups is None else SessionBounds(rows, groups)
+
     async def _run_engine(self, sql: str, parameters: Sequence[object], *, stream: bool = False) -> Outcome:
         cancel = Cancellation()
         self._cancel = cancel
@@ -663,6 +674,7 @@ class Session(SessionCommands, PortalCommands):
                 list(parameters),
                 analyst=self.user,
                 epsilon=self._epsilon,
+                bounds=self._bounds,
                 cancel=cancel,
                 stream=stream,
                 record=CURRENT.get(),
@@ -705,7 +717,9 @@ class Session(SessionCommands, PortalCommands):
         epsilon = self._epsilon
 
         def render() -> str:
-            return self.engine.explain(inner.sql, list(parameters), epsilon=epsilon).render()
+            return self.engine.explain(
+                inner.sql, list(parameters), epsilon=epsilon, bounds=self._bounds
+            ).render()
 
         text = await self.shared.run_blocking(render)
         rows: list[tuple[object, ...]] = [(line,) for line in text.splitlines()]

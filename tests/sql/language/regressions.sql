@@ -70,3 +70,5 @@ SELECT COUNT(*) FROM patients WHERE floor(CAST('1e300' AS double precision)) > a
 SELECT SUM(LEAST(t.n, 3)) FROM (SELECT v.patient_id, COUNT(*) n FROM patients p LEFT JOIN visits v ON v.patient_id = p.patient_id GROUP BY v.patient_id) t
 -- A constant divisor that is 0 (strpos found nothing) was not guarded.
 SELECT b.temperature, VAR_POP(a.temperature), COUNT(120) AS a1 FROM visits a LEFT JOIN public.visits b ON a.patient_id = b.patient_id WHERE 1.5e-3 <= (a.cost / strpos('9%', 'a')) GROUP BY b.temperature
+-- A scalar public subquery that found no row was inlined as an untyped NULL: SUM of it was refused (42883) on an empty database only.
+SELECT extract(year FROM t.birth) AS k1, smoker, COALESCE(SUM(score), 0) AS n, SUM((SELECT q.population FROM zip_info q WHERE q.state > 'NaN')) AS a0 FROM patients t WHERE t.birth >= t.birth GROUP BY smoker, extract(year FROM t.birth) OFFSET 0 -- params: [1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def policy(*, rows: int = 2, groups: int = 2, bounding: str = "clamp") -> str:
+def policy(*, rows: int = 2, groups: int = 2, bounding: str = "clamp", bounds: str = "fixed") -> str:
     return f"""
 version: 1
 tables:
@@ -12,6 +12,7 @@ tables:
     max_rows_per_unit: {rows}
     max_groups_per_unit: {groups}
     row_bounding: {bounding}
+    contribution_bounds: {bounds}
     columns:
       pid: {{type: integer}}
       grp: {{type: text}}
@@ -23,13 +24,32 @@ tables:
 
 
 SUMS = "SELECT grp, COUNT(*), SUM(y), AVG(x), SUM(z) FROM t WHERE x > 0 GROUP BY grp"
-# Each pass, the policy it is shown with, and the statement it rewrites.
-CASES: dict[str, tuple[dict[str, object], str]] = {
-    "select_rows": ({}, SUMS),
-    "to_grid": ({}, SUMS),
-    "bound_rows": ({"bounding": "sample"}, SUMS),
-    "per_unit": ({}, SUMS),
-    "bound_groups": ({}, SUMS),
-    "per_group": ({}, SUMS),
-    "row_pipeline": ({}, "SELECT grp, COUNT(DISTINCT pub), MEDIAN(x) FROM t GROUP BY grp"),
+CHOSEN = {"rows": 4, "groups": 2, "bounds": "chosen"}
+# Each golden case: (the pass, the relation it reads, the policy it is shown with, the statement).
+# Its SQL is tests/sql/rewrite/goldens/<case>.sql.
+CASES: dict[str, tuple[str, str | None, dict[str, object], str]] = {
+    "select_rows": ("select_rows", None, {}, SUMS),
+    "to_grid": ("to_grid", "selected_rows", {}, SUMS),
+    "bound_rows.sample": ("bound_rows", "grid_values", {"bounding": "sample"}, SUMS),
+    "per_unit.clamp": ("per_unit", "grid_values", {}, SUMS),
+    "bound_groups.fixed": ("bound_groups", "per_unit", {}, SUMS),
+    "per_group.fixed": ("per_group", "bounded_groups", {}, SUMS),
+    "row_pipeline": (
+        "row_pipeline",
+        None,
+        {},
+        "SELECT grp, COUNT(DISTINCT pub), MEDIAN(x) FROM t GROUP BY grp",
+    ),
+    # Bounds chosen per query: sums scaled, not clamped; every candidate's values in one pass.
+    "per_unit.chosen": ("per_unit", "grid_values", CHOSEN, SUMS),
+    "bound_groups.chosen": ("bound_groups", "per_unit", CHOSEN, SUMS),
+    "per_group.chosen": ("per_group", "ranked_groups", CHOSEN, SUMS),
+    # Public keys (their values restricted where the rows are read) with bounds chosen and a count
+    # of persons per group (COUNT(DISTINCT unit)): the candidates of g.
+    "per_group.public_keys": (
+        "per_group",
+        "ranked_groups",
+        CHOSEN,
+        "SELECT pub, COUNT(*), COUNT(DISTINCT pid) FROM t GROUP BY pub",
+    ),
 }

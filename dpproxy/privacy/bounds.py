@@ -1,0 +1,93 @@
+"""Choosing a query's contribution bounds privately (docs/privacy.md §3, "Bounds chosen per query").
+
+Two choices, each by report-noisy-max over a handful of candidate bounds (dpproxy.sql.bounds), with
+integer scores of L∞ sensitivity 1 under adding or removing one person:
+
+- k, a person's rows in the whole query (kind "rows"): the score of candidate k_j is
+  −|above_j − m|, above_j the persons whose rows exceed k_j. The choice aims at leaving about m
+  persons above the bound, m the 95% error of a released value of sensitivity 1 (ln(20)/ε for a
+  Laplace count at its ε): lowering k by one row removes one row of each person above it while it
+  narrows a count's 95% noise by m rows, so the two balance where about m persons are above
+  (for an average or a spread, 2m: scaling a person's rows moves a weighted mean far less than it
+  removes rows; `BoundRequest.spread`). Leaving few persons above k keeps what bounding removes
+  small beside the noise, in every group. This is a rule of thumb for where the error is least, not
+  part of the guarantee: any candidate is private. Adding a person moves each above_j by at most 1.
+- g, the groups a person counts in for partition selection and COUNT(DISTINCT unit) (kind
+  "groups"): the median of the persons' group counts; the score of g_j is
+  −|persons − 2·wider_j|, wider_j the persons with more than g_j groups. Adding a person raises
+  `persons` by 1 and wider_j by 0 or 1: the score moves by exactly 1.
+
+Each choice costs its share of the query's budget, as OpenDP's map for report-noisy-max says (ε under
+pure accounting, ρ under zCDP); the values released at the chosen bound are calibrated for it. The
+chosen bound is released (the NOTICE and EXPLAIN show it): it is the output of these mechanisms.
+Nothing here sees SQL or rows: only the candidates and the counts per candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from dpproxy.privacy.accounting import Accounting
+from dpproxy.privacy.noise import ERROR_ALPHA
+from dpproxy.privacy.selectors import _calibrate_selector, _i64_scores, _noisy_max_measurement
+
+# A query's budget is split in parts: each released value (component, selector, partition
+# selection) gets VALUE_PARTS of them, each choice of a bound one.
+VALUE_PARTS = 4
+
+
+@dataclass(frozen=True)
+class BoundRequest:
+    """A choice of bound a query asks for: its kind ("rows" or "groups"), its candidates, and for k
+    how many times m the persons above it may be (`spread`: 2 for averages and spreads, see the
+    module docstring)."""
+
+    kind: str
+    candidates: tuple[int, ...]
+    spread: int = 1
+
+
+@dataclass(frozen=True)
+class BoundChoice:
+    """Report-noisy-max over candidate bounds (see the module docstring)."""
+
+    kind: str  # "rows" (k) or "groups" (g)
+    candidates: tuple[int, ...]
+    target: int  # rows: the persons aimed to be left above k; groups: unused (the median)
+    accounting: Accounting
+    scale: float
+    epsilon: float
+    rho: float
+
+    def scores(self, counts: Sequence[int], persons: int) -> list[int]:
+        if self.kind == "rows":
+            return [-abs(int(above) - self.target) for above in counts]
+        return [-abs(int(persons) - 2 * int(wider)) for wider in counts]
+
+    def select(self, counts: Sequence[int], persons: int) -> int:
+        """The index of the chosen candidate, from the true counts per candidate (above_j or
+        wider_j) and the persons present."""
+        if len(self.candidates) == 1:
+            return 0
+        measurement = _noisy_max_measurement(self.accounting, self.scale, False, 1)
+        return int(measurement(_i64_scores(self.scores(counts, persons))))
+
+    def score_error95(self) -> float:
+        """With probability >= 95% the chosen candidate's score is within this of the best one's."""
+        rivals = len(self.candidates) - 1
+        return 0.0 if rivals <= 0 else self.scale * math.log(rivals / ERROR_ALPHA)
+
+
+@lru_cache(maxsize=1024)
+def bound_choice(
+    kind: str, candidates: tuple[int, ...], target: int, accounting: Accounting, budget: float
+) -> BoundChoice:
+    """The choice among `candidates`, paid for by `budget` (ε under pure accounting, ρ under zCDP)."""
+    if len(candidates) == 1:
+        return BoundChoice(kind, candidates, target, accounting, 0.0, 0.0, 0.0)
+    scale, cost = _calibrate_selector(accounting, 1, budget)
+    epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
+    return BoundChoice(kind, candidates, target, accounting, scale, epsilon, rho)

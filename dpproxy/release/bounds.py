@@ -1,0 +1,69 @@
+"""Step 1½ of a release with bounds chosen per query: choose k and g privately from the candidates'
+counts (dpproxy.privacy.bounds), keep the values at those bounds, and say what was chosen.
+
+The choices are drawn here, from counts of persons per candidate that the main statement computed
+(ExactGroups.candidates); the chosen bounds are released (the notice says them). Nothing else of the
+counts leaves this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpproxy.privacy import QueryNoise
+from dpproxy.release.exact import ExactGroups
+from dpproxy.sql.query import PrivateQuery
+
+
+@dataclass(frozen=True)
+class ChosenBounds:
+    """The candidates chosen (indexes into PrivateQuery.bounds) and the bounds they are."""
+
+    rows_index: int
+    groups_index: int
+    rows: int  # k: a person's rows in the whole query
+    groups: int | None  # g: the groups a person counts in (None: no count of units is released)
+    row_ceiling: int
+    group_ceiling: int
+    rows_chosen: bool  # False: one candidate (the session set it, or nothing else fits the ceiling)
+    groups_chosen: bool
+
+    def note(self) -> str:
+        """The notice's sentence."""
+
+        def how(value: int, chosen: bool, ceiling: int) -> str:
+            said = "chosen" if chosen else "set"
+            return f" ({said}; ceiling {ceiling})" if value < ceiling else f" ({said}: the ceiling)"
+
+        text = "contribution bounds of this query: at most "
+        text += f"{self.rows} row(s) per person" + how(self.rows, self.rows_chosen, self.row_ceiling)
+        if self.groups is not None:
+            text += f", counted in at most {self.groups} group(s)"
+            text += how(self.groups, self.groups_chosen, self.group_ceiling)
+        return text
+
+
+def choose_bounds(
+    query: PrivateQuery, exact: ExactGroups, noise: QueryNoise
+) -> tuple[ExactGroups, ChosenBounds]:
+    """The values at privately chosen bounds, and the bounds (one draw per choice the plan holds)."""
+    bounds, found = query.bounds, exact.candidates
+    assert bounds is not None and found is not None
+    rows, groups = len(bounds.rows) - 1, max(0, len(bounds.groups) - 1)
+    for choice in noise.choices:
+        if choice.kind == "rows":
+            rows = choice.select(found.above, found.persons)
+        else:
+            groups = choice.select(found.wider, found.persons)
+    resolved = exact.resolve(query, rows, groups if bounds.groups else None)
+    chosen = ChosenBounds(
+        rows,
+        groups,
+        bounds.rows[rows],
+        bounds.groups[groups] if bounds.groups else None,
+        bounds.row_cap,
+        bounds.group_cap,
+        bounds.choose_rows,
+        bounds.choose_groups,
+    )
+    return resolved, chosen

@@ -1,0 +1,103 @@
+"""Which contribution bounds a private query chooses from (docs/privacy.md §3, "Bounds chosen per
+query"): the candidates for k, a person's rows in the whole query, and for g, the groups a person
+counts in for partition selection and COUNT(DISTINCT unit), within the ceilings the policy's
+max_rows_per_unit (a person's rows in one query) and max_groups_per_unit (their groups) set.
+
+Candidates are the powers of two below a ceiling, then the ceiling itself: a handful of columns per
+component in the main statement, and a choice whose error is at most a factor of two in the bound.
+Nothing here reads data or chooses: the release does (dpproxy.privacy.bounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from dpproxy.sql.query import ComponentKind, ContributionBounds, PrivateQuery
+
+
+def candidates(ceiling: int) -> tuple[int, ...]:
+    """1, 2, 4, … below `ceiling`, then `ceiling`."""
+    found = []
+    k = 1
+    while k < ceiling:
+        found.append(k)
+        k *= 2
+    return (*found, max(1, ceiling))
+
+
+def contribution_bounds(query: PrivateQuery) -> ContributionBounds | None:
+    """The bounds `query` chooses from, or None when its bounds are fixed: a table fixes them
+    (`contribution_bounds: fixed`, or `row_bounding: sample`), every row is its own person, or the
+    query is answered by randomized response."""
+    if query.row_level or query.relation.fixed_bounds or query.sample_rows or query.randomized_response:
+        return None
+    # max_rows_per_unit is the ceiling of a person's rows in the whole query (and so in one group).
+    row_cap = query.relation.max_rows
+    group_cap = query.max_groups
+    ceiling = row_cap
+    counts_units = bool(query.keys) and (
+        query.needs_selection or any(c.kind is ComponentKind.UNITS for c in query.components)
+    )
+    return ContributionBounds(
+        rows=candidates(ceiling),
+        groups=candidates(group_cap) if counts_units else (),
+        row_cap=row_cap,
+        group_cap=group_cap,
+    )
+
+
+@dataclass(frozen=True)
+class SessionBounds:
+    """Bounds an analyst set for their session (`SET dpproxy.max_rows_per_unit`, `SET
+    dpproxy.max_groups_per_unit`): None leaves that one to each query's choice."""
+
+    rows: int | None = None
+    groups: int | None = None
+
+
+def with_session_bounds(query: PrivateQuery, bounds: SessionBounds | None) -> PrivateQuery:
+    if bounds is None or (bounds.rows is None and bounds.groups is None):
+        return query
+    return with_fixed_bounds(query, bounds.rows, bounds.groups)
+
+
+def with_fixed_bounds(query: PrivateQuery, rows: int | None, groups: int | None) -> PrivateQuery:
+    """`query` with its bounds set by the analyst for the session (`SET dpproxy.max_rows_per_unit`,
+    `SET dpproxy.max_groups_per_unit`): one candidate each, within the ceilings, so nothing is chosen
+    and no ε is spent on it. None leaves that bound to be chosen."""
+    bounds = query.bounds
+    if bounds is None:
+        return query
+    row_candidates = bounds.rows if rows is None else (max(1, min(rows, bounds.rows[-1])),)
+    group_candidates = bounds.groups
+    if groups is not None and bounds.groups:
+        group_candidates = (max(1, min(groups, bounds.groups[-1])),)
+    return dataclasses.replace(
+        query, bounds=dataclasses.replace(bounds, rows=row_candidates, groups=group_candidates)
+    )
+
+
+def choosing(query: PrivateQuery) -> bool:
+    """Whether the main statement computes every candidate bound's values, to choose from."""
+    return query.bounds is not None and query.needs_main_statement
+
+
+def component_bounds(query: PrivateQuery, rows: int, groups: int) -> list[tuple[int, int]]:
+    """(per-group sensitivity, groups) of each component's noise: the policy's limits, or with bounds
+    chosen per query the candidates at these indexes (the row pipeline's components keep the
+    ceilings: it bounds rows as fixed limits do)."""
+    bounds = query.bounds if choosing(query) else None
+    if bounds is None:
+        return [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
+    k = bounds.rows[rows]
+    g = bounds.groups[groups] if bounds.groups else query.max_groups
+    found = []
+    for component in query.components:
+        if component.kind.row_pipeline:
+            found.append((component.sensitivity(bounds.row_cap), query.max_groups))
+        elif component.kind is ComponentKind.UNITS:
+            found.append((1, g))
+        else:
+            found.append(bounds.component_bound(component, k))
+    return found

@@ -1,0 +1,22 @@
+SELECT
+  *,
+  SUM("__rows") OVER (PARTITION BY "__unit") AS "__total",
+  COUNT(*) OVER (PARTITION BY "__unit") AS "__groups"
+FROM (
+  SELECT
+    *
+  FROM (
+    SELECT
+      *,
+      ROW_NUMBER() OVER (
+        PARTITION BY "__unit"
+        ORDER BY HASHTEXTEXTENDED(
+          'golden:groups' || '|' || COALESCE(CAST("__unit" AS VARCHAR), '') || '|' || COALESCE(CAST("__k0" AS VARCHAR), ''),
+          0
+        ), "__k0"
+      ) AS "__gn"
+    FROM per_unit
+  ) AS ranked
+  WHERE
+    "__gn" <= 2
+) AS kept
