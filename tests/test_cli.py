@@ -108,10 +108,12 @@ def test_explain_shows_passes_sensitivities_and_cost_without_data(tmp_path: Path
     for fragment in (
         "-- pass 1: selected_rows",
         "-- pass 3: per_unit",
-        "bounded_groups",
+        "ranked_groups",
         "HASH(",
         "-- row pipeline, histogram_0",
-        "sensitivity 10000000 per group, ≤ 3 group(s) per unit",
+        # At the ceiling k = 5 rows per person in all (the demo's limits are ceilings).
+        "sensitivity 10000000 per group, ≤ 1 group(s) per unit",
+        "contribution bound k, a person's rows in the whole query: chosen among 1, 2, 4, 5",
         "exponential mechanism over 601 candidates",
         "cost: ε=0.5",
     ):

@@ -14,15 +14,22 @@ unit's groups (__gn: 1 for its first, so that per-unit figures are counted once,
 groups count the unit for partition selection), the unit's rows in all its kept groups (__total,
 each group's capped at the row ceiling) and its number of groups (__groups):
 
-    SELECT *, SUM(__rows) OVER (PARTITION BY __unit) AS __total,
-              COUNT(*) OVER (PARTITION BY __unit) AS __groups
-    FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (…) AS __gn FROM per_unit) WHERE __gn <= 12)
+    SELECT *, __c0 // __total AS __q0, __c0 % __total AS __r0, …
+    FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY <hash>) AS __gn,
+                    SUM(__rows) OVER (PARTITION BY __unit) AS __total,
+                    COUNT(*) OVER (PARTITION BY __unit) AS __groups FROM per_unit) WHERE __gn <= 12
+
+(__total and __groups count all the unit's groups, those past the ceiling too: one pass of windows,
+and a conservative total — its kept groups hold at most that many rows' worth. The quotient and
+remainder of each value by __total, of its magnitude for values that may be negative, with its sign,
+are what every candidate's scaling reads.)
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.query import ComponentKind
 from dpproxy.sql.rewrite.bound_rows import _hash_order, _window, keep_first
 from dpproxy.sql.rewrite.state import (
     GROUP_RANK,
@@ -34,6 +41,9 @@ from dpproxy.sql.rewrite.state import (
     RewriteState,
     col,
     component_column,
+    quotient_column,
+    remainder_column,
+    sign_column,
 )
 
 
@@ -62,40 +72,80 @@ def bound_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
 
 
 def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
+    """One pass of windows over the units' rows: the group's rank (a salted hash of the unit's own
+    keys), the unit's rows in all its groups and its number of groups; then the groups past the
+    ceiling dropped, and each value's quotient and remainder by the unit's rows (what every
+    candidate's scaling reads: per_group then multiplies, and divides only the remainder)."""
     query = ctx.query
     assert query.bounds is not None
     one = exp.Literal.number(1)
     if not ctx.keys:  # one group: the unit's row is its first and only one
-        select = exp.select(
+        ranked: exp.Expression = exp.select(
             "*",
             exp.alias_(one, GROUP_RANK, quoted=True),
             exp.alias_(col(ROWS), TOTAL, quoted=True),
             exp.alias_(one.copy(), GROUPS, quoted=True),
             copy=False,
         ).from_(state.current, copy=False)
-        return state.then("ranked_groups", "one group: each unit's row is its first", select)
-    order = _hash_order(ctx, ctx.salt + ":groups", [UNIT, *ctx.keys], ctx.keys)
-    ranked = exp.select(
-        "*", exp.alias_(_window(exp.RowNumber(), [UNIT], order), GROUP_RANK, quoted=True), copy=False
-    ).from_(state.current, copy=False)
-    source: exp.Expression = ranked.subquery("ranked", copy=False)
-    cap = query.bounds.group_cap
-    if query.bounds_groups:
-        source = (
-            exp.select("*", copy=False)
-            .from_(source, copy=False)
-            .where(exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(cap)), copy=False)
-            .subquery("kept", copy=False)
+    else:
+        order = _hash_order(ctx, ctx.salt + ":groups", [UNIT, *ctx.keys], ctx.keys)
+        # The unit's rows and groups counted over all its groups, those past the ceiling included:
+        # its kept groups then hold at most its rows' worth (a conservative total), and every window
+        # is over the same partition, computed together.
+        total = exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(UNIT)])
+        groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[col(UNIT)])
+        ranked = exp.select(
+            "*",
+            exp.alias_(_window(exp.RowNumber(), [UNIT], order), GROUP_RANK, quoted=True),
+            exp.alias_(total, TOTAL, quoted=True),
+            exp.alias_(groups, GROUPS, quoted=True),
+            copy=False,
+        ).from_(state.current, copy=False)
+    parts: list[exp.Expression] = ["*"]  # type: ignore[list-item]
+    for i, source in scaled_sources(ctx):
+        magnitude = col(source)
+        if not _never_negative(ctx, i):
+            magnitude = exp.Abs(this=col(source))
+            sign = exp.Case(
+                ifs=[
+                    exp.If(
+                        this=exp.LT(this=col(source), expression=exp.Literal.number(0)),
+                        true=exp.Literal.number(-1),
+                    )
+                ],
+                default=exp.Literal.number(1),
+            )
+            parts.append(exp.alias_(sign, sign_column(i), quoted=True))
+        parts.append(
+            exp.alias_(exp.IntDiv(this=magnitude, expression=col(TOTAL)), quotient_column(i), quoted=True)
         )
-    per_unit = [col(UNIT)]
-    total = exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=per_unit)
-    groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[c.copy() for c in per_unit])
-    select = exp.select(
-        "*", exp.alias_(total, TOTAL, quoted=True), exp.alias_(groups, GROUPS, quoted=True), copy=False
-    ).from_(source, copy=False)
+        parts.append(
+            exp.alias_(
+                exp.Mod(this=magnitude.copy(), expression=col(TOTAL)), remainder_column(i), quoted=True
+            )
+        )
+    select = exp.select(*parts, copy=False).from_(ranked.subquery("ranked", copy=False), copy=False)
+    cap = query.bounds.group_cap
+    if ctx.keys and query.bounds_groups:
+        select = select.where(exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(cap)), copy=False)
     return state.then(
         "ranked_groups",
         f"each unit's groups ranked by a salted hash of its own keys, at most {cap} kept; "
-        "its rows in all of them",
+        "its rows and groups in all",
         select,
     )
+
+
+def scaled_sources(ctx: RewriteContext) -> list[tuple[int, str]]:
+    """The components scaled per candidate k, with the per-unit column each is read from."""
+    found = []
+    for i, component in enumerate(ctx.query.components):
+        if component.kind is ComponentKind.ROWS:
+            found.append((i, ROWS))
+        elif i in ctx.valued_components:
+            found.append((i, component_column(i)))
+    return found
+
+
+def _never_negative(ctx: RewriteContext, i: int) -> bool:
+    return ctx.query.components[i].contribution_range(1)[0] >= 0

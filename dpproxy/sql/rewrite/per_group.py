@@ -27,7 +27,7 @@ from sqlglot import exp
 
 from dpproxy.sql.numbers import summable_integer
 from dpproxy.sql.query import ComponentKind
-from dpproxy.sql.rewrite.per_unit import scaled
+from dpproxy.sql.rewrite.bound_groups import scaled_sources
 from dpproxy.sql.rewrite.state import (
     GROUP_RANK,
     GROUPS,
@@ -41,6 +41,9 @@ from dpproxy.sql.rewrite.state import (
     candidate_column,
     col,
     component_column,
+    quotient_column,
+    remainder_column,
+    sign_column,
     units_column,
     wider_column,
 )
@@ -89,27 +92,29 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
     assert bounds is not None
     first = exp.EQ(this=col(GROUP_RANK), expression=exp.Literal.number(1))
     projections: list[exp.Expression] = [col(k) for k in ctx.keys]
+    scaled_from = dict(scaled_sources(ctx))
     for i, component in enumerate(query.components):
-        source = ROWS if component.kind is ComponentKind.ROWS else component_column(i)
         for j, k in enumerate(bounds.rows):
             value: exp.Expression
-            if component.kind.row_pipeline:
-                value = exp.Literal.number(0)  # filled in from the row pipeline's statement
-            elif component.kind is ComponentKind.UNITS:
-                value = exp.Literal.number(0)  # the release reads the units counted in g groups
+            if i not in scaled_from:
+                # The row pipeline's components are filled in from its statement; a COUNT(DISTINCT
+                # unit)'s from the units counted in g groups.
+                value = exp.Literal.number(0)
             else:
                 limit = exp.Literal.number(k)
-                over = exp.GT(this=col(TOTAL), expression=limit)
-                never_negative = component.contribution_range(1)[0] >= 0
-                weighted = exp.Case(
-                    ifs=[
-                        exp.If(
-                            this=over,
-                            true=scaled(col(source), limit, col(TOTAL), non_negative=never_negative),
-                        )
-                    ],
-                    default=col(source),
+                # trunc(value·k/total) = (|v| div total)·k + ((|v| mod total)·k) div total, signed.
+                magnitude = exp.Add(
+                    this=exp.Mul(this=col(quotient_column(i)), expression=limit),
+                    expression=exp.IntDiv(
+                        this=exp.Mul(this=col(remainder_column(i)), expression=limit.copy()),
+                        expression=col(TOTAL),
+                    ),
                 )
+                scaled_value: exp.Expression = exp.Paren(this=magnitude)
+                if component.contribution_range(1)[0] < 0:
+                    scaled_value = exp.Mul(this=col(sign_column(i)), expression=scaled_value)
+                over = exp.GT(this=col(TOTAL), expression=limit.copy())
+                weighted = exp.Case(ifs=[exp.If(this=over, true=scaled_value)], default=col(scaled_from[i]))
                 value = _zero_if_empty(exp.Sum(this=summable_integer(weighted)))
             projections.append(exp.alias_(value, candidate_column(i, j), quoted=True))
     for j, k in enumerate(bounds.rows):

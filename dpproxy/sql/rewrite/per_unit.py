@@ -132,10 +132,14 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         )
         over = exp.GT(this=rows.copy(), expression=cap.copy())
         never_negative = query.components[i].contribution_range(1)[0] >= 0
-        value = exp.Case(
+        capped = exp.Case(
             ifs=[exp.If(this=over, true=scaled(total, cap, rows, non_negative=never_negative))],
             default=total.copy(),
         )
+        # At most row_cap rows' worth of values each under 2^52 / row_cap (dpproxy.sql.aggregates
+        # sizes the grid so): a bigint, whatever type the engine summed in, so that every
+        # candidate's arithmetic stays in 64-bit integers.
+        value = exp.Cast(this=capped, to=exp.DataType.build("BIGINT"))
         projections.append(exp.alias_(value, name, quoted=True))
     select = (
         exp.select(*projections, copy=False)

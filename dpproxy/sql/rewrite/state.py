@@ -34,6 +34,21 @@ def candidate_column(i: int, j: int) -> str:
     return f"__c{i}_{j}"
 
 
+def quotient_column(i: int) -> str:
+    """Per unit and group: component i's value (its magnitude, when it may be negative) div TOTAL."""
+    return f"__q{i}"
+
+
+def remainder_column(i: int) -> str:
+    """…and mod TOTAL."""
+    return f"__m{i}"
+
+
+def sign_column(i: int) -> str:
+    """…and its sign (-1 or 1), for a component whose values may be negative."""
+    return f"__sign{i}"
+
+
 def above_column(j: int) -> str:
     """Per group: units whose first group it is and whose TOTAL exceeds the j-th candidate of k."""
     return f"__above{j}"

@@ -5,9 +5,7 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          DIV("__rows", "__total") * 1 + DIV((
-            "__rows" % "__total"
-          ) * 1, "__total")
+          "__q0" * 1 + DIV("__m0" * 1, "__total")
         )
         ELSE "__rows"
       END
@@ -19,9 +17,7 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          DIV("__rows", "__total") * 2 + DIV((
-            "__rows" % "__total"
-          ) * 2, "__total")
+          "__q0" * 2 + DIV("__m0" * 2, "__total")
         )
         ELSE "__rows"
       END
@@ -33,9 +29,7 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          DIV("__rows", "__total") * 4 + DIV((
-            "__rows" % "__total"
-          ) * 4, "__total")
+          "__q0" * 4 + DIV("__m0" * 4, "__total")
         )
         ELSE "__rows"
       END
@@ -47,9 +41,7 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          DIV("__c1", "__total") * 1 + DIV((
-            "__c1" % "__total"
-          ) * 1, "__total")
+          "__q1" * 1 + DIV("__m1" * 1, "__total")
         )
         ELSE "__c1"
       END
@@ -61,9 +53,7 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          DIV("__c1", "__total") * 2 + DIV((
-            "__c1" % "__total"
-          ) * 2, "__total")
+          "__q1" * 2 + DIV("__m1" * 2, "__total")
         )
         ELSE "__c1"
       END
@@ -75,9 +65,7 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          DIV("__c1", "__total") * 4 + DIV((
-            "__c1" % "__total"
-          ) * 4, "__total")
+          "__q1" * 4 + DIV("__m1" * 4, "__total")
         )
         ELSE "__c1"
       END
@@ -89,9 +77,7 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          DIV("__c2", "__total") * 1 + DIV((
-            "__c2" % "__total"
-          ) * 1, "__total")
+          "__q2" * 1 + DIV("__m2" * 1, "__total")
         )
         ELSE "__c2"
       END
@@ -103,9 +89,7 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          DIV("__c2", "__total") * 2 + DIV((
-            "__c2" % "__total"
-          ) * 2, "__total")
+          "__q2" * 2 + DIV("__m2" * 2, "__total")
         )
         ELSE "__c2"
       END
@@ -117,9 +101,7 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          DIV("__c2", "__total") * 4 + DIV((
-            "__c2" % "__total"
-          ) * 4, "__total")
+          "__q2" * 4 + DIV("__m2" * 4, "__total")
         )
         ELSE "__c2"
       END
@@ -130,23 +112,9 @@ SELECT
     SUM(
       CASE
         WHEN "__total" > 1
-        THEN CASE
-          WHEN "__c3" < 0
-          THEN -(
-            DIV((
-              -"__c3"
-            ), "__total") * 1 + DIV((
-              (
-                -"__c3"
-              ) % "__total"
-            ) * 1, "__total")
-          )
-          ELSE (
-            DIV("__c3", "__total") * 1 + DIV((
-              "__c3" % "__total"
-            ) * 1, "__total")
-          )
-        END
+        THEN "__sign3" * (
+          "__q3" * 1 + DIV("__m3" * 1, "__total")
+        )
         ELSE "__c3"
       END
     ),
@@ -156,23 +124,9 @@ SELECT
     SUM(
       CASE
         WHEN "__total" > 2
-        THEN CASE
-          WHEN "__c3" < 0
-          THEN -(
-            DIV((
-              -"__c3"
-            ), "__total") * 2 + DIV((
-              (
-                -"__c3"
-              ) % "__total"
-            ) * 2, "__total")
-          )
-          ELSE (
-            DIV("__c3", "__total") * 2 + DIV((
-              "__c3" % "__total"
-            ) * 2, "__total")
-          )
-        END
+        THEN "__sign3" * (
+          "__q3" * 2 + DIV("__m3" * 2, "__total")
+        )
         ELSE "__c3"
       END
     ),
@@ -182,23 +136,9 @@ SELECT
     SUM(
       CASE
         WHEN "__total" > 4
-        THEN CASE
-          WHEN "__c3" < 0
-          THEN -(
-            DIV((
-              -"__c3"
-            ), "__total") * 4 + DIV((
-              (
-                -"__c3"
-              ) % "__total"
-            ) * 4, "__total")
-          )
-          ELSE (
-            DIV("__c3", "__total") * 4 + DIV((
-              "__c3" % "__total"
-            ) * 4, "__total")
-          )
-        END
+        THEN "__sign3" * (
+          "__q3" * 4 + DIV("__m3" * 4, "__total")
+        )
         ELSE "__c3"
       END
     ),
@@ -208,23 +148,9 @@ SELECT
     SUM(
       CASE
         WHEN "__total" > 1
-        THEN CASE
-          WHEN "__c4" < 0
-          THEN -(
-            DIV((
-              -"__c4"
-            ), "__total") * 1 + DIV((
-              (
-                -"__c4"
-              ) % "__total"
-            ) * 1, "__total")
-          )
-          ELSE (
-            DIV("__c4", "__total") * 1 + DIV((
-              "__c4" % "__total"
-            ) * 1, "__total")
-          )
-        END
+        THEN "__sign4" * (
+          "__q4" * 1 + DIV("__m4" * 1, "__total")
+        )
         ELSE "__c4"
       END
     ),
@@ -234,23 +160,9 @@ SELECT
     SUM(
       CASE
         WHEN "__total" > 2
-        THEN CASE
-          WHEN "__c4" < 0
-          THEN -(
-            DIV((
-              -"__c4"
-            ), "__total") * 2 + DIV((
-              (
-                -"__c4"
-              ) % "__total"
-            ) * 2, "__total")
-          )
-          ELSE (
-            DIV("__c4", "__total") * 2 + DIV((
-              "__c4" % "__total"
-            ) * 2, "__total")
-          )
-        END
+        THEN "__sign4" * (
+          "__q4" * 2 + DIV("__m4" * 2, "__total")
+        )
         ELSE "__c4"
       END
     ),
@@ -260,23 +172,9 @@ SELECT
     SUM(
       CASE
         WHEN "__total" > 4
-        THEN CASE
-          WHEN "__c4" < 0
-          THEN -(
-            DIV((
-              -"__c4"
-            ), "__total") * 4 + DIV((
-              (
-                -"__c4"
-              ) % "__total"
-            ) * 4, "__total")
-          )
-          ELSE (
-            DIV("__c4", "__total") * 4 + DIV((
-              "__c4" % "__total"
-            ) * 4, "__total")
-          )
-        END
+        THEN "__sign4" * (
+          "__q4" * 4 + DIV("__m4" * 4, "__total")
+        )
         ELSE "__c4"
       END
     ),

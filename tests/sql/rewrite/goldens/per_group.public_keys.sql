@@ -5,9 +5,7 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          DIV("__rows", "__total") * 1 + DIV((
-            "__rows" % "__total"
-          ) * 1, "__total")
+          "__q0" * 1 + DIV("__m0" * 1, "__total")
         )
         ELSE "__rows"
       END
@@ -19,9 +17,7 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          DIV("__rows", "__total") * 2 + DIV((
-            "__rows" % "__total"
-          ) * 2, "__total")
+          "__q0" * 2 + DIV("__m0" * 2, "__total")
         )
         ELSE "__rows"
       END
@@ -33,9 +29,7 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          DIV("__rows", "__total") * 4 + DIV((
-            "__rows" % "__total"
-          ) * 4, "__total")
+          "__q0" * 4 + DIV("__m0" * 4, "__total")
         )
         ELSE "__rows"
       END

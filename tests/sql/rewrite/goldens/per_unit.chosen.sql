@@ -2,7 +2,7 @@ SELECT
   "__unit",
   "__k0",
   LEAST(COUNT(*), 4) AS "__rows",
-  CASE
+  CAST(CASE
     WHEN COUNT(*) > 4
     THEN (
       DIV(COALESCE(SUM("__c1"), 0), COUNT(*)) * 4 + DIV((
@@ -10,8 +10,8 @@ SELECT
       ) * 4, COUNT(*))
     )
     ELSE COALESCE(SUM("__c1"), 0)
-  END AS "__c1",
-  CASE
+  END AS BIGINT) AS "__c1",
+  CAST(CASE
     WHEN COUNT(*) > 4
     THEN (
       DIV(COALESCE(SUM("__c2"), 0), COUNT(*)) * 4 + DIV((
@@ -19,8 +19,8 @@ SELECT
       ) * 4, COUNT(*))
     )
     ELSE COALESCE(SUM("__c2"), 0)
-  END AS "__c2",
-  CASE
+  END AS BIGINT) AS "__c2",
+  CAST(CASE
     WHEN COUNT(*) > 4
     THEN CASE
       WHEN COALESCE(SUM("__c3"), 0) < 0
@@ -40,8 +40,8 @@ SELECT
       )
     END
     ELSE COALESCE(SUM("__c3"), 0)
-  END AS "__c3",
-  CASE
+  END AS BIGINT) AS "__c3",
+  CAST(CASE
     WHEN COUNT(*) > 4
     THEN CASE
       WHEN COALESCE(SUM("__c4"), 0) < 0
@@ -61,7 +61,7 @@ SELECT
       )
     END
     ELSE COALESCE(SUM("__c4"), 0)
-  END AS "__c4"
+  END AS BIGINT) AS "__c4"
 FROM grid_values
 GROUP BY
   "__unit",
