@@ -1,7 +1,8 @@
 """The columns of a table in a policy file: type, bounds, grid scale, public values, summable.
 
 This module owns reading a column entry into `ColumnPolicy`. For a protected table: bounds are exact
-decimals of the column's type and on its fixed-point grid, a number column other than the privacy
+decimals of the column's type and on its fixed-point grid (dates and times: values of the column's
+type, a declared range), a number column other than the privacy
 unit is bounded or `summable: false`, public values are values of the column's type, listed once,
 never on the unit. A public table's columns are read raw, so they take a type and nothing else.
 
@@ -178,7 +179,7 @@ def _read_bounds(
     scale: int | None,
     *,
     is_unit: bool,
-) -> tuple[Decimal | None, Decimal | None]:
+) -> tuple[Decimal | datetime.date | None, Decimal | datetime.date | None]:
     given = [key for key in ("lower", "upper") if key in entries]
     if not given:
         return None, None
@@ -191,12 +192,14 @@ def _read_bounds(
                 f"remove `{key}`",
             )
         return None, None
+    if column_type.is_temporal:
+        return _read_temporal_bounds(entries, given, path, p, column_type)
     if not column_type.is_number:
         for key in given:
             p.add(
                 entries[key].key_line,
                 f"{path}.{key}",
-                f"bounds apply only to number columns, not {column_type}",
+                f"bounds apply only to number columns and to date and time columns, not {column_type}",
                 f"remove `{key}`",
             )
         return None, None
@@ -266,6 +269,81 @@ def _read_bounds(
         )
         return None, None
     return lower, upper
+
+
+def _read_temporal_bounds(
+    entries: dict[str, Node], given: list[str], path: str, p: Problems, column_type: ColumnType
+) -> tuple[datetime.date | None, datetime.date | None]:
+    """The declared range of a date or time column: where its values are clipped when read, and the
+    range its date_trunc buckets and extract() values are enumerated from as public GROUP BY keys
+    (dpproxy.sql.public_keys). A date: that day. A timestamp: as written, or a date, read as the
+    start of that day for `lower` and its end (23:59:59.999999) for `upper`, so that `upper:
+    2013-12-31` keeps the whole last day. A timestamptz: with a UTC offset (kept as the instant, in
+    UTC), or a date, that day in UTC."""
+    bounds: dict[str, datetime.date | None] = {}
+    for key in given:
+        bounds[key] = _temporal_bound(entries[key], f"{path}.{key}", p, column_type, upper=key == "upper")
+    if len(given) == 1:
+        key = given[0]
+        missing = "upper" if key == "lower" else "lower"
+        p.add(entries[key].key_line, f"{path}.{key}", f"`{missing}` is missing", "give both lower and upper")
+        return None, None
+    lower, upper = bounds["lower"], bounds["upper"]
+    if lower is not None and upper is not None and lower > upper:
+        p.add(
+            entries["lower"].line,
+            f"{path}.lower",
+            f"lower ({lower}) is later than upper ({upper})",
+            "swap them: lower must be <= upper",
+        )
+        return None, None
+    return lower, upper
+
+
+def _temporal_bound(
+    node: Node, path: str, p: Problems, column_type: ColumnType, *, upper: bool
+) -> datetime.date | None:
+    value: object = node.value
+    if node.kind == "scalar" and isinstance(value, str):
+        text = value.strip()
+        try:
+            value = (
+                datetime.date.fromisoformat(text)
+                if len(text) == 10
+                else datetime.datetime.fromisoformat(text.replace(" ", "T", 1))
+            )
+        except ValueError:
+            value = None
+    if node.kind != "scalar" or not isinstance(value, datetime.date):
+        example = "2013-12-31" if column_type is ColumnType.DATE else "2013-12-31 or 2013-12-31 23:59:59"
+        p.add(
+            node.line,
+            path,
+            f"expected a {column_type} bound, found {node.describe()}",
+            f"write e.g. {example}",
+        )
+        return None
+    if column_type is ColumnType.DATE:
+        if isinstance(value, datetime.datetime):
+            p.add(node.line, path, "expected a date, not a date and time", "write it as YYYY-MM-DD")
+            return None
+        return value
+    wants_zone = column_type is ColumnType.TIMESTAMPTZ
+    if not isinstance(value, datetime.datetime):
+        day = datetime.datetime.combine(value, datetime.time.max if upper else datetime.time.min)
+        return day.replace(tzinfo=datetime.UTC) if wants_zone else day
+    if (value.tzinfo is not None) != wants_zone:
+        example = "2013-12-31 23:59:59+00:00" if wants_zone else "2013-12-31 23:59:59"
+        zone = "with a UTC offset" if wants_zone else "without a time zone"
+        p.add(node.line, path, f"expected a timestamp {zone} (or a date)", f"write it like {example}")
+        return None
+    if wants_zone:
+        try:
+            return value.astimezone(datetime.UTC)
+        except OverflowError:
+            p.add(node.line, path, "is outside years 1 to 9999 in UTC", "use a bound within those years")
+            return None
+    return value
 
 
 def _read_public_values(

@@ -9,7 +9,9 @@ Nothing here reads data.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from sqlglot import exp
 
@@ -30,15 +32,22 @@ class SourceColumn:
     grid_scale: int = 0
     is_unit: bool = False
     fractional: bool = False  # a numeric/real/double column (decides the grid of sums)
+    # A date or time column's declared range (the policy's lower/upper): its values are clamped into
+    # it when read, and date_trunc/extract keys over it are public (dpproxy.sql.public_keys).
+    temporal_range: tuple[dt.date, dt.date] | None = None
 
     @staticmethod
     def of_policy(column: ColumnPolicy, table: TablePolicy) -> SourceColumn:
         pg_type = from_column_type(column.type)
         interval = None
         clip = False
+        temporal_range = None
         if column.type.is_number and column.bounded:
-            assert column.lower is not None and column.upper is not None
+            assert isinstance(column.lower, Decimal) and isinstance(column.upper, Decimal)
             interval, clip = Interval(column.lower, column.upper), True
+        elif column.type.is_temporal and column.bounded:
+            assert isinstance(column.lower, dt.date) and isinstance(column.upper, dt.date)
+            temporal_range = (column.lower, column.upper)
         elif pg_type.is_integer:
             lo, hi = INTEGER_RANGE[pg_type]
             interval = Interval.point(lo).union(Interval.point(hi))
@@ -52,6 +61,7 @@ class SourceColumn:
             grid_scale=column.grid_scale,
             is_unit=column.name == table.privacy_unit,
             fractional=column.type.is_fractional,
+            temporal_range=temporal_range,
         )
 
 

@@ -68,7 +68,7 @@ def test_any_decimal_bound_is_kept_exactly(lower, width):
         ),
         ("lower: 0, upper: 1e17", "numeric", "upper", ("too large", "fit in a bigint")),
         ("lower: 0", "text", "lower", ("only to number columns", "remove `lower`")),
-        ("upper: 1", "date", "upper", ("only to number columns",)),
+        ("upper: 2024-01-01", "date", "upper", ("`lower` is missing",)),
         ("scale: 2, summable: false", "integer", "scale", ("only to numeric, real and double precision",)),
         ("lower: 0, upper: 1, scale: 10", "numeric", "scale", ("between 0 and 9",)),
         ("lower: 0, upper: 1, scale: 1.5", "numeric", "scale", ("whole number",)),

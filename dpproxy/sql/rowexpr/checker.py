@@ -161,7 +161,9 @@ class RowExpressionChecker(ArithmeticRules, PredicateRules, TextRules, DateRules
                 clip_sql(ref, column.interval, column.type), column.type, column.interval, column.is_unit
             )
         if column.type.is_temporal:
-            return Typed(clamp_temporal(ref, column.type), column.type, None, column.is_unit)
+            return Typed(
+                clamp_temporal(ref, column.type, column.temporal_range), column.type, None, column.is_unit
+            )
         return Typed(ref, column.type, column.interval, column.is_unit)
 
     def resolve(self, node: exp.Column) -> tuple[Source, SourceColumn]:

@@ -1,8 +1,10 @@
 """Dates and times in row expressions: date_trunc and extract on every engine alike, and the
-clamping of stored values into years 1–9999 (what both engines and Python can hold)."""
+clamping of stored values into years 1–9999 (what both engines and Python can hold), or into the
+range the policy declares for the column."""
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 
 from sqlglot import exp
@@ -45,9 +47,24 @@ _TEMPORAL_RANGE = {
 }
 
 
-def clamp_temporal(value: exp.Expression, pg_type: PgType) -> exp.Expression:
-    """A date or time column's value moved into years 1–9999 (±infinity to the ends), NULL kept."""
+def temporal_text(value: dt.date, pg_type: PgType) -> str:
+    """A date, timestamp or timestamptz (aware, in UTC) as a constant's text both engines read alike."""
+    if pg_type is PgType.DATE:
+        assert not isinstance(value, dt.datetime)
+        return value.isoformat()
+    assert isinstance(value, dt.datetime)
+    text = value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+    return text + "+00" if pg_type is PgType.TIMESTAMPTZ else text
+
+
+def clamp_temporal(
+    value: exp.Expression, pg_type: PgType, declared: tuple[dt.date, dt.date] | None = None
+) -> exp.Expression:
+    """A date or time column's value moved into years 1–9999 (±infinity to the ends), or into the
+    policy's declared range when it has one, NULL kept."""
     lo_text, hi_text, type_name = _TEMPORAL_RANGE[pg_type]
+    if declared is not None:
+        lo_text, hi_text = temporal_text(declared[0], pg_type), temporal_text(declared[1], pg_type)
     lo, hi = (
         numbers.cast(exp.Literal.string(lo_text), type_name),
         numbers.cast(exp.Literal.string(hi_text), type_name),
