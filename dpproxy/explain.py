@@ -109,6 +109,9 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         selection = (
             "all keys are public: every combination of their declared values is released (zero-filled)"
         )
+    origins = [k.origin for k in query.keys if k.origin]  # keys from public tables and date ranges
+    if origins:
+        selection = "; ".join([selection, *origins] if selection else origins)
     chosen = selectors(query)
     choices = []
     for a, index in chosen.by_aggregate.items():

@@ -257,7 +257,9 @@ class Engine:
 
     def _analyze_tree(self, tree: exp.Expression, *, answer: bool) -> AnalyzedQuery | EmptyQuery:
         """Analyze a parsed, parameter-bound statement. Its subqueries over public tables are run
-        first and inlined (`answer`, with a backend), or replaced by placeholders of their type."""
+        first and inlined (`answer`, with a backend), or replaced by placeholders of their type; so
+        are a public table's values of a GROUP BY key joined to it read (or left to partition
+        selection)."""
         parts = series_parts(self, tree, answer=answer)
         if parts is not None:
             # Described or explained (execute runs these itself): the main query, with placeholder
@@ -266,7 +268,12 @@ class Engine:
         run = self._run_subquery if answer and self.backend is not None else None
         inlined = answer_subqueries(tree, self.policy, self._public_columns, run, database=self.database)
         query = analyze(
-            inlined.tree, self.policy, self._public_columns, self.unique_columns, database=self.database
+            inlined.tree,
+            self.policy,
+            self._public_columns,
+            self.unique_columns,
+            database=self.database,
+            fetch_key_values=run,  # GROUP BY keys of a joined public table (dpproxy.sql.public_keys)
         )
         if inlined.subqueries and isinstance(query, PrivateQuery):
             return dataclasses.replace(
@@ -549,8 +556,8 @@ class Engine:
                 self.caches.public.put(key, public)
             return public
         plan = self.plan_private(query, epsilon, salt=self.new_salt(), bounds=bounds)
-        if not query.inlined_subqueries:
-            self.caches.private.put(key, plan)
+        if not query.inlined_subqueries and not any(k.fetched for k in query.keys):
+            self.caches.private.put(key, plan)  # answers read from public tables are of their moment
         return plan
 
     def _replay_key(self, plan: Plan) -> str:

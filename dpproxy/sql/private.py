@@ -25,6 +25,7 @@ from dpproxy.sql.aggregates import SUPPORTED_AGGREGATES, AggregateRules, known_t
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.postprocess import intervals
 from dpproxy.sql.probes import aggregate_view
+from dpproxy.sql.public_keys import PublicKeys, PublicRunner
 from dpproxy.sql.query import (
     Aggregate,
     AggregateKind,
@@ -56,9 +57,18 @@ def _ancestors(node: exp.Expression, top: exp.Expression):
 class PrivateAnalyzer(AggregateRules):
     """Builds the PrivateQuery of a SELECT over a relation with protected tables."""
 
-    def __init__(self, tree: exp.Select, policy: Policy, facts: SchemaFacts, text: str) -> None:
+    def __init__(
+        self,
+        tree: exp.Select,
+        policy: Policy,
+        facts: SchemaFacts,
+        text: str,
+        fetch_key_values: PublicRunner | None = None,
+    ) -> None:
         self.tree = tree
         self.policy = policy
+        # Reads a public table's distinct values of a GROUP BY key (None: no backend, Describe).
+        self.fetch_key_values = fetch_key_values
         self._reject_unsupported_clauses()
         self.relation = build_relation(tree, policy, facts)
         self.scope = self.relation.scope("WHERE")
@@ -250,6 +260,7 @@ class PrivateAnalyzer(AggregateRules):
         items = self.tree.expressions
         aliases = {i.alias.lower(): i.this for i in items if isinstance(i, exp.Alias)}
         scope = self.scope.in_clause("GROUP BY")
+        public = PublicKeys(self.tree, self.relation, self.fetch_key_values)
         for node in group.expressions:
             source = node
             if isinstance(node, exp.Literal) and not node.is_string:
@@ -278,14 +289,16 @@ class PrivateAnalyzer(AggregateRules):
             text = typed.sql.sql("postgres")
             if any(k.text == text for k in self.keys):
                 continue
-            public_values = None
-            if isinstance(bare, exp.Column):
-                _, column = scope.resolve(bare)
-                public_values = column.public_values
+            # Values known without protected data: declared, of a joined public table, of a declared
+            # date range; restricted by the WHERE (dpproxy.sql.public_keys).
+            found = public.values(bare, typed, text)
             # Text keys group byte for byte: under a case-insensitive collation 'A' and 'a' would be
             # one group spelled as whichever row came first (a spelling one person could decide).
             sql = bytewise_text(typed.sql) if typed.type.is_text else typed.sql
-            self.keys.append(GroupKey(sql, known_type(typed.type), text, public_values))
+            self.keys.append(
+                GroupKey(sql, known_type(typed.type), text, found.values, found.origin, found.fetched)
+            )
+        self.keys = public.within_limit(self.keys)
 
     def _placeholder_types(self) -> dict[str, PgType]:
         types = {f"__agg_{i}": a.result_type for i, a in enumerate(self.aggregates)}
