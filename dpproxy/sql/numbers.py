@@ -65,7 +65,8 @@ EPOCH_MICROSECONDS = "__dpproxy_epoch_us"
 WIDE_INTEGER = "__dpproxy_wide_integer"
 WIDE_DECIMAL = "__dpproxy_wide_decimal"
 ROUNDED_INTEGER = "__dpproxy_rounded_integer"
-_MARKERS = (ROUND_HALF_EVEN, EPOCH_MICROSECONDS, WIDE_INTEGER, WIDE_DECIMAL, ROUNDED_INTEGER)
+BIGINT_QUOTIENT = "__dpproxy_bigint_quotient"
+_MARKERS = (ROUND_HALF_EVEN, EPOCH_MICROSECONDS, WIDE_INTEGER, WIDE_DECIMAL, ROUNDED_INTEGER, BIGINT_QUOTIENT)
 
 # No engine counts more rows than a bigint holds: a sum of values below L in magnitude stays below
 # L · 2^63. A sum of decimals is computed in at most 38 digits (DuckDB, and Spark once widened).
@@ -151,6 +152,12 @@ def summable_decimal(value: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this=WIDE_DECIMAL, expressions=[value])
 
 
+def bigint_quotient(dividend: exp.Expression, divisor: exp.Expression) -> exp.Expression:
+    """dividend div divisor for non-negative bigints (divisor > 0), in 64-bit arithmetic on every
+    engine: PostgreSQL's bigint `/` (its DIV() works in numeric), DuckDB's `//`, Spark's DIV."""
+    return exp.Anonymous(this=BIGINT_QUOTIENT, expressions=[dividend, divisor])
+
+
 def integer_cast(value: exp.Expression, to: exp.DataType, *, double: bool) -> exp.Expression:
     """CAST(value AS an integer type) of a non-integer with PostgreSQL's meaning on every engine: a
     double rounds half to even, an exact number half away from zero (as PostgreSQL and DuckDB cast;
@@ -204,6 +211,11 @@ def _spell(node: exp.Expression, dialect: str) -> exp.Expression:
     if isinstance(node, exp.Anonymous) and node.name == WIDE_DECIMAL:
         (value,) = node.expressions
         return cast(value, DECIMAL_TYPE) if dialect == "spark" else value
+    if isinstance(node, exp.Anonymous) and node.name == BIGINT_QUOTIENT:
+        dividend, divisor = node.expressions
+        if dialect == "postgres":
+            return exp.Paren(this=exp.Div(this=dividend, expression=divisor, typed=True))
+        return exp.Paren(this=exp.IntDiv(this=dividend, expression=divisor))
     if isinstance(node, exp.Anonymous) and node.name == ROUNDED_INTEGER:
         integer, kind = node.expressions
         if dialect == "spark":

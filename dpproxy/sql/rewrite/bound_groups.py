@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.numbers import bigint_quotient
 from dpproxy.sql.query import ComponentKind
 from dpproxy.sql.rewrite.bound_rows import _hash_order, _window, keep_first
 from dpproxy.sql.rewrite.state import (
@@ -92,7 +93,11 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         # The unit's rows and groups counted over all its groups, those past the ceiling included:
         # its kept groups then hold at most its rows' worth (a conservative total), and every window
         # is over the same partition, computed together.
-        total = exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(UNIT)])
+        # A bigint, as the engine's SUM of bigints would not be (DuckDB's HUGEINT divides slowly).
+        total = exp.Cast(
+            this=exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(UNIT)]),
+            to=exp.DataType.build("BIGINT"),
+        )
         groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[col(UNIT)])
         ranked = exp.select(
             "*",
@@ -116,9 +121,7 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
                 default=exp.Literal.number(1),
             )
             parts.append(exp.alias_(sign, sign_column(i), quoted=True))
-        parts.append(
-            exp.alias_(exp.IntDiv(this=magnitude, expression=col(TOTAL)), quotient_column(i), quoted=True)
-        )
+        parts.append(exp.alias_(bigint_quotient(magnitude, col(TOTAL)), quotient_column(i), quoted=True))
         parts.append(
             exp.alias_(
                 exp.Mod(this=magnitude.copy(), expression=col(TOTAL)), remainder_column(i), quoted=True

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpproxy.sql.numbers import summable_integer
+from dpproxy.sql.numbers import bigint_quotient, summable_integer
 from dpproxy.sql.query import ComponentKind
 from dpproxy.sql.rewrite.bound_groups import scaled_sources
 from dpproxy.sql.rewrite.state import (
@@ -105,9 +105,8 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
                 # trunc(value·k/total) = (|v| div total)·k + ((|v| mod total)·k) div total, signed.
                 magnitude = exp.Add(
                     this=exp.Mul(this=col(quotient_column(i)), expression=limit),
-                    expression=exp.IntDiv(
-                        this=exp.Mul(this=col(remainder_column(i)), expression=limit.copy()),
-                        expression=col(TOTAL),
+                    expression=bigint_quotient(
+                        exp.Mul(this=col(remainder_column(i)), expression=limit.copy()), col(TOTAL)
                     ),
                 )
                 scaled_value: exp.Expression = exp.Paren(this=magnitude)

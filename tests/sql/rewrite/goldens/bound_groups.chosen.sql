@@ -1,16 +1,26 @@
 SELECT
   *,
-  DIV("__rows", "__total") AS "__q0",
+  (
+    "__rows" / "__total"
+  ) AS "__q0",
   "__rows" % "__total" AS "__m0",
-  DIV("__c1", "__total") AS "__q1",
+  (
+    "__c1" / "__total"
+  ) AS "__q1",
   "__c1" % "__total" AS "__m1",
-  DIV("__c2", "__total") AS "__q2",
+  (
+    "__c2" / "__total"
+  ) AS "__q2",
   "__c2" % "__total" AS "__m2",
   CASE WHEN "__c3" < 0 THEN -1 ELSE 1 END AS "__sign3",
-  DIV(ABS("__c3"), "__total") AS "__q3",
+  (
+    ABS("__c3") / "__total"
+  ) AS "__q3",
   ABS("__c3") % "__total" AS "__m3",
   CASE WHEN "__c4" < 0 THEN -1 ELSE 1 END AS "__sign4",
-  DIV(ABS("__c4"), "__total") AS "__q4",
+  (
+    ABS("__c4") / "__total"
+  ) AS "__q4",
   ABS("__c4") % "__total" AS "__m4"
 FROM (
   SELECT
@@ -22,7 +32,7 @@ FROM (
         0
       ), "__k0"
     ) AS "__gn",
-    SUM("__rows") OVER (PARTITION BY "__unit") AS "__total",
+    CAST(SUM("__rows") OVER (PARTITION BY "__unit") AS BIGINT) AS "__total",
     COUNT(*) OVER (PARTITION BY "__unit") AS "__groups"
   FROM per_unit
 ) AS ranked

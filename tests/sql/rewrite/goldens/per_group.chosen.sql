@@ -5,7 +5,9 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q0" * 1 + DIV("__m0" * 1, "__total")
+          "__q0" * 1 + (
+            "__m0" * 1 / "__total"
+          )
         )
         ELSE "__rows"
       END
@@ -17,7 +19,9 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q0" * 2 + DIV("__m0" * 2, "__total")
+          "__q0" * 2 + (
+            "__m0" * 2 / "__total"
+          )
         )
         ELSE "__rows"
       END
@@ -29,7 +33,9 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q0" * 4 + DIV("__m0" * 4, "__total")
+          "__q0" * 4 + (
+            "__m0" * 4 / "__total"
+          )
         )
         ELSE "__rows"
       END
@@ -41,7 +47,9 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q1" * 1 + DIV("__m1" * 1, "__total")
+          "__q1" * 1 + (
+            "__m1" * 1 / "__total"
+          )
         )
         ELSE "__c1"
       END
@@ -53,7 +61,9 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q1" * 2 + DIV("__m1" * 2, "__total")
+          "__q1" * 2 + (
+            "__m1" * 2 / "__total"
+          )
         )
         ELSE "__c1"
       END
@@ -65,7 +75,9 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q1" * 4 + DIV("__m1" * 4, "__total")
+          "__q1" * 4 + (
+            "__m1" * 4 / "__total"
+          )
         )
         ELSE "__c1"
       END
@@ -77,7 +89,9 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q2" * 1 + DIV("__m2" * 1, "__total")
+          "__q2" * 1 + (
+            "__m2" * 1 / "__total"
+          )
         )
         ELSE "__c2"
       END
@@ -89,7 +103,9 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q2" * 2 + DIV("__m2" * 2, "__total")
+          "__q2" * 2 + (
+            "__m2" * 2 / "__total"
+          )
         )
         ELSE "__c2"
       END
@@ -101,7 +117,9 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q2" * 4 + DIV("__m2" * 4, "__total")
+          "__q2" * 4 + (
+            "__m2" * 4 / "__total"
+          )
         )
         ELSE "__c2"
       END
@@ -113,7 +131,9 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN "__sign3" * (
-          "__q3" * 1 + DIV("__m3" * 1, "__total")
+          "__q3" * 1 + (
+            "__m3" * 1 / "__total"
+          )
         )
         ELSE "__c3"
       END
@@ -125,7 +145,9 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN "__sign3" * (
-          "__q3" * 2 + DIV("__m3" * 2, "__total")
+          "__q3" * 2 + (
+            "__m3" * 2 / "__total"
+          )
         )
         ELSE "__c3"
       END
@@ -137,7 +159,9 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN "__sign3" * (
-          "__q3" * 4 + DIV("__m3" * 4, "__total")
+          "__q3" * 4 + (
+            "__m3" * 4 / "__total"
+          )
         )
         ELSE "__c3"
       END
@@ -149,7 +173,9 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN "__sign4" * (
-          "__q4" * 1 + DIV("__m4" * 1, "__total")
+          "__q4" * 1 + (
+            "__m4" * 1 / "__total"
+          )
         )
         ELSE "__c4"
       END
@@ -161,7 +187,9 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN "__sign4" * (
-          "__q4" * 2 + DIV("__m4" * 2, "__total")
+          "__q4" * 2 + (
+            "__m4" * 2 / "__total"
+          )
         )
         ELSE "__c4"
       END
@@ -173,7 +201,9 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN "__sign4" * (
-          "__q4" * 4 + DIV("__m4" * 4, "__total")
+          "__q4" * 4 + (
+            "__m4" * 4 / "__total"
+          )
         )
         ELSE "__c4"
       END

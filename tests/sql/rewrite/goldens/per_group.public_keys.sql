@@ -5,7 +5,9 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q0" * 1 + DIV("__m0" * 1, "__total")
+          "__q0" * 1 + (
+            "__m0" * 1 / "__total"
+          )
         )
         ELSE "__rows"
       END
@@ -17,7 +19,9 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q0" * 2 + DIV("__m0" * 2, "__total")
+          "__q0" * 2 + (
+            "__m0" * 2 / "__total"
+          )
         )
         ELSE "__rows"
       END
@@ -29,7 +33,9 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q0" * 4 + DIV("__m0" * 4, "__total")
+          "__q0" * 4 + (
+            "__m0" * 4 / "__total"
+          )
         )
         ELSE "__rows"
       END
