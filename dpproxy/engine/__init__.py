@@ -6,6 +6,7 @@
     charge     the one charge rule (it stands once a statement was sent) and backend failures' wording
     series     series limits: a private top-k, then the main query on its keys, under one charge
     streaming  answers released batch by batch in canonical key order
+    collector  Python's garbage collector paused while answers are released
 
 Nothing below the engine imports it; `explain` renders a Plan and never runs one.
 """

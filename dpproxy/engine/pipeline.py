@@ -38,6 +38,7 @@ from dpproxy.backends import Backend, BackendUnreachable, Cancellation, LiveColu
 from dpproxy.budget import Ledger, open_ledger
 from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
 from dpproxy.engine.charge import Charge, backend_failure, reached_data
+from dpproxy.engine.collector import gc_paused
 from dpproxy.engine.plan import Plan, answer_columns, plan_private
 from dpproxy.engine.series import SeriesStatement, execute_series, series_parts, with_placeholder_keys
 from dpproxy.engine.streaming import stream_plan
@@ -698,6 +699,15 @@ class Engine:
         privacy loss between neighbouring databases); it charges nothing: `run` charges. Refined
         quantiles run their second statement (emitted with the plan: `Plan.refinements`) through
         `run`; nothing here writes SQL."""
+        with gc_paused():
+            return self._release(plan, row_sets, run)
+
+    def _release(
+        self,
+        plan: Plan,
+        row_sets: Sequence[Sequence[Sequence[object]]],
+        run: Callable[[str], Sequence[Sequence[object]]] | None,
+    ) -> Result:
         query = plan.query
         exact = exact_groups(query, *row_sets)
         noise = plan.noise

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
+from dpproxy.engine.collector import gc_paused
 from dpproxy.engine.plan import Plan, answer_columns
 from dpproxy.errors import InvalidParameter
 from dpproxy.policy import AnalystPolicy
@@ -72,7 +73,8 @@ def stream_plan(
             for rows in source:
                 charge.sent()
                 clock = timed("backend", clock)
-                out = release.release(rows)
+                with gc_paused():
+                    out = release.release(rows)
                 clock = timed("noise", clock)
                 if stored is not None:
                     stored.extend(out)
