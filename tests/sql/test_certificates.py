@@ -300,3 +300,21 @@ def test_randomized_response_sensitivity(
     plan = engine.plan(sql, salt="certificate")
     assert plan.query.randomized_response and plan.sensitivities == (1, 1)
     check(plan, loader.run, len(people))
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_rows_without_a_person_are_left_out(loader: Loader, fixed: bool) -> None:
+    """A row whose privacy unit is NULL belongs to no person: it counts in no released value,
+    whichever bounds apply (README, "Rows without a person")."""
+    engine = Engine(
+        parse_policy(policy_text(rows=3, groups=2, bounds="fixed" if fixed else None)), None, dialect=loader.kind
+    )
+    loader.load([(1, "a", "a", 1, 1), (None, "a", "a", 2, 2), (None, "b", "b", 3, 3), (2, "b", "b", 4, 4)])
+    plan = engine.plan_private(engine.analyze("SELECT grp, COUNT(*), SUM(x) FROM t GROUP BY grp"), 1.0, salt="s")
+    measured = plan.measure(*(loader.run(sql) for sql in plan.statements))
+    groups = measured.resolve(plan.query, -1, None) if measured.candidates is not None else measured
+    assert {key: values[:2] for key, values in zip(groups.keys, groups.components, strict=True)} == {
+        ("a",): [1, 1],
+        ("b",): [1, 4],
+    }
+    assert "IS NULL" in plan.statements[0]

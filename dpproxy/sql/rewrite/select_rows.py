@@ -6,7 +6,7 @@
     FROM patients AS t0 WHERE <age clipped> > 30
 
 Rows whose public key is not one of the declared public values are dropped here, so that only the
-declared values can be released for that key.
+declared values can be released for that key; so are rows whose privacy unit is NULL (no person).
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ def read_relation(ctx: RewriteContext, projections: list[exp.Expression]) -> exp
     for join in joins:
         select = select.join(join, copy=False)
     conditions: list[exp.Expression] = []
+    if ctx.per_unit and query.relation.unit is not None:
+        # A row whose privacy unit is NULL belongs to no person its bounds could follow: it is left
+        # out of every private query (README, "Rows without a person").
+        conditions.append(exp.Not(this=exp.Is(this=query.relation.unit.copy(), expression=exp.Null())))
     if query.where is not None:
         conditions.append(exp.Paren(this=query.where.copy()))
     for key in query.keys:

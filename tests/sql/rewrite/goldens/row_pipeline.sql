@@ -62,6 +62,8 @@ WITH rows_selected AS (
       15
     ) AS "__h0"
   FROM "t" AS "t0"
+  WHERE
+    NOT "t0"."pid" IS NULL
 ), rows_bounded AS (
   SELECT
     "__unit",
@@ -171,6 +173,8 @@ WITH rows_selected AS (
       15
     ) AS "__h0"
   FROM "t" AS "t0"
+  WHERE
+    NOT "t0"."pid" IS NULL
 ), rows_bounded AS (
   SELECT
     "__unit",

@@ -51,7 +51,8 @@ SELECT
   ) AS "__c4"
 FROM "t" AS "t0"
 WHERE
-  (
+  NOT "t0"."pid" IS NULL
+  AND (
     (
       (
         CASE
