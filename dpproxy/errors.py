@@ -199,6 +199,13 @@ class SubqueryTooLarge(DPProxyError):
     sqlstate = "54000"  # program_limit_exceeded
 
 
+class StatementTooComplex(DPProxyError):
+    """A statement larger or more deeply nested than dpproxy plans (dpproxy.sql.limits): refused
+    before it is parsed or analysed, so that no statement can hold a worker for long."""
+
+    sqlstate = "54001"  # statement_too_complex
+
+
 class ValueOutOfRange(DPProxyError):
     sqlstate = "22003"  # numeric_value_out_of_range
 

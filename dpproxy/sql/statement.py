@@ -8,18 +8,27 @@ from collections.abc import Sequence
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError
 
 from dpproxy.errors import InvalidParameter, SyntaxProblem
 from dpproxy.policy import Policy
-from dpproxy.sql import literals, postprocess
+from dpproxy.sql import limits, literals, postprocess
 from dpproxy.sql.types import PgType, from_column_type, from_sqlglot
+
+_POSTGRES = Dialect.get_or_raise("postgres")
 
 
 def parse_statement(sql: str) -> exp.Expression:
-    """Parse exactly one PostgreSQL statement."""
+    """Parse exactly one PostgreSQL statement, held to the statement limits (dpproxy.sql.limits):
+    its length before it is read, its tokens before they are parsed, its tree before anything
+    analyses it; past any of them, StatementTooComplex (54001)."""
+    limits.check_length(sql)
     try:
-        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+        tokens = _POSTGRES.tokenize(sql)
+        limits.check_sqlglot_tokens(tokens)
+        with limits.refuse_deep_recursion():
+            statements = [s for s in _POSTGRES.parser().parse(tokens, sql) if s is not None]
     except ParseError as e:
         detail = e.errors[0]["description"] if e.errors else str(e)
         raise SyntaxProblem(
@@ -32,6 +41,7 @@ def parse_statement(sql: str) -> exp.Expression:
     if len(statements) > 1:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
     statement = statements[0]
+    limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
     # A numeral keeps its position: the plan cache maps the numerals it abstracts to tokens by it
