@@ -20,6 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpproxy.errors import DPProxyError, InvalidParameter, SyntaxProblem, UndefinedParameter
+from dpproxy.sql.limits import check_tree, too_deep
 from dpproxy.wire.catalog.builtin import PgData
 from dpproxy.wire.catalog.functions import (
     RETURNS,
@@ -42,6 +43,8 @@ from dpproxy.wire.catalog.pg_types import (
 from dpproxy.wire.catalog.refusals import refuse_internals
 from dpproxy.wire.catalog.typer import TypedRelation, Typer
 from dpproxy.wire.router import MAX_PARAMETERS, LexError, Token, TokenKind, tokenize
+from dpproxy.wire.router.limits import checked_tokens
+from dpproxy.wire.router.relations import operator_close
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ def normalise_tokens(sql: str) -> str:
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         after = tokens[i + 2] if i + 2 < len(tokens) else None
         if token.is_word("operator") and nxt is not None and nxt.text == "(":
-            close = next((j for j in range(i + 2, len(tokens)) if tokens[j].text == ")"), None)
+            close = operator_close(tokens, i)
             if close is not None:
                 replace(token.start, " " + tokens[close - 1].text + " ", tokens[close].end)
                 i = close + 1
@@ -217,6 +220,7 @@ class Translator:
         self.relations = relations
 
     def translate(self, sql: str) -> Translation:
+        checked_tokens(sql)  # the statement limits (54001), before anything else reads the text
         try:
             normalised = normalise_tokens(sql)
         except LexError as exc:
@@ -225,17 +229,22 @@ class Translator:
         parameter_count(normalised)  # refuses a $n no client could bind before anything is sized by it
         try:
             trees = sqlglot.parse(normalised, read="postgres")
+        except RecursionError:
+            raise too_deep() from None
         except Exception:  # sqlglot raises several error types on what it cannot parse
             trees = []
         if len(trees) != 1 or not isinstance(trees[0], (exp.Query, exp.Values)):
             return self.untyped(normalised)
         tree = trees[0]
+        check_tree(tree)  # the typer, the rewrite and the generator recurse over it
         typer = Typer(self.relations, self.data)
         try:
             columns = typer.query(tree, None, {})
             rewritten = self.rewrite(tree, typer).sql(dialect="duckdb")
         except DPProxyError:
             raise
+        except RecursionError:
+            raise too_deep() from None
         except Exception:  # a construct the typer or a rewrite does not know: let DuckDB try
             return self.untyped(normalised)
         count = max((param_index(p) for p in tree.find_all(exp.Parameter)), default=0)

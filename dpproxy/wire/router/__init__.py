@@ -15,6 +15,7 @@ The package never runs SQL and never sees data or a session: a decision depends 
 text and the names of the exposed tables. Its parts:
 
     lexer       tokens, splitting a simple query into statements, quote_identifier
+    limits      the statement limits (dpproxy.sql.limits) counted on the lexer's tokens, as they are read
     statement   Kind and Statement, what the session acts on
     classify    route(): one statement's kind, and the parsing of session, transaction and cursor commands
     set_config  recognising SELECT set_config(…) so that the session runs it as SET

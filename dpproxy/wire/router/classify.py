@@ -12,6 +12,7 @@ their own modules.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection
 from typing import TypeVar
 
@@ -29,9 +30,8 @@ from dpproxy.wire.router.lexer import (
     TokenKind,
     TokenReader,
     quote_identifier,
-    split_statements,
-    tokenize,
 )
+from dpproxy.wire.router.limits import checked_tokens
 from dpproxy.wire.router.relations import is_catalog_relation, relations_read
 from dpproxy.wire.router.set_config import SettingCallReader
 from dpproxy.wire.router.statement import (
@@ -99,12 +99,17 @@ def route(sql: str, exposed: Collection[str]) -> Statement:
     """Classify one statement (the session splits simple queries first), or raise DPProxyError.
 
     `exposed` holds the names of the policy's tables, as analysts write them (public schema).
+    A statement past the limits of dpproxy.sql.limits is refused (54001) before anything else.
     """
-    text = _strip_statement(sql)
+    return _route(sql, frozenset(exposed), nested=False)
+
+
+def _route(sql: str, exposed: frozenset[str], *, nested: bool) -> Statement:
     try:
-        tokens = tokenize(text)
+        tokens = checked_tokens(sql, strict=True)
     except LexError as exc:
         raise SyntaxProblem(f"{exc}", hint="close every quote, string and comment") from None
+    text, tokens = _strip_statement(sql, tokens)
     if any(t.kind is TokenKind.OP and t.text == ";" for t in tokens):
         raise SyntaxProblem(
             "cannot insert multiple commands into a prepared statement",
@@ -119,21 +124,42 @@ def route(sql: str, exposed: Collection[str]) -> Statement:
         )
     if not tokens:
         return Statement(Kind.EMPTY, text, "")
-    return _Router(text, tokens, frozenset(exposed)).route()
+    return _Router(text, tokens, exposed, nested).route()
 
 
-def _strip_statement(sql: str) -> str:
-    """The statement without surrounding blanks and trailing semicolons."""
-    statements = split_statements(sql)
-    if len(statements) <= 1:
-        return statements[0] if statements else ""
-    return sql.strip().rstrip(";").strip()
+def _strip_statement(sql: str, tokens: list[Token]) -> tuple[str, list[Token]]:
+    """The statement without surrounding blanks and semicolons, and its tokens (read once, from
+    `sql`), placed in it. Semicolons left inside mean several statements, which `_route` refuses."""
+    first, last = 0, len(tokens)
+    while first < last and tokens[first].kind is TokenKind.OP and tokens[first].text == ";":
+        first += 1
+    while last > first and tokens[last - 1].kind is TokenKind.OP and tokens[last - 1].text == ";":
+        last -= 1
+    if first == last:
+        return "", []
+    offset = tokens[first].start
+    kept = tokens[first:last]
+    if offset:
+        kept = [dataclasses.replace(t, start=t.start - offset, end=t.end - offset) for t in kept]
+    return sql[offset : tokens[last - 1].end], kept
 
 
 class _Router(TokenReader):
-    def __init__(self, sql: str, tokens: list[Token], exposed: frozenset[str]) -> None:
+    def __init__(self, sql: str, tokens: list[Token], exposed: frozenset[str], nested: bool) -> None:
         super().__init__(sql, tokens)
         self.exposed = exposed
+        # Routing the statement inside EXPLAIN, COPY (…), DECLARE or PREPARE: one that holds a
+        # statement itself is named, not read, since none of them may be nested (and reading
+        # EXPLAIN EXPLAIN … would recurse once per word).
+        self.nested = nested
+
+    def inner(self, sql: str) -> Statement:
+        """The statement inside this one (EXPLAIN's, COPY's, DECLARE's or PREPARE's)."""
+        return _route(sql, self.exposed, nested=True)
+
+    def holder(self, kind: Kind, tag: str) -> Statement | None:
+        """A statement holding another, inside another: its kind, which the outer one refuses."""
+        return Statement(kind, self.sql, tag) if self.nested else None
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -442,6 +468,8 @@ class _Router(TokenReader):
     # -- cursors -------------------------------------------------------------------------------
 
     def declare(self) -> Statement:
+        if (held := self.holder(Kind.CURSOR, "DECLARE CURSOR")) is not None:
+            return held
         self.expect("declare")
         name = self.name()
         hold = False
@@ -466,7 +494,7 @@ class _Router(TokenReader):
         inner_sql = self.rest()
         if not inner_sql:
             self.syntax_error(None)
-        inner = route(inner_sql, self.exposed)
+        inner = self.inner(inner_sql)
         if inner.kind not in (Kind.ENGINE, Kind.CATALOG):
             raise SyntaxProblem(
                 "DECLARE … CURSOR FOR needs a query (SELECT)", hint="declare the cursor for a SELECT"
@@ -520,6 +548,8 @@ class _Router(TokenReader):
     # -- EXPLAIN -------------------------------------------------------------------------------
 
     def explain(self) -> Statement:
+        if (held := self.holder(Kind.EXPLAIN, "EXPLAIN")) is not None:
+            return held
         self.expect("explain")
         analyze = False
         token = self.peek()
@@ -553,7 +583,7 @@ class _Router(TokenReader):
         inner_sql = self.rest()
         if not inner_sql:
             self.syntax_error(None)
-        inner = route(inner_sql, self.exposed)
+        inner = self.inner(inner_sql)
         if inner.kind is not Kind.ENGINE:
             raise NotSupported(
                 "EXPLAIN is supported for queries on exposed tables only",
@@ -569,20 +599,22 @@ class _Router(TokenReader):
         The table form is `SELECT columns FROM table`, routed like any query (so a protected
         table is refused as SELECT * is). COPY FROM, and COPY to a server file or program, are refused.
         """
+        if (held := self.holder(Kind.COPY, "COPY")) is not None:
+            return held
         self.expect("copy")
         if self.accept("binary"):
             raise NotSupported(_COPY_BINARY, hint=_COPY_FORMATS)
         token = self.peek()
         if token is not None and token.kind is TokenKind.OP and token.text == "(":
             inner_sql = self._parenthesized_text()
-            inner = route(inner_sql, self.exposed)
+            inner = self.inner(inner_sql)
             if inner.kind not in (Kind.ENGINE, Kind.CATALOG):
                 raise SyntaxProblem(
                     "COPY (…) TO needs a query (SELECT) inside the parentheses",
                     hint="write COPY (SELECT …) TO STDOUT",
                 )
         else:
-            inner = route(self._copy_table_query(), self.exposed)
+            inner = self.inner(self._copy_table_query())
         direction = self.expect("to", "from").value
         if direction == "from":
             raise PolicyViolation(
@@ -717,6 +749,8 @@ class _Router(TokenReader):
 
     def prepare(self) -> Statement:
         """PREPARE name [(type, …)] AS statement: a named prepared statement, shared with Parse's."""
+        if (held := self.holder(Kind.PREPARED, "PREPARE")) is not None:
+            return held
         self.expect("prepare")
         if self.at_word("transaction"):
             raise NotSupported("two-phase commit (PREPARE TRANSACTION) is not supported", hint=ALLOWED)
@@ -726,7 +760,7 @@ class _Router(TokenReader):
         inner_sql = self.rest()
         if not inner_sql:
             self.syntax_error(None)
-        inner = route(inner_sql, self.exposed)
+        inner = self.inner(inner_sql)
         if inner.kind not in (Kind.ENGINE, Kind.CATALOG) and inner.action != "set_config":
             raise SyntaxProblem(
                 "PREPARE … AS needs a query (SELECT)", hint="prepare a SELECT; run session commands directly"

@@ -9,7 +9,7 @@ session, the catalog or data.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -47,6 +47,9 @@ _IDENT_REST = re.compile(r"[A-Za-z0-9_$\u0080-\uffff]*")
 _NUMBER = re.compile(r"(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d+)?|0[xXoObB][0-9A-Fa-f_]+")
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\u0080-\uffff][A-Za-z0-9_\u0080-\uffff]*)?\$")
 _PARAM = re.compile(r"\$\d+")
+_KEEPS_TRAILING_SIGNS = re.compile(r"[~!@#%^&|`?]")
+_OCTAL = re.compile(r"[0-7]{1,3}")
+_HEX = re.compile(r"[0-9A-Fa-f]{1,2}")
 
 
 def tokenize(sql: str, *, strict: bool = True) -> list[Token]:
@@ -55,10 +58,12 @@ def tokenize(sql: str, *, strict: bool = True) -> list[Token]:
     strict: raise LexError on an unterminated string, quoted identifier or comment; otherwise the
     rest of the text becomes one last token (split_statements must not fail on bad SQL).
     """
-    return list(_lex(sql, strict))
+    return list(lex(sql, strict=strict))
 
 
-def _lex(sql: str, strict: bool) -> Iterator[Token]:
+def lex(sql: str, *, strict: bool = True) -> Iterator[Token]:
+    """The tokens of `sql` one at a time, as `tokenize` reads them: a caller may stop early (the
+    statement limits do, dpproxy.wire.router.limits). Linear in the length of the text."""
     i, n = 0, len(sql)
     while i < n:
         c = sql[i]
@@ -146,15 +151,19 @@ def _lex(sql: str, strict: bool) -> Iterator[Token]:
                 if sql.startswith("--", end) or sql.startswith("/*", end):
                     break
                 end += 1
-            text = sql[start:end]
             # PostgreSQL drops trailing + and - from a multi-character operator unless it also
             # contains one of ~ ! @ # % ^ & | ` ?, so that `a=-1` is `a = -1`.
-            if len(text) > 1 and not set(text) & set("~!@#%^&|`?"):
-                while len(text) > 1 and text[-1] in "+-":
-                    text = text[:-1]
-            end = start + len(text)
+            run_end = end
+            if end - start > 1 and not _KEEPS_TRAILING_SIGNS.search(sql, start, end):
+                while end - start > 1 and sql[end - 1] in "+-":
+                    end -= 1
+            text = sql[start:end]
             yield Token(TokenKind.OP, text, text, start, end)
-            i = end
+            # The signs dropped are one operator each (as reading the run again from each would
+            # find, in quadratic time on a long run).
+            for k in range(end, run_end):
+                yield Token(TokenKind.OP, sql[k], sql[k], k, k + 1)
+            i = run_end
             continue
         # ( ) [ ] , ; . : and anything unexpected: one character each.
         yield Token(TokenKind.OP, c, c, start, i + 1)
@@ -183,36 +192,48 @@ def _scan_quoted(sql: str, i: int, quote: str, *, backslash: bool, strict: bool)
     """From the opening quote at i: (index after the closing quote, unescaped content)."""
     out: list[str] = []
     j, n = i + 1, len(sql)
-    while j < n:
-        c = sql[j]
-        if backslash and c == "\\" and j + 1 < n:
-            out.append(_backslash_escape(sql, j))
-            j += _backslash_length(sql, j)
+    stop = _STOPS[quote, backslash]  # the next quote (or backslash): the text between is kept as is
+    while (found := stop.search(sql, j)) is not None:
+        k = found.start()
+        out.append(sql[j:k])
+        if sql[k] == "\\":
+            if k + 1 < n:
+                out.append(_backslash_escape(sql, k))
+                j = k + _backslash_length(sql, k)
+            else:
+                out.append("\\")
+                j = n
             continue
-        if c == quote:
-            if j + 1 < n and sql[j + 1] == quote:
-                out.append(quote)
-                j += 2
-                continue
-            return j + 1, "".join(out)
-        out.append(c)
-        j += 1
+        if k + 1 < n and sql[k + 1] == quote:
+            out.append(quote)
+            j = k + 2
+            continue
+        return k + 1, "".join(out)
+    out.append(sql[j:])
     if strict:
         what = "quoted identifier" if quote == '"' else "quoted string"
         raise LexError(f"unterminated {what}")
     return n, "".join(out)
 
 
+_STOPS = {
+    ("'", False): re.compile("'"),
+    ("'", True): re.compile(r"['\\]"),
+    ('"', False): re.compile('"'),
+}
+
+
 _SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
 def _backslash_length(sql: str, j: int) -> int:
+    # Matched in place: a slice of the rest of the text per escape would make lexing quadratic.
     c = sql[j + 1]
     if c in "01234567":
-        m = re.match(r"[0-7]{1,3}", sql[j + 1 :])
+        m = _OCTAL.match(sql, j + 1)
         return 1 + len(m.group()) if m else 2
     if c == "x":
-        m = re.match(r"[0-9A-Fa-f]{1,2}", sql[j + 2 :])
+        m = _HEX.match(sql, j + 2)
         return 2 + (len(m.group()) if m else 0)
     if c == "u":
         return 6
@@ -225,10 +246,10 @@ def _backslash_escape(sql: str, j: int) -> str:
     c = sql[j + 1]
     try:
         if c in "01234567":
-            m = re.match(r"[0-7]{1,3}", sql[j + 1 :])
+            m = _OCTAL.match(sql, j + 1)
             return chr(int(m.group(), 8)) if m else c
         if c == "x":
-            m = re.match(r"[0-9A-Fa-f]{1,2}", sql[j + 2 :])
+            m = _HEX.match(sql, j + 2)
             return chr(int(m.group(), 16)) if m else "x"
         if c == "u":
             return chr(int(sql[j + 2 : j + 6], 16))
@@ -260,10 +281,15 @@ def split_statements(sql: str) -> list[str]:
     nested /* */) do not split; statements holding nothing but blanks and comments are dropped.
     An unterminated string or comment runs to the end (the statement then fails when routed).
     """
+    return split_tokens(sql, tokenize(sql, strict=False))
+
+
+def split_tokens(sql: str, tokens: Iterable[Token]) -> list[str]:
+    """`split_statements` from the text's tokens, already read (leniently)."""
     statements: list[str] = []
     begin: int | None = None
     last_end = 0
-    for token in tokenize(sql, strict=False):
+    for token in tokens:
         if token.kind is TokenKind.OP and token.text == ";":
             if begin is not None:
                 statements.append(sql[begin:last_end])

@@ -84,7 +84,7 @@ def _for_sqlglot(tokens: Sequence[Token], sql: str) -> str:
     while i < len(tokens):
         token = tokens[i]
         if token.is_word("operator") and i + 1 < len(tokens) and tokens[i + 1].text == "(":
-            close = next((j for j in range(i + 2, len(tokens)) if tokens[j].text == ")"), None)
+            close = operator_close(tokens, i)
             if close is not None:
                 out.append(sql[last : token.start])
                 out.append(" " + tokens[close - 1].text + " ")
@@ -102,6 +102,12 @@ def _for_sqlglot(tokens: Sequence[Token], sql: str) -> str:
         i += 1
     out.append(sql[last:])
     return "".join(out)
+
+
+def operator_close(tokens: Sequence[Token], i: int) -> int | None:
+    """The index of the ')' of OPERATOR(schema.op) at i, looked for among the few tokens it can hold
+    (a search to the end of the text at every `operator(` would make a long text quadratic)."""
+    return next((j for j in range(i + 2, min(len(tokens), i + 6)) if tokens[j].text == ")"), None)
 
 
 _CLAUSE_ENDS = frozenset(

@@ -14,11 +14,27 @@ from typing import Any
 
 from dpproxy.audit import StatementRecord
 from dpproxy.engine import Engine
+from dpproxy.sql.limits import too_deep
 from dpproxy.wire.auth import Authenticator
 from dpproxy.wire.catalog import ShadowCatalog
 from dpproxy.wire.router import Statement, route, split_statements
+from dpproxy.wire.router.limits import checked_split
 
 RunBlocking = Callable[..., Awaitable[Any]]
+
+
+def _refusing_deep_recursion(run_blocking: RunBlocking) -> RunBlocking:
+    """Every blocking call (routing, the catalog, the engine) with a RecursionError turned into
+    54001 (dpproxy.sql.limits): a statement too deeply nested, never an internal error."""
+
+    async def run(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await run_blocking(function, *args, **kwargs)
+        except RecursionError:
+            raise too_deep() from None
+
+    return run
+
 
 _ROUTE_CACHE_SIZE = 1024
 _CACHEABLE_TEXT = 8192  # longer statements are routed and described each time
@@ -43,7 +59,7 @@ class EngineCatalogAuth:
         # naming another is refused with 3D000, and current_database() returns it. None: any name.
         self.database = database
         self.catalog = catalog
-        self.run_blocking = run_blocking
+        self.run_blocking = _refusing_deep_recursion(run_blocking)
         self.authenticator = authenticator or Authenticator(engine.policy)
         self.exposed = frozenset(t.name for t in engine.exposed_tables())
         self._routes: OrderedDict[str, Statement] = OrderedDict()
@@ -59,9 +75,11 @@ class EngineCatalogAuth:
             hook(record)
 
     async def split(self, sql: str) -> list[str]:
+        """The statements of a query string (a Query or a Parse message), refused (54001) past the
+        length and number of tokens one may have (dpproxy.sql.limits), before it is split."""
         if len(sql) <= _INLINE_SPLIT:
             return split_statements(sql)
-        return await self.run_blocking(split_statements, sql)  # type: ignore[no-any-return]
+        return await self.run_blocking(checked_split, sql)  # type: ignore[no-any-return]
 
     async def route(self, sql: str) -> Statement:
         cached = self._routes.get(sql)
