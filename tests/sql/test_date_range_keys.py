@@ -286,3 +286,15 @@ def test_plans_of_date_range_keys_are_cached(demo_engine: Engine) -> None:
     sql = "SELECT extract(dow FROM visit_date), COUNT(*) FROM visits GROUP BY 1"
     first = demo_engine.prepare(sql, epsilon=0.5)
     assert demo_engine.prepare(sql, epsilon=0.5) is first
+
+
+def test_more_than_a_hundred_thousand_combinations_go_through_partition_selection() -> None:
+    query = keys_of(
+        "SELECT m, date_trunc('day', d), date_trunc('hour', ts), COUNT(*) FROM t GROUP BY 1, 2, 3"
+    )
+    m, day, hour = query.keys
+    assert m.public_values == (1, 2, 3)  # declared: kept
+    assert day.public_values is None and hour.public_values is None and query.needs_selection
+    assert "more than 100,000 combinations" in (day.origin or "")
+    small = keys_of("SELECT m, date_trunc('day', d), extract(hour FROM ts), COUNT(*) FROM t GROUP BY 1, 2, 3")
+    assert small.key_domain_size == 3 * 365 * 24 and not small.needs_selection

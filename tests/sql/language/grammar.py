@@ -809,10 +809,15 @@ class QueryGenerator:
         parts = []
         where = f" WHERE {self.expr('bool')}" if self.chance(0.55) else ""
         keys: list[str] = []
+        restrictions: list[str] = []
         if self.chance(0.55):
             for _ in range(self.pick((1, 1, 1, 2, 2, 3))):
                 roll = self.rng.random()
-                if roll < 0.6:
+                if roll < 0.15:
+                    key, restriction = self.public_key()
+                    if restriction is not None:
+                        restrictions.append(restriction)
+                elif roll < 0.6:
                     key = self.column(
                         ("text", "bool", "int", "date", "tstz", "float"), allow_unit=self.chance(0.05)
                     )
@@ -834,6 +839,15 @@ class QueryGenerator:
                     key = self.in_subquery() if self.chance(0.5) else self.expr("bool")
                 if key and key not in keys:
                     keys.append(key)
+        if restrictions and self.chance(0.6):
+            # A WHERE on a public key (or on the date column its buckets come from) restricts the
+            # zero-filled keys to those it admits.
+            condition = self.pick(restrictions)
+            where = (
+                f" WHERE ({where.removeprefix(' WHERE ')}) AND {condition}"
+                if where
+                else f" WHERE {condition}"
+            )
         items: list[str] = []
         aliases: list[str] = []
         for j, key in enumerate(keys):
@@ -894,6 +908,52 @@ class QueryGenerator:
             f"{with_prefix}SELECT {distinct}{', '.join(items)} FROM {from_text}{where}{group}{having}{order}{limit}"
         )
         return "".join(parts)
+
+    def public_key(self) -> tuple[str | None, str | None]:
+        """A GROUP BY key whose values are public knowledge (a public table's column, or a
+        date_trunc bucket or extract field of a date column with a declared range, or of one
+        without), and a WHERE condition restricting it (None: none fits)."""
+        public = [(s, c) for s, c in self.columns(("text", "int")) if not s.protected]
+        temporal = self.columns(("date", "ts", "tstz"))
+        roll = self.rng.random()
+        if public and (roll < 0.4 or not temporal):
+            source, column = self.pick(public)
+            key = self.reference(source, column)
+            if column.kind == "int":
+                return key, f"{key} {self.pick(('=', '<>', '>=', '<'))} {self.literal('int')}"
+            values = ", ".join(
+                self.pick(("'CA'", "'NY'", "'ny'", "'94103'", "'00501'", "''")) for _ in range(2)
+            )
+            return key, self.pick(
+                (f"{key} IN ({values})", f"{key} = 'CA'", f"{key} <> 'NY'", f"{key} >= 'M'")
+            )
+        if not temporal:
+            return self.column(("text", "int")), None
+        source, column = self.pick(temporal)
+        inner = self.reference(source, column)
+        kind = column.kind
+        range_condition = self.pick(
+            (
+                lambda: f"{inner} >= {self.literal(kind)}",
+                lambda: f"{inner} < {self.literal(kind)}",
+                lambda: f"{inner} BETWEEN {self.literal(kind)} AND {self.literal(self.pick(('date', 'ts')))}",
+                lambda: f"{inner} = {self.literal(kind)}",
+            )
+        )
+        if roll < 0.75:
+            unit = self.pick(("day", "week", "month", "quarter", "year", "hour"))
+            key = f"date_trunc('{unit}', {inner})"
+            operator = self.pick(("=", ">=", "<", "<>"))
+            own = lambda: f"{key} {operator} {self.literal(self.pick(('ts', 'date', 'tstz')))}"  # noqa: E731
+            return key, self.pick((range_condition, range_condition, own))()
+        field = self.pick(
+            ("year", "quarter", "month", "week", "dow", "day", "hour", "isodow", "doy", "isoyear")
+        )
+        key = f"extract({field} FROM {inner})" if self.chance(0.7) else f"date_part('{field}', {inner})"
+        condition = self.pick(
+            (f"{key} IN (1, 3, 2023)", f"{key} = 2", f"{key} BETWEEN 2 AND 5", f"{key} <> 1")
+        )
+        return key, self.pick((range_condition, lambda: condition, lambda: condition))()
 
     def having(self) -> str:
         roll = self.rng.random()

@@ -2,7 +2,9 @@
 
 Demo-like tables: two protected tables sharing the privacy unit (`patients`, `visits`), a table
 with one row per person (`survey`) and a public table (`zip_info`). Every column type the policy
-knows appears at least once. The databases are built for attacks, not for realism: values at and
+knows appears at least once; dates and times with and without a declared range (whose date_trunc
+buckets and extract values are public GROUP BY keys; the ranges hold every generated value but the
+infinities and far years, which are read as their ends). The databases are built for attacks, not for realism: values at and
 beyond the bounds, NULLs everywhere (keys and units included), zeros, NaN and infinities, empty
 and odd strings, one person with very many rows, a person alone in a group no one else is in,
 rows whose privacy unit is NULL (nobody's rows), and an empty database.
@@ -42,7 +44,7 @@ tables:
       diagnosis:  {{type: text, public_values: [flu, cold, asthma]}}
       birth:      {{type: date}}
       smoker:     {{type: boolean}}
-      seen:       {{type: timestamp}}
+      seen:       {{type: timestamp, lower: 2019-12-31, upper: 2023-12-31}}
   visits:
     privacy_unit: patient_id
     max_rows_per_unit: {visits_rows}
@@ -52,10 +54,10 @@ tables:
       patient_id: {{type: integer}}
       cost:       {{type: numeric, lower: 0, upper: 2000, scale: 2}}
       department: {{type: text, public_values: [er, gp, lab]}}
-      visit_date: {{type: date}}
+      visit_date: {{type: date, lower: 2021-11-01, upper: 2025-03-31}}
       duration:   {{type: integer, lower: 0, upper: 300}}
       temperature: {{type: real, lower: 30, upper: 45}}
-      checked_in: {{type: timestamptz}}
+      checked_in: {{type: timestamptz, lower: 2022-09-01 06:00:00+00:00, upper: 2026-06-30}}
   survey:
     privacy_unit: row
     columns:
