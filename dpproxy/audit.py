@@ -1,12 +1,17 @@
 """One record per statement an analyst sends: what the audit log stores, the metrics count and the
 logs are tagged with.
 
-This module owns the record's shape and the context variable that names the statement being handled
-(its session id and statement id tag every log line written while it runs). The wire session creates
-a record when a statement arrives and finishes it when the answer has been sent; the engine fills in
+This module owns the record's shape (`StatementRecord` while the statement runs, `AuditEntry` as it
+is read back), its one status enum, the audit table's columns and how a record fills them, the
+filters of an audit query, and the context variable that names the statement being handled (its
+session id and statement id tag every log line written while it runs). The wire session creates a
+record when a statement arrives and finishes it when the answer has been sent; the engine fills in
 what only it knows (the kind, the cost charged, whether the answer was replayed, the rows released,
 the time of each stage); the ledger writes it — in the same transaction as the charge when the
-statement was charged (dpproxy.budget), on its own otherwise.
+statement was charged (dpproxy.budget), on its own otherwise (dpproxy.audit_log, the writer thread).
+
+It imports nothing of dpproxy but a cost's type: every module below the engine (the ledger, the
+logs, the metrics) may import it.
 
 A record holds the statement's text and its parameters as the analyst sent them (parameters apart
 from the text), never a value read from a protected table: the rows released are counted, not kept.
@@ -15,49 +20,53 @@ from the text), never a value read from a protected table: the rows released are
 from __future__ import annotations
 
 import json
-import logging
-import queue
 import secrets
-import threading
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dpproxy.errors import failure
 from dpproxy.privacy.accounting import Cost
-
-if TYPE_CHECKING:
-    from dpproxy.budget import Ledger
 
 __all__ = [
     "ABANDONED",
+    "AUDIT_COLUMNS",
+    "AUDIT_FINISH_COLUMNS",
     "CURRENT",
     "RUNNING",
+    "STORED_STATUSES",
     "AuditEntry",
-    "AuditLog",
+    "AuditQuery",
     "StatementRecord",
     "Status",
+    "audit_entry",
+    "audit_finish_values",
+    "audit_values",
     "new_session_id",
 ]
 
-log = logging.getLogger("dpproxy.audit")
-
-# What a stored record's status may also say, besides a Status: "running" while its charge is
-# reserved (written with the reservation), "abandoned" when its process died meanwhile (written
-# with the ledger entry's abandonment: its cost stays spent).
-RUNNING = "running"
-ABANDONED = "abandoned"
-STORED_STATUSES = ("ok", "refused", "failed", RUNNING, ABANDONED)
-
 
 class Status(StrEnum):
+    """How a statement ended, and what its stored record says meanwhile."""
+
     OK = "ok"  # answered
     REFUSED = "refused"  # an error decided before any data was read (policy, budget, syntax, …)
     FAILED = "failed"  # an error after the backend was reached (backend failure, cancel, time limit)
+    # Stored only: "running" while its charge is reserved (written with the reservation), "abandoned"
+    # when its process died meanwhile (written with the ledger entry's abandonment: its cost stays
+    # spent).
+    RUNNING = "running"
+    ABANDONED = "abandoned"
+
+
+RUNNING = Status.RUNNING.value
+ABANDONED = Status.ABANDONED.value
+# What a stored record's status may say: the audit table's CHECK, `dpproxy audit --status`, the
+# console's filter.
+STORED_STATUSES = tuple(status.value for status in Status)
 
 
 @dataclass
@@ -143,7 +152,7 @@ class AuditEntry:
     statement: str
     parameters: tuple[object, ...]
     kind: str
-    status: str  # a Status value, or RUNNING / ABANDONED
+    status: str  # a Status value
     sqlstate: str | None
     cost: Cost
     replayed: bool
@@ -157,126 +166,92 @@ class AuditEntry:
         return self.entry_id is not None
 
 
-class AuditLog:
-    """Writes the records of statements that charged nothing (and the final state of those that
-    did) to the ledger, in batches, from a thread of its own: the event loop never waits for it.
-    Also deletes records older than the retention (`retention_days`, 0: keep them) when started
-    and once a day.
+# The audit table's columns, in the order audit_values gives them and audit_entry reads them.
+AUDIT_COLUMNS = (
+    "at",
+    "analyst",
+    "client",
+    "session_id",
+    "statement_id",
+    "statement",
+    "parameters",
+    "kind",
+    "status",
+    "sqlstate",
+    "epsilon",
+    "delta",
+    "rho",
+    "replayed",
+    "rows",
+    "duration",
+    "stages",
+    "entry_id",
+)
 
-    A record that was charged already has its row (written with the reservation); what is
-    submitted for it afterwards only completes it (the wire stage, the final duration and status).
-    """
-
-    BATCH = 512
-    LINGER = 0.05  # seconds a batch waits for more records
-    PRUNE_EVERY = 86400.0
-
-    def __init__(self, ledger: Ledger, *, retention_days: int = 0) -> None:
-        self.ledger = ledger
-        self.retention_days = retention_days
-        self._queue: queue.SimpleQueue[StatementRecord | threading.Event | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._closed = False
-        self._next_prune = 0.0
-
-    def submit(self, record: StatementRecord) -> None:
-        """Queue a finished record for writing. Cheap; never raises."""
-        if self._closed:
-            return
-        if self._thread is None:
-            self._start()
-        self._queue.put(record)
-
-    def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every record submitted so far is written."""
-        if self._thread is None:
-            return
-        done = threading.Event()
-        self._queue.put(done)
-        done.wait(timeout)
-
-    def close(self) -> None:
-        """Write what is queued, then stop."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            thread = self._thread
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(60)
-
-    def prune(self) -> int:
-        """Delete records older than the retention now; how many."""
-        if self.retention_days <= 0:
-            return 0
-        return self.ledger.prune_audit(datetime.now(UTC) - timedelta(days=self.retention_days))
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name="dpproxy-audit", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            self._maybe_prune()
-            try:
-                item = self._queue.get(timeout=60.0)
-            except queue.Empty:
-                continue
-            batch: list[StatementRecord] = []
-            waiters: list[threading.Event] = []
-            stop = False
-            # Gather for a moment: one transaction per LINGER seconds, not one per statement.
-            deadline = time.monotonic() + self.LINGER
-            while True:
-                if item is None:
-                    stop = True
-                elif isinstance(item, threading.Event):
-                    waiters.append(item)
-                else:
-                    batch.append(item)
-                if len(batch) >= self.BATCH or stop or waiters:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    item = self._queue.get(timeout=left)
-                except queue.Empty:
-                    break
-            if batch:
-                self._write(batch)
-            for waiter in waiters:
-                waiter.set()
-            if stop:
-                return
-
-    def _write(self, batch: Sequence[StatementRecord]) -> None:
-        try:
-            self.ledger.audit_write(batch)
-        except Exception as error:
-            # The records are lost, not the statements' answers; the operator's log says so (the
-            # error's type and place: its text could quote a statement's parameters).
-            log.error("could not write %d audit records: %s", len(batch), failure(error))
-
-    def _maybe_prune(self) -> None:
-        now = time.monotonic()
-        if now < self._next_prune:
-            return
-        self._next_prune = now + self.PRUNE_EVERY
-        try:
-            pruned = self.prune()
-        except Exception as error:
-            log.error("could not delete old audit records: %s", failure(error))
-            return
-        if pruned:
-            log.info("deleted %d audit records older than %d days", pruned, self.retention_days)
+# What finishing a record changes (by its row id): from its status to its stages.
+AUDIT_FINISH_COLUMNS = AUDIT_COLUMNS[AUDIT_COLUMNS.index("status") : AUDIT_COLUMNS.index("entry_id")]
 
 
-def entry_parameters(text: str | None) -> tuple[Any, ...]:
+def audit_values(record: StatementRecord, *, status: str | None = None) -> tuple[Any, ...]:
+    """A record as the audit table's row (AUDIT_COLUMNS order; `at` as a datetime)."""
+    cost = record.cost
+    return (
+        record.at,
+        record.analyst,
+        record.client,
+        record.session_id,
+        record.statement_id,
+        record.statement,
+        record.parameters_json(),
+        record.kind,
+        status or str(record.status),
+        record.sqlstate,
+        float(cost.epsilon),
+        float(cost.delta),
+        float(cost.rho),
+        bool(record.replayed),
+        int(record.rows),
+        record.duration,
+        record.stages_json(),
+        record.entry_id,
+    )
+
+
+def audit_finish_values(record: StatementRecord) -> tuple[Any, ...]:
+    """A record's AUDIT_FINISH_COLUMNS."""
+    values = dict(zip(AUDIT_COLUMNS, audit_values(record), strict=True))
+    return tuple(values[c] for c in AUDIT_FINISH_COLUMNS)
+
+
+def audit_entry(row: Sequence[Any], at: datetime) -> AuditEntry:
+    """An AuditEntry from a row of (id, *AUDIT_COLUMNS); `at` already read as an aware datetime."""
+    values = dict(zip(("id", *AUDIT_COLUMNS), row, strict=True))
+    try:
+        stages = json.loads(values["stages"] or "{}")
+    except ValueError:
+        stages = {}
+    return AuditEntry(
+        id=int(values["id"]),
+        at=at,
+        analyst=values["analyst"],
+        client=values["client"],
+        session_id=values["session_id"],
+        statement_id=int(values["statement_id"]),
+        statement=values["statement"],
+        parameters=_entry_parameters(values["parameters"]),
+        kind=values["kind"],
+        status=values["status"],
+        sqlstate=values["sqlstate"],
+        cost=Cost(values["epsilon"], values["delta"], values["rho"]),
+        replayed=bool(values["replayed"]),
+        rows=int(values["rows"]),
+        duration=values["duration"],
+        stages=stages,
+        entry_id=values["entry_id"],
+    )
+
+
+def _entry_parameters(text: str | None) -> tuple[Any, ...]:
     """A stored record's parameters, read back from their JSON text."""
     if not text:
         return ()
@@ -285,6 +260,38 @@ def entry_parameters(text: str | None) -> tuple[Any, ...]:
     except ValueError:
         return (text,)
     return tuple(value) if isinstance(value, list) else (value,)
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """Which stored records to read: of one analyst, at or after `since`, before `until`, with this
+    status; the newest `limit`. Checked when made (ValueError)."""
+
+    analyst: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    status: str | None = None
+    limit: int = 1000
+
+    def __post_init__(self) -> None:
+        limit = self.limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be an integer >= 0, not {limit!r}")
+        if self.status is not None and self.status not in STORED_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STORED_STATUSES)}, not {self.status!r}")
+        for name, moment in (("since", self.since), ("until", self.until)):
+            if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
+                raise ValueError(f"{name} must be a datetime with a time zone, not {moment!r}")
+
+    def conditions(self) -> list[tuple[str, str, Any]]:
+        """(column, operator, value) of each filter given; a record must meet them all."""
+        given = (
+            ("analyst", "=", self.analyst),
+            ("at", ">=", self.since),
+            ("at", "<", self.until),
+            ("status", "=", self.status),
+        )
+        return [condition for condition in given if condition[2] is not None]
 
 
 # The statement being handled in this context (set by the wire session, copied into the worker

@@ -53,7 +53,6 @@ builds a replay key or payload: both are opaque to it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -64,9 +63,9 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
-from dpproxy.audit import ABANDONED, RUNNING, STORED_STATUSES, AuditEntry, StatementRecord
+from dpproxy.audit import ABANDONED, RUNNING, AuditEntry, AuditQuery, StatementRecord
 from dpproxy.budget.composition import Totals, epsilon_equivalent, float_down
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import ACCOUNTING
@@ -217,13 +216,7 @@ class Ledger(ABC):
     ) -> list[AuditEntry]:
         """Stored records, newest first: of one analyst, at or after `since`, before `until`, with
         this status (ok, refused, failed, running, abandoned); at most `limit`."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be an integer >= 0, not {limit!r}")
-        if status is not None and status not in STORED_STATUSES:
-            raise ValueError(f"status must be one of {', '.join(STORED_STATUSES)}, not {status!r}")
-        for name, moment in (("since", since), ("until", until)):
-            if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
-                raise ValueError(f"{name} must be a datetime with a time zone, not {moment!r}")
+        AuditQuery(analyst, since, until, status, limit)  # checks them
         return self._audit_entries(analyst, since, until, status, limit)
 
     def prune_audit(self, before: datetime) -> int:
@@ -422,103 +415,6 @@ def finish_problem(
     if current != EntryStatus.RESERVED:
         return f"cannot mark {where} {verb}: it is already {current}"
     return None
-
-
-# The audit table's columns, in the order audit_values gives them and audit_entry reads them.
-AUDIT_COLUMNS = (
-    "at",
-    "analyst",
-    "client",
-    "session_id",
-    "statement_id",
-    "statement",
-    "parameters",
-    "kind",
-    "status",
-    "sqlstate",
-    "epsilon",
-    "delta",
-    "rho",
-    "replayed",
-    "rows",
-    "duration",
-    "stages",
-    "entry_id",
-)
-
-# What finishing a record changes (by its row id).
-AUDIT_FINISH_COLUMNS = (
-    "status",
-    "sqlstate",
-    "epsilon",
-    "delta",
-    "rho",
-    "replayed",
-    "rows",
-    "duration",
-    "stages",
-)
-
-
-def audit_values(record: StatementRecord, *, status: str | None = None) -> tuple[Any, ...]:
-    """A record as the audit table's row (AUDIT_COLUMNS order; `at` as a datetime)."""
-    cost = record.cost
-    return (
-        record.at,
-        record.analyst,
-        record.client,
-        record.session_id,
-        record.statement_id,
-        record.statement,
-        record.parameters_json(),
-        record.kind,
-        status or str(record.status),
-        record.sqlstate,
-        float(cost.epsilon),
-        float(cost.delta),
-        float(cost.rho),
-        bool(record.replayed),
-        int(record.rows),
-        record.duration,
-        record.stages_json(),
-        record.entry_id,
-    )
-
-
-def audit_finish_values(record: StatementRecord) -> tuple[Any, ...]:
-    """A record's AUDIT_FINISH_COLUMNS."""
-    values = dict(zip(AUDIT_COLUMNS, audit_values(record), strict=True))
-    return tuple(values[c] for c in AUDIT_FINISH_COLUMNS)
-
-
-def audit_entry(row: Sequence[Any], at: datetime) -> AuditEntry:
-    """An AuditEntry from a row of (id, *AUDIT_COLUMNS); `at` already read as an aware datetime."""
-    from dpproxy.audit import entry_parameters
-
-    values = dict(zip(("id", *AUDIT_COLUMNS), row, strict=True))
-    try:
-        stages = json.loads(values["stages"] or "{}")
-    except ValueError:
-        stages = {}
-    return AuditEntry(
-        id=int(values["id"]),
-        at=at,
-        analyst=values["analyst"],
-        client=values["client"],
-        session_id=values["session_id"],
-        statement_id=int(values["statement_id"]),
-        statement=values["statement"],
-        parameters=entry_parameters(values["parameters"]),
-        kind=values["kind"],
-        status=values["status"],
-        sqlstate=values["sqlstate"],
-        cost=Cost(values["epsilon"], values["delta"], values["rho"]),
-        replayed=bool(values["replayed"]),
-        rows=int(values["rows"]),
-        duration=values["duration"],
-        stages=stages,
-        entry_id=values["entry_id"],
-    )
 
 
 def open_ledger(spec: str | os.PathLike[str], *, replay_limit: int = REPLAY_LIMIT) -> Ledger:

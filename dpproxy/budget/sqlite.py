@@ -23,19 +23,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from dpproxy.audit import ABANDONED, RUNNING, AuditEntry, StatementRecord
-from dpproxy.budget import (
+from dpproxy.audit import (
+    ABANDONED,
     AUDIT_COLUMNS,
     AUDIT_FINISH_COLUMNS,
+    RUNNING,
+    AuditEntry,
+    StatementRecord,
+    audit_entry,
+    audit_finish_values,
+    audit_values,
+)
+from dpproxy.budget import (
     REPLAY_LIMIT,
     SCHEMA_VERSION,
     EntryStatus,
     Ledger,
     LedgerEntry,
     Reservation,
-    audit_entry,
-    audit_finish_values,
-    audit_values,
     check_replay_limit,
     check_schema_version,
     finish_problem,

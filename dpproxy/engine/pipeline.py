@@ -33,7 +33,8 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from dpproxy.audit import CURRENT, AuditLog, StatementRecord, new_session_id
+from dpproxy.audit import CURRENT, StatementRecord, new_session_id
+from dpproxy.audit_log import AuditLog
 from dpproxy.backends import Backend, BackendUnreachable, Cancellation, LiveColumn, open_backend
 from dpproxy.budget import Ledger, open_ledger
 from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
