@@ -1,16 +1,14 @@
 """The ledger in one SQLite file: WAL mode, writes under BEGIN IMMEDIATE, owners as flock'd files.
 
-This module owns the SQLite layout of the ledger (entries, exact totals, stored answers, the schema
-version and its migration), its transactions, and owner liveness: each live ledger instance holds an
-flock on a file of its own beside the database, which the kernel drops when the process dies.
-
-It never decides whether a cost fits (dpproxy.budget.composition does, called inside the store's
-write transaction) and never reads a replay key or payload beyond storing it.
+This module is the SQLite store of dpproxy.budget.ledger.Ledger: its layout (entries, exact totals as
+decimal text, stored answers, the audit log, the schema version), its one migration step of its
+own, its transactions, and owner liveness: each live ledger instance holds an flock on a file of its
+own beside the database, which the kernel drops when the process dies. What the ledger does with
+them is written once, in dpproxy.budget.ledger.
 """
 
 from __future__ import annotations
 
-import decimal
 import os
 import re
 import sqlite3
@@ -23,29 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from dpproxy.audit import (
-    ABANDONED,
-    AUDIT_COLUMNS,
-    AUDIT_FINISH_COLUMNS,
-    RUNNING,
-    AuditEntry,
-    StatementRecord,
-    audit_entry,
-    audit_finish_values,
-    audit_values,
-)
-from dpproxy.budget import (
-    REPLAY_LIMIT,
-    SCHEMA_VERSION,
-    EntryStatus,
-    Ledger,
-    LedgerEntry,
-    Reservation,
-    check_replay_limit,
-    check_schema_version,
-    finish_problem,
-)
-from dpproxy.budget.composition import Totals, check_fits, exact_totals
+from dpproxy.audit import Status
+from dpproxy.budget.ledger import REPLAY_LIMIT, EntryStatus, Ledger, check_list
 from dpproxy.errors import DPProxyError
 from dpproxy.privacy.accounting import Cost
 
@@ -53,10 +30,6 @@ try:  # flock tells a live owner from a dead one; without it every other owner i
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class _OwnerLocks:
@@ -138,7 +111,7 @@ CREATE TABLE IF NOT EXISTS {_SQLITE_TABLE} (
     epsilon REAL NOT NULL CHECK (epsilon >= 0),
     delta REAL NOT NULL CHECK (delta >= 0),
     rho REAL CHECK (rho IS NULL OR rho >= 0),
-    status TEXT NOT NULL CHECK (status IN ('reserved', 'committed', 'released', 'abandoned')),
+    status TEXT NOT NULL CHECK (status IN ({check_list(EntryStatus)})),
     statement TEXT NOT NULL DEFAULT '',
     owner TEXT,
     created_at TEXT NOT NULL,
@@ -174,7 +147,7 @@ CREATE TABLE IF NOT EXISTS {_SQLITE_AUDIT} (
     parameters TEXT NOT NULL DEFAULT '[]',  -- JSON
     kind TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL
-        CHECK (status IN ('ok', 'refused', 'failed', 'running', 'abandoned')),
+        CHECK (status IN ({check_list(Status)})),
     sqlstate TEXT,
     epsilon REAL NOT NULL DEFAULT 0,
     delta REAL NOT NULL DEFAULT 0,
@@ -190,38 +163,6 @@ CREATE INDEX IF NOT EXISTS {_SQLITE_AUDIT}_analyst_at ON {_SQLITE_AUDIT} (analys
 """
 
 
-def _stamp(moment: datetime) -> str:
-    """A moment as the audit table stores it: UTC, microseconds always (so text order is time order)."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-_AUDIT_INSERT = (
-    f"INSERT INTO {_SQLITE_AUDIT} ({', '.join(AUDIT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)})"
-)
-_AUDIT_FINISH = (
-    f"UPDATE {_SQLITE_AUDIT} SET {', '.join(c + ' = ?' for c in AUDIT_FINISH_COLUMNS)} WHERE id = ?"
-)
-# Marks the audit rows of the reserved entries of one owner abandoned (before the entries are).
-_AUDIT_ABANDON = (
-    f"UPDATE {_SQLITE_AUDIT} SET status = '{ABANDONED}' WHERE status = '{RUNNING}' AND entry_id IN "
-    f"(SELECT id FROM {_SQLITE_TABLE} WHERE status = 'reserved' AND owner IS ?)"
-)
-
-
-def _audit_row(record: StatementRecord, *, status: str | None = None) -> tuple[Any, ...]:
-    values = list(audit_values(record, status=status))
-    values[0] = _stamp(values[0])
-    values[13] = int(values[13])  # replayed
-    return tuple(values)
-
-
-def _audit_finish_row(record: StatementRecord) -> tuple[Any, ...]:
-    values = list(audit_finish_values(record))
-    values[5] = int(values[5])  # replayed
-    return (*values, record.audit_id)
-
-
 class SQLiteLedger(Ledger):
     """A ledger in one SQLite file (or ":memory:", which is neither shared nor persistent).
 
@@ -231,11 +172,16 @@ class SQLiteLedger(Ledger):
     file per live ledger instance: back up and move the ledger with all of them closed.
     """
 
+    PLACEHOLDER = "?"
+    FOR_UPDATE = ""  # the transaction holds the whole database's write lock
+
     def __init__(
         self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, replay_limit: int = REPLAY_LIMIT
     ) -> None:
         self.path = os.fspath(path)
-        self.replay_limit = check_replay_limit(replay_limit)
+        super().__init__(
+            tables=lambda suffix: _SQLITE_TABLE + suffix, where=self.path, replay_limit=replay_limit
+        )
         in_memory = self._in_memory = self.path == ":memory:"
         self._mutex = threading.RLock()
         self._owner = uuid.uuid4().hex
@@ -281,51 +227,27 @@ class SQLiteLedger(Ledger):
                 hint="the ledger must be on a local file system that supports SQLite's WAL mode",
             )
 
-    def _create_schema(self) -> None:
-        with self._write() as conn:
-            for statement in _SQLITE_SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(
-                f"INSERT OR IGNORE INTO {_SQLITE_META} (key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-            (version,) = conn.execute(
-                f"SELECT value FROM {_SQLITE_META} WHERE key = 'schema_version'"
-            ).fetchone()
-            check_schema_version(int(version), self.path)
-            if int(version) < SCHEMA_VERSION:
-                self._migrate(conn, int(version))
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is None:
+                return
+            try:
+                self._abandon_own()
+            finally:
+                self._conn.close()
+                self._conn = None
+                if self._owner_locks is not None:
+                    self._owner_locks.give_up(self._owner, self._owner_file)
+                    self._owner_file = None
 
-    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
-        """Bring a version 1, 2 or 3 store to SCHEMA_VERSION, inside the schema transaction.
+    def __repr__(self) -> str:
+        return f"SQLiteLedger({self.path!r})"
 
-        Version 1 had no totals, version 2 no ρ total (and no replay table, created above): sum every
-        analyst's entries once, exactly. For version 2 the ε and δ sums come out as they were.
-        Version 3 had no audit table (created above, empty: entries before it have no records).
-        """
-        if version >= 3:
-            conn.execute(
-                f"UPDATE {_SQLITE_META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-            )
-            return
-        totals_columns = {row[1] for row in conn.execute(f"PRAGMA table_info({_SQLITE_TOTALS})")}
-        if "rho" not in totals_columns:
-            conn.execute(f"ALTER TABLE {_SQLITE_TOTALS} ADD COLUMN rho TEXT NOT NULL DEFAULT '0'")
-        conn.execute(f"DELETE FROM {_SQLITE_TOTALS}")
-        for (analyst,) in conn.execute(f"SELECT DISTINCT analyst FROM {_SQLITE_TABLE}").fetchall():
-            self._store_totals(conn, analyst, exact_totals(self._spending(conn, analyst)))
-        conn.execute(
-            f"UPDATE {_SQLITE_META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-        )
+    # --- The store interface -------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds the database's write lock from its first statement.
-
-        durable=False skips the fsync at commit (a crash of the machine may lose the change, not a
-        crash of the process): only for changes whose loss leaves the ledger conservative.
-        """
+    def _transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds the database's write lock from its first statement."""
         with self._mutex:
             conn = self._open_connection()
             if not self._in_memory:
@@ -348,236 +270,38 @@ class SQLiteLedger(Ledger):
         with self._mutex:
             return self._open_connection().execute(query, params).fetchall()
 
-    def _abandon_orphans(self) -> None:
-        with self._write() as conn:
-            owners = [
-                owner
-                for (owner,) in conn.execute(
-                    f"SELECT DISTINCT owner FROM {_SQLITE_TABLE} WHERE status = 'reserved'"
-                )
-                if owner != self._owner
-            ]
-            if not owners or self._owner_locks is None:
-                return
-            with self._owner_locks.dead(owners) as dead:
-                finished = _now().isoformat()
-                for owner in dead:
-                    conn.execute(_AUDIT_ABANDON, (owner,))
-                    conn.execute(
-                        f"UPDATE {_SQLITE_TABLE} SET status = 'abandoned', finished_at = ? "
-                        "WHERE status = 'reserved' AND owner IS ?",
-                        (finished, owner),
-                    )
+    def _lock(self, conn: sqlite3.Connection, kind: str, analyst: str | None) -> None:
+        pass  # BEGIN IMMEDIATE has already serialised every write transaction
 
-    def _spending(self, conn: sqlite3.Connection, analyst: str) -> list[tuple[float, float, float | None]]:
-        return conn.execute(
-            f"SELECT epsilon, delta, rho FROM {_SQLITE_TABLE} WHERE analyst = ? AND status != 'released'",
-            (analyst,),
-        ).fetchall()
+    def _insert(self, conn: sqlite3.Connection, query: str, params: Sequence[Any]) -> int:
+        row_id = conn.execute(query, params).lastrowid
+        assert row_id is not None
+        return row_id
 
-    def _totals(self, conn: sqlite3.Connection, analyst: str) -> Totals:
-        row = conn.execute(
-            f"SELECT epsilon, delta, rho FROM {_SQLITE_TOTALS} WHERE analyst = ?", (analyst,)
-        ).fetchone()
-        if row is None:
-            return Totals()
-        return Totals(decimal.Decimal(row[0]), decimal.Decimal(row[1]), decimal.Decimal(row[2]))
+    def _stamp(self, moment: datetime) -> str:
+        # UTC, microseconds always: text order is time order.
+        return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
-    def _store_totals(self, conn: sqlite3.Connection, analyst: str, totals: Totals) -> None:
-        conn.execute(
-            f"INSERT INTO {_SQLITE_TOTALS} (analyst, epsilon, delta, rho) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (analyst) DO UPDATE SET epsilon = excluded.epsilon, delta = excluded.delta, "
-            "rho = excluded.rho",
-            (analyst, str(totals.epsilon), str(totals.delta), str(totals.rho)),
-        )
+    def _moment(self, stored: Any) -> datetime:
+        return datetime.fromisoformat(stored)
 
-    def _totals_of(self, analyst: str) -> Totals:
-        with self._mutex:
-            return self._totals(self._open_connection(), analyst)
+    def _change_totals(self, conn: sqlite3.Connection, analyst: str, cost: Cost, sign: int) -> None:
+        # Decimal text: read, computed exactly, written back, all under the write lock.
+        totals = self._totals(conn, analyst)
+        self._write_totals(conn, analyst, totals.plus(cost) if sign > 0 else totals.minus(cost))
 
-    def _reserve(
-        self,
-        analyst: str,
-        cost: Cost,
-        limit: Cost,
-        statement: str,
-        accounting: str,
-        record: StatementRecord | None = None,
-    ) -> Reservation:
-        with self._write() as conn:
-            after = check_fits(analyst, self._totals(conn, analyst), cost, limit, accounting)
-            self._store_totals(conn, analyst, after)
-            cursor = conn.execute(
-                f"INSERT INTO {_SQLITE_TABLE} (analyst, epsilon, delta, rho, status, statement, owner, "
-                "created_at) VALUES (?, ?, ?, ?, 'reserved', ?, ?, ?)",
-                (
-                    analyst,
-                    float(cost.epsilon),
-                    float(cost.delta),
-                    float(cost.rho),
-                    statement,
-                    self._owner,
-                    _now().isoformat(),
-                ),
-            )
-            entry_id = cursor.lastrowid
-            if record is not None:
-                record.entry_id = entry_id
-                record.audit_id = conn.execute(_AUDIT_INSERT, _audit_row(record, status=RUNNING)).lastrowid
-        assert entry_id is not None
-        return Reservation(id=entry_id, analyst=analyst, cost=cost, spent=after.spent)
+    @contextmanager
+    def _dead_owners(self, conn: sqlite3.Connection, owners: list[str | None]) -> Iterator[list[str | None]]:
+        if self._owner_locks is None:  # in memory: no other instance can have written here
+            yield []
+            return
+        with self._owner_locks.dead(owners) as dead:
+            yield dead
 
-    def _finish(
-        self, reservation: Reservation, status: EntryStatus, record: StatementRecord | None = None
-    ) -> None:
-        # Losing a commit to a machine crash is safe (the entry stays reserved, then abandoned: spent);
-        # losing a release only keeps a cost that could have been returned. Neither needs an fsync.
-        with self._write(durable=False) as conn:
-            row = conn.execute(
-                f"SELECT analyst, epsilon, delta, rho, status FROM {_SQLITE_TABLE} WHERE id = ?",
-                (reservation.id,),
-            ).fetchone()
-            problem = finish_problem(reservation, status, row)
-            if problem is not None:
-                raise ValueError(problem)
-            conn.execute(
-                f"UPDATE {_SQLITE_TABLE} SET status = ?, finished_at = ? WHERE id = ?",
-                (str(status), _now().isoformat(), reservation.id),
-            )
-            if status == EntryStatus.RELEASED:
-                totals = self._totals(conn, reservation.analyst)
-                self._store_totals(conn, reservation.analyst, totals.minus(reservation.cost))
-            if record is not None and record.audit_id is not None:
-                conn.execute(_AUDIT_FINISH, _audit_finish_row(record))
+    def _schema(self) -> list[str]:
+        return [statement for statement in _SQLITE_SCHEMA.split(";") if statement.strip()]
 
-    def reset(self, analyst: str) -> int:
-        with self._write() as conn:
-            # A query still running loses its entry: its record can never be finished, so it ends here.
-            conn.execute(
-                f"UPDATE {_SQLITE_AUDIT} SET status = ? WHERE status = ? AND analyst = ?",
-                (ABANDONED, RUNNING, analyst),
-            )
-            conn.execute(f"DELETE FROM {_SQLITE_REPLAY} WHERE analyst = ?", (analyst,))
-            conn.execute(f"DELETE FROM {_SQLITE_TOTALS} WHERE analyst = ?", (analyst,))
-            return conn.execute(f"DELETE FROM {_SQLITE_TABLE} WHERE analyst = ?", (analyst,)).rowcount
-
-    def _replay_get(self, analyst: str, key: str) -> bytes | None:
-        rows = self._read(
-            f"SELECT payload FROM {_SQLITE_REPLAY} WHERE analyst = ? AND key = ?", (analyst, key)
-        )
-        return bytes(rows[0][0]) if rows else None
-
-    def _replay_put(self, analyst: str, key: str, payload: bytes) -> None:
-        # Losing a stored answer to a machine crash only means buying it again: no fsync needed.
-        with self._write(durable=False) as conn:
-            inserted = conn.execute(
-                f"INSERT OR IGNORE INTO {_SQLITE_REPLAY} (analyst, key, payload, created_at) "
-                "VALUES (?, ?, ?, ?)",
-                (analyst, key, payload, _now().isoformat()),
-            ).rowcount
-            if inserted:
-                conn.execute(
-                    f"DELETE FROM {_SQLITE_REPLAY} WHERE analyst = ? AND seq <= (SELECT seq FROM "
-                    f"{_SQLITE_REPLAY} WHERE analyst = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-                    (analyst, analyst, self.replay_limit),
-                )
-
-    def _replay_forget(self, analyst: str) -> int:
-        with self._write() as conn:
-            return conn.execute(f"DELETE FROM {_SQLITE_REPLAY} WHERE analyst = ?", (analyst,)).rowcount
-
-    def history(self, analyst: str, limit: int = 50) -> list[LedgerEntry]:
-        if limit < 0:
-            raise ValueError(f"history limit must be >= 0, not {limit}")
-        rows = self._read(
-            f"SELECT id, analyst, epsilon, delta, status, statement, created_at, finished_at, rho "
-            f"FROM {_SQLITE_TABLE} WHERE analyst = ? ORDER BY id DESC LIMIT ?",
-            (analyst, limit),
-        )
-        return [
-            LedgerEntry(
-                id=row[0],
-                analyst=row[1],
-                epsilon=row[2],
-                delta=row[3],
-                status=EntryStatus(row[4]),
-                statement=row[5],
-                created_at=datetime.fromisoformat(row[6]),
-                finished_at=datetime.fromisoformat(row[7]) if row[7] is not None else None,
-                rho=row[8] or 0.0,
-            )
-            for row in rows
-        ]
-
-    def _audit_write(self, records: list[StatementRecord]) -> None:
-        # Losing records to a machine crash loses no charge (a charge's record is written with it).
-        with self._write(durable=False) as conn:
-            for record in records:
-                if record.audit_id is None:
-                    record.audit_id = conn.execute(_AUDIT_INSERT, _audit_row(record)).lastrowid
-                else:
-                    # Only while its charge is finished: an abandoned record stays so.
-                    conn.execute(
-                        _AUDIT_FINISH + f" AND status != '{RUNNING}' AND status != '{ABANDONED}'",
-                        _audit_finish_row(record),
-                    )
-
-    def _audit_entries(
-        self,
-        analyst: str | None,
-        since: datetime | None,
-        until: datetime | None,
-        status: str | None,
-        limit: int,
-    ) -> list[AuditEntry]:
-        where, params = [], []
-        if analyst is not None:
-            where.append("analyst = ?")
-            params.append(analyst)
-        if since is not None:
-            where.append("at >= ?")
-            params.append(_stamp(since))
-        if until is not None:
-            where.append("at < ?")
-            params.append(_stamp(until))
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        clause = f"WHERE {' AND '.join(where)} " if where else ""
-        rows = self._read(
-            f"SELECT id, {', '.join(AUDIT_COLUMNS)} FROM {_SQLITE_AUDIT} {clause}"
-            "ORDER BY at DESC, id DESC LIMIT ?",
-            (*params, limit),
-        )
-        return [audit_entry(row, datetime.fromisoformat(row[1])) for row in rows]
-
-    def _prune_audit(self, before: datetime) -> int:
-        with self._write(durable=False) as conn:
-            return conn.execute(
-                f"DELETE FROM {_SQLITE_AUDIT} WHERE at < ? AND status != '{RUNNING}'", (_stamp(before),)
-            ).rowcount
-
-    def analysts(self) -> list[str]:
-        return [a for (a,) in self._read(f"SELECT DISTINCT analyst FROM {_SQLITE_TABLE} ORDER BY analyst")]
-
-    def close(self) -> None:
-        with self._mutex:
-            if self._conn is None:
-                return
-            try:
-                with self._write() as conn:
-                    conn.execute(_AUDIT_ABANDON, (self._owner,))
-                    conn.execute(
-                        f"UPDATE {_SQLITE_TABLE} SET status = 'abandoned', finished_at = ? "
-                        "WHERE status = 'reserved' AND owner = ?",
-                        (_now().isoformat(), self._owner),
-                    )
-            finally:
-                self._conn.close()
-                self._conn = None
-                if self._owner_locks is not None:
-                    self._owner_locks.give_up(self._owner, self._owner_file)
-                    self._owner_file = None
-
-    def __repr__(self) -> str:
-        return f"SQLiteLedger({self.path!r})"
+    def _add_rho_total(self, conn: sqlite3.Connection) -> None:
+        totals_columns = {row[1] for row in conn.execute(f"PRAGMA table_info({_SQLITE_TOTALS})")}
+        if "rho" not in totals_columns:
+            conn.execute(f"ALTER TABLE {_SQLITE_TOTALS} ADD COLUMN rho TEXT NOT NULL DEFAULT '0'")
