@@ -12,10 +12,11 @@ from dpproxy.privacy import (
 from dpproxy.release import (
     selectors,
 )
+from dpproxy.release.aggregates import fine_components
 from dpproxy.results import format_number
 from dpproxy.sql.bounds import component_bounds
 from dpproxy.sql.numbers import emit
-from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.query import FINE, PrivateQuery
 
 if TYPE_CHECKING:
     from dpproxy.engine.plan import Plan
@@ -86,16 +87,19 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             ),
         )
     else:
+        # Components noised on the fine grid (bounds chosen per query) are shown in their own grid's
+        # units, as they are released.
+        fine = fine_components(query)
         released = tuple(
             (
                 c.kind.value + (f"({c.argument.sql('postgres')})" if c.argument is not None else ""),
-                sensitivity,
+                sensitivity // FINE if i in fine else sensitivity,
                 groups,
-                spec.scale,
-                spec.error95(),
+                spec.scale / FINE if i in fine else spec.scale,
+                spec.error95() / FINE if i in fine else spec.error95(),
             )
-            for c, (sensitivity, groups), spec in zip(
-                query.components, component_bounds(query, -1, -1), plan.noise.columns, strict=True
+            for i, (c, (sensitivity, groups), spec) in enumerate(
+                zip(query.components, component_bounds(query, -1, -1), plan.noise.columns, strict=True)
             )
         )
     selection = None

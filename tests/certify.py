@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from dpproxy.engine import Plan
 from dpproxy.release import ExactGroups
+from dpproxy.release.aggregates import fine_components
+from dpproxy.sql.query import FINE
 
 # Runs one statement on D (without=None) or on D minus one person.
 Runner = Callable[[str, "int | None"], Sequence[tuple]]
@@ -13,6 +15,25 @@ Runner = Callable[[str, "int | None"], Sequence[tuple]]
 
 def measure(plan: Plan, run: Runner, without: int | None = None) -> ExactGroups:
     return plan.measure(*(run(sql, without) for sql in plan.statements))
+
+
+def at_ceilings(plan: Plan, measured: ExactGroups) -> ExactGroups:
+    """The true values as a test compares them with raw SQL: with bounds chosen per query, those at
+    the policy's ceilings (the last candidates) and each component on its own grid (the fine grid's
+    divided by FINE: an int when whole, else a float); with fixed limits, as measured."""
+    if measured.candidates is None:
+        return measured
+    query = plan.query
+    assert query.bounds is not None
+    resolved = measured.resolve(query, -1, -1 if query.bounds.groups else None)
+    fine = fine_components(query)
+
+    def own(value: int) -> int | float:
+        whole, part = divmod(value, FINE)
+        return whole if part == 0 else value / FINE
+
+    components = [[own(v) if i in fine else v for i, v in enumerate(row)] for row in resolved.components]
+    return ExactGroups(resolved.keys, components, resolved.units, resolved.histograms)  # type: ignore[arg-type]
 
 
 def by_key(m: ExactGroups) -> dict[tuple, tuple[list[int], int, list[list[int]]]]:
@@ -29,9 +50,9 @@ def certify(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
 
 
 def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
-    """With bounds chosen per query, every candidate's values (ExactGroups.candidates): a component at
-    candidate k moves by at most its sensitivity for min(k, row ceiling) rows in one group and for k
-    rows over all groups (L1); each count of persons per candidate (above, wider, persons) by at most
+    """With bounds chosen per query, every candidate's values (ExactGroups.candidates, on the fine
+    grid: FINE times the component's): a component at candidate k moves by at most FINE times its
+    sensitivity for min(k, row ceiling) rows in one group and for k rows over all groups (L1); each count of persons per candidate (above, wider, persons) by at most
     1 in all; the units counted at candidate g by at most 1 per group, in at most g groups; no person
     changes more groups than the group ceiling; the row pipeline as with fixed limits."""
     query = plan.query
@@ -77,7 +98,7 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
                     continue  # read from the units per candidate g, checked below
                 for j, k in enumerate(bounds.rows):
                     delta = abs(ca[i][j] - cb[i][j])
-                    per_group = component.sensitivity(min(k, bounds.row_cap))
+                    per_group = FINE * component.sensitivity(min(k, bounds.row_cap))  # the fine grid
                     assert delta <= per_group, (query.text, key, i, k, delta, per_group)
                     l1[i][j] += delta
                     moved = moved or delta > 0
@@ -100,7 +121,7 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
             if component.kind.row_pipeline or component.kind.name == "UNITS":
                 continue
             for j, k in enumerate(bounds.rows):
-                assert l1[i][j] <= component.sensitivity(k), (query.text, unit, i, k, l1[i][j])
+                assert l1[i][j] <= FINE * component.sensitivity(k), (query.text, unit, i, k, l1[i][j])
 
 
 def _candidates_by_key(

@@ -101,7 +101,7 @@ def estimate(
     note = None
     if agg.kind is AggregateKind.AVG and agg.interval is not None:
         # The ± of one group with `rows` rows and its mean mid-range, as the release computes it.
-        group_errors = [[average_error(agg, plan.noise, int(rows))]]
+        group_errors = [[average_error(agg, plan.noise, int(rows), fine_grid=plan.chooses_bounds)]]
         note = f"for a group of {max(int(rows), 1):,} rows (the ± of AVG shrinks as groups grow)"
     error = column_errors(query, plan.noise, group_errors)[0]
     return Estimate(

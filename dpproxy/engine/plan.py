@@ -25,9 +25,10 @@ from dpproxy.privacy import (
 )
 from dpproxy.privacy.bounds import BoundRequest
 from dpproxy.release import ExactGroups, exact_groups, selectors
+from dpproxy.release.aggregates import fine_components
 from dpproxy.results import ResultColumn
 from dpproxy.sql.bounds import choosing, component_bounds
-from dpproxy.sql.query import AggregateKind, PrivateQuery
+from dpproxy.sql.query import FINE, AggregateKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.rewrite.row_pipeline import RefinementStatement, refinement_statement
 
@@ -71,8 +72,12 @@ class Plan:
 
     @property
     def sensitivities(self) -> tuple[int, ...]:
-        """Each component's per-group sensitivity (with bounds chosen per query: at the ceilings)."""
-        return tuple(s for s, _ in component_bounds(self.query, -1, -1))
+        """Each component's per-group sensitivity in its own grid's units (with bounds chosen per
+        query: at the ceilings; their noise is planned on the fine grid, FINE times it)."""
+        fine = fine_components(self.query)
+        return tuple(
+            s // FINE if i in fine else s for i, (s, _) in enumerate(component_bounds(self.query, -1, -1))
+        )
 
     @property
     def chooses_bounds(self) -> bool:

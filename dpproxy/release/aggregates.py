@@ -56,8 +56,9 @@ from dpproxy.release.spans import (
     quotient,
     reach,
 )
+from dpproxy.sql.bounds import choosing
 from dpproxy.sql.postprocess.intervals import interval_slots
-from dpproxy.sql.query import Aggregate, AggregateKind, PrivateQuery
+from dpproxy.sql.query import FINE, Aggregate, AggregateKind, PrivateQuery
 from dpproxy.sql.types import PgType
 
 _T = TypeVar("_T")
@@ -193,8 +194,11 @@ def release_aggregates(
     noisy = add_noise(groups, noise)
     if not isinstance(noisy, np.ndarray):  # rows from elsewhere (tests record them): exact integers
         noisy = _integers([[int(v) for v in row] for row in noisy]).reshape(n, len(noise.columns))
+    fine = fine_components(query)
+    if fine:
+        noisy = _to_own_grid(noisy, fine)
     # Each component's ± at the level a figure derived from 1, 2 (AVG) or 3 (VAR) of them needs.
-    bounds = {k: _component_errors(noise, k) for k in {1, *(_parts(a) for a in query.aggregates)}}
+    bounds = {k: _component_errors(noise, k, fine) for k in {1, *(_parts(a) for a in query.aggregates)}}
     chosen_by = selectors(query).by_aggregate
     offsets = [
         _offsets(a) if a.kind.is_spread or a.kind is AggregateKind.AVG else None for a in query.aggregates
@@ -555,11 +559,45 @@ def _parts(aggregate: Aggregate) -> int:
     return 1
 
 
-def _component_errors(noise: QueryNoise, parts: int) -> list[float]:
+def _component_errors(noise: QueryNoise, parts: int, fine: frozenset[int] = frozenset()) -> list[float]:
     """Each component's ± (grid units) at level 1 − 5%/parts: the bounds a figure derived from
-    `parts` components combines, all holding together with probability >= 95% (union bound)."""
+    `parts` components combines, all holding together with probability >= 95% (union bound). A
+    component noised on the fine grid (`fine`) and then rounded to its own: ⌈e/FINE + 1/2⌉."""
     alpha = component_alpha(parts)
-    return [spec.error_at(alpha) for spec in noise.columns]
+    return [
+        float(math.ceil(spec.error_at(alpha) / FINE + 0.5)) if c in fine else spec.error_at(alpha)
+        for c, spec in enumerate(noise.columns)
+    ]
+
+
+def fine_components(query: PrivateQuery) -> frozenset[int]:
+    """The components a query's main statement computes on the fine grid (bounds chosen per query:
+    dpproxy.sql.query.FINE), whose noisy values are brought back to their own grid before use."""
+    if not choosing(query):
+        return frozenset()
+    assert query.bounds is not None
+    return frozenset(i for i, c in enumerate(query.components) if query.bounds.scaled(c))
+
+
+def _to_own_grid(noisy: np.ndarray, fine: frozenset[int]) -> np.ndarray:
+    """The fine components' noisy values divided by FINE, rounded half to even, exactly (int64 or
+    Python ints alike): post-processing of noisy values."""
+    out = noisy.copy()
+    for c in fine:
+        if noisy.dtype == object:  # Python ints beyond int64's safe range
+            out[:, c] = [_half_even_quotient(int(v)) for v in noisy[:, c]]
+            continue
+        quotient, remainder = np.divmod(noisy[:, c], FINE)
+        twice = 2 * remainder
+        up = (twice > FINE) | ((twice == FINE) & (quotient % 2 == 1))
+        out[:, c] = quotient + up
+    return out
+
+
+def _half_even_quotient(value: int) -> int:
+    quotient, remainder = divmod(value, FINE)
+    twice = 2 * remainder
+    return quotient + (twice > FINE or (twice == FINE and quotient % 2 == 1))
 
 
 def _column_error(
@@ -693,13 +731,16 @@ def _offsets(aggregate: Aggregate) -> Span:
     return Span(Decimal(lo - aggregate.centre), Decimal(hi - aggregate.centre))
 
 
-def average_error(aggregate: Aggregate, noise: QueryNoise, count: int) -> float | None:
+def average_error(
+    aggregate: Aggregate, noise: QueryNoise, count: int, *, fine_grid: bool = False
+) -> float | None:
     """The ± at 95% AVG would be released with for a group whose noisy count is `count` and whose
     noisy sum puts its mean at the middle of the column's range (the console's accuracy planner:
     AVG's ± depends on the group's count)."""
     noisy = [0] * len(noise.columns)
     noisy[aggregate.components[1]] = max(count, 1)
-    _, error = _average(aggregate, _offsets(aggregate), noisy, _component_errors(noise, 2))
+    fine = frozenset(aggregate.components) if fine_grid else frozenset()
+    _, error = _average(aggregate, _offsets(aggregate), noisy, _component_errors(noise, 2, fine))
     return error
 
 
@@ -709,7 +750,7 @@ def column_errors(
     """The notice's 95% figure of each aggregate, as `release_aggregates` gives it, from the groups'
     own errors (`group_errors`, [group][aggregate]: or, for an answer released in batches, each
     batch's largest, which gives the same largest)."""
-    errors95 = _component_errors(noise, 1)
+    errors95 = _component_errors(noise, 1, fine_components(query))
     chosen_by = selectors(query).by_aggregate
     return [
         _column_error(

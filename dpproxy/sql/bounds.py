@@ -98,6 +98,6 @@ def component_bounds(query: PrivateQuery, rows: int, groups: int) -> list[tuple[
             found.append((component.sensitivity(bounds.row_cap), query.max_groups))
         elif component.kind is ComponentKind.UNITS:
             found.append((1, g))
-        else:
+        else:  # on the fine grid (dpproxy.sql.query.FINE)
             found.append(bounds.component_bound(component, k))
     return found

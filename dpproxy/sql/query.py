@@ -244,6 +244,14 @@ class PostProcessing:
     offset: int
 
 
+# With bounds chosen per query, the scaled components (rows, values, sums) are computed on a grid this
+# many times finer (ContributionBounds): scaling a person's contribution by k/n truncates on that grid,
+# so a small count loses at most 1/FINE of a row per person and group, not a whole row (which would
+# bias an average's count against its sum). The noise is added on the fine grid, and the noisy value
+# brought back to the component's own grid after (dpproxy.release.aggregates).
+FINE = 1000
+
+
 @dataclass(frozen=True)
 class ContributionBounds:
     """The contribution bounds a query chooses from, within its tables' ceilings (docs/privacy.md §3,
@@ -268,11 +276,18 @@ class ContributionBounds:
         return len(self.groups) > 1
 
     def component_bound(self, component: Component, k: int) -> tuple[int, int]:
-        """(per-group sensitivity, groups) for the noise of a component at candidate k: one person
-        adds at most min(k, row_cap) rows' worth to one group and k rows' worth in all, which the
-        planner's L1 (groups × sensitivity) and L2 (√groups × sensitivity) bound from above."""
+        """(per-group sensitivity, groups) for the noise of a scaled component at candidate k, on the
+        fine grid (FINE): one person adds at most min(k, row_cap) rows' worth to one group and k
+        rows' worth in all, which the planner's L1 (groups × sensitivity) and L2 (√groups ×
+        sensitivity) bound from above."""
         per_group = min(k, self.row_cap)
-        return component.sensitivity(per_group), -(-k // per_group)
+        return FINE * component.sensitivity(per_group), -(-k // per_group)
+
+    @staticmethod
+    def scaled(component: Component) -> bool:
+        """Whether a component is scaled per person (and so on the fine grid): not a count of units,
+        not the row pipeline's."""
+        return not component.kind.row_pipeline and component.kind is not ComponentKind.UNITS
 
 
 @dataclass(frozen=True)

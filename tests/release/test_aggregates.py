@@ -33,6 +33,7 @@ tables:
     privacy_unit: pid
     max_rows_per_unit: 1
     max_groups_per_unit: 1
+    contribution_bounds: fixed  # components are handed to the release as the fixed limits give them
     columns:
       pid: {type: integer, summable: false}
       y: {type: numeric, lower: -20.5, upper: 100, scale: 2}

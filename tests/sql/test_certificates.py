@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
-from dpproxy.sql.query import ComponentKind
+from dpproxy.sql.query import FINE, ComponentKind
 from tests.certify import by_key
 from tests.certify import certify as check
 
@@ -238,8 +238,14 @@ def clip(value, bounds):
 def test_components_are_the_clipped_aggregates_when_nothing_is_dropped(
     loader: Loader, people: list[list[tuple]]
 ) -> None:
-    """With limits that keep every row and group, the rewrite computes exactly COUNT/SUM of clipped values."""
-    engine = Engine(parse_policy(policy_text(rows=9, groups=4)), None, dialect=loader.kind)
+    """With limits that keep every row and group, the rewrite computes exactly COUNT/SUM of clipped
+    values (with bounds chosen per query, at the ceilings, on the fine grid)."""
+    for bounds in ("fixed", None):
+        _clipped_aggregates(loader, people, bounds)
+
+
+def _clipped_aggregates(loader: Loader, people: list[list[tuple]], bounds: str | None) -> None:
+    engine = Engine(parse_policy(policy_text(rows=9, groups=4, bounds=bounds)), None, dialect=loader.kind)
     loader.load(flatten(people))
     plan = engine.plan(
         "SELECT grp, COUNT(*), COUNT(x), SUM(x), SUM(y), COUNT(DISTINCT pid) FROM t GROUP BY grp", salt="s"
@@ -263,9 +269,10 @@ def test_components_are_the_clipped_aggregates_when_nothing_is_dropped(
         ComponentKind.UNITS,
     ]
     assert set(got) == set(expected)
+    fine = 1 if bounds == "fixed" else FINE
     for key, values in expected.items():
         components, unit_count = got[key]
-        assert components == [*values, len(units[key])]
+        assert components == [*(fine * v for v in values), len(units[key])]
         assert unit_count == len(units[key])
 
 
@@ -313,8 +320,9 @@ def test_rows_without_a_person_are_left_out(loader: Loader, fixed: bool) -> None
     plan = engine.plan_private(engine.analyze("SELECT grp, COUNT(*), SUM(x) FROM t GROUP BY grp"), 1.0, salt="s")
     measured = plan.measure(*(loader.run(sql) for sql in plan.statements))
     groups = measured.resolve(plan.query, -1, None) if measured.candidates is not None else measured
+    fine = FINE if measured.candidates is not None else 1  # chosen bounds: the fine grid
     assert {key: values[:2] for key, values in zip(groups.keys, groups.components, strict=True)} == {
-        ("a",): [1, 1],
-        ("b",): [1, 4],
+        ("a",): [fine, fine],
+        ("b",): [fine, 4 * fine],
     }
     assert "IS NULL" in plan.statements[0]

@@ -30,7 +30,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpproxy.sql.numbers import bigint_quotient
-from dpproxy.sql.query import ComponentKind
+from dpproxy.sql.query import FINE, ComponentKind
 from dpproxy.sql.rewrite.bound_rows import _hash_order, _window, keep_first
 from dpproxy.sql.rewrite.state import (
     GROUP_RANK,
@@ -107,26 +107,22 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             copy=False,
         ).from_(state.current, copy=False)
     parts: list[exp.Expression] = ["*"]  # type: ignore[list-item]
+    fine = exp.Literal.number(FINE)
     for i, source in scaled_sources(ctx):
-        magnitude = col(source)
+        magnitude: exp.Expression = col(source)
         if not _never_negative(ctx, i):
             magnitude = exp.Abs(this=col(source))
+            negative = exp.LT(this=col(source), expression=exp.Literal.number(0))
             sign = exp.Case(
-                ifs=[
-                    exp.If(
-                        this=exp.LT(this=col(source), expression=exp.Literal.number(0)),
-                        true=exp.Literal.number(-1),
-                    )
-                ],
-                default=exp.Literal.number(1),
+                ifs=[exp.If(this=negative, true=exp.Literal.number(-1))], default=exp.Literal.number(1)
             )
             parts.append(exp.alias_(sign, sign_column(i), quoted=True))
-        parts.append(exp.alias_(bigint_quotient(magnitude, col(TOTAL)), quotient_column(i), quoted=True))
-        parts.append(
-            exp.alias_(
-                exp.Mod(this=magnitude.copy(), expression=col(TOTAL)), remainder_column(i), quoted=True
-            )
-        )
+        # On the fine grid: |value|·FINE stays below 2^62 (values below 2^52, dpproxy.sql.aggregates).
+        fine_magnitude = exp.Mul(this=magnitude, expression=fine.copy())
+        quotient = bigint_quotient(fine_magnitude, col(TOTAL))
+        parts.append(exp.alias_(quotient, quotient_column(i), quoted=True))
+        remainder = exp.Mod(this=fine_magnitude.copy(), expression=col(TOTAL))
+        parts.append(exp.alias_(remainder, remainder_column(i), quoted=True))
     select = exp.select(*parts, copy=False).from_(ranked.subquery("ranked", copy=False), copy=False)
     cap = query.bounds.group_cap
     if ctx.keys and query.bounds_groups:

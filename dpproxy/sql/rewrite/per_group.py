@@ -26,7 +26,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpproxy.sql.numbers import bigint_quotient, summable_integer
-from dpproxy.sql.query import ComponentKind
+from dpproxy.sql.query import FINE, ComponentKind
 from dpproxy.sql.rewrite.bound_groups import scaled_sources
 from dpproxy.sql.rewrite.state import (
     GROUP_RANK,
@@ -102,7 +102,8 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
                 value = exp.Literal.number(0)
             else:
                 limit = exp.Literal.number(k)
-                # trunc(value·k/total) = (|v| div total)·k + ((|v| mod total)·k) div total, signed.
+                # On the fine grid: trunc(value·FINE·k/total) = (|v|·FINE div total)·k +
+                # ((|v|·FINE mod total)·k) div total, signed; value·FINE below k of it.
                 magnitude = exp.Add(
                     this=exp.Mul(this=col(quotient_column(i)), expression=limit),
                     expression=bigint_quotient(
@@ -113,7 +114,8 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
                 if component.contribution_range(1)[0] < 0:
                     scaled_value = exp.Mul(this=col(sign_column(i)), expression=scaled_value)
                 over = exp.GT(this=col(TOTAL), expression=limit.copy())
-                weighted = exp.Case(ifs=[exp.If(this=over, true=scaled_value)], default=col(scaled_from[i]))
+                unscaled = exp.Mul(this=col(scaled_from[i]), expression=exp.Literal.number(FINE))
+                weighted = exp.Case(ifs=[exp.If(this=over, true=scaled_value)], default=unscaled)
                 value = _zero_if_empty(exp.Sum(this=summable_integer(weighted)))
             projections.append(exp.alias_(value, candidate_column(i, j), quoted=True))
     for j, k in enumerate(bounds.rows):

@@ -9,7 +9,7 @@ SELECT
             "__m0" * 1 / "__total"
           )
         )
-        ELSE "__rows"
+        ELSE "__rows" * 1000
       END
     ),
     0
@@ -23,7 +23,7 @@ SELECT
             "__m0" * 2 / "__total"
           )
         )
-        ELSE "__rows"
+        ELSE "__rows" * 1000
       END
     ),
     0
@@ -37,7 +37,7 @@ SELECT
             "__m0" * 4 / "__total"
           )
         )
-        ELSE "__rows"
+        ELSE "__rows" * 1000
       END
     ),
     0
@@ -51,7 +51,7 @@ SELECT
             "__m1" * 1 / "__total"
           )
         )
-        ELSE "__c1"
+        ELSE "__c1" * 1000
       END
     ),
     0
@@ -65,7 +65,7 @@ SELECT
             "__m1" * 2 / "__total"
           )
         )
-        ELSE "__c1"
+        ELSE "__c1" * 1000
       END
     ),
     0
@@ -79,7 +79,7 @@ SELECT
             "__m1" * 4 / "__total"
           )
         )
-        ELSE "__c1"
+        ELSE "__c1" * 1000
       END
     ),
     0
@@ -93,7 +93,7 @@ SELECT
             "__m2" * 1 / "__total"
           )
         )
-        ELSE "__c2"
+        ELSE "__c2" * 1000
       END
     ),
     0
@@ -107,7 +107,7 @@ SELECT
             "__m2" * 2 / "__total"
           )
         )
-        ELSE "__c2"
+        ELSE "__c2" * 1000
       END
     ),
     0
@@ -121,7 +121,7 @@ SELECT
             "__m2" * 4 / "__total"
           )
         )
-        ELSE "__c2"
+        ELSE "__c2" * 1000
       END
     ),
     0
@@ -135,7 +135,7 @@ SELECT
             "__m3" * 1 / "__total"
           )
         )
-        ELSE "__c3"
+        ELSE "__c3" * 1000
       END
     ),
     0
@@ -149,7 +149,7 @@ SELECT
             "__m3" * 2 / "__total"
           )
         )
-        ELSE "__c3"
+        ELSE "__c3" * 1000
       END
     ),
     0
@@ -163,7 +163,7 @@ SELECT
             "__m3" * 4 / "__total"
           )
         )
-        ELSE "__c3"
+        ELSE "__c3" * 1000
       END
     ),
     0
@@ -177,7 +177,7 @@ SELECT
             "__m4" * 1 / "__total"
           )
         )
-        ELSE "__c4"
+        ELSE "__c4" * 1000
       END
     ),
     0
@@ -191,7 +191,7 @@ SELECT
             "__m4" * 2 / "__total"
           )
         )
-        ELSE "__c4"
+        ELSE "__c4" * 1000
       END
     ),
     0
@@ -205,7 +205,7 @@ SELECT
             "__m4" * 4 / "__total"
           )
         )
-        ELSE "__c4"
+        ELSE "__c4" * 1000
       END
     ),
     0

@@ -9,7 +9,7 @@ SELECT
             "__m0" * 1 / "__total"
           )
         )
-        ELSE "__rows"
+        ELSE "__rows" * 1000
       END
     ),
     0
@@ -23,7 +23,7 @@ SELECT
             "__m0" * 2 / "__total"
           )
         )
-        ELSE "__rows"
+        ELSE "__rows" * 1000
       END
     ),
     0
@@ -37,7 +37,7 @@ SELECT
             "__m0" * 4 / "__total"
           )
         )
-        ELSE "__rows"
+        ELSE "__rows" * 1000
       END
     ),
     0
