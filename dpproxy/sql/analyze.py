@@ -30,6 +30,7 @@ from dpproxy.sql.public import check_public_sql, exposed_table
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, OutputColumn, PostProcessing, PublicQuery
 from dpproxy.sql.relation import SchemaFacts
 from dpproxy.sql.select_list import limit_of, output_name
+from dpproxy.sql.stars import expand_subquery_stars
 from dpproxy.sql.statement import bind_parameters, infer_parameter_types, parameter_count, parse_statement
 from dpproxy.sql.subqueries import Inlined, PublicRunner, expression_subqueries, inline_public_subqueries
 from dpproxy.sql.types import SQLGLOT_SCHEMA_TYPE, PgType, from_column_type, from_sqlglot
@@ -57,6 +58,7 @@ def answer_subqueries(
     expanded first, so a subquery may read one. Qualified names are resolved first (`qualify_names`;
     `database` is the served database's name, when known)."""
     tree = fold_constant_calls(qualify_names(tree, policy, database))
+    tree = expand_subquery_stars(tree, policy, public_columns or {}, database)
     if not expression_subqueries(tree):
         return Inlined(tree, 0, False)
     return inline_public_subqueries(

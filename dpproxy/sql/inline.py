@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpproxy.errors import NotSupported, UndefinedTable
+from dpproxy.errors import NotSupported, UndefinedColumn, UndefinedTable
 
 
 class _FreshNames:
@@ -244,7 +244,10 @@ def _flatten(
             if qualifier == alias.lower() or (qualifier is None and alone):
                 name = node.name.lower()
                 if name not in projections:
-                    raise NotSupported(f'subquery {alias} has no column "{node.name}"')
+                    raise UndefinedColumn(
+                        f'subquery {alias} has no column "{node.name}"',
+                        hint=f"its columns: {', '.join(projections)}",
+                    )
                 return exp.Paren(this=projections[name].copy())
         return node
 
