@@ -168,7 +168,7 @@ class PublicKeys:
         values = _fetched(rows, key_type)
         if values is None or not values or len(values) > MAX_KEY_VALUES:
             why = (
-                "values of another type"
+                "a value that is not one of the key's type"
                 if values is None
                 else f"more than {MAX_KEY_VALUES:,} distinct values"
                 if values
@@ -195,7 +195,7 @@ class PublicKeys:
             scope = RowScope(sources[: index + 1], "JOIN")
             for left, right in _equalities(join, sources[: index + 1], scope):
                 for mine, other in ((left, right), (right, left)):
-                    if mine != (source, column):
+                    if mine[0] is not source or mine[1] is not column:
                         continue
                     partner, partner_column = other
                     if not partner.public or partner.policy is None:

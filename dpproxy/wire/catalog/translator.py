@@ -205,6 +205,13 @@ def _pg_format(template: str, args: list[exp.Expression]) -> exp.Expression:
     return exp.Anonymous(this="concat", expressions=parts or [exp.Literal.string("")])
 
 
+# `'text'::regclass` or `name.name::regclass`: a string or a dotted name, each read once (possessive,
+# and a name only from its first character), so that a long one costs linear time, not quadratic.
+_REG_CAST = re.compile(
+    r"('(?:[^']|'')*+'|(?<![\w.])[\w.]++)\s*::\s*(regclass|regtype|regnamespace|regrole|regproc)\b",
+    re.IGNORECASE,
+)
+
 # SQL keywords sqlglot reads as functions of its own: the shadow's macros answer them.
 _SESSION_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.CurrentCatalog: "current_database",
@@ -257,12 +264,7 @@ class Translator:
 
     def untyped(self, normalised: str) -> Translation:
         """SQL sqlglot cannot parse: DuckDB runs the normalised text, and types its results."""
-        text = re.sub(
-            r"('(?:[^']|'')*'|\b[\w.]+)\s*::\s*(regclass|regtype|regnamespace|regrole|regproc)\b",
-            lambda m: f"__to_{m.group(2).lower()}({m.group(1)})",
-            normalised,
-            flags=re.IGNORECASE,
-        )
+        text = _REG_CAST.sub(lambda m: f"__to_{m.group(2).lower()}({m.group(1)})", normalised)
         text = re.sub(r"::\s*__pg_oid\s*\[\s*\]", "::UINTEGER[]", text)
         text = re.sub(r"::\s*oid\b", "::UINTEGER", text, flags=re.IGNORECASE)
         count = parameter_count(text)
