@@ -583,7 +583,8 @@ _NULL_CELL = b"\xff\xff\xff\xff"
 class DataRow(BackendMessage):
     cells: Sequence[bytes | None]  # each column's bytes, already encoded; None for NULL
 
-    def encode(self) -> bytes:
+    def body(self) -> bytes:
+        """The field count, then each cell's length (-1 for NULL) and bytes: also a binary COPY tuple."""
         parts = [struct.pack("!h", len(self.cells))]
         for cell in self.cells:
             if cell is None:
@@ -591,7 +592,10 @@ class DataRow(BackendMessage):
             else:
                 parts.append(_PACK_I(len(cell)))
                 parts.append(cell)
-        body = b"".join(parts)
+        return b"".join(parts)
+
+    def encode(self) -> bytes:
+        body = self.body()
         return b"D" + _PACK_I(len(body) + 4) + body
 
 
@@ -641,17 +645,21 @@ class PortalSuspended(BackendMessage):
 
 @dataclass(frozen=True, slots=True)
 class CopyOutResponse(BackendMessage):
-    """The start of COPY … TO STDOUT: overall format 0 (text, which CSV is too), one code per column."""
+    """The start of COPY … TO STDOUT: the overall format, 0 (text, which CSV is too) or 1 (binary), then
+    the column count and one format code per column, all the overall one (as PostgreSQL sends them)."""
 
     columns: int
+    format: int = 0
 
     def encode(self) -> bytes:
-        return _frame(b"H", struct.pack(f"!bh{self.columns}h", 0, self.columns, *([0] * self.columns)))
+        codes = [self.format] * self.columns
+        return _frame(b"H", struct.pack(f"!bh{self.columns}h", self.format, self.columns, *codes))
 
 
 @dataclass(frozen=True, slots=True)
 class CopyOutData(BackendMessage):
-    """One CopyData message of COPY … TO STDOUT: a row (or the header line), newline included."""
+    """One CopyData message of COPY … TO STDOUT: a row (or the header line), newline included; in
+    binary, a tuple (the first one after the file header, the trailer alone)."""
 
     data: bytes
 

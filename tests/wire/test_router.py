@@ -249,6 +249,12 @@ def test_copy_routes_its_query_with_its_options() -> None:
     table = routed('COPY public.patients (age, "sex") TO STDOUT')
     assert table.inner is not None and table.inner.sql == "SELECT age, sex FROM public.patients"
     assert table.copy == CopyOptions()  # text: tab, \N, no header
+    # Binary, in the three spellings PostgreSQL accepts; COPY BINARY is the table form's.
+    for sql in ("COPY (SELECT 1) TO STDOUT (FORMAT 'binary')", "COPY (SELECT 1) TO STDOUT WITH BINARY"):
+        assert routed(sql).copy == CopyOptions(format="binary")
+    table = routed("COPY BINARY zip_info (zip) TO STDOUT")
+    assert table.copy == CopyOptions(format="binary")
+    assert table.inner is not None and table.inner.sql == "SELECT zip FROM zip_info"
 
 
 def test_prepare_and_execute_route() -> None:
@@ -280,8 +286,9 @@ REJECTED = [
     ("COPY patients FROM STDIN", "42501", "read-only"),
     ("COPY (SELECT 1) TO '/tmp/out.csv'", "42501", "file"),
     ("COPY (SELECT 1) TO PROGRAM 'cat'", "42501", "program"),
-    ("COPY (SELECT 1) TO STDOUT (FORMAT binary)", "0A000", "BINARY"),
-    ("COPY BINARY patients TO STDOUT", "0A000", "BINARY"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT binary, HEADER)", "0A000", "HEADER in BINARY mode"),
+    ("COPY (SELECT 1) TO STDOUT (FORMAT binary, DELIMITER ',')", "42601", "DELIMITER in BINARY mode"),
+    ("COPY BINARY patients TO STDOUT (FORMAT binary)", "42601", "redundant"),
     ("COPY (SELECT 1) TO STDOUT (FORMAT xml)", "42601", "xml"),
     ("COPY (SELECT 1) TO STDOUT (FORCE_NULL (a))", "0A000", "COPY TO"),
     ("COPY (SELECT 1) TO STDOUT (DELIMITER ',,')", "22023", "one-byte"),

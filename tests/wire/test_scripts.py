@@ -143,7 +143,7 @@ def test_copy_in_the_extended_protocol(duck_proxy: Proxy) -> None:
         ("COPY patients FROM STDIN", "42501", "COPY (SELECT …) TO STDOUT"),
         ("COPY (SELECT COUNT(*) FROM patients) TO '/tmp/out.csv'", "42501", "\\copy"),
         ("COPY (SELECT COUNT(*) FROM patients) TO PROGRAM 'cat'", "42501", "\\copy"),
-        ("COPY (SELECT 1) TO STDOUT (FORMAT binary)", "0A000", "FORMAT csv"),
+        ("COPY (SELECT 1) TO STDOUT (FORMAT xml)", "42601", "FORMAT binary"),
         ("COPY (SELECT 1) TO STDOUT (FORMAT text, QUOTE '\"')", "0A000", "FORMAT csv"),
         ("COPY (SELECT 1) TO STDOUT (FREEZE)", "0A000", "FORMAT"),
         ("COPY (SELECT 1) TO STDOUT (COLOUR red)", "42601", "DELIMITER"),

@@ -602,10 +602,9 @@ class _Router(TokenReader):
         if (held := self.holder(Kind.COPY, "COPY")) is not None:
             return held
         self.expect("copy")
-        if self.accept("binary"):
-            raise NotSupported(_COPY_BINARY, hint=_COPY_FORMATS)
+        binary = self.accept("binary")  # COPY BINARY table TO …, the pre-7.3 spelling of FORMAT binary
         token = self.peek()
-        if token is not None and token.kind is TokenKind.OP and token.text == "(":
+        if not binary and token is not None and token.kind is TokenKind.OP and token.text == "(":
             inner_sql = self._parenthesized_text()
             inner = self.inner(inner_sql)
             if inner.kind not in (Kind.ENGINE, Kind.CATALOG):
@@ -627,7 +626,7 @@ class _Router(TokenReader):
                 hint="COPY … TO STDOUT sends the rows to you; psql's \\copy … TO 'file' writes your file",
             )
         self.expect("stdout")
-        options = self._copy_options()
+        options = self._copy_options({"format": "binary"} if binary else {})
         return Statement(Kind.COPY, self.sql, "COPY", "copy", inner=inner, copy=options)
 
     def _parenthesized_text(self) -> str:
@@ -670,8 +669,7 @@ class _Router(TokenReader):
             return True
         return False
 
-    def _copy_options(self) -> CopyOptions:
-        given: dict[str, object] = {}
+    def _copy_options(self, given: dict[str, object]) -> CopyOptions:
 
         def put(name: str, value: object) -> None:
             if name in given:
@@ -891,8 +889,8 @@ class _Router(TokenReader):
 # -- COPY's options --------------------------------------------------------------------------------
 
 STRING = TokenKind.STRING
-_COPY_BINARY = "COPY … BINARY is not supported by dpproxy"
-_COPY_FORMATS = "use FORMAT text (the default) or FORMAT csv"
+_COPY_FORMATS = "use FORMAT text (the default), FORMAT csv or FORMAT binary"
+_COPY_BINARY = "FORMAT binary writes typed values with their lengths: leave out DELIMITER, NULL and HEADER"
 _COPY_OPTIONS = "COPY … TO STDOUT takes FORMAT, DELIMITER, NULL, HEADER, QUOTE, ESCAPE, FORCE_QUOTE, ENCODING"
 _COPY_TO_OPTIONS = ("format", "delimiter", "null", "header", "quote", "escape", "force_quote", "encoding")
 _COPY_FROM_ONLY = {"force_not_null", "force_null", "freeze", "default", "on_error"}
@@ -928,11 +926,15 @@ def _copy_options(given: dict[str, object]) -> CopyOptions:
         if name not in _COPY_TO_OPTIONS:
             raise SyntaxProblem(f'option "{name}" not recognized', hint=_COPY_OPTIONS)
     fmt = str(given.get("format", "text")).lower()
-    if fmt == "binary":
-        raise NotSupported(_COPY_BINARY, hint=_COPY_FORMATS)
-    if fmt not in ("text", "csv"):
+    if fmt not in ("text", "csv", "binary"):
         raise SyntaxProblem(f'COPY format "{fmt}" not recognized', hint=_COPY_FORMATS)
     csv = fmt == "csv"
+    if fmt == "binary":  # PostgreSQL's checks, in its order: each option is a text/CSV layout's
+        for option in ("delimiter", "null"):
+            if option in given:
+                raise SyntaxProblem(f"cannot specify {option.upper()} in BINARY mode", hint=_COPY_BINARY)
+        if "header" in given and _copy_boolean("header", given["header"]):
+            raise NotSupported("cannot specify HEADER in BINARY mode", hint=_COPY_BINARY)
     if "encoding" in given:
         encoding = "".join(c for c in str(given["encoding"]).lower() if c.isalnum())
         if encoding not in ("utf8", "unicode", "sqlascii"):

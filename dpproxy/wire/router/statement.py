@@ -21,7 +21,7 @@ class Kind(StrEnum):
     EXPLAIN = "explain"
     CATALOG = "catalog"
     ENGINE = "engine"
-    COPY = "copy"  # COPY (query) TO STDOUT: the inner query's rows in COPY's text or CSV format
+    COPY = "copy"  # COPY (query) TO STDOUT: the inner query's rows in COPY's text, CSV or binary format
     PREPARED = "prepared"  # SQL-level PREPARE and EXECUTE (DEALLOCATE is a SESSION command)
 
 
@@ -44,7 +44,7 @@ class SettingCall:
 class CopyOptions:
     """The options of COPY … TO STDOUT, checked and defaulted as PostgreSQL does for its format."""
 
-    format: str = "text"  # "text" | "csv"
+    format: str = "text"  # "text" | "csv" | "binary" (which takes none of the options below)
     delimiter: str = "\t"
     null: str = "\\N"
     header: bool = False

@@ -1,18 +1,32 @@
-"""COPY … TO STDOUT's output: released rows written as PostgreSQL's COPY writes them, text or CSV.
+"""COPY … TO STDOUT's output: released rows written as PostgreSQL's COPY writes them, in text, CSV
+or binary.
 
-Each row becomes one CopyData payload (newline included), values in the session's text output
-format, escaped as PostgreSQL's CopyAttributeOutText / CopyAttributeOutCSV escape them; HEADER adds
-the column names as the first line. The rows are those the statement already released (a private
-query's noisy answer): this module only formats them. It never runs SQL or touches a socket.
+Text and CSV: each row becomes one CopyData payload (newline included), values in the session's
+text output format, escaped as PostgreSQL's CopyAttributeOutText / CopyAttributeOutCSV escape them;
+HEADER adds the column names as the first line. Binary: PostgreSQL's file format (signature, flags,
+header extension length), then each row as a tuple — a field count, and per field its length (-1 for
+NULL) and its value in the binary format binary DataRows carry, by the same encoders, since a tuple
+is a DataRow's body — and the trailer (-1). The payloads are split as PostgreSQL's CopyTo splits
+them: the header goes with the first tuple, the trailer alone (with the header when there is no row).
+
+The rows are those the statement already released (a private query's noisy answer): this module
+only formats them. It never runs SQL or touches a socket.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from dpproxy.errors import UndefinedColumn
+from dpproxy.wire.codec import DataRow
 from dpproxy.wire.router.statement import CopyOptions
 from dpproxy.wire.types import TextFormat, WireColumn, encoder
+
+# The binary file format's header: the signature, flags (no OIDs) and the header extension's
+# length (none); and its trailer, a field count of -1.
+BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+BINARY_TRAILER = struct.pack("!h", -1)
 
 # CopyAttributeOutText's escapes: control characters by name, and the backslash itself.
 _TEXT_ESCAPES = {
@@ -62,6 +76,8 @@ def copy_lines(
     text_format: TextFormat,
 ) -> list[bytes]:
     """The CopyData payloads of COPY … TO STDOUT: the header line if asked for, then one per row."""
+    if options.format == "binary":
+        return _binary_payloads(columns, rows, text_format)
     names = [c.name for c in columns]
     unknown = [n for n in options.force_quote if n not in names]
     if unknown:
@@ -93,3 +109,16 @@ def copy_lines(
                 fields.append(field(encode(value).decode(), i))
         lines.append((options.delimiter.join(fields) + "\n").encode())
     return lines
+
+
+def _binary_payloads(
+    columns: Sequence[WireColumn], rows: Sequence[Sequence[object]], text_format: TextFormat
+) -> list[bytes]:
+    encoders = [encoder(c.type_oid, 1, text_format) for c in columns]
+    tuples = [
+        DataRow([None if v is None else encode(v) for encode, v in zip(encoders, row, strict=True)]).body()
+        for row in rows
+    ]
+    if not tuples:
+        return [BINARY_HEADER + BINARY_TRAILER]
+    return [BINARY_HEADER + tuples[0], *tuples[1:], BINARY_TRAILER]

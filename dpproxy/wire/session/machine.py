@@ -530,7 +530,7 @@ class Session(SessionCommands, PortalCommands):
     def _append_copy(self, outcome: Outcome, out: list[BackendMessage]) -> None:
         """COPY … TO STDOUT: CopyOutResponse, one CopyData per line, CopyDone, then "COPY n"."""
         assert outcome.copy is not None
-        out.append(codec.CopyOutResponse(outcome.copy_width))
+        out.append(codec.CopyOutResponse(outcome.copy_width, outcome.copy_format))
         out.extend(codec.CopyOutData(line) for line in outcome.copy)
         out.append(codec.CopyOutDone())
         out.append(CommandComplete(self._tag(outcome, len(outcome.rows))))

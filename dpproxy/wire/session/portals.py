@@ -160,7 +160,14 @@ class PortalCommands:
         columns = outcome.columns or ()
         lines = copy_lines(columns, outcome.rows, options, self._current_text_format())
         return Outcome(
-            "COPY", None, outcome.rows, outcome.notices, counted=True, copy=lines, copy_width=len(columns)
+            "COPY",
+            None,
+            outcome.rows,
+            outcome.notices,
+            counted=True,
+            copy=lines,
+            copy_width=len(columns),
+            copy_format=1 if options.format == "binary" else 0,
         )
 
     async def _prepared_command(self, statement: Statement, parameters: Sequence[object]) -> Outcome:

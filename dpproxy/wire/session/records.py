@@ -41,8 +41,9 @@ class Outcome:
     empty: bool = False  # an empty query string: EmptyQueryResponse
     formats: tuple[int, ...] = ()  # result formats chosen by the statement itself (BINARY cursors)
     counted: bool = False  # tag takes the row count ("SELECT n", "FETCH n")
-    copy: list[bytes] | None = None  # COPY … TO STDOUT: CopyData payloads (header line, then rows)
+    copy: list[bytes] | None = None  # COPY … TO STDOUT: CopyData payloads (copyout.py: header, rows…)
     copy_width: int = 0  # COPY: the number of columns CopyOutResponse announces
+    copy_format: int = 0  # COPY: the format CopyOutResponse announces, 0 text (and CSV) or 1 binary
     # A private answer released in batches (rows stays empty): the session sends each batch as it
     # comes, then the notice and "SELECT n"; `cancel` interrupts it until it is sent.
     stream: ResultStream | None = None
