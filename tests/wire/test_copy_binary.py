@@ -309,3 +309,7 @@ def test_arrow_tools_read_public_and_private_answers(proxy: Proxy, tool: str) ->
     ]
     assert sum(private["n"]) == pytest.approx(3000, abs=300)  # type: ignore[arg-type]
     assert all(isinstance(Decimal(str(v)), Decimal) for v in private["total"] + private["mean_age"])
+    # Raw rows of a protected table are refused, the tool's error carrying dpproxy's message.
+    with pytest.raises(Exception, match="raw rows of the protected table"):
+        _read(tool, "SELECT age, sex FROM patients", _uri(proxy))
+    assert proxy.spent() == pytest.approx(before + 0.5)
