@@ -560,9 +560,11 @@ def test_open_catalog_shows_the_engine_policy(demo_duckdb: Path) -> None:
             shadow.close()
     finally:
         engine.close()
-    # The demo policy's tables and column types; zip_info's columns come from the data.
+    # The demo policy's tables and column types; zip_info's columns come from the data, and so do
+    # the modifiers: the demo's DECIMAL(12,2) and DECIMAL(10,2) columns show as PostgreSQL's numeric(p,s).
+    declared = {("patients", "income"): "numeric(12,2)", ("visits", "cost"): "numeric(10,2)"}
     expected = [
-        (t.name, name, str(pg_type))
+        (t.name, name, declared.get((t.name, name), str(pg_type)))
         for t in sorted(DEMO_TABLES, key=lambda t: t.name)
         for name, pg_type in t.columns
     ]
@@ -685,13 +687,32 @@ def test_crashes_and_silent_drops_functions_that_would_act_are_refused(
     catalog: DuckDBShadowCatalog, sql: str, sqlstate: str, named: str, hint: str
 ) -> None:
     # The shadow used to answer these with a constant or its argument: a setting "changed", a
-    # sleep "slept", a lock "taken", while nothing happened.
-    for attempt in (lambda: run(catalog, sql), lambda: catalog.describe(sql, [], SESSION)):
+    # sleep "slept", a lock "taken", while nothing happened. set_config over a catalog relation is
+    # refused for each row that reaches it, so when it runs: PostgreSQL too describes it, then fails.
+    attempts = [lambda: run(catalog, sql)]
+    if "set_config" not in sql:
+        attempts.append(lambda: catalog.describe(sql, [], SESSION))
+    for attempt in attempts:
         with pytest.raises(DPProxyError) as caught:
             attempt()
         assert caught.value.sqlstate == sqlstate, sql
         assert named in caught.value.message, sql
         assert hint in (caught.value.hint or ""), sql
+
+
+def test_set_config_over_no_catalog_row_sets_nothing(catalog: DuckDBShadowCatalog) -> None:
+    # Every pg_dump since the August 2024 minor releases (src/bin/pg_dump/pg_dump.c, setup_connection)
+    # sends this; PostgreSQL 15.0, whose version the shadow reports, lacks the setting: no row, nothing
+    # set, as on such a server. Over a row that exists, set_config is refused (above).
+    sql = (
+        "SELECT set_config(name, 'view, foreign-table', false) FROM pg_settings "
+        "WHERE name = 'restrict_nonsystem_relation_kind'"
+    )
+    result = run(catalog, sql)
+    assert [c.name for c in result.columns] == ["set_config"] and result.rows == []
+    with pytest.raises(DPProxyError) as caught:
+        run(catalog, sql.replace("restrict_nonsystem_relation_kind", "search_path"))
+    assert caught.value.sqlstate == "0A000" and "set_config()" in caught.value.message
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,12 @@ from dpproxy.wire.catalog.objects import (
     ShadowTable,
 )
 from dpproxy.wire.catalog.pg_types import TYPE_NAMES, duck_type, parse_pg_array
-from dpproxy.wire.catalog.structure import EQUALITY_OPERATORS, NO_NUMBERED_STRUCTURE, NumberedStructure
+from dpproxy.wire.catalog.structure import (
+    EQUALITY_OPERATORS,
+    NO_NUMBERED_STRUCTURE,
+    NumberedStructure,
+    constraint_definition,
+)
 from dpproxy.wire.router import QUOTED_KEYWORDS, Token, quote_identifier, split_statements, tokenize
 
 
@@ -163,10 +168,21 @@ def build_database(
     _load_static(conn, data, tables, by_name, structure)
     _load_structure(conn, data, by_name, structure)
     _load_lookups(conn, data, lookups, structure)
+    conn.execute(_INIT_PRIVS)
     # Views and macros refer to each other: the views over stored tables, the macros, then the
     # views that call macros.
     for statement in (*early.values(), *macro_statements(), *late.values()):
         conn.execute(statement)
+
+
+# pg_init_privs: the built-in objects' privileges are their initial ones, as in a fresh PostgreSQL
+# (pg_dump dumps a catalog object's ACL only where it differs from these).
+_INIT_PRIVS = """
+INSERT INTO main.pg_init_privs (objoid, classoid, objsubid, privtype, initprivs)
+SELECT oid, 1259, 0, 'i', relacl FROM main.__base_pg_class WHERE relacl IS NOT NULL AND relnamespace <> 2200
+UNION ALL SELECT oid, 2615, 0, 'i', nspacl FROM main.pg_namespace WHERE nspacl IS NOT NULL
+UNION ALL SELECT oid, 1255, 0, 'i', proacl FROM main.pg_proc WHERE proacl IS NOT NULL
+"""
 
 
 def _target(relation: PgRelation) -> str:
@@ -354,9 +370,10 @@ def _load_static(
         for i, (name, type_oid) in enumerate(table.columns):
             row = data.types.get(type_oid)
             notnull = (table.oid, i + 1) in structure.not_null
+            typmod = structure.typmods.get((table.oid, i + 1), -1)
             att_rows.append(
                 attribute(
-                    table.oid, i + 1, PgColumn(name, type_oid, -1, notnull, row.collation if row else 0)
+                    table.oid, i + 1, PgColumn(name, type_oid, typmod, notnull, row.collation if row else 0)
                 )
             )
     for index in structure.indexes:
@@ -364,8 +381,11 @@ def _load_static(
         for i, attnum in enumerate(index.attnums):
             name, type_oid = index.table.columns[attnum - 1]
             row = data.types.get(type_oid)
+            typmod = structure.typmods.get((index.table.oid, attnum), -1)
             att_rows.append(
-                attribute(index.oid, i + 1, PgColumn(name, type_oid, -1, False, row.collation if row else 0))
+                attribute(
+                    index.oid, i + 1, PgColumn(name, type_oid, typmod, False, row.collation if row else 0)
+                )
             )
     _insert(conn, _target(relation), att_columns, att_rows)
 
@@ -520,8 +540,11 @@ def _load_lookups(
     """The tables behind the macros. Their columns are __-prefixed: see data/macros.sql."""
     tables = {
         "__condef": (
-            "__oid UINTEGER, __text VARCHAR",
-            [[c.oid, c.definition] for c in structure.constraints],
+            "__oid UINTEGER, __text VARCHAR, __qualified VARCHAR",
+            [
+                [c.oid, c.definition, constraint_definition(c.live, qualified=True)]
+                for c in structure.constraints
+            ],
         ),
         # pg_get_indexdef(oid, n): the whole definition for n = 0, else the nth column's name.
         "__idxdef": (

@@ -24,7 +24,7 @@ RETURNS: dict[str, int] = {
             pg_get_triggerdef pg_get_functiondef pg_get_function_arguments pg_get_function_result
             pg_get_function_identity_arguments pg_get_statisticsobjdef_columns pg_get_partkeydef
             pg_get_ruledef pg_get_serial_sequence obj_description col_description shobj_description
-            current_setting pg_size_pretty array_to_string quote_ident quote_literal
+            current_setting set_config pg_size_pretty array_to_string quote_ident quote_literal
             quote_nullable string_agg listagg upper lower btrim ltrim rtrim trim substr substring replace
             concat concat_ws left right lpad rpad initcap repeat reverse split_part regexp_replace
             translate md5 to_char format pg_tablespace_location textcat chr encode host text"""
@@ -97,6 +97,7 @@ RETURNS: dict[str, int] = {
     "to_regnamespace": 4089,
     "to_regrole": 4096,
     "pg_my_temp_schema": 26,
+    "acldefault": 1034,  # aclitem[]
     **{f"__to_{name}": oid for oid, name in REG_TYPES.items()},
 }
 

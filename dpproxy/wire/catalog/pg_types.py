@@ -241,3 +241,41 @@ def parse_pg_array(text: str) -> list[str | None]:
             i += 1
         i += 1
     return items
+
+
+# A declared type's modifier, as the backing database spells it: PostgreSQL's format_type
+# ("numeric(12,2)", "character varying(20)", "timestamp(3) with time zone"), DuckDB's and Spark's
+# ("DECIMAL(12,2)", "decimal(12,2)").
+_MODIFIED_TYPES: tuple[tuple[int, re.Pattern[str]], ...] = (
+    (1700, re.compile(r"(?:numeric|decimal)\((\d+)(?:,(\d+))?\)")),
+    (1043, re.compile(r"(?:character varying|varchar)\((\d+)\)")),
+    (1042, re.compile(r"(?:character|char|bpchar)\((\d+)\)")),
+    (1114, re.compile(r"timestamp\((\d)\)(?: without time zone)?")),
+    (1184, re.compile(r"(?:timestamp\((\d)\) with time zone|timestamptz\((\d)\))")),
+    (1083, re.compile(r"time\((\d)\)(?: without time zone)?")),
+)
+
+
+def type_modifier(declared: str, type_oid: int) -> int:
+    """The atttypmod PostgreSQL gives a column of type `type_oid` declared as `declared` in the backing
+    database, or -1 when the declaration has none or is of another type (the policy's type decides the
+    column's type; only a modifier of that same type is shown).
+
+    >>> type_modifier("DECIMAL(12,2)", 1700), type_modifier("character varying(20)", 1043)
+    (786438, 24)
+    >>> type_modifier("timestamp(3) with time zone", 1184), type_modifier("VARCHAR", 1043)
+    (3, -1)
+    """
+    text = re.sub(r"\s*([(,])\s*|\s*(\))", r"\1\2", " ".join(declared.lower().split()))
+    for oid, pattern in _MODIFIED_TYPES:
+        match = pattern.fullmatch(text) if oid == type_oid else None
+        if match is None:
+            continue
+        numbers = [int(g) for g in match.groups() if g is not None]
+        if oid == 1700:
+            precision, scale = numbers[0], numbers[1] if len(numbers) > 1 else 0
+            return ((precision << 16) | scale) + 4 if 1 <= precision <= 1000 and scale <= precision else -1
+        if oid in (1043, 1042):
+            return numbers[0] + 4 if numbers[0] >= 1 else -1
+        return numbers[0] if numbers[0] <= 6 else -1
+    return -1

@@ -48,6 +48,7 @@ from dpproxy.wire.catalog.objects import (
     shadow_tables,
 )
 from dpproxy.wire.catalog.pg_types import RECORD, compatible, parse_pg_array, pg_oid_of_duck
+from dpproxy.wire.catalog.refusals import REFUSED_PER_ROW, refused_per_row
 from dpproxy.wire.catalog.structure import NO_STRUCTURE, ExposedStructure, number_structure
 from dpproxy.wire.catalog.translator import Translation, Translator
 from dpproxy.wire.catalog.typer import TypedColumn, TypedRelation
@@ -179,7 +180,11 @@ class DuckDBShadowCatalog(ShadowCatalog):
             )
             relations[(relation.schema, relation.name)] = TypedRelation(relation.oid, columns)
         for table in self.tables:
-            columns = tuple(TypedColumn(n, t, table.oid, i + 1) for i, (n, t) in enumerate(table.columns))
+            typmods = self.structure.typmods
+            columns = tuple(
+                TypedColumn(n, t, table.oid, i + 1, typmods.get((table.oid, i + 1), -1))
+                for i, (n, t) in enumerate(table.columns)
+            )
             relations[("public", table.name)] = TypedRelation(table.oid, columns)
         return relations
 
@@ -384,6 +389,9 @@ _DUCK_MESSAGE = re.compile(r"^(?:[A-Za-z ]+ Error|Error): (.*)", re.S)
 def _translate_error(exc: duckdb.Error) -> DPProxyError:
     """A PostgreSQL-like error for what DuckDB refused, without DuckDB's internals."""
     text = str(exc)
+    refused = re.search(r"dpproxy:refused:(\w+)", text)  # a function refused for each row (refusals.py)
+    if refused and refused.group(1) in REFUSED_PER_ROW:
+        return refused_per_row(refused.group(1))
     mine = re.search(r"dpproxy:(\w{5}):(.*?)(?:\n|$)", text)  # raised by a macro with error()
     if mine:
         cls = {
@@ -391,6 +399,7 @@ def _translate_error(exc: duckdb.Error) -> DPProxyError:
             "42704": UndefinedObject,
             "22P02": InvalidText,
             "42883": UndefinedFunction,
+            "22023": InvalidParameter,
         }.get(mine.group(1), NotSupported)
         return cls(mine.group(2).strip())
     first = text.splitlines()[0] if text else ""

@@ -17,10 +17,11 @@ backend's `structure`); this module only filters it and numbers it, and never ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from dpproxy.backends import LiveConstraint, LiveIndex, LiveStructure
+from dpproxy.backends import LiveColumn, LiveConstraint, LiveIndex, LiveStructure
+from dpproxy.wire.catalog.pg_types import type_modifier
 from dpproxy.wire.router import quote_identifier
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ class ExposedStructure:
     not_null: Mapping[str, frozenset[str]]
     constraints: tuple[LiveConstraint, ...]  # referenced_table is an exposed table's name
     indexes: tuple[LiveIndex, ...]
+    # Per table, each exposed column's type as the database declares it ("numeric(12,2)",
+    # "DECIMAL(12,2)"): its modifier (precision, scale, length) is shown, as PostgreSQL shows it.
+    sql_types: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 NO_STRUCTURE = ExposedStructure({}, (), ())
@@ -52,10 +56,12 @@ def expose_structure(
     live: Mapping[str, LiveStructure],
     places: Mapping[tuple[str, str], str],
     exposed: Sequence[ExposedTable],
+    sql_types: Mapping[str, Mapping[str, Sequence[LiveColumn]]] | None = None,
 ) -> ExposedStructure:
     """Keep what concerns only exposed tables and columns.
 
-    `live`: each schema's structure; `places`: (schema, table) in the database → exposed name."""
+    `live`: each schema's structure; `places`: (schema, table) in the database → exposed name;
+    `sql_types`: each schema's tables and their columns (Backend.tables), for their declared types."""
     columns = {t.name: {c for c, _ in t.columns} for t in exposed}
 
     def shown(table: str, names: Sequence[str]) -> bool:
@@ -95,7 +101,26 @@ def expose_structure(
     kept = [c for c in constraints if c.kind == "f" or (c.table, c.index) in index_names]
     keyed = [c for c in kept if c.kind == "f" and unique_index_for(c, indexes) is not None]
     kept = [c for c in kept if c.kind != "f"] + keyed
-    return ExposedStructure(not_null, tuple(kept), tuple(indexes))
+    return ExposedStructure(
+        not_null, tuple(kept), tuple(indexes), exposed_sql_types(sql_types or {}, places, exposed)
+    )
+
+
+def exposed_sql_types(
+    live: Mapping[str, Mapping[str, Sequence[LiveColumn]]],
+    places: Mapping[tuple[str, str], str],
+    exposed: Sequence[ExposedTable],
+) -> dict[str, dict[str, str]]:
+    """The declared type of each exposed column, by exposed table name (`live`: per schema, the
+    backend's tables)."""
+    columns = {t.name: {c for c, _ in t.columns} for t in exposed}
+    found: dict[str, dict[str, str]] = {}
+    for schema, tables in live.items():
+        for table, table_columns in tables.items():
+            name = places.get((schema, table))
+            if name is not None:
+                found[name] = {c.name: c.sql_type for c in table_columns if c.name in columns.get(name, ())}
+    return found
 
 
 def unique_index_for(constraint: LiveConstraint, indexes: Sequence[LiveIndex]) -> LiveIndex | None:
@@ -117,8 +142,10 @@ def read_structure(engine: Engine) -> ExposedStructure:
         return NO_STRUCTURE
     tables = engine.policy.tables
     places = {(t.schema or backend.default_schema, t.name): t.name for t in tables}
-    live = {schema: backend.structure(schema) for schema in sorted({s for s, _ in places})}
-    return expose_structure(live, places, engine.exposed_tables())
+    schemas = sorted({s for s, _ in places})
+    live = {schema: backend.structure(schema) for schema in schemas}
+    columns = {schema: backend.tables(schema) for schema in schemas}
+    return expose_structure(live, places, engine.exposed_tables(), columns)
 
 
 # -- the rows the shadow stores -------------------------------------------------------------------
@@ -157,6 +184,7 @@ class NumberedStructure:
     not_null: frozenset[tuple[int, int]]  # (table OID, attnum)
     indexes: tuple[ShadowIndex, ...]
     constraints: tuple[ShadowConstraint, ...]
+    typmods: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (table OID, attnum) → atttypmod
 
 
 def number_structure(
@@ -223,7 +251,14 @@ def number_structure(
     )
     # A primary key's columns are NOT NULL whatever the backend said (PostgreSQL enforces it).
     not_null |= {(c.table.oid, n) for c in constraints if c.kind == "p" for n in c.attnums}
-    return NumberedStructure(not_null, tuple(indexes), tuple(constraints))
+    typmods = {
+        (table.oid, i + 1): modifier
+        for table in tables
+        for i, (name, type_oid) in enumerate(table.columns)
+        if (declared := structure.sql_types.get(table.name, {}).get(name)) is not None
+        and (modifier := type_modifier(declared, type_oid)) != -1
+    }
+    return NumberedStructure(not_null, tuple(indexes), tuple(constraints), typmods)
 
 
 NO_NUMBERED_STRUCTURE = NumberedStructure(frozenset(), (), ())
@@ -233,14 +268,15 @@ def _columns(names: Sequence[str]) -> str:
     return ", ".join(quote_identifier(n) for n in names)
 
 
-def constraint_definition(constraint: LiveConstraint) -> str:
-    """pg_get_constraintdef's text for a key the shadow shows."""
+def constraint_definition(constraint: LiveConstraint, *, qualified: bool = False) -> str:
+    """pg_get_constraintdef's text for a key the shadow shows; `qualified`: the referenced table named
+    with its schema, as PostgreSQL names it when public is not on the search_path (pg_dump's '')."""
     if constraint.kind == "p":
         text = f"PRIMARY KEY ({_columns(constraint.columns)})"
     elif constraint.kind == "u":
         text = f"UNIQUE ({_columns(constraint.columns)})"
     else:
-        referenced = quote_identifier(constraint.referenced_table or "")
+        referenced = ("public." if qualified else "") + quote_identifier(constraint.referenced_table or "")
         text = (
             f"FOREIGN KEY ({_columns(constraint.columns)}) REFERENCES "
             f"{referenced}({_columns(constraint.referenced_columns)}){_MATCH.get(constraint.match, '')}"

@@ -119,6 +119,14 @@ def normalise_tokens(sql: str) -> str:
             i = j + 1
             continue
         if _is_name(token, "pg_catalog") and nxt is not None and nxt.text == "." and after is not None:
+            array = i + 3 < len(tokens) and tokens[i + 3].text == "["
+            cast = previous is not None and (previous.text == "::" or previous.is_word("as"))
+            named = after.kind is TokenKind.IDENT and after.value in ("oid", *REG_TYPES.values())
+            if array and cast and named:
+                # ::pg_catalog.oid[] (pg_dump's table lists) → ::__pg_oid[], as ::oid[] below.
+                replace(token.start, "__pg_" + after.value, after.end)
+                i += 3
+                continue
             replace(token.start, "", after.start)
             i += 2
             continue
@@ -306,6 +314,16 @@ class Translator:
                 if literal and oid and self.data.element(oid) is not None:
                     other.replace(self.array_literal(other.this, oid))
             return node
+        if (
+            isinstance(node, exp.Bracket)
+            and node.this.meta.get("pg_type") == 19
+            and len(node.expressions) == 1
+            and not isinstance(node.expressions[0], exp.Slice)
+        ):
+            # name[i]: its character at i, counted from 0 (pg_dump's typname[0] = '_'). sqlglot
+            # keeps subscripts as 0-based offsets from PostgreSQL's usual 1 (i - 1), substr counts from 1.
+            index = exp.Add(this=exp.Paren(this=node.expressions[0]), expression=exp.Literal.number(2))
+            return exp.Anonymous(this="substr", expressions=[node.this, index, exp.Literal.number(1)])
         if isinstance(node, exp.Column) and "tableoid" in node.meta:
             return exp.Cast(
                 this=exp.Literal.number(node.meta["tableoid"]),

@@ -255,6 +255,8 @@ class Typer:
             return [TypedColumn(alias or name, self.element(self.type(args[0], scope)))]
         if name == "__pg_expandarray" and args:
             return [TypedColumn("x", self.element(self.type(args[0], scope))), TypedColumn("n", 23)]
+        if name == "pg_options_to_table":
+            return [TypedColumn("option_name", 25), TypedColumn("option_value", 25)]
         if name == "pg_get_keywords":
             return [
                 TypedColumn(n, o)

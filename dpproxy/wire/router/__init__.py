@@ -7,6 +7,7 @@
     EXPLAIN <query on exposed tables>                    → EXPLAIN (engine.explain, never the database)
     COPY (query) TO STDOUT, COPY table TO STDOUT         → COPY (the query's answer in COPY's format)
     PREPARE name AS query, EXECUTE name(…)               → PREPARED (the session's prepared statements)
+    LOCK [TABLE] name … IN ACCESS SHARE MODE             → SESSION (in a transaction: changes nothing)
     a query reading catalog relations, or no relation    → CATALOG (the shadow catalog)
     a query reading any other relation                   → ENGINE (which refuses what is not exposed)
     anything else                                        → refused with a SQLSTATE
@@ -19,6 +20,7 @@ text and the names of the exposed tables. Its parts:
     statement   Kind and Statement, what the session acts on
     classify    route(): one statement's kind, and the parsing of session, transaction and cursor commands
     set_config  recognising SELECT set_config(…) so that the session runs it as SET
+    prepared    PREPARE, EXECUTE and LOCK
     relations   the relations a query reads (sqlglot's tree, or a token scan where sqlglot fails)
 """
 

@@ -21,6 +21,7 @@ from dpproxy.errors import (
     InvalidParameter,
     InvalidStatementName,
     InvalidText,
+    NoActiveTransaction,
     NotSupported,
     NullValueNotAllowed,
     UndefinedObject,
@@ -132,6 +133,10 @@ class SessionCommands:
             return await self._show(name, statement.tag or "SHOW")
         if action == "discard":
             return self._discard(name, statement.tag)
+        if action == "lock":  # pg_dump's LOCK TABLE … IN ACCESS SHARE MODE: nothing to hold
+            if self.status is TransactionStatus.IDLE:
+                raise NoActiveTransaction("LOCK TABLE can only be used in transaction blocks")
+            return Outcome(statement.tag)
         if action == "deallocate":
             if name.lower() == "all" and statement.tag.endswith("ALL"):
                 self._statements = {k: v for k, v in self._statements.items() if not k}

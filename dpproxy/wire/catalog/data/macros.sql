@@ -12,10 +12,13 @@
 -- Per-session values come from DuckDB variables set before each query: dp_user, dp_database,
 -- dp_pid, dp_settings (a map of lower-cased setting names), dp_started.
 --
--- Only functions that describe are defined here. One that would act (set_config, pg_sleep, random,
--- setseed, pg_cancel_backend, txid_current, nextval, pg_advisory_lock …) must not be: a macro could
--- only pretend, answering a value while nothing happened. refusals.py refuses those by name before
--- DuckDB sees the query, and the session runs SELECT set_config(…) itself.
+-- Only functions that describe are defined here. One that would act (pg_sleep, random, setseed,
+-- pg_cancel_backend, txid_current, nextval, pg_advisory_lock …) must not be: a macro could only
+-- pretend, answering a value while nothing happened. refusals.py refuses those by name before
+-- DuckDB sees the query, and the session runs SELECT set_config(…) itself. set_config over a
+-- catalog relation's rows is the one exception: its macro refuses for each row that reaches it, so
+-- that over no row it does nothing, as PostgreSQL does (pg_dump's probe of a setting this server
+-- lacks, `SELECT set_config(name, …) FROM pg_settings WHERE name = '…'`).
 
 -- Identity ---------------------------------------------------------------------------------------
 
@@ -26,9 +29,6 @@ CREATE MACRO current_user() AS getvariable('dp_user');
 CREATE MACRO session_user() AS getvariable('dp_user');
 CREATE MACRO current_role() AS getvariable('dp_user');
 CREATE MACRO "user"() AS getvariable('dp_user');
-CREATE MACRO current_schema() AS 'public';
-CREATE MACRO current_schemas(implicit) AS
-    CASE WHEN implicit THEN ['pg_catalog', 'public'] ELSE ['public'] END;
 CREATE MACRO pg_backend_pid() AS CAST(getvariable('dp_pid') AS INTEGER);
 CREATE MACRO pg_get_userbyid(r) AS
     CASE WHEN r = ${analyst_role_oid} THEN getvariable('dp_user')
@@ -70,6 +70,25 @@ CREATE MACRO current_setting(n) AS
          ELSE coalesce(getvariable('dp_settings')[lower(n)],
                        error('dpproxy:42704:unrecognized configuration parameter "' || n || '"')) END;
 
+CREATE MACRO set_config(n, v, l) AS
+    CASE WHEN n IS NULL AND v IS NULL AND l IS NULL THEN NULL ELSE error('dpproxy:refused:set_config') END;
+
+-- Privileges: the built-in defaults of an object owned by role r (pg_dump reads them) ------------
+
+CREATE MACRO acldefault(k, r) AS list_transform([pg_get_userbyid(r)], lambda __u:
+    CASE k WHEN 'r' THEN [__u || '=arwdDxt/' || __u]
+           WHEN 's' THEN [__u || '=rwU/' || __u]
+           WHEN 'n' THEN [__u || '=UC/' || __u]
+           WHEN 'd' THEN ['=Tc/' || __u, __u || '=CTc/' || __u]
+           WHEN 't' THEN [__u || '=C/' || __u]
+           WHEN 'L' THEN [__u || '=rw/' || __u]
+           WHEN 'F' THEN [__u || '=U/' || __u]
+           WHEN 'S' THEN [__u || '=U/' || __u]
+           WHEN 'f' THEN ['=X/' || __u, __u || '=X/' || __u]
+           WHEN 'l' THEN ['=U/' || __u, __u || '=U/' || __u]
+           WHEN 'T' THEN ['=U/' || __u, __u || '=U/' || __u]
+           ELSE error('dpproxy:22023:unrecognized object type abbreviation: ' || k) END)[1];
+
 -- Types and names --------------------------------------------------------------------------------
 
 CREATE MACRO format_type(t, m) AS (
@@ -107,6 +126,15 @@ CREATE MACRO __relation_key(s) AS list_transform([trim(CAST(s AS VARCHAR))], lam
     CASE WHEN regexp_matches(__t, '^(("([^"]|"")*")|[^."]+)\.')
          THEN __name_part(regexp_extract(__t, '^(("([^"]|"")*")|[^."]+)\.', 1)) || '.' ELSE '' END
     || __name_part(regexp_extract(__t, '(("([^"]|"")*")|[^."]+)$', 1)))[1];
+-- The schemas of the session's search_path that exist, in order ("$user" names none here).
+CREATE MACRO __search_path() AS list_filter(
+    list_transform(string_split(coalesce(getvariable('dp_settings')['search_path'], ''), ','),
+                   lambda __s: __name_part(trim(__s))),
+    lambda __s: __s IN ('public', 'pg_catalog', 'information_schema'));
+CREATE MACRO current_schemas(implicit) AS list_transform([__search_path()], lambda __p:
+    CASE WHEN implicit AND NOT list_contains(__p, 'pg_catalog') THEN list_prepend('pg_catalog', __p)
+         ELSE __p END)[1];
+CREATE MACRO current_schema() AS __search_path()[1];
 CREATE MACRO __relation_oid(s) AS
     (SELECT __x5.__oid FROM main.__relkey __x5 WHERE __x5.__key = __relation_key(s));
 CREATE MACRO __type_oid(s) AS
@@ -245,8 +273,12 @@ CREATE MACRO shobj_description(o, c) AS CAST(NULL AS VARCHAR);
 CREATE MACRO pg_get_expr(e, r) AS CAST(NULL AS VARCHAR), (e, r, p) AS CAST(NULL AS VARCHAR);
 -- Keys and plain indexes of the exposed tables (structure.py): their definitions as PostgreSQL
 -- prints them. pg_get_indexdef(o, n, pretty) is the whole definition for n = 0, else the nth column.
-CREATE MACRO pg_get_constraintdef(o) AS (SELECT __x19.__text FROM main.__condef __x19 WHERE __x19.__oid = o),
-    (o, p) AS (SELECT __x20.__text FROM main.__condef __x20 WHERE __x20.__oid = o);
+CREATE MACRO pg_get_constraintdef(o) AS
+    (SELECT CASE WHEN list_contains(__search_path(), 'public') THEN __x19.__text ELSE __x19.__qualified END
+     FROM main.__condef __x19 WHERE __x19.__oid = o),
+    (o, p) AS
+    (SELECT CASE WHEN list_contains(__search_path(), 'public') THEN __x20.__text ELSE __x20.__qualified END
+     FROM main.__condef __x20 WHERE __x20.__oid = o);
 CREATE MACRO pg_get_indexdef(o) AS
     (SELECT __x21.__text FROM main.__idxdef __x21 WHERE __x21.__oid = o AND __x21.__n = 0),
     (o, c, p) AS (SELECT __x22.__text FROM main.__idxdef __x22 WHERE __x22.__oid = o AND __x22.__n = c);
@@ -310,5 +342,9 @@ CREATE MACRO cardinality(a) AS CAST(len(a) AS INTEGER);
 -- information_schema._pg_expandarray(a): one row (x, n) per element.
 CREATE MACRO __pg_expandarray(a) AS
     unnest(list_transform(range(1, len(a) + 1), lambda __i: {'x': a[__i], 'n': CAST(__i AS INTEGER)}));
+-- pg_options_to_table(reloptions): one row (option_name, option_value) per 'name=value' element.
+CREATE MACRO pg_options_to_table(o) AS TABLE
+    SELECT split_part(__o, '=', 1) AS option_name, substr(__o, strpos(__o, '=') + 1) AS option_value
+    FROM (SELECT unnest(o) AS __o);
 CREATE MACRO pg_get_keywords() AS TABLE
     SELECT word, catcode, barelabel, catdesc, baredesc FROM main.__keywords;
