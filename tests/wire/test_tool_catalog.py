@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -152,3 +154,136 @@ def test_pg_dump_statements_outside_a_dump(served: Served) -> None:
         oid = conn.execute("SELECT 'patients'::regclass::oid").fetchone()[0]  # type: ignore[index]
         rows = conn.execute(f"EXECUTE acls('{oid}')").fetchall()
         assert [r[0] for r in rows][:3] == ["patient_id", "age", "sex"]
+
+
+# --- Django and TypeORM introspection ---------------------------------------------------------------
+
+# Django 5.2, django/db/backends/postgresql/introspection.py, DatabaseIntrospection.get_constraints:
+# the indexes of a table, reading pg_index through unnest(indkey, indoption) WITH ORDINALITY.
+DJANGO_INDEXES = """
+            SELECT
+                indexname,
+                array_agg(attname ORDER BY arridx),
+                indisunique,
+                indisprimary,
+                array_agg(ordering ORDER BY arridx),
+                amname,
+                exprdef,
+                s2.attoptions
+            FROM (
+                SELECT
+                    c2.relname as indexname, idx.*, attr.attname, am.amname,
+                    CASE
+                        WHEN idx.indexprs IS NOT NULL THEN
+                            pg_get_indexdef(idx.indexrelid)
+                    END AS exprdef,
+                    CASE am.amname
+                        WHEN %s THEN
+                            CASE (option & 1)
+                                WHEN 1 THEN 'DESC' ELSE 'ASC'
+                            END
+                    END as ordering,
+                    c2.reloptions as attoptions
+                FROM (
+                    SELECT *
+                    FROM
+                        pg_index i,
+                        unnest(i.indkey, i.indoption)
+                            WITH ORDINALITY koi(key, option, arridx)
+                ) idx
+                LEFT JOIN pg_class c ON idx.indrelid = c.oid
+                LEFT JOIN pg_class c2 ON idx.indexrelid = c2.oid
+                LEFT JOIN pg_am am ON c2.relam = am.oid
+                LEFT JOIN
+                    pg_attribute attr ON attr.attrelid = c.oid AND attr.attnum = idx.key
+                WHERE c.relname = %s AND pg_catalog.pg_table_is_visible(c.oid)
+            ) s2
+            GROUP BY indexname, indisunique, indisprimary, amname, exprdef, attoptions;
+        """
+
+# TypeORM 0.3, src/driver/postgres/PostgresQueryRunner.ts, loadTables: the columns of a table, each
+# with its type as ('"' || udt_schema || '"."' || udt_name || '"')::regtype and format_type.
+TYPEORM_COLUMNS = (
+    "SELECT columns.*, pg_catalog.col_description(('\"' || table_catalog || '\".\"' || table_schema || "
+    "'\".\"' || table_name || '\"')::regclass::oid, ordinal_position) AS description, "
+    '(\'"\' || "udt_schema" || \'"."\' || "udt_name" || \'"\')::"regtype" AS "regtype", '
+    'pg_catalog.format_type("col_attr"."atttypid", "col_attr"."atttypmod") AS "format_type" '
+    'FROM "information_schema"."columns" LEFT JOIN "pg_catalog"."pg_attribute" AS "col_attr" '
+    'ON "col_attr"."attname" = "columns"."column_name" AND "col_attr"."attrelid" = ( '
+    'SELECT "cls"."oid" FROM "pg_catalog"."pg_class" AS "cls" LEFT JOIN "pg_catalog"."pg_namespace" AS "ns" '
+    'ON "ns"."oid" = "cls"."relnamespace" WHERE "cls"."relname" = "columns"."table_name" '
+    'AND "ns"."nspname" = "columns"."table_schema" ) '
+    "WHERE (\"table_schema\" = 'public' AND \"table_name\" = 'patients') "
+    "OR (\"table_schema\" = 'public' AND \"table_name\" = 'visits')"
+)
+# TypeORM 0.2's shorter form of the same query.
+TYPEORM_02_COLUMNS = (
+    'SELECT *, (\'"\' || "udt_schema" || \'"."\' || "udt_name" || \'"\')::"regtype" AS "regtype" '
+    'FROM "information_schema"."columns" WHERE ("table_schema" = \'public\' AND "table_name" = \'visits\')'
+)
+ONLY_ON_POSTGRES = "visits_patient_id"
+
+
+def _rows(dsn: str, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+@pytest.mark.parametrize("table", ["patients", "visits", "zip_info"])
+def test_django_reads_indexes_through_unnest_with_ordinality(
+    served: Served, demo_pg_dsn: str, table: str
+) -> None:
+    params: list[object] = ["btree", table]
+    proxied = sorted(_rows(served.dsn(), DJANGO_INDEXES, params), key=str)
+    expected = sorted(_rows(demo_pg_dsn, DJANGO_INDEXES, params), key=str)
+    if served.backend == "duckdb":
+        expected = [r for r in expected if r[0] != ONLY_ON_POSTGRES]
+    assert proxied == expected
+    assert proxied  # every demo table has its primary key
+
+
+@pytest.mark.parametrize("sql", [TYPEORM_COLUMNS, TYPEORM_02_COLUMNS], ids=["typeorm-0.3", "typeorm-0.2"])
+def test_typeorm_reads_column_types_as_regtype(served: Served, demo_pg_dsn: str, sql: str) -> None:
+    def described(dsn: str) -> list[tuple[object, ...]]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            cursor = conn.execute(sql)
+            names = [c.name for c in cursor.description or []]
+            wanted = [
+                "table_name",
+                "column_name",
+                "data_type",
+                "udt_name",
+                "character_maximum_length",
+                "numeric_precision",
+                "numeric_scale",
+                "regtype",
+                "format_type",
+            ]
+            at = [names.index(n) for n in wanted if n in names]
+            return sorted(tuple(row[i] for i in at) for row in cursor.fetchall())
+
+    proxied, expected = described(served.dsn()), described(demo_pg_dsn)
+    assert proxied == expected
+    # numeric(10,2) in the backing database: its precision and scale, as PostgreSQL reports them.
+    assert any(r[:8] == ("visits", "cost", "numeric", "numeric", None, 10, 2, "numeric") for r in proxied)
+
+
+def test_django_inspectdb_generates_the_public_tables_model(served: Served, tmp_path: Path) -> None:
+    """The real `django-admin inspectdb`. Its catalog queries all work; for each table it also runs
+    `SELECT * FROM "t" LIMIT 1` to read cursor.description, which for a protected table asks for a
+    raw row and is refused (42501): those tables are reported, not generated (README, known limits)."""
+    pytest.importorskip("django")
+    (tmp_path / "dpsettings.py").write_text(
+        "DATABASES = {'default': {'ENGINE': 'django.db.backends.postgresql', 'NAME': 'demo', "
+        f"'USER': '{ALICE}', 'PASSWORD': '{ALICE_PASSWORD}', 'HOST': '127.0.0.1', 'PORT': {served.port}, "
+        "'OPTIONS': {'sslmode': 'disable'}}}\nINSTALLED_APPS = []\nUSE_TZ = True\nSECRET_KEY = 'test'\n"
+    )
+    env = {**_client_env(), "PYTHONPATH": str(tmp_path)}
+    command = [sys.executable, "-m", "django", "inspectdb", "--settings=dpsettings"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert "class ZipInfo(models.Model):\n    zip = models.CharField(primary_key=True)\n" in result.stdout
+    assert "db_table = 'zip_info'" in result.stdout
+    for table in ("patients", "visits"):
+        assert f"# Unable to inspect table '{table}'" in result.stdout
+        assert f'raw rows of the protected table "{table}"' in result.stdout

@@ -383,6 +383,8 @@ class Translator:
                     exp.alias_(number, listed[1] if len(listed) > 1 else "ordinality", quoted=True),
                 ).from_(select.subquery("__f"))
             return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)))
+        if isinstance(node, exp.Unnest) and isinstance(node.parent, (exp.From, exp.Join)):
+            return self.unnest_in_from(node)
         if isinstance(node, exp.Parameter):
             oid = typer.params.get(param_index(node))
             if oid and not isinstance(node.parent, (exp.Cast, exp.TryCast)):
@@ -391,6 +393,44 @@ class Translator:
                     this=node.copy(), to=exp.DataType.build(duck_type(oid, self.data), dialect="duckdb")
                 )
         return node
+
+    def unnest_in_from(self, node: exp.Unnest) -> exp.Expression:
+        """unnest(a, b, …) [WITH ORDINALITY] in FROM, as PostgreSQL reads it: the arrays side by side,
+        the shorter ones padded with NULLs, then the row number (Django's introspection of indexes,
+        `unnest(i.indkey, i.indoption) WITH ORDINALITY koi(key, option, arridx)`). DuckDB's unnest
+        takes one list; several unnests in one SELECT list run side by side and pad as PostgreSQL's."""
+        ordinality = node.args.get("offset")
+        arrays = list(node.expressions)
+        if len(arrays) < 2 and not isinstance(ordinality, exp.Identifier):
+            return node
+        alias = node.args.get("alias")
+        name = ident(alias.this) if isinstance(alias, exp.TableAlias) and alias.this else "unnest"
+        listed = [ident(c) for c in alias.columns] if isinstance(alias, exp.TableAlias) else []
+        names = [listed[i] if i < len(listed) else "unnest" for i in range(len(arrays))]
+        items = [
+            exp.alias_(exp.Unnest(expressions=[array.copy()]), names[i], quoted=True)
+            for i, array in enumerate(arrays)
+        ]
+        if isinstance(ordinality, exp.Identifier):
+            lengths = [
+                exp.Coalesce(
+                    this=exp.Anonymous(this="len", expressions=[a.copy()]),
+                    expressions=[exp.Literal.number(0)],
+                )
+                for a in arrays
+            ]
+            longest = (
+                exp.Greatest(this=lengths[0], expressions=lengths[1:]) if len(lengths) > 1 else lengths[0]
+            )
+            numbers = exp.Anonymous(
+                this="range",
+                expressions=[exp.Literal.number(1), exp.Add(this=longest, expression=exp.Literal.number(1))],
+            )
+            count = exp.Cast(this=exp.Unnest(expressions=[numbers]), to=exp.DataType.build("BIGINT"))
+            items.append(exp.alias_(count, ident(ordinality), quoted=True))
+        return exp.Subquery(
+            this=exp.select(*items), alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))
+        )
 
     def array_literal(self, text: str, array_oid: int) -> exp.Expression:
         element = self.data.element(array_oid) or 25

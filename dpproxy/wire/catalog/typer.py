@@ -252,7 +252,13 @@ class Typer:
             start = self.type(function.args.get("start") or (args[0] if args else None), scope)
             return [TypedColumn(alias or name, start if start in INTEGER_TYPES else 23)]
         if name == "unnest" and args:
-            return [TypedColumn(alias or name, self.element(self.type(args[0], scope)))]
+            # unnest(a, b, …): one column per array (Django's unnest(i.indkey, i.indoption)), each
+            # named after the function when the alias names none.
+            columns = [TypedColumn(alias or name, self.element(self.type(arg, scope))) for arg in args]
+            ordinality = function.args.get("offset") if isinstance(function, exp.Unnest) else None
+            if isinstance(ordinality, exp.Identifier):  # WITH ORDINALITY AS t(…, n)
+                columns.append(TypedColumn(ident(ordinality), 20))
+            return columns
         if name == "__pg_expandarray" and args:
             return [TypedColumn("x", self.element(self.type(args[0], scope))), TypedColumn("n", 23)]
         if name == "pg_options_to_table":

@@ -137,10 +137,13 @@ CREATE MACRO current_schemas(implicit) AS list_transform([__search_path()], lamb
 CREATE MACRO current_schema() AS __search_path()[1];
 CREATE MACRO __relation_oid(s) AS
     (SELECT __x5.__oid FROM main.__relkey __x5 WHERE __x5.__key = __relation_key(s));
+-- A type name: words folded and spaced as PostgreSQL's grammar reads them, or quoted parts kept as
+-- written (TypeORM's ('"' || udt_schema || '"."' || udt_name || '"')::regtype).
 CREATE MACRO __type_oid(s) AS
     (SELECT __x6.__oid FROM main.__typkey __x6
-     WHERE __x6.__key = lower(regexp_replace(regexp_replace(trim(CAST(s AS VARCHAR)), '^pg_catalog\.', ''),
-                                             '\s+', ' ', 'g')));
+     WHERE __x6.__key = CASE WHEN contains(CAST(s AS VARCHAR), '"') THEN __relation_key(s)
+         ELSE lower(regexp_replace(regexp_replace(trim(CAST(s AS VARCHAR)), '^pg_catalog\.', ''),
+                                   '\s+', ' ', 'g')) END);
 CREATE MACRO __namespace_oid(s) AS
     (SELECT __x7.__oid FROM main.__nsp __x7 WHERE __x7.__name = __last_name(s));
 CREATE MACRO __role_oid(s) AS
