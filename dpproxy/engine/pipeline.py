@@ -78,6 +78,7 @@ from dpproxy.sql.analyze import (
     parse_statement,
 )
 from dpproxy.sql.bounds import SessionBounds, with_session_bounds
+from dpproxy.sql.clock import reads_clock, with_statement_clock
 from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.public import backend_sql
@@ -254,6 +255,7 @@ class Engine:
 
     # -- planning ----------------------------------------------------------------------------------
 
+    @with_statement_clock
     def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery | EmptyQuery:
         return self._analyze_tree(bind_parameters(parse_statement(sql), params), answer=True)
 
@@ -293,6 +295,7 @@ class Engine:
                 error, charged=False, failed=lambda: PublicSubqueryFailed(query.text)
             ) from None
 
+    @with_statement_clock
     def describe(self, sql: str, parameter_types: Sequence[PgType | None] = ()) -> Description:
         """Parameter and result types of a statement, without data or budget.
 
@@ -338,6 +341,7 @@ class Engine:
         (dpproxy.sql.bounds), within the ceilings, instead of choosing them."""
         return plan_private(with_session_bounds(query, bounds), self.policy, epsilon, self.dialect, salt=salt)
 
+    @with_statement_clock
     def plan(
         self,
         sql: str,
@@ -355,6 +359,7 @@ class Engine:
             raise InvalidParameter("this query reads no protected table: it has no private plan")
         return self.plan_private(query, self.query_epsilon(epsilon), salt=salt, bounds=bounds)
 
+    @with_statement_clock
     def explain(
         self,
         sql: str,
@@ -437,6 +442,7 @@ class Engine:
         spent = self.ledger.spent(analyst) if self.ledger is not None else Cost.ZERO
         return BudgetStatus(analyst, spent, Cost(policy.epsilon, policy.delta))
 
+    @with_statement_clock  # one now() for the statement (dpproxy.sql.clock)
     def execute(
         self,
         sql: str,
@@ -533,6 +539,7 @@ class Engine:
             self.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
         return result
 
+    @with_statement_clock
     def prepare(
         self, sql: str, params: Sequence[object] = (), *, epsilon: float, bounds: SessionBounds | None = None
     ) -> Plan | PublicStatement | ConstantQuery | EmptyQuery | SeriesStatement:
@@ -554,11 +561,11 @@ class Engine:
             return query
         if isinstance(query, PublicQuery):
             public = PublicStatement(query, backend_sql(query.sql, self.dialect))
-            if not _has_subquery(tree):  # an inlined subquery's answer is data of its moment
+            if not _has_subquery(tree) and not reads_clock(tree):  # data, or now(), of its moment
                 self.caches.public.put(key, public)
             return public
         plan = self.plan_private(query, epsilon, salt=self.new_salt(), bounds=bounds)
-        if not query.inlined_subqueries and not any(k.fetched for k in query.keys):
+        if not query.inlined_subqueries and not any(k.fetched for k in query.keys) and not reads_clock(tree):
             self.caches.private.put(key, plan)  # answers read from public tables are of their moment
         return plan
 

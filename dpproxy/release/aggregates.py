@@ -57,6 +57,7 @@ from dpproxy.release.spans import (
     reach,
 )
 from dpproxy.sql.bounds import choosing
+from dpproxy.sql.datetimes import from_epoch_grid
 from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, PrivateQuery
 from dpproxy.sql.types import PgType
@@ -158,6 +159,8 @@ def _release_responses(groups: ExactGroups, responses: RandomizedResponseCount) 
 
 
 def _candidate(value: object, result_type: PgType) -> object:
+    if isinstance(value, Decimal) and result_type.is_temporal:
+        return from_epoch_grid(value, result_type)  # MIN/MAX of a date or time: its epoch grid
     if isinstance(value, Decimal):
         if result_type.is_integer:
             return int(value)

@@ -24,6 +24,7 @@ from dpproxy.errors import InvalidParameter
 from dpproxy.privacy import QuantileSpec, QueryNoise
 from dpproxy.release.exact import ExactGroups, canonical_values
 from dpproxy.release.requests import selectors
+from dpproxy.sql.datetimes import from_epoch_grid
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 from dpproxy.sql.rewrite.row_pipeline import RefinementStatement
 from dpproxy.sql.types import PgType
@@ -108,6 +109,8 @@ def refine_quantiles(
 
 
 def _typed(value: Decimal, result_type: PgType) -> object:
+    if result_type.is_temporal:
+        return from_epoch_grid(value, result_type)  # a date or time on its epoch grid
     if result_type.is_float:
         return float(value)
     if result_type.is_integer:

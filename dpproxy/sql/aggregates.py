@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from dpproxy.errors import InvalidParameter, NotSupported, PolicyViolation, UndefinedFunction
 from dpproxy.policy import DEFAULT_GRID_SCALE
+from dpproxy.sql.datetimes import epoch_grid, epoch_grid_sql
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.names import function_name
 from dpproxy.sql.query import Aggregate, AggregateKind, Component, ComponentKind, Histogram
@@ -156,7 +157,12 @@ class AggregateRules:
     def _quantile(self, arg: exp.Expression, alpha: Fraction, name: str, *, continuous: bool) -> int:
         """MIN (α = 0), MAX (α = 1), MEDIAN and percentiles per group, by the exponential mechanism
         over the argument's bounded range (dpproxy.privacy.selectors.QuantileSpec)."""
-        typed, interval, scale, _within = self._bounded_argument(arg, name.upper())
+        temporal = self._temporal_argument(arg, name, continuous=continuous)
+        if temporal is not None:
+            typed, interval, scale, result = temporal
+        else:
+            typed, interval, scale, _within = self._bounded_argument(arg, name.upper())
+            result = PgType.FLOAT8 if continuous else typed.type
         lo, hi = interval.on_grid(scale)
         candidates = max(1, min(self.MAX_CANDIDATES, hi - lo + 1))
         # Grid values per coarse bin, rounded up: more sub-bins than that would be empty.
@@ -177,7 +183,6 @@ class AggregateRules:
                 fine=fine,
             )
         )
-        result = PgType.FLOAT8 if continuous else typed.type
         return self._add_aggregate(
             Aggregate(
                 AggregateKind.QUANTILE,
@@ -190,6 +195,51 @@ class AggregateRules:
                 alpha=alpha,
             )
         )
+
+    def _temporal_argument(
+        self, arg: exp.Expression, name: str, *, continuous: bool
+    ) -> tuple[Typed, Interval, int, PgType] | None:
+        """MIN, MAX or percentile_disc of a date or time column: the column on the epoch grid of its
+        declared range (dpproxy.sql.datetimes.epoch_grid: days for a date, seconds for a timestamp),
+        released as a value of the column's type; None when the argument is not a date or time."""
+        bare = arg.unnest() if isinstance(arg, exp.Paren) else arg
+        if isinstance(bare, exp.Distinct):
+            return None
+        scope = self.scope.in_clause(f"{name.upper()} argument")
+        typed = row_expression(arg, scope)
+        if not typed.type.is_temporal:
+            return None
+        written = arg.sql("postgres")
+        if continuous:
+            raise UndefinedFunction(
+                f"function {name}({typed.type.value}) does not exist",
+                hint=f"{name} interpolates numbers; for a date or time use "
+                f"percentile_disc(f) WITHIN GROUP (ORDER BY {written})",
+            )
+        named = _one_column(bare)
+        if named is None:
+            raise NotSupported(
+                f"{name.upper()}({written}): MIN, MAX and percentile_disc of a date or time are "
+                "released for a column with a declared range (or CASE WHEN … THEN that column END), "
+                "not for another expression",
+                hint=f"aggregate the column itself, e.g. {name.upper()}(<date column>)",
+            )
+        source, column = scope.resolve(named)
+        if column.temporal_range is None:
+            table = getattr(source, "label", None) or "the table"
+            policy_type = {PgType.DATE: "date", PgType.TIMESTAMP: "timestamp"}.get(typed.type, "timestamptz")
+            example = f"{{type: {policy_type}, lower: 2000-01-01, upper: 2030-12-31}}"
+            raise PolicyViolation(
+                f"{name.upper()}({written}) needs a declared range for the {typed.type.value} column "
+                f'"{column.name}" of table "{table}": the policy gives it no lower and upper',
+                hint=f"ask the data owner to declare the range its values lie in, in the policy's "
+                f"tables.{table}.columns: {column.name}: {example}; MIN and MAX are then released "
+                "over that range",
+            )
+        interval = epoch_grid(column.temporal_range, typed.type)
+        sql, exact = epoch_grid_sql(typed.sql, typed.type)
+        numeric = Typed(sql, PgType.INT8 if exact else PgType.NUMERIC, interval)
+        return numeric, interval, 0, typed.type
 
     def _mode(self, arg: exp.Expression) -> int:
         """MODE() WITHIN GROUP (ORDER BY x) by report-noisy-max over x's public values, or over a
@@ -422,3 +472,23 @@ class AggregateRules:
 
 def known_type(pg_type: PgType) -> PgType:
     return PgType.TEXT if pg_type is PgType.UNKNOWN else pg_type
+
+
+def _one_column(node: exp.Expression) -> exp.Column | None:
+    """The column a date or time argument reads as is: the column itself, or a CASE each of whose
+    results is that column or NULL (what FILTER (WHERE …) writes); None for any other expression."""
+    if isinstance(node, exp.Paren):
+        return _one_column(node.this)
+    if isinstance(node, exp.Column):
+        return node
+    if not isinstance(node, exp.Case) or node.this is not None:
+        return None
+    results = [branch.args.get("true") for branch in node.args.get("ifs") or []]
+    results.append(node.args.get("default"))
+    columns = [r.unnest() if isinstance(r, exp.Paren) else r for r in results if r is not None]
+    columns = [c for c in columns if not isinstance(c, exp.Null)]
+    if not columns or not all(isinstance(c, exp.Column) for c in columns):
+        return None
+    if len({c.sql("postgres").lower() for c in columns}) != 1:
+        return None
+    return columns[0]  # type: ignore[return-value]

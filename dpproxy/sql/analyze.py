@@ -21,11 +21,11 @@ from dpproxy.policy import Policy
 from dpproxy.sql import postprocess
 from dpproxy.sql.aggregates import known_type
 from dpproxy.sql.bounds import contribution_bounds
-from dpproxy.sql.datetimes import fold_constant_calls
+from dpproxy.sql.folding import fold_constants
 from dpproxy.sql.inline import expand_ctes, inline
 from dpproxy.sql.names import qualify_names
 from dpproxy.sql.private import PrivateAnalyzer
-from dpproxy.sql.probes import EmptyQuery, distinct_as_group_by, empty_query
+from dpproxy.sql.probes import EmptyQuery, distinct_as_group_by, empty_query, existence_probe
 from dpproxy.sql.public import check_public_sql, exposed_table
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, OutputColumn, PostProcessing, PublicQuery
 from dpproxy.sql.relation import SchemaFacts
@@ -57,7 +57,7 @@ def answer_subqueries(
     inlined as constants (placeholders when `run` is None); see dpproxy.sql.subqueries. CTEs are
     expanded first, so a subquery may read one. Qualified names are resolved first (`qualify_names`;
     `database` is the served database's name, when known)."""
-    tree = fold_constant_calls(qualify_names(tree, policy, database))
+    tree = fold_constants(qualify_names(tree, policy, database))
     tree = expand_subquery_stars(tree, policy, public_columns or {}, database)
     if not expression_subqueries(tree):
         return Inlined(tree, 0, False)
@@ -85,11 +85,12 @@ def analyze(
     `unique_columns` the columns the database enforces unique and not NULL, per table (both read
     from the backend's schema at start); `database` the served database's name (what
     `current_database()` answers), which a `db.schema.table` name must give. Functions of
-    constants (to_date('2020-01-01', 'YYYY-MM-DD')) are folded into constants first.
+    constants (to_date('2020-01-01', 'YYYY-MM-DD'), now(), current_date - 30) are folded into
+    constants and aggregate FILTERs rewritten first (dpproxy.sql.folding).
     `fetch_key_values` reads a public table's distinct values of a GROUP BY key joined to it
     (dpproxy.sql.public_keys); None (no backend) leaves such keys to partition selection.
     """
-    tree = fold_constant_calls(qualify_names(tree, policy, database))
+    tree = fold_constants(qualify_names(tree, policy, database))
     if isinstance(tree, (exp.Union, exp.Intersect, exp.Except)):
         raise NotSupported(
             "set operations (UNION, INTERSECT, EXCEPT) are not supported",
@@ -135,14 +136,15 @@ def analyze(
         return analyze_public(tree, policy, public_columns or {}, text)
     if probes:
         # A probe (no rows by its text alone) is answered with its columns only; see sql/probes.py.
-        empty = empty_query(
-            tree,
-            policy,
-            facts,
-            lambda select: analyze(select, policy, public_columns, unique_columns, database, probes=False),
-        )
+        def inner(select: exp.Select) -> AnalyzedQuery | EmptyQuery:
+            return analyze(select, policy, public_columns, unique_columns, database, probes=False)
+
+        empty = empty_query(tree, policy, facts, inner)
         if empty is not None:
             return empty
+        exists = existence_probe(tree, policy, facts, inner)
+        if exists is not None:  # one row of its constants, whatever the data (sql/probes.py)
+            return ConstantQuery(_constant_post_processing(exists), text)
     query = PrivateAnalyzer(inline(distinct_as_group_by(tree)), policy, facts, text, fetch_key_values).run()
     query = dataclasses.replace(
         query, unit_unique=query.relation.unit_unique, sample_rows=query.relation.sample_rows

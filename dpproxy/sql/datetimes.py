@@ -19,6 +19,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from sqlglot import exp
 
 from dpproxy.errors import DatetimeFieldOverflow, InvalidDatetime, NotSupported
+from dpproxy.sql.intervals import Interval
 from dpproxy.sql.types import PgType
 
 _ISO = re.compile(
@@ -291,3 +292,57 @@ def _fold(node: exp.Expression) -> exp.Expression:
 
 def _cast(text: str, type_name: str) -> exp.Expression:
     return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(type_name))
+
+
+# -- dates and times on a grid of integers, for MIN, MAX and percentile_disc ------------------------
+# A date is released on a grid of whole days since 1970-01-01, a timestamp (or timestamptz, in UTC)
+# on one of whole seconds since 1970-01-01 00:00:00: the exponential mechanism of numbers then picks
+# a grid point, read back as a value of the column's type.
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_MICROS_PER_DAY = 86_400_000_000
+
+
+def _epoch_micros(value: dt.date) -> int:
+    if isinstance(value, dt.datetime):
+        moment = value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+        return (moment - _EPOCH) // dt.timedelta(microseconds=1)
+    return (value - _EPOCH.date()).days * _MICROS_PER_DAY
+
+
+def epoch_grid(declared: tuple[dt.date, dt.date], pg_type: PgType) -> Interval:
+    """A declared range on the epoch grid (days for a date, whole seconds within the range for a
+    timestamp: values are clipped to it before rounding, so every grid value is in the range)."""
+    lo, hi = (_epoch_micros(v) for v in declared)
+    if pg_type is PgType.DATE:
+        return Interval(Decimal(lo // _MICROS_PER_DAY), Decimal(hi // _MICROS_PER_DAY))
+    first, last = -(-lo // 1_000_000), hi // 1_000_000
+    return Interval(Decimal(min(first, last)), Decimal(last))
+
+
+def epoch_grid_sql(value: exp.Expression, pg_type: PgType) -> tuple[exp.Expression, bool]:
+    """SQL of a date or time on the epoch grid, computed alike on every engine from whole
+    microseconds (numbers.epoch_microseconds), and whether it is an exact integer: a date's days (a
+    bigint: its microseconds are whole days), a timestamp's seconds as an exact decimal with six
+    fractional digits, rounded to the grid as sums' values are."""
+    from dpproxy.sql import numbers
+
+    source = exp.Cast(this=value, to=exp.DataType.build("TIMESTAMP")) if pg_type is PgType.DATE else value
+    micros = numbers.cast(numbers.epoch_microseconds(source), "BIGINT")
+    if pg_type is PgType.DATE:
+        days = exp.Div(this=micros, expression=exp.Literal.number(_MICROS_PER_DAY), typed=True, safe=True)
+        return numbers.cast(days, "BIGINT"), True
+    seconds = exp.Mul(
+        this=numbers.cast(micros, "DECIMAL(38, 0)"),
+        expression=numbers.cast(exp.Literal.string("0.000001"), numbers.DECIMAL_TYPE),
+    )
+    return numbers.as_decimal(seconds), False
+
+
+def from_epoch_grid(value: Decimal | int, pg_type: PgType) -> dt.date:
+    """A grid value read back as a date, a timestamp or a timestamptz (aware, UTC)."""
+    whole = int(Decimal(value).to_integral_value(ROUND_HALF_EVEN))
+    if pg_type is PgType.DATE:
+        return _EPOCH.date() + dt.timedelta(days=whole)
+    moment = _EPOCH + dt.timedelta(seconds=whole)
+    return moment.replace(tzinfo=dt.UTC) if pg_type is PgType.TIMESTAMPTZ else moment

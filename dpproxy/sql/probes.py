@@ -18,6 +18,21 @@ so a false WHERE alone does not make it empty (its HAVING or LIMIT 0 can). The t
 are still checked as for any query (42P01 / 42501 / 42703), and `SELECT *` of a protected table
 lists the columns the policy exposes, in policy order, as the shadow catalog does.
 
+**Existence probes.** Tools ask whether a table can be read, or has a row, with one row of constants:
+
+    SELECT 1 FROM "public"."patients" LIMIT 1                     -- Great Expectations, connection tests
+    SELECT 1 AS "a" FROM "visits" WHERE "visits"."cost" > 10 LIMIT 1  -- Django's .exists()
+
+A SELECT of constants only (numbers, strings, booleans, NULL, their casts and signs), without
+aggregates, GROUP BY or DISTINCT, over exposed tables, with `LIMIT 1` (and no OFFSET but 0), that is
+not a zero-row probe, is answered with **one row of its constants, always** (`existence_probe`):
+the answer a table with a matching row would give, whatever the table holds, so it is a function of
+the text alone, like a zero-row probe's, free and without a backend call. It says nothing about the
+data: `.exists()` is always true (a WHERE that is never true by its text gives no row, as above), so
+a question about whether rows match is asked with COUNT(*). One row rather than none because the
+tools that send it treat no row as "empty table" or a failed check, and a table exposed by a policy
+is there to be queried. The tables, columns and the WHERE are checked as for any query.
+
 **SELECT DISTINCT keys** (Superset's filter dropdowns: `SELECT DISTINCT diagnosis AS column_values
 FROM public.patients LIMIT 10000`) means `GROUP BY` the select list with no aggregate; it is
 rewritten to that (`distinct_as_group_by`), so its keys are released like any GROUP BY's: public
@@ -44,7 +59,14 @@ from dpproxy.sql.rowexpr import constant_value, row_expression
 from dpproxy.sql.select_list import limit_of, output_name
 from dpproxy.sql.types import PgType
 
-__all__ = ["EmptyQuery", "aggregate_view", "distinct_as_group_by", "empty_query", "never_true"]
+__all__ = [
+    "EmptyQuery",
+    "aggregate_view",
+    "distinct_as_group_by",
+    "empty_query",
+    "existence_probe",
+    "never_true",
+]
 
 
 @dataclass(frozen=True)
@@ -191,6 +213,35 @@ def empty_query(
     if reason is None:
         return None
     return EmptyQuery(_outputs(select, policy, facts, analyze), select.sql("postgres"), reason)
+
+
+def _constant_item(node: exp.Expression) -> bool:
+    """A select-list item whose value is written in the text: a constant, its sign, casts, parentheses."""
+    if isinstance(node, exp.Alias):
+        return _constant_item(node.this)
+    if isinstance(node, (exp.Paren, exp.Neg)):
+        return _constant_item(node.this)
+    if isinstance(node, exp.Cast):
+        return _constant_item(node.this)
+    return isinstance(node, (exp.Literal, exp.Boolean, exp.Null))
+
+
+def existence_probe(
+    select: exp.Select, policy: Policy, facts: SchemaFacts, analyze: Analyzer
+) -> exp.Select | None:
+    """The SELECT without FROM, WHERE and LIMIT that answers an existence probe (the module
+    docstring: one row of its constants), after checking its tables, columns and WHERE as for any
+    query; None when the statement is not one. Call it after `empty_query`."""
+    if select.args.get("limit") is None or limit_of(select, "limit") != 1:
+        return None
+    if select.args.get("offset") is not None and limit_of(select, "offset") != 0:
+        return None
+    if select.args.get("distinct") is not None or _aggregates(select) or select.args.get("with_"):
+        return None
+    if not select.expressions or not all(_constant_item(item) for item in select.expressions):
+        return None
+    _outputs(select, policy, facts, analyze)  # tables, columns and the WHERE, checked
+    return exp.Select(expressions=[item.copy() for item in select.expressions])
 
 
 def _outputs(

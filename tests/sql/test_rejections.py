@@ -150,7 +150,8 @@ REJECTIONS = [
     ),
     ("SELECT percentile_cont(1.5) WITHIN GROUP (ORDER BY age) FROM patients", "22023", ["between 0 and 1"]),
     ("SELECT MEDIAN(visit_id) FROM visits", "42501", ['"visit_id"', "summable: false"]),
-    ("SELECT COUNT(*) FILTER (WHERE age > 3) FROM patients", "0A000", ["FILTER", "CASE WHEN"]),
+    ("SELECT lower(zip) FILTER (WHERE age > 3) FROM patients", "0A000", ["FILTER", "CASE WHEN"]),
+    ("SELECT MAX(enrolled) FROM patients", "42501", ['"enrolled"', "declared range", "lower: 2000-01-01"]),
     (
         "SELECT COUNT(*) FROM patients WHERE md5(zip) = 'x'",
         "0A000",
@@ -159,12 +160,13 @@ REJECTIONS = [
     ("SELECT COUNT(*) FROM patients WHERE random() > 0.5", "0A000", ["is not supported"]),
     ("SELECT COUNT(*) FROM patients WHERE pg_sleep(1) IS NULL", "0A000", ["pg_sleep"]),
     ("SELECT COUNT(*) FROM patients WHERE zip ~ '^1'", "0A000", ["regular expressions", "LIKE"]),
-    ("SELECT COUNT(*) FROM patients WHERE enrolled > now()", "0A000", ["is not supported"]),
+    ("SELECT COUNT(*) FROM patients WHERE enrolled > clock_timestamp()", "0A000", ["is not supported"]),
     (
-        "SELECT COUNT(*) FROM visits WHERE visit_date > DATE '2024-01-01' - INTERVAL '1 day'",
+        "SELECT COUNT(*) FROM visits WHERE visit_date - INTERVAL '1 day' > DATE '2024-01-01'",
         "0A000",
         ["interval"],
     ),
+    ("SELECT COUNT(*) FROM visits WHERE visit_date > now() - INTERVAL 'fortnight'", "22007", ["interval"]),
     # data-dependent failures refused before anything runs
     (
         "SELECT COUNT(*) FROM patients WHERE CAST(zip AS INTEGER) > 5",

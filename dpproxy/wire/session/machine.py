@@ -47,6 +47,7 @@ from dpproxy.errors import (
 from dpproxy.policy import AnalystPolicy
 from dpproxy.results import ResultStream
 from dpproxy.sql.bounds import SessionBounds
+from dpproxy.sql.clock import CLOCK, Clock, session_clock
 from dpproxy.wire import codec
 from dpproxy.wire.auth import AuthExchange
 from dpproxy.wire.catalog import SessionInfo
@@ -133,6 +134,7 @@ class Session(SessionCommands, PortalCommands):
         self.client = client
         self.session_id = new_session_id()
         self._statement_count = 0
+        self._clock: Clock | None = None  # now() of the current transaction (dpproxy.sql.clock)
         self.engine = shared.engine
         self.process_id = process_id
         self.secret_key = secret_key
@@ -379,6 +381,9 @@ class Session(SessionCommands, PortalCommands):
         if statement is not None:
             self._note_kind(record, statement)
         token = CURRENT.set(record)
+        # now() is the start of the transaction (of this statement outside a block), in the TimeZone.
+        self._clock = session_clock(self._clock, record.at, self.status, self._current_text_format().timezone)
+        clock = CLOCK.set(self._clock)
         try:
             yield record
         except DPProxyError as error:
@@ -388,6 +393,7 @@ class Session(SessionCommands, PortalCommands):
             record.error(InternalError.sqlstate)
             raise
         finally:
+            CLOCK.reset(clock)
             CURRENT.reset(token)
             if not record.kind:
                 record.kind = "query"  # refused before the engine knew what it was
