@@ -17,10 +17,13 @@ class DPProxyError(Exception):
 
     sqlstate = "XX000"
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, position: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # Where in the statement the fault is: a 1-based character offset (ErrorResponse's P field,
+        # from which psql prints LINE n: and a caret), or None.
+        self.position = position
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\nHINT: {self.hint}"

@@ -14,6 +14,7 @@ from sqlglot.errors import ParseError
 from dpproxy.errors import InvalidParameter, SyntaxProblem
 from dpproxy.policy import Policy
 from dpproxy.sql import limits, literals, postprocess
+from dpproxy.sql.positions import syntax_problem
 from dpproxy.sql.types import PgType, from_column_type, from_sqlglot
 
 _POSTGRES = Dialect.get_or_raise("postgres")
@@ -30,10 +31,7 @@ def parse_statement(sql: str) -> exp.Expression:
         with limits.refuse_deep_recursion():
             statements = [s for s in _POSTGRES.parser().parse(tokens, sql) if s is not None]
     except ParseError as e:
-        detail = e.errors[0]["description"] if e.errors else str(e)
-        raise SyntaxProblem(
-            f"syntax error: {detail}", hint="dpproxy reads PostgreSQL's SQL dialect"
-        ) from None
+        raise syntax_problem(e, sql, hint="dpproxy reads PostgreSQL's SQL dialect") from None
     except sqlglot.errors.TokenError as e:
         raise SyntaxProblem(f"syntax error: {e}") from None
     if not statements:

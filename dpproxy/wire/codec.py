@@ -715,7 +715,7 @@ def notice(
 
 
 def error_from(error: DPProxyError, *, severity: str = "ERROR") -> ErrorResponse:
-    return ErrorResponse(severity, error.sqlstate, error.message, hint=error.hint)
+    return ErrorResponse(severity, error.sqlstate, error.message, hint=error.hint, position=error.position)
 
 
 def encode_all(messages: Iterable[BackendMessage]) -> bytes:

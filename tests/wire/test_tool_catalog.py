@@ -287,3 +287,48 @@ def test_django_inspectdb_generates_the_public_tables_model(served: Served, tmp_
     for table in ("patients", "visits"):
         assert f"# Unable to inspect table '{table}'" in result.stdout
         assert f'raw rows of the protected table "{table}"' in result.stdout
+
+
+# --- syntax errors with their position ---------------------------------------------------------------
+
+SYNTAX_ERRORS = [
+    # (statement, position PostgreSQL's P field carries, the text psql underlines); the router reads the
+    # first, the engine's parser the second, the shadow catalog's the third.
+    ("selec 1", 1, "selec"),
+    ("SELECT sex, COUNT(* FROM patients GROUP BY sex", 21, "FROM"),
+    ("SELECT relname FROM pg_class WHERE relname = = 'x'", 46, "="),
+]
+
+
+@pytest.mark.parametrize(("sql", "position", "token"), SYNTAX_ERRORS)
+def test_syntax_errors_carry_their_position(served: Served, sql: str, position: int, token: str) -> None:
+    assert sql[position - 1 :].startswith(token)
+    with psycopg.connect(served.dsn(), autocommit=True) as conn:
+        for prepare in (False, True):  # simple query; Parse (extended protocol)
+            with pytest.raises(psycopg.errors.SyntaxError) as caught:
+                conn.execute(sql, prepare=prepare)
+            assert caught.value.diag.statement_position == str(position)
+            assert f'syntax error at or near "{token}"' in str(caught.value)
+        # In a query string of several statements, counted from the string's start, as PostgreSQL does.
+        with pytest.raises(psycopg.errors.SyntaxError) as caught:
+            conn.execute(f"SELECT 1;\n  {sql}")
+        assert caught.value.diag.statement_position == str(position + 12)
+
+
+def test_psql_shows_the_line_and_a_caret(served: Served) -> None:
+    program = shutil.which("psql")
+    if program is None:
+        _missing_tool("psql was not found")
+    assert program is not None
+    target = ["-h", "127.0.0.1", "-p", str(served.port), "-U", ALICE, "-d", "demo", "-X"]
+    sql = "SELECT sex, COUNT(*\nFROM patients\nGROUP BY sex"
+    result = subprocess.run(
+        [program, *target, "-c", sql],
+        capture_output=True,
+        text=True,
+        env=_client_env(),
+        timeout=SUBPROCESS_TIMEOUT,
+    )
+    assert result.returncode == 1
+    expected = 'ERROR:  syntax error at or near "FROM", expecting )\nLINE 2: FROM patients\n        ^'
+    assert expected in result.stderr

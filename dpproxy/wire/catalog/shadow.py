@@ -23,6 +23,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+import sqlglot
+from sqlglot.errors import ParseError
 
 from dpproxy import watchdog
 from dpproxy.backends.duckdb import InterruptGuard
@@ -38,6 +40,7 @@ from dpproxy.errors import (
     UndefinedObject,
     UndefinedTable,
 )
+from dpproxy.sql.positions import syntax_problem
 from dpproxy.wire.catalog.build import build_database, make_lookups, sql_string
 from dpproxy.wire.catalog.builtin import PgColumn, load_pg_data
 from dpproxy.wire.catalog.interface import CatalogResult, SessionInfo, ShadowCatalog
@@ -127,7 +130,10 @@ class DuckDBShadowCatalog(ShadowCatalog):
 
     def execute(self, sql: str, params: Sequence[object], session: SessionInfo) -> CatalogResult:
         translation = self.translation(sql)
-        names, types, rows = self._run(translation, self._coerce(translation, params), session)
+        try:
+            names, types, rows = self._run(translation, self._coerce(translation, params), session)
+        except SyntaxProblem as error:
+            raise _placed(error, sql) from None
         columns = self._columns(translation, names, types)
         rows = self._convert(columns, rows, session)
         return CatalogResult(tuple(columns), rows, f"SELECT {len(rows)}")
@@ -141,7 +147,10 @@ class DuckDBShadowCatalog(ShadowCatalog):
             given = param_oids[i] if i < len(param_oids) else 0
             inferred = translation.param_types[i] if i < len(translation.param_types) else 0
             oids.append(given or inferred or 25)
-        names, types, _ = self._run(translation, [None] * translation.param_count, session, describe=True)
+        try:
+            names, types, _ = self._run(translation, [None] * translation.param_count, session, describe=True)
+        except SyntaxProblem as error:
+            raise _placed(error, sql) from None
         return oids, self._columns(translation, names, types)
 
     def close(self) -> None:
@@ -383,6 +392,25 @@ def _session_sql(session: SessionInfo, started: str) -> str:
     )
 
 
+def _placed(error: SyntaxProblem, sql: str) -> SyntaxProblem:
+    """A syntax error DuckDB found in the translation, placed in the statement the client sent where
+    sqlglot finds one there too (the translation's text is not the client's)."""
+    if error.position is not None:
+        return error
+    try:
+        sqlglot.parse(sql, read="postgres")
+    except ParseError as exc:
+        placed = syntax_problem(exc, sql)
+        if placed.position is not None:
+            return placed
+    except Exception:  # sqlglot raises several error types; DuckDB's own message stands then
+        pass
+    near = re.search(r'at or near "(.*)"', error.message)
+    if near and near.group(1) not in sql:  # a word of the translation, not of the client's text
+        return SyntaxProblem("syntax error in catalog query", hint=error.hint)
+    return error
+
+
 _DUCK_MESSAGE = re.compile(r"^(?:[A-Za-z ]+ Error|Error): (.*)", re.S)
 
 
@@ -427,7 +455,8 @@ def _translate_error(exc: duckdb.Error) -> DPProxyError:
                 hint="add explicit type casts",
             )
     if isinstance(exc, duckdb.ParserException):
-        return SyntaxProblem("syntax error in catalog query")
+        near = re.search(r'syntax error at (or near "[^"\n]*"|end of input)', message)
+        return SyntaxProblem(f"syntax error at {near.group(1)}" if near else "syntax error in catalog query")
     if isinstance(exc, duckdb.ConversionException):
         return InvalidText("invalid input syntax in catalog query")
     return NotSupported(

@@ -32,6 +32,7 @@ from dpproxy.wire.router.lexer import (
     TokenKind,
     quote_identifier,
     split_statements,
+    statement_offsets,
     tokenize,
 )
 from dpproxy.wire.router.relations import CATALOG_SCHEMAS, is_catalog_relation
@@ -60,5 +61,6 @@ __all__ = [
     "quote_identifier",
     "route",
     "split_statements",
+    "statement_offsets",
     "tokenize",
 ]

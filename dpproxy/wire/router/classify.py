@@ -106,6 +106,7 @@ def _route(sql: str, exposed: frozenset[str], *, nested: bool) -> Statement:
         tokens = checked_tokens(sql, strict=True)
     except LexError as exc:
         raise SyntaxProblem(f"{exc}", hint="close every quote, string and comment") from None
+    offset = next((t.start for t in tokens if t.kind is not TokenKind.OP or t.text != ";"), 0)
     text, tokens = _strip_statement(sql, tokens)
     if any(t.kind is TokenKind.OP and t.text == ";" for t in tokens):
         raise SyntaxProblem(
@@ -121,7 +122,12 @@ def _route(sql: str, exposed: frozenset[str], *, nested: bool) -> Statement:
         )
     if not tokens:
         return Statement(Kind.EMPTY, text, "")
-    return _Router(text, tokens, exposed, nested).route()
+    try:
+        return _Router(text, tokens, exposed, nested).route()
+    except SyntaxProblem as error:  # a position in `text`, which starts `offset` characters into `sql`
+        if error.position is not None:
+            error.position += offset
+        raise
 
 
 def _strip_statement(sql: str, tokens: list[Token]) -> tuple[str, list[Token]]:

@@ -9,7 +9,7 @@ session, the catalog or data.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -284,6 +284,15 @@ def split_statements(sql: str) -> list[str]:
     return split_tokens(sql, tokenize(sql, strict=False))
 
 
+def statement_offsets(sql: str, statements: Sequence[str]) -> list[int]:
+    """Where each of `split_statements(sql)` starts in `sql` (errors' positions count from there)."""
+    offsets, searched = [], 0
+    for statement in statements:
+        offsets.append(max(sql.find(statement, searched), 0))
+        searched = offsets[-1] + len(statement)
+    return offsets
+
+
 def split_tokens(sql: str, tokens: Iterable[Token]) -> list[str]:
     """`split_statements` from the text's tokens, already read (leniently)."""
     statements: list[str] = []
@@ -373,7 +382,8 @@ class TokenReader:
 
     def syntax_error(self, token: Token | None) -> None:
         where = f'at or near "{token.text}"' if token is not None else "at end of input"
-        raise SyntaxProblem(f"syntax error {where}")
+        position = token.start + 1 if token is not None else len(self.sql) + 1
+        raise SyntaxProblem(f"syntax error {where}", position=position)
 
     def expect_end(self) -> None:
         if not self.at_end():

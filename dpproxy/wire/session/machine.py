@@ -60,7 +60,7 @@ from dpproxy.wire.codec import (
     ReadyForQuery,
     RowDescription,
 )
-from dpproxy.wire.router import Kind, Statement
+from dpproxy.wire.router import Kind, Statement, statement_offsets
 from dpproxy.wire.session.commands import SessionCommands
 from dpproxy.wire.session.portals import PortalCommands
 from dpproxy.wire.session.records import (
@@ -433,7 +433,7 @@ class Session(SessionCommands, PortalCommands):
         if implicit_block:
             self._settings.begin()
         failed = False
-        for text in texts:
+        for text, offset in zip(texts, statement_offsets(sql, texts), strict=True):
             with self._audited(text) as record:
                 try:
                     statement = await self.shared.route(text)
@@ -453,6 +453,8 @@ class Session(SessionCommands, PortalCommands):
                     self._note_answer(record, outcome)
                 except DPProxyError as error:
                     record.error(error.sqlstate)
+                    if error.position is not None:  # counted from the query string's start, as PostgreSQL
+                        error.position += offset
                     out.append(codec.error_from(error))
                     self._after_error(extended=False)
                     failed = True

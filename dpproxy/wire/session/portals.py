@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from dpproxy.errors import (
+    DPProxyError,
     DuplicateCursor,
     DuplicatePreparedStatement,
     InvalidBinary,
@@ -241,9 +242,14 @@ class PortalCommands:
         texts = await self.shared.split(message.sql)
         if len(texts) > 1:
             raise SyntaxProblem("cannot insert multiple commands into a prepared statement")
-        statement = await self.shared.route(texts[0] if texts else "")
-        self._check_not_aborted(statement)
-        oids, columns = await self._describe_statement(statement, message.parameter_oids)
+        try:
+            statement = await self.shared.route(texts[0] if texts else "")
+            self._check_not_aborted(statement)
+            oids, columns = await self._describe_statement(statement, message.parameter_oids)
+        except DPProxyError as error:
+            if error.position is not None and texts:  # from the start of the Parse message's text
+                error.position += message.sql.find(texts[0])
+            raise
         self._statements[message.statement] = PreparedStatement(
             message.statement, statement, oids, columns, message.sql
         )
