@@ -23,7 +23,6 @@ import dataclasses
 import functools
 import hashlib
 import itertools
-import json
 import logging
 import secrets
 import time
@@ -41,8 +40,9 @@ from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
 from dpproxy.engine.charge import Charge, backend_failure, reached_data
 from dpproxy.engine.collector import gc_paused
 from dpproxy.engine.plan import Plan, answer_columns, plan_private
+from dpproxy.engine.released import ReleasedPlan, analyze_released, plan_released, post_process_released
+from dpproxy.engine.replay import answer_plan
 from dpproxy.engine.series import SeriesStatement, execute_series, series_parts, with_placeholder_keys
-from dpproxy.engine.streaming import stream_plan
 from dpproxy.errors import (
     BackendUnavailable,
     DPProxyError,
@@ -60,14 +60,11 @@ from dpproxy.release import choose_groups, exact_groups, post_process, release_a
 from dpproxy.release.bounds import choose_bounds
 from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.quantiles import refine_quantiles
-from dpproxy.release.stream import streamable
 from dpproxy.results import (
     BudgetStatus,
     Result,
     ResultColumn,
     ResultStream,
-    decode_result,
-    encode_result,
     format_number,
 )
 from dpproxy.sql.analyze import (
@@ -83,6 +80,7 @@ from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.public import backend_sql
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
+from dpproxy.sql.released import ReleasedQuery
 from dpproxy.sql.types import PgType, from_column_type
 
 log = logging.getLogger("dpproxy.engine")
@@ -256,10 +254,12 @@ class Engine:
     # -- planning ----------------------------------------------------------------------------------
 
     @with_statement_clock
-    def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery | EmptyQuery:
+    def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery | EmptyQuery | ReleasedQuery:
         return self._analyze_tree(bind_parameters(parse_statement(sql), params), answer=True)
 
-    def _analyze_tree(self, tree: exp.Expression, *, answer: bool) -> AnalyzedQuery | EmptyQuery:
+    def _analyze_tree(
+        self, tree: exp.Expression, *, answer: bool
+    ) -> AnalyzedQuery | EmptyQuery | ReleasedQuery:
         """Analyze a parsed, parameter-bound statement. Its subqueries over public tables are run
         first and inlined (`answer`, with a backend), or replaced by placeholders of their type; so
         are a public table's values of a GROUP BY key joined to it read (or left to partition
@@ -270,15 +270,22 @@ class Engine:
             # constants for the keys the top-k query would release.
             tree = with_placeholder_keys(parts.series, parts.inner)
         run = self._run_subquery if answer and self.backend is not None else None
-        inlined = answer_subqueries(tree, self.policy, self._public_columns, run, database=self.database)
-        query = analyze(
-            inlined.tree,
-            self.policy,
-            self._public_columns,
-            self.unique_columns,
-            database=self.database,
-            fetch_key_values=run,  # GROUP BY keys of a joined public table (dpproxy.sql.public_keys)
-        )
+        try:
+            inlined = answer_subqueries(tree, self.policy, self._public_columns, run, database=self.database)
+            query = analyze(
+                inlined.tree,
+                self.policy,
+                self._public_columns,
+                self.unique_columns,
+                database=self.database,
+                fetch_key_values=run,  # GROUP BY keys of a joined public table (dpproxy.sql.public_keys)
+            )
+        except DPProxyError as refused:
+            # Refused as one private query: maybe a query over a private aggregate's answer.
+            released = analyze_released(self, tree, refused, answer=answer)
+            if released is None:
+                raise
+            return released
         if inlined.subqueries and isinstance(query, PrivateQuery):
             return dataclasses.replace(
                 query, inlined_subqueries=True, subquery_placeholders=inlined.placeholders
@@ -310,10 +317,12 @@ class Engine:
         ]
         query = self._analyze_tree(bind_parameters(tree, placeholders), answer=False)
         outputs = (
-            query.outputs if isinstance(query, (PublicQuery, EmptyQuery)) else query.post_processing.outputs
+            query.outputs
+            if isinstance(query, (PublicQuery, EmptyQuery, ReleasedQuery))
+            else query.post_processing.outputs
         )
         columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
-        return Description(types, columns, isinstance(query, PrivateQuery))
+        return Description(types, columns, isinstance(query, (PrivateQuery, ReleasedQuery)))
 
     def query_epsilon(self, epsilon: float | None, analyst: AnalystPolicy | None = None) -> float:
         """The per-query ε: the policy default (capped by the analyst's own per-query limit), or a
@@ -353,6 +362,8 @@ class Engine:
     ) -> Plan:
         """The plan of a private query, without touching data or budget."""
         query = self.analyze(sql, params)
+        if isinstance(query, ReleasedQuery):  # the private aggregate's plan: the outer query is free
+            query = query.private
         if isinstance(query, EmptyQuery):
             raise InvalidParameter(f"this query has no rows ({query.reason}): it has no private plan")
         if not isinstance(query, PrivateQuery):
@@ -391,6 +402,14 @@ class Engine:
                 outputs=tuple((o.name, o.type.value) for o in query.outputs),
             )
         chosen = self.query_epsilon(epsilon)
+        if isinstance(query, ReleasedQuery):
+            explanation = explain_plan(self.plan_private(query.private, chosen, bounds=bounds), self.dialect)
+            note = (
+                f"the outer query is computed from the released rows of subquery {query.name} "
+                f"(post-processing, no further cost): {query.outer.sql('postgres')}"
+            )
+            outputs = tuple((o.name, o.type.value) for o in query.outputs)
+            return dataclasses.replace(explanation, text=query.text, subqueries=note, outputs=outputs)
         explanation = explain_plan(self.plan_private(query, chosen, bounds=bounds), self.dialect)
         if parts is None:
             return explanation
@@ -522,27 +541,16 @@ class Engine:
         _kind(record, "private")
         if isinstance(prepared, SeriesStatement):
             return execute_series(self, prepared, who, chosen, cancel, record, bounds)
-        plan = prepared
-        replay = self._replay_key(plan) if self.policy.defaults.replay and self.ledger is not None else None
-        if replay is not None:
-            stored = self.ledger.replay_get(who.name, replay)  # type: ignore[union-attr]
-            if stored is not None:
-                replayed = self._replayed(stored, who)
-                record.replayed = True
-                record.cost = Cost.ZERO
-                record.rows = len(replayed.rows)
-                return replayed
-        if stream and streamable(plan.query, len(plan.statements)):
-            return stream_plan(self, plan, who, cancel, replay, record)
-        result = self.run(plan, analyst=who, cancel=cancel, record=record)
-        if replay is not None and len(result.rows) <= self.REPLAY_MAX_ROWS:
-            self.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
-        return result
+        if isinstance(prepared, ReleasedPlan):  # the aggregate answered alone, then post-processed
+            answer = answer_plan(self, prepared.private, who, cancel, False, record)
+            assert isinstance(answer, Result)
+            return post_process_released(prepared, answer)
+        return answer_plan(self, prepared, who, cancel, stream, record)
 
     @with_statement_clock
     def prepare(
         self, sql: str, params: Sequence[object] = (), *, epsilon: float, bounds: SessionBounds | None = None
-    ) -> Plan | PublicStatement | ConstantQuery | EmptyQuery | SeriesStatement:
+    ) -> Plan | PublicStatement | ConstantQuery | EmptyQuery | SeriesStatement | ReleasedPlan:
         """What `execute` runs for a statement at a per-query ε, from the caches when this exact input
         was analysed before (dpproxy.engine.caches), else analysed cold: a private plan, a statement over
         public tables, a constant query, a probe answered without data, or a series limit (analysed
@@ -559,6 +567,8 @@ class Engine:
         query = self._analyze_tree(tree, answer=True)
         if isinstance(query, (ConstantQuery, EmptyQuery)):
             return query
+        if isinstance(query, ReleasedQuery):  # planned afresh each time: its inner aggregate is
+            return plan_released(self, query, epsilon, bounds)  # cached when sent alone
         if isinstance(query, PublicQuery):
             public = PublicStatement(query, backend_sql(query.sql, self.dialect))
             if not _has_subquery(tree) and not reads_clock(tree):  # data, or now(), of its moment
@@ -569,40 +579,10 @@ class Engine:
             self.caches.private.put(key, plan)  # answers read from public tables are of their moment
         return plan
 
-    def _replay_key(self, plan: Plan) -> str:
-        """The policy, the normalised statement (parameters bound), ε, δ and the operator's data epoch.
-
-        Nothing else, and nothing read from the database: no table statistics, no file times, and no
-        call to the backend at all. Whether a repeat is free (a stored answer) or charged (a fresh one)
-        is a bit the analyst sees; keyed this way it says only whether this analyst asked this very
-        question in this epoch before (and whether its answer was since evicted among their own oldest,
-        or forgotten by an operator's reset), which they already know. A key that followed the data
-        would say, for free and with certainty, whether a table was written in between (rolled-back
-        writes included): in a rarely written table, when one person arrived. The price is that within
-        an epoch a repeat gets the answer from before any write; `defaults.data_epoch` says when the
-        operator wants new answers.
-        """
-        material = json.dumps(
-            [
-                self._policy_digest,
-                plan.query.text,
-                repr(plan.epsilon),
-                repr(plan.delta),
-                self.policy.defaults.data_epoch,
-            ]
-        )
-        return hashlib.sha256(material.encode()).hexdigest()
-
     @functools.cached_property
-    def _policy_digest(self) -> str:
+    def policy_digest(self) -> str:
         # Bounds, limits, mechanism and accounting change what an answer means: a new policy, new answers.
         return hashlib.sha256(repr((self.policy.defaults, self.policy.tables)).encode()).hexdigest()
-
-    def _replayed(self, payload: bytes, analyst: AnalystPolicy) -> Result:
-        columns, rows, notes = decode_result(payload)
-        spent = self.ledger.spent(analyst.name) if self.ledger is not None else Cost.ZERO
-        status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
-        return Result(columns, rows, Cost.ZERO, status, private=True, replayed=True, notes=notes)
 
     def backend_or_fail(self) -> Backend:
         if self.backend is None:

@@ -193,27 +193,40 @@ def analyze_public(
         table_node.set("db", exp.to_identifier(table.schema) if table.schema else None)
         if table.schema:
             schema.setdefault(table.schema, {})
-    # Names as PostgreSQL gives them (`count`, `avg`), taken before qualify aliases unnamed items
-    # `_col_1`…; with a `*` the expanded columns name themselves.
-    stars = any(item.find(exp.Star) is not None for item in rewritten.expressions if not item.find(exp.Func))
-    written_names = None if stars else [output_name(item) for item in rewritten.expressions]
-    try:
-        from sqlglot.optimizer.annotate_types import annotate_types
-        from sqlglot.optimizer.qualify import qualify
-
-        flat = {name: cols for name, cols in schema.items() if cols}
-        for table_node in rewritten.find_all(exp.Table):
-            table_node.set("db", None)
-        qualified = qualify(
-            rewritten, schema=flat, dialect="postgres", validate_qualify_columns=True, quote_identifiers=True
-        )
-        annotated = annotate_types(qualified, schema=flat, dialect="postgres")
-    except OptimizeError as e:
-        raise UnresolvedColumn(f"{e}") from None
+    flat = {name: cols for name, cols in schema.items() if cols}
+    for table_node in rewritten.find_all(exp.Table):
+        table_node.set("db", None)
+    annotated, outputs = typed_select(rewritten, flat)
     for table_node in annotated.find_all(exp.Table):
         table = policy.table(table_node.name)
         if table is not None and table.schema:
             table_node.set("db", exp.to_identifier(table.schema, quoted=True))
+    return PublicQuery(annotated, outputs, text)
+
+
+def typed_select(
+    select: exp.Select, schema: Mapping[str, Mapping[str, str]]
+) -> tuple[exp.Select, tuple[OutputColumn, ...]]:
+    """`select` qualified and typed against `schema` (table → column → sqlglot type), with its
+    output columns named as PostgreSQL names them: a column none of its tables has is 42703."""
+    # Names as PostgreSQL gives them (`count`, `avg`), taken before qualify aliases unnamed items
+    # `_col_1`…; with a `*` the expanded columns name themselves.
+    stars = any(item.find(exp.Star) is not None for item in select.expressions if not item.find(exp.Func))
+    written_names = None if stars else [output_name(item) for item in select.expressions]
+    try:
+        from sqlglot.optimizer.annotate_types import annotate_types
+        from sqlglot.optimizer.qualify import qualify
+
+        qualified = qualify(
+            select,
+            schema=dict(schema),
+            dialect="postgres",
+            validate_qualify_columns=True,
+            quote_identifiers=True,
+        )
+        annotated = annotate_types(qualified, schema=dict(schema), dialect="postgres")
+    except OptimizeError as e:
+        raise UnresolvedColumn(f"{e}") from None
     names = (
         written_names
         if written_names is not None and len(written_names) == len(annotated.expressions)
@@ -225,4 +238,4 @@ def analyze_public(
         )
         for i, item in enumerate(annotated.expressions)
     )
-    return PublicQuery(annotated, outputs, text)
+    return annotated, outputs  # type: ignore[return-value]

@@ -20,6 +20,8 @@ import datetime as dt
 import re
 import shutil
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -313,3 +315,30 @@ def test_arrow_tools_read_public_and_private_answers(proxy: Proxy, tool: str) ->
     with pytest.raises(Exception, match="raw rows of the protected table"):
         _read(tool, "SELECT age, sex FROM patients", _uri(proxy))
     assert proxy.spent() == pytest.approx(before + 0.5)
+
+
+def test_tools_that_wrap_a_private_query_read_its_released_rows(proxy: Proxy) -> None:
+    """connectorx's pandas result counts the rows first (`SELECT count(*) FROM (q) AS CXTMPTAB_COUNT`)
+    and DuckDB's postgres_query selects from `(q)`: both are answered from the released rows of q,
+    each charged as q alone (replay is off here: with it on, the repeat is free)."""
+    pytest.importorskip("connectorx")
+    before = proxy.spent()
+    # In a process of its own: connectorx's pandas path holds the GIL while it waits for its
+    # connections, which this process's server thread would need to accept them.
+    script = (
+        "import connectorx, sys; f = connectorx.read_sql(sys.argv[1], sys.argv[2], return_type='pandas'); "
+        "print(list(f.columns), len(f))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script, _uri(proxy), PRIVATE], capture_output=True, text=True, timeout=120
+    )
+    assert ran.stdout.strip() == "['sex', 'smoker', 'n', 'total', 'mean_age'] 6", ran.stderr
+    assert proxy.spent() == pytest.approx(before + 1.0)  # the count probe's release, then the COPY's
+    with proxy.connect(autocommit=True) as conn:
+        rows = conn.execute(
+            f'SELECT "sex", "n" FROM ({PRIVATE}) AS t WHERE n > %s ORDER BY n DESC', [0]
+        ).fetchall()
+    assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True) and {r[0] for r in rows} == set(
+        "FMX"
+    )
+    assert proxy.spent() == pytest.approx(before + 1.5)

@@ -1,0 +1,152 @@
+"""Running a query over the released rows of a private aggregate (dpproxy.sql.released).
+
+The private aggregate at the bottom is planned, charged and released exactly as if it had been sent
+alone (its replay and its notice included); each outer query is then computed from the released rows
+on an in-memory DuckDB that holds those rows and nothing else: external access (files, the network,
+extensions) is disabled before a row is loaded, and the connection is closed when the answer is read.
+Nothing here reads the backing database, and nothing here is charged: post-processing is free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import duckdb
+from sqlglot import exp
+
+from dpproxy.engine.plan import Plan
+from dpproxy.errors import DPProxyError, InvalidParameter
+from dpproxy.results import Result, ResultColumn
+from dpproxy.sql.bounds import SessionBounds
+from dpproxy.sql.folding import fold_constants
+from dpproxy.sql.names import qualify_names
+from dpproxy.sql.public import backend_sql
+from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.released import ReleasedQuery, released_query, split_released
+from dpproxy.sql.types import PgType
+
+if TYPE_CHECKING:
+    from dpproxy.engine.pipeline import Engine
+
+# How a released column is held while the outer query runs: numbers a DuckDB DECIMAL could not hold
+# (a noisy sum beyond 10^29, or with more than 9 decimals) in DOUBLE, like the released values' floats.
+_DUCKDB_TYPES = {
+    PgType.INT2: "SMALLINT",
+    PgType.INT4: "INTEGER",
+    PgType.INT8: "BIGINT",
+    PgType.NUMERIC: "DOUBLE",
+    PgType.FLOAT4: "REAL",
+    PgType.FLOAT8: "DOUBLE",
+    PgType.TEXT: "VARCHAR",
+    PgType.VARCHAR: "VARCHAR",
+    PgType.BOOL: "BOOLEAN",
+    PgType.DATE: "DATE",
+    PgType.TIMESTAMP: "TIMESTAMP",
+    PgType.TIMESTAMPTZ: "TIMESTAMPTZ",
+    PgType.UNKNOWN: "VARCHAR",
+}
+
+
+@dataclass(frozen=True)
+class ReleasedPlan:
+    """The plan of a query over released rows: the inner one's plan, and the outer query."""
+
+    inner: Plan | ReleasedPlan
+    query: ReleasedQuery
+
+    @property
+    def private(self) -> Plan:
+        inner = self.inner
+        while isinstance(inner, ReleasedPlan):
+            inner = inner.inner
+        return inner
+
+
+def outer_queries(plan: ReleasedPlan) -> list[ReleasedQuery]:
+    """The outer queries from the innermost (run first) to the statement's own."""
+    queries = [plan.query]
+    inner = plan.inner
+    while isinstance(inner, ReleasedPlan):
+        queries.append(inner.query)
+        inner = inner.inner
+    return queries[::-1]
+
+
+def post_process_released(plan: ReleasedPlan, answer: Result) -> Result:
+    """The statement's answer from the private aggregate's `answer`: each outer query in turn over
+    the previous one's rows. Cost, budget and notes stay the aggregate's; a column the outer query
+    passes through unchanged keeps its ±, any other has none."""
+    columns, rows = answer.columns, answer.rows
+    for query in outer_queries(plan):
+        rows = run_over_rows(query, rows)
+        columns = tuple(
+            dataclasses.replace(columns[source], name=output.name, type=output.type)
+            if source is not None
+            else ResultColumn(output.name, output.type)
+            for output, source in zip(query.outputs, query.passed, strict=True)
+        )
+    note = (
+        f"the outer query was computed from the released rows of subquery {plan.query.name}, "
+        "at no further cost"
+    )
+    return dataclasses.replace(answer, columns=columns, rows=rows, notes=(*answer.notes, note))
+
+
+def run_over_rows(query: ReleasedQuery, rows: Sequence[Sequence[object]]) -> list[tuple]:
+    """The outer query's rows over `rows` (the inner answer's, in its columns' order)."""
+    conn = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1})
+    try:
+        conn.execute("SET lock_configuration = true")
+        table = _quoted(query.name)
+        columns = ", ".join(f"{_quoted(c.name)} {_DUCKDB_TYPES[c.type]}" for c in query.columns)
+        conn.execute(f"CREATE TABLE {table} ({columns})")
+        if rows:
+            marks = ", ".join("?" for _ in query.columns)
+            conn.executemany(f"INSERT INTO {table} VALUES ({marks})", [_plain(row) for row in rows])
+        try:
+            return [tuple(row) for row in conn.execute(backend_sql(query.outer, "duckdb")).fetchall()]
+        except duckdb.Error as error:
+            raise InvalidParameter(
+                f"the query over the answer of subquery {query.name} failed: {str(error).splitlines()[0]}",
+                hint="the answer was released and charged; compute the rest in your client",
+            ) from None
+    finally:
+        conn.close()
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _plain(row: Sequence[object]) -> list[object]:
+    return [float(v) if isinstance(v, Decimal) else v for v in row]
+
+
+def analyze_released(
+    engine: Engine, tree: exp.Expression, refused: DPProxyError, *, answer: bool
+) -> ReleasedQuery | None:
+    """`tree` (refused as one private query: `refused`) as a query over the answer of the private
+    aggregate in its FROM, or None when it is not one. The inner aggregate is analysed as a statement
+    of its own: its refusal, if any, is the one the analyst sees, as it names what they wrote."""
+    units = {t.privacy_unit.lower() for t in engine.policy.tables if t.privacy_unit}
+    split = split_released(fold_constants(qualify_names(tree, engine.policy, engine.database)), units)
+    if split is None:
+        return None
+    inner = engine._analyze_tree(split.inner, answer=answer)
+    if not isinstance(inner, (PrivateQuery, ReleasedQuery)):
+        return None  # an aggregate of public tables only: the refusal stands
+    return released_query(split, inner, tree.sql("postgres"))
+
+
+def plan_released(
+    engine: Engine, query: ReleasedQuery, epsilon: float, bounds: SessionBounds | None
+) -> ReleasedPlan:
+    """The plan of a query over released rows: its private aggregate planned as if sent alone."""
+    inner = query.inner
+    if isinstance(inner, ReleasedQuery):
+        return ReleasedPlan(plan_released(engine, inner, epsilon, bounds), query)
+    return ReleasedPlan(engine.plan_private(inner, epsilon, salt=engine.new_salt(), bounds=bounds), query)

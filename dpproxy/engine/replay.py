@@ -1,0 +1,78 @@
+"""A private plan answered for an analyst: a stored answer replayed for free, or the plan streamed,
+or run and charged, its answer then stored for replay (`defaults.replay`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING
+
+from dpproxy.audit import StatementRecord
+from dpproxy.backends import Cancellation
+from dpproxy.engine.plan import Plan
+from dpproxy.engine.streaming import stream_plan
+from dpproxy.policy import AnalystPolicy
+from dpproxy.privacy import Cost
+from dpproxy.release.stream import streamable
+from dpproxy.results import BudgetStatus, Result, ResultStream, decode_result, encode_result
+
+if TYPE_CHECKING:
+    from dpproxy.engine.pipeline import Engine
+
+
+def answer_plan(
+    engine: Engine,
+    plan: Plan,
+    who: AnalystPolicy,
+    cancel: Cancellation | None,
+    stream: bool,
+    record: StatementRecord,
+) -> Result | ResultStream:
+    """A private plan's answer: a stored one replayed, or streamed, or run and charged."""
+    replay = replay_key(engine, plan) if engine.policy.defaults.replay and engine.ledger is not None else None
+    if replay is not None:
+        stored = engine.ledger.replay_get(who.name, replay)  # type: ignore[union-attr]
+        if stored is not None:
+            replayed = _replayed(engine, stored, who)
+            record.replayed = True
+            record.cost = Cost.ZERO
+            record.rows = len(replayed.rows)
+            return replayed
+    if stream and streamable(plan.query, len(plan.statements)):
+        return stream_plan(engine, plan, who, cancel, replay, record)
+    result = engine.run(plan, analyst=who, cancel=cancel, record=record)
+    if replay is not None and len(result.rows) <= engine.REPLAY_MAX_ROWS:
+        engine.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
+    return result
+
+
+def replay_key(engine: Engine, plan: Plan) -> str:
+    """The policy, the normalised statement (parameters bound), ε, δ and the operator's data epoch.
+
+    Nothing else, and nothing read from the database: no table statistics, no file times, and no
+    call to the backend at all. Whether a repeat is free (a stored answer) or charged (a fresh one)
+    is a bit the analyst sees; keyed this way it says only whether this analyst asked this very
+    question in this epoch before (and whether its answer was since evicted among their own oldest,
+    or forgotten by an operator's reset), which they already know. A key that followed the data
+    would say, for free and with certainty, whether a table was written in between (rolled-back
+    writes included): in a rarely written table, when one person arrived. The price is that within
+    an epoch a repeat gets the answer from before any write; `defaults.data_epoch` says when the
+    operator wants new answers.
+    """
+    material = json.dumps(
+        [
+            engine.policy_digest,
+            plan.query.text,
+            repr(plan.epsilon),
+            repr(plan.delta),
+            engine.policy.defaults.data_epoch,
+        ]
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _replayed(engine: Engine, payload: bytes, analyst: AnalystPolicy) -> Result:
+    columns, rows, notes = decode_result(payload)
+    spent = engine.ledger.spent(analyst.name) if engine.ledger is not None else Cost.ZERO
+    status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
+    return Result(columns, rows, Cost.ZERO, status, private=True, replayed=True, notes=notes)

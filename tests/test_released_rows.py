@@ -1,0 +1,111 @@
+"""Queries over the answer of one private aggregate (issue 20, B1): answered from the released rows,
+charged once for the aggregate, on both backends; what is not post-processing keeps its refusal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dpproxy.engine import Engine
+from dpproxy.errors import DPProxyError
+from dpproxy.policy import parse_policy
+from tests.test_engine import POLICY
+
+AGGREGATE = "SELECT department, COUNT(*) AS n FROM visits GROUP BY department"
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path):
+    dsn = (
+        str(request.getfixturevalue("demo_duckdb"))
+        if request.param == "duckdb"
+        else request.getfixturevalue("demo_pg_dsn")
+    )
+    # Replay on: a repeated question is answered with its stored answer, free (defaults.replay).
+    text = POLICY.read_text().replace("defaults:\n", "defaults:\n  replay: true\n", 1)
+    with Engine.open(parse_policy(text, source=str(POLICY)), dsn, tmp_path / "ledger.sqlite") as e:
+        yield e
+
+
+def spent(engine: Engine) -> float:
+    return engine.budget("alice").spent.epsilon
+
+
+def test_order_limit_and_reaggregation_read_the_released_rows_and_charge_once(engine: Engine) -> None:
+    alone = engine.execute(AGGREGATE, analyst="alice")
+    cost = spent(engine)
+    assert alone.private and alone.cost.epsilon == pytest.approx(cost)
+    released = {row[0]: row[1] for row in alone.rows}
+
+    ordered = engine.execute(
+        f"WITH agg AS ({AGGREGATE}) SELECT * FROM agg ORDER BY n DESC, department", analyst="alice"
+    )
+    # The same question inside: its stored answer, free; the outer query sorts those very rows.
+    assert spent(engine) == pytest.approx(cost) and ordered.replayed
+    assert [c.name for c in ordered.columns] == ["department", "n"]
+    assert ordered.rows == sorted(released.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    total = engine.execute(
+        f"SELECT SUM(n) AS total, COUNT(*) AS groups FROM ({AGGREGATE}) t", analyst="alice"
+    )
+    assert total.rows == [(sum(released.values()), len(released))]
+    limited = engine.execute(f"SELECT * FROM ({AGGREGATE}) AS t LIMIT 2", analyst="alice")
+    assert len(limited.rows) == min(2, len(released)) and spent(engine) == pytest.approx(cost)
+    computed = engine.execute(
+        f"SELECT upper(t.department) AS d, n * 2 AS twice FROM ({AGGREGATE}) t WHERE n > 0 ORDER BY 1",
+        analyst="alice",
+    )
+    assert computed.rows == sorted((k.upper(), 2 * v) for k, v in released.items() if v > 0)
+    # The ± of a column passed through is the aggregate's; a computed one has none.
+    assert computed.columns[1].error95 is None and ordered.columns[1].error95 == alone.columns[1].error95 is not None
+
+
+def test_a_fresh_aggregate_inside_is_charged_once(engine: Engine) -> None:
+    sql = "SELECT count(*) FROM (SELECT zip, AVG(income) FROM patients GROUP BY zip) AS CXTMPTAB_COUNT"
+    result = engine.execute(sql, analyst="alice")
+    assert result.private and not result.replayed and result.cost.epsilon > 0
+    assert spent(engine) == pytest.approx(result.cost.epsilon)
+    assert [c.name for c in result.columns] == ["count"] and result.rows[0][0] >= 0
+    assert "released rows of subquery cxtmptab_count" in result.notice  # type: ignore[operator]
+
+
+def test_describe_and_explain_name_the_outer_querys_columns(engine: Engine) -> None:
+    sql = f"SELECT department AS d, n + 1 AS m FROM ({AGGREGATE}) t"
+    described = engine.describe(sql)
+    assert [(c.name, c.type.value) for c in described.columns] == [
+        ("d", "character varying"),
+        ("m", "bigint"),
+    ]
+    assert described.private
+    explained = engine.explain(sql)
+    assert "released rows of subquery t" in (explained.subqueries or "") and explained.cost.epsilon > 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "fragment"),
+    [
+        # A column the answer does not have.
+        (f"SELECT cost FROM ({AGGREGATE}) t", "42703", "its columns: department, n"),
+        # The outer query reads a protected table too: not post-processing alone.
+        (f"SELECT * FROM ({AGGREGATE}) t JOIN visits v ON v.department = t.department", "0A000", ""),
+        # A per-person subquery keeps its own refusal (it is a step of a private query).
+        (
+            "SELECT AVG(n) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) t",
+            "42501",
+            "clamp",
+        ),
+        # The inner aggregate's own refusal is the one shown.
+        ("SELECT * FROM (SELECT zip, SUM(zip) FROM patients GROUP BY zip) t", "42883", "sum"),
+        # Two columns of one name cannot be told apart.
+        ("SELECT * FROM (SELECT COUNT(*), COUNT(age) FROM patients) t", "0A000", 'two columns named "count"'),
+    ],
+)
+def test_what_is_not_post_processing_is_refused_without_charge(
+    engine: Engine, sql: str, sqlstate: str, fragment: str
+) -> None:
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute(sql, analyst="alice")
+    assert caught.value.sqlstate == sqlstate and fragment in str(caught.value)
+    assert "__agg" not in str(caught.value)
+    assert spent(engine) == 0
