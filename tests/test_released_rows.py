@@ -58,7 +58,10 @@ def test_order_limit_and_reaggregation_read_the_released_rows_and_charge_once(en
     )
     assert computed.rows == sorted((k.upper(), 2 * v) for k, v in released.items() if v > 0)
     # The ± of a column passed through is the aggregate's; a computed one has none.
-    assert computed.columns[1].error95 is None and ordered.columns[1].error95 == alone.columns[1].error95 is not None
+    assert (
+        computed.columns[1].error95 is None
+        and ordered.columns[1].error95 == alone.columns[1].error95 is not None
+    )
 
 
 def test_a_fresh_aggregate_inside_is_charged_once(engine: Engine) -> None:
@@ -109,3 +112,29 @@ def test_what_is_not_post_processing_is_refused_without_charge(
     assert caught.value.sqlstate == sqlstate and fragment in str(caught.value)
     assert "__agg" not in str(caught.value)
     assert spent(engine) == 0
+
+
+def test_mathematical_functions_of_released_aggregates(engine: Engine) -> None:
+    """`POWER(SUM(x), 2)` and friends in one SELECT are functions of the released values (PostgreSQL's
+    result types: double precision from integers, numeric from numeric); outside a function's domain,
+    NULL, as a division by zero is over released values."""
+    result = engine.execute(
+        "SELECT COUNT(*) AS n, sqrt(COUNT(*)) AS r, power(COUNT(*), 2) AS p, ln(COUNT(*) - COUNT(*) - 1) AS bad, "
+        "log(AVG(age)) AS l, exp(AVG(age) - AVG(age)) AS one FROM patients",
+        analyst="alice",
+    )
+    assert [c.type.value for c in result.columns] == [
+        "bigint",
+        "double precision",
+        "double precision",
+        "double precision",
+        "numeric",
+        "numeric",
+    ]
+    ((n, r, p, bad, log_age, one),) = result.rows
+    assert r == pytest.approx(n**0.5) and p == pytest.approx(float(n) ** 2) and bad is None
+    assert 1 < log_age < 2.1 and one == 1
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute("SELECT repeat(sex, COUNT(*)) FROM patients GROUP BY sex", analyst="alice")
+    assert caught.value.sqlstate == "0A000" and "REPEAT(sex, COUNT(*))" in caught.value.message
+    assert "__" not in str(caught.value)

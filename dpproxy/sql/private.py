@@ -5,6 +5,7 @@ on the query text and the policy only. Nothing here runs SQL."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 
 from sqlglot import exp
@@ -119,18 +120,18 @@ class PrivateAnalyzer(AggregateRules):
         for _, expression in outputs:
             postprocess.check_comparisons(expression, types, "SELECT", self.originals)
         typed_outputs = tuple(
-            OutputColumn(name, expression, known_type(postprocess.infer_type(expression, types)))
+            OutputColumn(name, expression, known_type(self._infer_type(expression, types)))
             for name, expression in outputs
         )
         if having is not None:
             postprocess.check_comparisons(having, types, "HAVING", self.originals)
-            if postprocess.infer_type(having, types) not in (PgType.BOOL, PgType.UNKNOWN):
+            if self._infer_type(having, types) not in (PgType.BOOL, PgType.UNKNOWN):
                 raise DatatypeMismatch("argument of HAVING must be boolean")
         out_types = {f"__out_{i}": o.type for i, o in enumerate(typed_outputs)}
         self.originals.update({f"__out_{i}": exp.column(name) for i, (name, _) in enumerate(outputs)})
         for key in order_by:
             postprocess.check_comparisons(key.expression, {**types, **out_types}, "ORDER BY", self.originals)
-            postprocess.infer_type(key.expression, {**types, **out_types})
+            self._infer_type(key.expression, {**types, **out_types})
         post = PostProcessing(
             typed_outputs, having, tuple(order_by), limit_of(tree, "limit"), limit_of(tree, "offset") or 0
         )
@@ -299,6 +300,17 @@ class PrivateAnalyzer(AggregateRules):
                 GroupKey(sql, known_type(typed.type), text, found.values, found.origin, found.fetched)
             )
         self.keys = public.within_limit(self.keys)
+
+    def _infer_type(self, expression: exp.Expression, types: Mapping[str, PgType]) -> PgType:
+        """The type of an expression over released values; a refusal names what the analyst wrote
+        (the aggregate or output behind each placeholder), never a placeholder."""
+        try:
+            return postprocess.infer_type(expression, types)
+        except DPProxyError as error:
+            for name, original in sorted(self.originals.items(), key=lambda kv: -len(kv[0])):
+                written = original.sql("postgres")
+                error.message = error.message.replace(f'"{name}"', written).replace(name, written)
+            raise
 
     def _placeholder_types(self) -> dict[str, PgType]:
         types = {f"__agg_{i}": a.result_type for i, a in enumerate(self.aggregates)}

@@ -88,8 +88,8 @@ REJECTIONS = [
         "0A000",
         ["subqueries are only supported in FROM"],
     ),
-    (
-        "SELECT AVG(n) FROM (SELECT zip, COUNT(*) AS n FROM patients GROUP BY zip) t",
+    (  # a subquery grouped by other columns is answered from its released rows, not joined again
+        "SELECT AVG(n) FROM (SELECT zip, COUNT(*) AS n FROM patients GROUP BY zip) t JOIN visits v ON TRUE",
         "0A000",
         ['must GROUP BY the privacy unit "patient_id" alone'],
     ),

@@ -10,7 +10,14 @@ from decimal import ROUND_HALF_UP, Decimal
 from sqlglot import exp
 
 from dpproxy.errors import NotSupported
-from dpproxy.sql.postprocess.inference import _COMPARISONS, Env, TypeEnv, _unsupported, infer_type
+from dpproxy.sql.postprocess.inference import (
+    _COMPARISONS,
+    MATH_FUNCTIONS,
+    Env,
+    TypeEnv,
+    _unsupported,
+    infer_type,
+)
 from dpproxy.sql.postprocess.values import (
     _arith,
     _cast,
@@ -20,6 +27,7 @@ from dpproxy.sql.postprocess.values import (
     convert,
     to_text,
 )
+from dpproxy.sql.types import PgType
 
 Compiled = Callable[[Sequence[object]], object]
 
@@ -227,7 +235,30 @@ class _Compiler:
         if isinstance(node, exp.Concat):
             parts = [c(a) for a in node.expressions]
             return lambda row: "".join(to_text(v) for v in (p(row) for p in parts) if v is not None)
+        if isinstance(node, MATH_FUNCTIONS):
+            return self._math(node)
         raise _unsupported(node)
+
+    def _math(self, node: exp.Expression) -> Compiled:
+        """sqrt, power, exp, ln, log(x) (base 10) and log(b, x) of released numbers: in numeric
+        (Decimal) when an argument is numeric, else in double precision; outside a function's
+        domain (a noisy count below zero, say) NULL, as a division by zero is over released values."""
+        numeric = infer_type(node, self.types) is PgType.NUMERIC
+        parts = [self.compile(a) for a in node.iter_expressions()]
+        kind = type(node)
+
+        def math_function(row: Sequence[object]) -> object:
+            values = [p(row) for p in parts]
+            if any(v is None for v in values):
+                return None
+            try:
+                if numeric:
+                    return _decimal_math(kind, [_to_decimal(v) for v in values])
+                return _float_math(kind, [float(v) for v in values])  # type: ignore[arg-type]
+            except (ArithmeticError, ValueError):
+                return None
+
+        return math_function
 
     def _between(self, node: exp.Between) -> Compiled:
         inner = self.compile(node.this)
@@ -307,3 +338,31 @@ class _Compiler:
             return _to_decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
 
         return rounding
+
+
+def _decimal_math(kind: type[exp.Expression], values: list[Decimal]) -> Decimal:
+    if kind is exp.Sqrt:
+        return values[0].sqrt()
+    if kind is exp.Exp:
+        return values[0].exp()
+    if kind is exp.Ln:
+        return values[0].ln()
+    if kind is exp.Pow:
+        return values[0] ** values[1]
+    if len(values) == 1:  # log(x): base 10
+        return values[0].log10()
+    return values[1].ln() / values[0].ln()  # log(b, x)
+
+
+def _float_math(kind: type[exp.Expression], values: list[float]) -> float:
+    if kind is exp.Sqrt:
+        return math.sqrt(values[0])
+    if kind is exp.Exp:
+        return math.exp(values[0])
+    if kind is exp.Ln:
+        return math.log(values[0])
+    if kind is exp.Pow:
+        return math.pow(values[0], values[1])
+    if len(values) == 1:
+        return math.log10(values[0])
+    return math.log(values[1], values[0])

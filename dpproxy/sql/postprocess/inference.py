@@ -30,8 +30,12 @@ _COMPARISONS: dict[type[exp.Expression], Callable[[object, object], bool]] = {
 
 _SUPPORTED = (
     "arithmetic (+ - * / %), comparisons, AND/OR/NOT, IS [NOT] NULL, BETWEEN, IN (…), CASE, CAST, "
-    "round, abs, ceil, floor, sign, greatest, least, coalesce, nullif, lower, upper, length, ||"
+    "round, abs, ceil, floor, sign, sqrt, power, exp, ln, log, greatest, least, coalesce, nullif, "
+    "lower, upper, length, ||"
 )
+
+# Mathematical functions of released numbers: numeric when an argument is, else double precision.
+MATH_FUNCTIONS = (exp.Sqrt, exp.Pow, exp.Exp, exp.Ln, exp.Log)
 
 
 def _unsupported(node: exp.Expression) -> NotSupported:
@@ -142,6 +146,14 @@ def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
     if isinstance(node, (exp.Floor, exp.Ceil)):
         t = infer_type(node.this, env)
         return PgType.FLOAT8 if t.is_float else PgType.NUMERIC
+    if isinstance(node, MATH_FUNCTIONS):
+        kinds = [infer_type(a, env) for a in node.iter_expressions()]
+        if not all(t.is_number or t is PgType.UNKNOWN for t in kinds):
+            raise UndefinedFunction(
+                f"function {node.key}({', '.join(t.value for t in kinds)}) does not exist",
+                hint="it takes numbers",
+            )
+        return PgType.NUMERIC if PgType.NUMERIC in kinds else PgType.FLOAT8
     if isinstance(node, exp.Cast):
         infer_type(node.this, env)
         target = from_sqlglot(node.args["to"])
