@@ -122,7 +122,7 @@ def test_bi_tools_statements_get_the_cold_answer_whatever_was_asked_before() -> 
 def test_dashboard_statements_get_the_cold_answer_whatever_was_asked_before() -> None:
     rng = random.Random(11)
     failures = []
-    for _ in range(150):
+    for _ in range(60):  # the language tests certify the caches on thousands more
         sql, params = _dashboard(rng)
         failures += cache_failures(sql, params, POLICY)
     assert not failures, "\n".join(failures[:20])
