@@ -29,8 +29,9 @@ import psycopg
 import pytest
 
 from dpproxy.policy import parse_policy
+from dpproxy.sql.clock import CLOCK
 from tests.pgcluster import PgCluster, create_database, drop_database
-from tests.sql.language import schema
+from tests.sql.language import schema, temporal
 from tests.sql.language.caches import cache_failures
 from tests.sql.language.databases import Loaded
 from tests.sql.language.grammar import Generated, generate
@@ -85,6 +86,18 @@ def _run_batch(queries: list[Generated], databases: list[Backends], *, caches_ev
     """`caches_every`: the cache paths are certified on one statement in that many (by index)."""
     failures = []
     policy = databases[0].engines[("limits", "duckdb")].policy
+    # One now() for the batch (tests/sql/language/temporal.py): every dialect and cache path alike.
+    token = CLOCK.set(temporal.CLOCK)
+    try:
+        _check_all(queries, databases, policy, failures, caches_every)
+    finally:
+        CLOCK.reset(token)
+    assert not failures, f"{len(failures)} of {len(queries)} statements failed:\n" + "\n".join(failures)
+
+
+def _check_all(
+    queries: list[Generated], databases: list[Backends], policy, failures: list[str], caches_every: int
+) -> None:
     for query in queries:
         # Certificates on PostgreSQL too for one statement in four: both engines' hashes are exercised.
         certify_on = ("duckdb", "postgres") if query.index % 4 == 0 else ("duckdb",)
@@ -93,7 +106,6 @@ def _run_batch(queries: list[Generated], databases: list[Backends], *, caches_ev
             found += cache_failures(query.sql, query.params, policy)
         if found:
             failures.append(f"{query}\n    " + "\n    ".join(found))
-    assert not failures, f"{len(failures)} of {len(queries)} statements failed:\n" + "\n".join(failures)
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))

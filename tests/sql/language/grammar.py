@@ -5,10 +5,11 @@ and index, so a failure is reproduced by its two numbers. The grammar is wider t
 accepts on purpose: joins of every kind in both orders, self-joins, comma joins, table functions,
 TABLESAMPLE; subqueries as IN / EXISTS / scalar / FROM / CTE, correlated or not, over public and
 protected tables, in every clause; row expressions with partial functions (division, casts,
-substring with negative starts, overflow), NULLs and odd literals; every aggregate, FILTER,
-window functions, aggregates of aggregates; GROUP BY positions and aliases, HAVING, ORDER BY,
-LIMIT/OFFSET and parameters. The harness decides what must hold for each: refused with a
-documented SQLSTATE, or accepted and then sound.
+substring with negative starts, overflow), NULLs and odd literals, dates relative to now();
+every aggregate (MIN/MAX of dates too), FILTER, window functions, aggregates of aggregates; GROUP BY
+positions and aliases, HAVING, ORDER BY, LIMIT/OFFSET and parameters; existence probes (`SELECT 1
+FROM t LIMIT 1`; tests/sql/language/temporal.py). The harness decides what must hold for each:
+refused with a documented SQLSTATE, or accepted and then sound.
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ import datetime as dt
 import random
 from dataclasses import dataclass, field
 from decimal import Decimal
+
+from tests.sql.language.temporal import (
+    existence_probe,
+    filtered,
+    relative,
+    relative_filter,
+    temporal_aggregate,
+)
 
 NUMBER = ("int", "num", "float")
 
@@ -426,12 +435,15 @@ class QueryGenerator:
             step = self.pick(("1", "INTERVAL '1 day'"))
             return f"({self.expr('date')} + {step})"
         if n == 3:
-            return self.pick(("current_date", "now()", "CAST(now() AS date)"))
+            return relative(self, "date") if self.chance(0.8) else "now()"
         return self.leaf("date")
 
     def timestamp(self) -> str:
-        if self.chance(0.3):
+        roll = self.rng.random()
+        if roll < 0.3:
             return f"CAST({self.expr(self.pick(('date', 'tstz')))} AS timestamp)"
+        if roll < 0.4:
+            return relative(self, "ts")
         return self.leaf("ts")
 
     def timestamptz(self) -> str:
@@ -440,6 +452,8 @@ class QueryGenerator:
             return f"CAST({self.expr(self.pick(('date', 'ts')))} AS timestamptz)"
         if roll < 0.35:
             return f"date_trunc('{self.pick(('day', 'month', 'hour'))}', {self.leaf('tstz')})"
+        if roll < 0.45:
+            return relative(self, "tstz")
         return self.leaf("tstz")
 
     # -- subqueries in expressions -----------------------------------------------------------------
@@ -752,7 +766,8 @@ class QueryGenerator:
         if n <= 10:
             return f"AVG({number()})"
         if n == 11:
-            return f"{self.pick(('MIN', 'MAX'))}({number()})"
+            temporal = temporal_aggregate(self) if self.chance(0.35) else None
+            return temporal or f"{self.pick(('MIN', 'MAX'))}({number()})"
         if n == 12:
             return f"MEDIAN({number()})"
         if n == 13:
@@ -784,6 +799,8 @@ class QueryGenerator:
             return hostile
         if n == 17:
             return f"SUM(CASE WHEN {self.expr('bool')} THEN 1 ELSE 0 END)"
+        if n == 18 and self.chance(0.6):
+            return filtered(self, f"{self.pick(('SUM', 'AVG', 'MIN', 'COUNT'))}({number()})")
         return f"{self.pick(('SUM', 'AVG', 'COUNT'))}({number()})"
 
     def over_aggregates(self) -> str:
@@ -806,8 +823,13 @@ class QueryGenerator:
 
     def query(self) -> str:
         from_text, with_prefix = self.from_clause()
+        if not with_prefix and self.chance(0.03):
+            return existence_probe(self, from_text)
         parts = []
         where = f" WHERE {self.expr('bool')}" if self.chance(0.55) else ""
+        relative_condition = relative_filter(self) if self.chance(0.1) else None
+        if relative_condition is not None:
+            where = f"{where} AND {relative_condition}" if where else f" WHERE {relative_condition}"
         keys: list[str] = []
         restrictions: list[str] = []
         if self.chance(0.55):

@@ -2,7 +2,8 @@
 
 For a statement S and the adversarial databases:
   1. S is refused with a documented SQLSTATE — the same on every dialect, and before any statement
-     that reads a protected table reached a backend — or it is accepted on all; Spark alone may
+     that reads a protected table reached a backend — or it is accepted on all (answered without a
+     private plan — a probe — only if no statement reading a protected table reached a backend); Spark alone may
      refuse a construct it cannot give PostgreSQL's meaning (0A000, "… on the Spark backend");
   2. accepted, its rewritten SQL runs without error on DuckDB and on PostgreSQL (and Spark, when the
      databases are loaded there too), on every database;
@@ -29,9 +30,11 @@ from dpproxy.engine import Engine, Plan
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import Policy
 from dpproxy.release import ExactGroups, post_process
+from dpproxy.sql.clock import CLOCK
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.types import PgType
 from tests.certify import certify
+from tests.sql.language import temporal
 from tests.sql.language.databases import Loaded, RawBackend
 from tests.sql.language.grammar import Generated
 
@@ -147,7 +150,16 @@ def _same_exact_groups(a: ExactGroups, b: ExactGroups, names: tuple[str, str]) -
 def check(
     query: Generated, databases: Sequence[Backends], *, certify_on: Sequence[str] = ("duckdb",)
 ) -> list[str]:
-    """The failures of one statement over the databases (see the module docstring)."""
+    """The failures of one statement over the databases (see the module docstring), now() being
+    tests/sql/language/temporal.CLOCK for every dialect."""
+    token = CLOCK.set(temporal.CLOCK)
+    try:
+        return _check(query, databases, certify_on)
+    finally:
+        CLOCK.reset(token)
+
+
+def _check(query: Generated, databases: Sequence[Backends], certify_on: Sequence[str]) -> list[str]:
     failures: list[str] = []
     first = databases[0]
     dialects = [d for d in ("duckdb", "postgres", "spark") if (("limits", d) in first.engines)]
@@ -162,6 +174,9 @@ def check(
         assert isinstance(backend, RawBackend)
         if isinstance(outcomes[dialect], DPProxyError) and backend.touched_protected_data():
             failures.append(f"refused on {dialect} after reading protected data: {backend.statements}")
+        if outcomes[dialect] is None and backend.touched_protected_data():
+            # A probe (no rows, or one row of constants) is answered from the text alone.
+            failures.append(f"answered without a private plan on {dialect} after reading protected data")
     spark = outcomes.get("spark")
     if isinstance(spark, DPProxyError) and len(outcomes) > 1:
         others = [o for d, o in outcomes.items() if d != "spark"]
