@@ -337,7 +337,12 @@ def test_psql_lists_tables_and_describes_a_table(served: Served) -> None:
     lines = result.stdout.splitlines()
     assert lines[:3] == [f"public|{t}|table|dpproxy" for t in EXPOSED_TABLES]
     described = [line.split("|") for line in lines[3:]]
-    assert [(c[0], c[1]) for c in described] == list(zip(PATIENT_COLUMNS, PATIENT_DATA_TYPES, strict=True))
+    # \d prints format_type: with the backing column's type modifier (the demo's income is numeric(12,2)).
+    shown = [
+        "numeric(12,2)" if c == "income" else t
+        for c, t in zip(PATIENT_COLUMNS, PATIENT_DATA_TYPES, strict=True)
+    ]
+    assert [(c[0], c[1]) for c in described] == list(zip(PATIENT_COLUMNS, shown, strict=True))
     assert served.spent() == before  # the catalog has no cost
 
 
