@@ -991,4 +991,14 @@ def generate(seed: int, index: int) -> Generated:
     rng = random.Random(f"{seed}:{index}")
     generator = QueryGenerator(rng)
     sql = generator.query()
+    if not sql.startswith("WITH") and rng.random() < 0.06:
+        # A tool's wrapping: an outer query over the statement's answer (dpproxy.sql.released).
+        sql = rng.choice(
+            (
+                "SELECT * FROM ({}) AS w ORDER BY 1 DESC LIMIT 3",
+                "SELECT count(*) FROM ({}) AS CXTMPTAB_COUNT",
+                "WITH w AS ({}) SELECT * FROM w",
+                "SELECT w.* FROM ({}) w WHERE 1 = 1 LIMIT 500",
+            )
+        ).format(sql)
     return Generated(sql, generator.params, seed, index)

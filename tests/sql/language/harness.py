@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from dpproxy.engine import Engine, Plan
+from dpproxy.engine.released import plan_released, post_process_released
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import Policy
 from dpproxy.release import ExactGroups, post_process
 from dpproxy.sql.clock import CLOCK
 from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.released import ReleasedQuery
 from dpproxy.sql.types import PgType
 from tests.certify import certify
 from tests.sql.language import temporal
@@ -119,6 +121,8 @@ def _plan(engine: Engine, query: Generated) -> Plan | DPProxyError | None:
     backend.statements.clear()
     try:
         analyzed = engine.analyze(query.sql, query.params)
+        if isinstance(analyzed, ReleasedQuery):  # the outer query is post-processing: certify the aggregate
+            analyzed = analyzed.private
         if not isinstance(analyzed, PrivateQuery):
             return None
         return engine.plan_private(analyzed, engine.query_epsilon(None), salt="language")
@@ -201,6 +205,7 @@ def _check(query: Generated, databases: Sequence[Backends], certify_on: Sequence
             if error.sqlstate not in DOCUMENTED_SQLSTATES:
                 failures.append(f"refused on {dialect} with undocumented SQLSTATE {error.sqlstate}: {error}")
         return failures
+    failures.extend(_released_rows(first, query))
     for db in databases:
         measured: dict[str, ExactGroups] = {}
         for dialect in dialects:
@@ -319,3 +324,24 @@ def _public_keys(plan: Plan, measured: ExactGroups, where: str) -> list[str]:
                 f"{where}: key {key.text} has values outside its public values: {sorted(map(repr, outside))}"
             )
     return failures
+
+
+def _released_rows(db: Backends, query: Generated) -> list[str]:
+    """A query over a private aggregate's answer (dpproxy.sql.released): the aggregate released once
+    on DuckDB and the outer query run over its rows, which must not fail."""
+    engine = db.engines[("limits", "duckdb")]
+    analyzed = engine.analyze(query.sql, query.params)
+    if not isinstance(analyzed, ReleasedQuery):
+        return []
+    plan = plan_released(engine, analyzed, engine.query_epsilon(None), None)
+    loaded = db.loaded("duckdb")
+    try:
+        answer = engine.release(
+            plan.private, [loaded.run(sql) for sql in plan.private.statements], loaded.run
+        )
+        result = post_process_released(plan, answer)
+    except Exception as error:
+        return [f"the outer query over released rows fails: {type(error).__name__}: {error}"]
+    if [c.name for c in result.columns] != [o.name for o in analyzed.outputs]:
+        return [f"released-rows columns {result.columns} differ from the analysis's {analyzed.outputs}"]
+    return []
