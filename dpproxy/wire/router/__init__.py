@@ -21,6 +21,7 @@ text and the names of the exposed tables. Its parts:
     classify    route(): one statement's kind, and the parsing of session, transaction and cursor commands
     set_config  recognising SELECT set_config(…) so that the session runs it as SET
     prepared    PREPARE, EXECUTE and LOCK
+    copy_to     COPY … TO STDOUT: its query, and its options checked as PostgreSQL checks them
     relations   the relations a query reads (sqlglot's tree, or a token scan where sqlglot fails)
 """
 
