@@ -1,0 +1,5 @@
+"""`python -m dpproxy.cli`: the `dpproxy` command."""
+
+from dpproxy.cli import main
+
+main()
