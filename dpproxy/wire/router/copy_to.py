@@ -10,24 +10,13 @@ COPY's text, CSV or binary format (session/copyout.py).
 from __future__ import annotations
 
 from dpproxy.errors import InvalidParameter, NotSupported, PolicyViolation, SyntaxProblem
-from dpproxy.wire.router.lexer import TokenKind, TokenReader, quote_identifier
+from dpproxy.wire.router.lexer import TokenKind, quote_identifier
+from dpproxy.wire.router.part import ClassifierPart
 from dpproxy.wire.router.statement import CopyOptions, Kind, Statement
 
 
-class CopyReader(TokenReader):
+class CopyReader(ClassifierPart):
     """COPY, mixed into the classifier (classify.py), which provides the helpers declared below."""
-
-    def holder(self, kind: Kind, tag: str) -> Statement | None:
-        raise NotImplementedError
-
-    def inner(self, sql: str) -> Statement:
-        raise NotImplementedError
-
-    def _parenthesized_text(self) -> str:
-        raise NotImplementedError
-
-    def _accept_op(self, op: str) -> bool:
-        raise NotImplementedError
 
     def copy(self) -> Statement:
         """COPY (query) TO STDOUT and COPY table [(columns)] TO STDOUT, which psql's \\copy sends too.

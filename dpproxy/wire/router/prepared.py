@@ -13,28 +13,17 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from dpproxy.errors import NotSupported, SyntaxProblem, UndefinedObject
-from dpproxy.wire.router.lexer import TokenKind, TokenReader
+from dpproxy.wire.router.lexer import TokenKind
+from dpproxy.wire.router.part import ClassifierPart
 from dpproxy.wire.router.statement import ALLOWED, Argument, Kind, Statement
 
 T = TypeVar("T")
 STRING = TokenKind.STRING
 
 
-class PreparedReader(TokenReader):
+class PreparedReader(ClassifierPart):
     """PREPARE, EXECUTE and LOCK, mixed into the classifier (classify.py), which provides the
     helpers declared below."""
-
-    def holder(self, kind: Kind, tag: str) -> Statement | None:
-        raise NotImplementedError
-
-    def inner(self, sql: str) -> Statement:
-        raise NotImplementedError
-
-    def _parenthesized_text(self) -> str:
-        raise NotImplementedError
-
-    def _accept_op(self, op: str) -> bool:
-        raise NotImplementedError
 
     def prepare(self) -> Statement:
         """PREPARE name [(type, …)] AS statement: a named prepared statement, shared with Parse's."""
