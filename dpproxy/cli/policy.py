@@ -1,0 +1,195 @@
+"""`dpproxy policy check | passwd | init | reload`: check, draft and secure policy files, and make a
+running server re-read its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dpproxy.cli.common import _run
+from dpproxy.cli.dsn import _shown_backend
+
+
+@click.group()
+def policy() -> None:
+    """Check, draft and secure policy files."""
+
+
+@policy.command("check")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--backend",
+    default=None,
+    help="Also check tables, columns and types against this database (a DSN, DuckDB file or sc://… URL).",
+)
+def policy_check(file: Path, backend: str | None) -> None:
+    """Validate a policy file (and, with --backend, against the live schema)."""
+    from dpproxy.backends import open_backend
+    from dpproxy.policy import check_against_schema, load_policy
+
+    def action() -> None:
+        loaded = load_policy(file)
+        click.echo(f"{file}: OK ({len(loaded.tables)} table(s), {len(loaded.analysts)} analyst(s))")
+        for table in loaded.tables:
+            vouched = table.vouched()
+            if vouched:
+                click.echo(f"  note: {vouched}")
+        if backend:
+            with open_backend(backend) as db:
+                live = {}
+                for schema in {t.schema for t in loaded.tables}:
+                    tables = db.tables(schema)
+                    live.update(
+                        {
+                            t.name: tables[t.name]
+                            for t in loaded.tables
+                            if t.schema == schema and t.name in tables
+                        }
+                    )
+            problems = check_against_schema(loaded, live)
+            if problems:
+                for p in problems:
+                    click.echo(f"  - {p}", err=True)
+                raise SystemExit(1)
+            click.echo(f"{file}: matches the schema of {_shown_backend(backend)}")
+
+    _run(action)
+
+
+@policy.command("passwd")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option(
+    "--md5-user",
+    metavar="NAME",
+    default=None,
+    help="Print the md5_password of analyst NAME instead (only for `server: {auth_methods: [md5]}`).",
+)
+def policy_passwd(password_stdin: bool, md5_user: str | None) -> None:
+    """Print a SCRAM-SHA-256 verifier to paste as an analyst's password.
+
+    With --md5-user, print PostgreSQL's md5 hash of the password for that analyst instead, to paste
+    as `md5_password` (md5 is weaker than SCRAM: prefer SCRAM wherever the clients support it).
+    """
+    from dpproxy.scram import make_verifier
+    from dpproxy.wire.auth import md5_password
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise click.UsageError("the password must not be empty")
+    if md5_user is not None:
+        if not md5_user:
+            raise click.UsageError("--md5-user needs the analyst's name")
+        click.echo(md5_password(password, md5_user))
+    else:
+        click.echo(make_verifier(password))
+
+
+@policy.command("init")
+@click.option(
+    "--backend",
+    required=True,
+    help="Database to read tables and columns from (a DSN, DuckDB file or sc://… URL).",
+)
+@click.option(
+    "--schema",
+    default=None,
+    help="Schema to read (on Spark: the database) [default: the backend's default: public, main or default].",
+)
+def policy_init(backend: str, schema: str | None) -> None:
+    """Print a draft policy for a database's tables, to edit and check."""
+    from dpproxy.backends import open_backend
+    from dpproxy.policy import draft_policy
+
+    def action() -> None:
+        with open_backend(backend) as db:
+            tables = db.tables(schema)
+            if schema and schema != db.default_schema:  # the draft names the schema on each table
+                tables = {f"{schema}.{name}": columns for name, columns in tables.items()}
+            click.echo(draft_policy(tables))
+
+    _run(action)
+
+
+@policy.command("reload")
+@click.option(
+    "--pid-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The file `dpproxy serve --pid-file` wrote.",
+)
+@click.option("--pid", type=click.IntRange(min=1), default=None, help="The process id of `dpproxy serve`.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for the server's answer.",
+)
+def policy_reload(pid_file: Path | None, pid: int | None, timeout: float) -> None:
+    """Make a running `dpproxy serve` re-read its policy file (SIGHUP) and say whether it took it.
+
+    New connections get the new policy; connected sessions keep theirs; spending is kept. A policy
+    with problems is refused (they are printed, exit status 1) and the running one stays. Exit
+    status 2 when no server answered.
+    """
+    import signal
+
+    from dpproxy.wire.reload import read_status, status_path
+
+    if (pid_file is None) == (pid is None):
+        raise click.UsageError("give --pid-file or --pid")
+    if pid_file is not None:
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            click.echo(
+                f"ERROR: {pid_file} holds no process id: is `dpproxy serve --pid-file` running?", err=True
+            )
+            sys.exit(2)
+    assert pid is not None
+    path = status_path(pid_file, pid)
+    before = read_status(path)
+    if before is None:
+        click.echo(
+            f"ERROR: process {pid} has written no reload status ({path}): is it `dpproxy serve`"
+            f"{' started with this --pid-file' if pid_file else ' (with --pid-file, give that)'}?",
+            err=True,
+        )
+        sys.exit(2)
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        click.echo(f"ERROR: no process {pid}: the server is not running", err=True)
+        sys.exit(2)
+    except PermissionError:
+        click.echo(f"ERROR: not allowed to signal process {pid} (run as the server's user)", err=True)
+        sys.exit(2)
+    deadline = time.monotonic() + timeout
+    while True:
+        after = read_status(path)
+        if after is not None and after.generation > before.generation:
+            break
+        if time.monotonic() >= deadline:
+            click.echo(f"ERROR: the server (process {pid}) did not answer within {timeout:g} s", err=True)
+            sys.exit(2)
+        time.sleep(0.05)
+    if after.accepted:
+        click.echo(
+            f"policy {after.policy} reloaded (generation {after.generation}): {after.tables} table(s), "
+            f"{after.analysts} analyst(s); new connections use it, connected sessions keep theirs"
+        )
+        return
+    click.echo(
+        f"policy {after.policy} refused: {len(after.problems)} problem(s); the running policy stays", err=True
+    )
+    for problem in after.problems:
+        click.echo(f"  - {problem}", err=True)
+    sys.exit(1)
