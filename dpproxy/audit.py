@@ -3,12 +3,13 @@ logs are tagged with.
 
 This module owns the record's shape (`StatementRecord` while the statement runs, `AuditEntry` as it
 is read back), its one status enum, the audit table's columns and how a record fills them, the
-filters of an audit query, and the context variable that names the statement being handled (its
-session id and statement id tag every log line written while it runs). The wire session creates a
-record when a statement arrives and finishes it when the answer has been sent; the engine fills in
-what only it knows (the kind, the cost charged, whether the answer was replayed, the rows released,
-the time of each stage); the ledger writes it — in the same transaction as the charge when the
-statement was charged (dpproxy.budget), on its own otherwise (dpproxy.audit_log, the writer thread).
+filters of an audit query (and how a since/until filter is written), and the context variable that
+names the statement being handled (its session id and statement id tag every log line written while
+it runs). The wire session creates a record when a statement arrives and finishes it when the answer
+has been sent; the engine fills in what only it knows (the kind, the cost charged, whether the
+answer was replayed, the rows released, the time of each stage); the ledger writes it — in the same
+transaction as the charge when the statement was charged (dpproxy.budget), on its own otherwise
+(dpproxy.audit_log, the writer thread).
 
 It imports nothing of dpproxy but a cost's type: every module below the engine (the ledger, the
 logs, the metrics) may import it.
@@ -46,6 +47,7 @@ __all__ = [
     "audit_finish_values",
     "audit_values",
     "new_session_id",
+    "parse_moment",
 ]
 
 
@@ -292,6 +294,16 @@ class AuditQuery:
             ("status", "=", self.status),
         )
         return [condition for condition in given if condition[2] is not None]
+
+
+def parse_moment(text: str) -> datetime | None:
+    """A since/until filter as written (`dpproxy audit --since`, the console's audit page): an ISO 8601
+    date or date and time, UTC unless it says otherwise; None if blank. ValueError when malformed."""
+    text = text.strip()
+    if not text:
+        return None
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 # The statement being handled in this context (set by the wire session, copied into the worker

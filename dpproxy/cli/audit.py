@@ -8,31 +8,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
+from dpproxy.audit import STORED_STATUSES, AuditEntry, parse_moment
 from dpproxy.cli.common import DEFAULT_LEDGER_ENV, _ledger_spec, _run, format_table, ledger_option
-
-if TYPE_CHECKING:
-    from dpproxy.audit import AuditEntry
 
 
 def _moment(value: str | None, name: str) -> datetime | None:
-    """--since/--until: an ISO 8601 date or date and time; without a zone, UTC."""
+    """--since/--until: an ISO 8601 date or date and time; without a zone, UTC (audit.parse_moment)."""
     if value is None:
         return None
     try:
-        moment = datetime.fromisoformat(value.strip())
+        moment = parse_moment(value)
     except ValueError:
+        moment = None
+    if moment is None:  # malformed, or blank
         raise click.BadParameter(
             f"{value!r} is not an ISO 8601 date or time (write e.g. 2026-03-01 or 2026-03-01T14:30)",
             param_hint=name,
-        ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        )
+    return moment
 
 
 _AUDIT_FIELDS = (
@@ -71,7 +70,7 @@ _AUDIT_FIELDS = (
 @click.option("--until", default=None, help="Only statements before this ISO date/time.")
 @click.option(
     "--status",
-    type=click.Choice(["ok", "refused", "failed", "running", "abandoned"]),
+    type=click.Choice(STORED_STATUSES),
     default=None,
     help="Only statements that ended so.",
 )

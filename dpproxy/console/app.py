@@ -25,7 +25,7 @@ import jinja2
 from aiohttp import web
 
 from dpproxy import __version__
-from dpproxy.audit import STORED_STATUSES
+from dpproxy.audit import STORED_STATUSES, parse_moment
 from dpproxy.budget import Ledger
 from dpproxy.console import auth, pages, planner
 from dpproxy.policy import Policy
@@ -210,8 +210,8 @@ class Console:
         problem = None
         entries: list[Any] = []
         try:
-            since = pages.parse_moment(filters["since"])
-            until = pages.parse_moment(filters["until"])
+            since = parse_moment(filters["since"])
+            until = parse_moment(filters["until"])
         except ValueError:
             problem = "Write since and until as dates (2025-01-31) or dates and times (2025-01-31T14:00)."
             since = until = None

@@ -1,5 +1,5 @@
-"""What the console's pages show, computed from the policy and the ledger: budgets over time, the
-policy as the proxy sees it, and the audit log's filters.
+"""What the console's pages show, computed from the policy and the ledger: budgets over time and the
+policy as the proxy sees it (the audit page's since/until filters are read by dpproxy.audit).
 
 This module owns turning an analyst's ledger entries into a cumulative spending chart (ε-equivalent
 after each charge, composed the way the ledger composes: dpproxy.budget.composition), drawn as SVG
@@ -219,13 +219,3 @@ def analyst_views(policy: Policy) -> list[AnalystView]:
             )
         )
     return views
-
-
-def parse_moment(text: str) -> datetime | None:
-    """A since/until filter: an ISO date or date and time (UTC unless it says otherwise); None if empty.
-    ValueError when malformed."""
-    text = text.strip()
-    if not text:
-        return None
-    moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
