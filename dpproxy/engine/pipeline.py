@@ -135,7 +135,7 @@ class Engine:
     # per engine, statements numbered from 1.
     _local_session: str = field(default_factory=new_session_id, init=False)
     _local_statements: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
-    # Where statements' records are written (dpproxy.audit): one per ledger, shared by the engines
+    # Where statements' records are written (dpproxy.audit_log): one per ledger, shared by the engines
     # `with_policy` makes; by default a new one when there is a ledger.
     audit_log: AuditLog | None = field(default=None, repr=False, compare=False)
     # The policy in force for this engine and those `with_policy` made from it (see `analyst`).
