@@ -255,9 +255,9 @@ class Engine:
 
     @with_statement_clock
     def analyze(self, sql: str, params: Sequence[object] = ()) -> AnalyzedQuery | EmptyQuery | ReleasedQuery:
-        return self._analyze_tree(bind_parameters(parse_statement(sql), params), answer=True)
+        return self.analyze_tree(bind_parameters(parse_statement(sql), params), answer=True)
 
-    def _analyze_tree(
+    def analyze_tree(
         self, tree: exp.Expression, *, answer: bool
     ) -> AnalyzedQuery | EmptyQuery | ReleasedQuery:
         """Analyze a parsed, parameter-bound statement. Its subqueries over public tables are run
@@ -315,7 +315,7 @@ class Engine:
         placeholders = [
             placeholder_value(t, contexts[i] if i < len(contexts) else None) for i, t in enumerate(types)
         ]
-        query = self._analyze_tree(bind_parameters(tree, placeholders), answer=False)
+        query = self.analyze_tree(bind_parameters(tree, placeholders), answer=False)
         outputs = (
             query.outputs
             if isinstance(query, (PublicQuery, EmptyQuery, ReleasedQuery))
@@ -381,7 +381,7 @@ class Engine:
     ) -> Explanation:
         tree = bind_parameters(parse_statement(sql), params)
         parts = series_parts(self, tree, answer=False)
-        query = self._analyze_tree(tree, answer=True)
+        query = self.analyze_tree(tree, answer=True)
         if isinstance(query, ConstantQuery):
             return Explanation(
                 query.text,
@@ -564,7 +564,7 @@ class Engine:
         series = series_parts(self, tree, answer=True)
         if series is not None:
             return series
-        query = self._analyze_tree(tree, answer=True)
+        query = self.analyze_tree(tree, answer=True)
         if isinstance(query, (ConstantQuery, EmptyQuery)):
             return query
         if isinstance(query, ReleasedQuery):  # planned afresh each time: its inner aggregate is

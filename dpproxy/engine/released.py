@@ -13,12 +13,12 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 import duckdb
 from sqlglot import exp
 
 from dpproxy.engine.plan import Plan
+from dpproxy.engine.protocol import EngineLike
 from dpproxy.errors import DPProxyError, InvalidParameter
 from dpproxy.results import Result, ResultColumn
 from dpproxy.sql.bounds import SessionBounds
@@ -28,9 +28,6 @@ from dpproxy.sql.public import backend_sql
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.released import ReleasedQuery, released_query, split_released
 from dpproxy.sql.types import PgType
-
-if TYPE_CHECKING:
-    from dpproxy.engine.pipeline import Engine
 
 # How a released column is held while the outer query runs: numbers a DuckDB DECIMAL could not hold
 # (a noisy sum beyond 10^29, or with more than 9 decimals) in DOUBLE, like the released values' floats.
@@ -127,7 +124,7 @@ def _plain(row: Sequence[object]) -> list[object]:
 
 
 def analyze_released(
-    engine: Engine, tree: exp.Expression, refused: DPProxyError, *, answer: bool
+    engine: EngineLike, tree: exp.Expression, refused: DPProxyError, *, answer: bool
 ) -> ReleasedQuery | None:
     """`tree` (refused as one private query: `refused`) as a query over the answer of the private
     aggregate in its FROM, or None when it is not one. The inner aggregate is analysed as a statement
@@ -136,14 +133,14 @@ def analyze_released(
     split = split_released(fold_constants(qualify_names(tree, engine.policy, engine.database)), units)
     if split is None:
         return None
-    inner = engine._analyze_tree(split.inner, answer=answer)
+    inner = engine.analyze_tree(split.inner, answer=answer)
     if not isinstance(inner, (PrivateQuery, ReleasedQuery)):
         return None  # an aggregate of public tables only: the refusal stands
     return released_query(split, inner, tree.sql("postgres"))
 
 
 def plan_released(
-    engine: Engine, query: ReleasedQuery, epsilon: float, bounds: SessionBounds | None
+    engine: EngineLike, query: ReleasedQuery, epsilon: float, bounds: SessionBounds | None
 ) -> ReleasedPlan:
     """The plan of a query over released rows: its private aggregate planned as if sent alone."""
     inner = query.inner

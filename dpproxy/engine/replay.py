@@ -5,23 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
 
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
 from dpproxy.engine.plan import Plan
+from dpproxy.engine.protocol import EngineLike
 from dpproxy.engine.streaming import stream_plan
 from dpproxy.policy import AnalystPolicy
 from dpproxy.privacy import Cost
 from dpproxy.release.stream import streamable
 from dpproxy.results import BudgetStatus, Result, ResultStream, decode_result, encode_result
 
-if TYPE_CHECKING:
-    from dpproxy.engine.pipeline import Engine
-
 
 def answer_plan(
-    engine: Engine,
+    engine: EngineLike,
     plan: Plan,
     who: AnalystPolicy,
     cancel: Cancellation | None,
@@ -46,7 +43,7 @@ def answer_plan(
     return result
 
 
-def replay_key(engine: Engine, plan: Plan) -> str:
+def replay_key(engine: EngineLike, plan: Plan) -> str:
     """The policy, the normalised statement (parameters bound), ε, δ and the operator's data epoch.
 
     Nothing else, and nothing read from the database: no table statistics, no file times, and no
@@ -71,7 +68,7 @@ def replay_key(engine: Engine, plan: Plan) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def _replayed(engine: Engine, payload: bytes, analyst: AnalystPolicy) -> Result:
+def _replayed(engine: EngineLike, payload: bytes, analyst: AnalystPolicy) -> Result:
     columns, rows, notes = decode_result(payload)
     spent = engine.ledger.spent(analyst.name) if engine.ledger is not None else Cost.ZERO
     status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))

@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
+from dpproxy.engine.protocol import EngineLike
 from dpproxy.errors import NotSupported, PrivateQueryFailed, UndefinedColumn
 from dpproxy.policy import AnalystPolicy
 from dpproxy.results import Result, ResultColumn
@@ -30,9 +30,6 @@ from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.series import SeriesLimit, series_limit
 from dpproxy.sql.types import PgType
-
-if TYPE_CHECKING:
-    from dpproxy.engine.pipeline import Engine
 
 
 @dataclass(frozen=True)
@@ -44,13 +41,13 @@ class SeriesStatement:
     text: str
 
 
-def series_parts(engine: Engine, tree: exp.Expression, *, answer: bool) -> SeriesStatement | None:
+def series_parts(engine: EngineLike, tree: exp.Expression, *, answer: bool) -> SeriesStatement | None:
     """A series-limited query whose top-k subquery is private, taken apart; None for any other
     statement (over public tables only, the join runs as written)."""
     series = series_limit(tree)
     if series is None:
         return None
-    inner = engine._analyze_tree(series.inner, answer=answer)
+    inner = engine.analyze_tree(series.inner, answer=answer)
     if not isinstance(inner, PrivateQuery):
         return None
     key_positions(series, inner)  # every link names a column of the top-k query
@@ -77,7 +74,7 @@ def with_placeholder_keys(series: SeriesLimit, inner: PrivateQuery) -> exp.Selec
 
 
 def execute_series(
-    engine: Engine,
+    engine: EngineLike,
     statement: SeriesStatement,
     who: AnalystPolicy,
     epsilon: float,
@@ -89,7 +86,7 @@ def execute_series(
     series, inner = statement.series, statement.inner
     inner_plan = engine.plan_private(inner, epsilon, bounds=bounds)
     types = key_types(series, inner)
-    estimate = engine._analyze_tree(with_placeholder_keys(series, inner), answer=False)
+    estimate = engine.analyze_tree(with_placeholder_keys(series, inner), answer=False)
     if not isinstance(estimate, PrivateQuery):
         raise NotSupported(
             "a series limit over a main query on public tables only is not supported",
@@ -102,7 +99,7 @@ def execute_series(
     positions = key_positions(series, inner)
     keys = [tuple(row[i] for i in positions) for row in ranked.rows]
     try:
-        main = engine._analyze_tree(series.restricted(keys, types), answer=True)
+        main = engine.analyze_tree(series.restricted(keys, types), answer=True)
         if isinstance(main, EmptyQuery):  # no key released: the join has no rows
             result = Result(tuple(ResultColumn(o.name, o.type) for o in main.outputs), [])
             return charge.commit(result, total)

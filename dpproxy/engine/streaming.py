@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
 from dpproxy.engine.collector import gc_paused
 from dpproxy.engine.plan import Plan, answer_columns
+from dpproxy.engine.protocol import EngineLike
 from dpproxy.errors import InvalidParameter
 from dpproxy.policy import AnalystPolicy
 from dpproxy.release.groups import hidden_groups_notes
@@ -28,14 +28,11 @@ from dpproxy.results import Result, ResultStream, encode_result
 from dpproxy.sql.rewrite.state import key_column
 from dpproxy.sql.types import PgType
 
-if TYPE_CHECKING:
-    from dpproxy.engine.pipeline import Engine
-
 log = logging.getLogger("dpproxy.engine")
 
 
 def stream_plan(
-    engine: Engine,
+    engine: EngineLike,
     plan: Plan,
     analyst: AnalystPolicy,
     cancel: Cancellation | None,
