@@ -314,10 +314,14 @@ def test_rows_without_a_person_are_left_out(loader: Loader, fixed: bool) -> None
     """A row whose privacy unit is NULL belongs to no person: it counts in no released value,
     whichever bounds apply (README, "Rows without a person")."""
     engine = Engine(
-        parse_policy(policy_text(rows=3, groups=2, bounds="fixed" if fixed else None)), None, dialect=loader.kind
+        parse_policy(policy_text(rows=3, groups=2, bounds="fixed" if fixed else None)),
+        None,
+        dialect=loader.kind,
     )
     loader.load([(1, "a", "a", 1, 1), (None, "a", "a", 2, 2), (None, "b", "b", 3, 3), (2, "b", "b", 4, 4)])
-    plan = engine.plan_private(engine.analyze("SELECT grp, COUNT(*), SUM(x) FROM t GROUP BY grp"), 1.0, salt="s")
+    plan = engine.plan_private(
+        engine.analyze("SELECT grp, COUNT(*), SUM(x) FROM t GROUP BY grp"), 1.0, salt="s"
+    )
     measured = plan.measure(*(loader.run(sql) for sql in plan.statements))
     groups = measured.resolve(plan.query, -1, None) if measured.candidates is not None else measured
     fine = FINE if measured.candidates is not None else 1  # chosen bounds: the fine grid
