@@ -21,9 +21,11 @@ timestamptz's months and days in the session's time zone), an interval is months
 microseconds (`'1 year 2 mons'`, `'-30 day'`, `'1 day 02:00:00'`, `'2 weeks ago'`), negated, added
 and multiplied by integers; date_trunc of a constant (a date truncated as a timestamp, as dpproxy
 truncates date columns); casts between date, timestamp and timestamptz (a timestamptz read or
-written in the session's time zone). Only expressions that name the clock or compute with a date or
-time are folded; a typed constant alone (`DATE '2024-01-01'`) is left as written. Nothing here
-reads data: every value depends on the text and the clock only.
+written in the session's time zone), `date(x)` as `CAST(x AS date)`, and `make_date(y, m, d)` of
+integer literals (what Ibis writes for `ibis.date(…)` and `ibis.now().date()`). Only expressions
+that name the clock or compute with a date or time are folded; a typed constant alone (`DATE
+'2024-01-01'`) is left as written. Nothing here reads data: every value depends on the text and the
+clock only.
 """
 
 from __future__ import annotations
@@ -110,6 +112,33 @@ def _is_clock(node: exp.Expression) -> bool:
     if isinstance(node, (exp.CurrentTimestamp, exp.CurrentDate, exp.Localtimestamp)):
         return True
     return isinstance(node, exp.Anonymous) and node.name.lower() in _CLOCK_FUNCTIONS and not node.expressions
+
+
+def _is_date_call(node: exp.Expression) -> bool:
+    """`date(x)`, PostgreSQL's function spelling of `CAST(x AS date)` (Ibis writes `.date()` so)."""
+    return isinstance(node, exp.Date) and not node.args.get("zone") and not node.expressions
+
+
+def _is_make_date(node: exp.Expression) -> bool:
+    """`make_date(year, month, day)` of three integer literals (Ibis writes `ibis.date(…)` so)."""
+    if not (
+        isinstance(node, exp.Anonymous) and node.name.lower() == "make_date" and len(node.expressions) == 3
+    ):
+        return False
+    return all(isinstance(a, exp.Literal) and not a.is_string and a.name.isdigit() for a in node.expressions)
+
+
+def _made_date(node: exp.Anonymous) -> dt.date:
+    year, month, day = (int(a.name) for a in node.expressions)
+    if not 1 <= year <= 9999:
+        raise _NotConstant  # year 0 is an error in PostgreSQL, later years are not dates dpproxy holds
+    try:
+        return dt.date(year, month, day)
+    except ValueError:
+        raise DatetimeFieldOverflow(
+            f"date field value out of range: {year}-{month:02d}-{day:02d}",
+            hint="make_date(year, month, day) takes a day that exists in that month",
+        ) from None
 
 
 def reads_clock(tree: exp.Expression) -> bool:
@@ -388,6 +417,11 @@ class _Evaluator:
             raise _NotConstant
         if isinstance(node, exp.Cast):
             return self._cast(node)
+        if _is_date_call(node):
+            return self._cast(exp.Cast(this=node.this.copy(), to=exp.DataType.build("DATE")))
+        if _is_make_date(node):
+            assert isinstance(node, exp.Anonymous)
+            return PgType.DATE, _made_date(node)
         if isinstance(node, (exp.Add, exp.Sub)):
             return self._arithmetic(node)
         if isinstance(node, exp.Mul):
@@ -477,7 +511,7 @@ def _constant(value: Value) -> exp.Expression:
 def _candidate(node: exp.Expression) -> bool:
     """Whether a node is worth folding: the clock, or arithmetic, truncation or a cast over a date or
     time (a typed constant alone is left as written)."""
-    if _is_clock(node):
+    if _is_clock(node) or _is_date_call(node) or _is_make_date(node):
         return True
     if isinstance(node, (exp.Add, exp.Sub, exp.TimestampTrunc)):
         return True
@@ -490,7 +524,10 @@ def fold_clock(tree: exp.Expression) -> exp.Expression:
     """The statement with now() and its friends, and constant date and interval arithmetic over them
     and over typed constants, replaced by typed constants (`CAST('2024-05-01' AS DATE)`), evaluated
     at the statement's clock (`current_clock`). Anything not constant is left for the analyzer."""
-    if not any(_is_clock(n) or isinstance(n, (exp.Interval, exp.Cast)) for n in tree.walk()):
+    if not any(
+        _is_clock(n) or _is_date_call(n) or _is_make_date(n) or isinstance(n, (exp.Interval, exp.Cast))
+        for n in tree.walk()
+    ):
         return tree
     evaluator = _Evaluator(current_clock())
 
@@ -506,7 +543,7 @@ def fold_clock(tree: exp.Expression) -> exp.Expression:
                 raise _overflow("date or time") from None
             return node
         except DPProxyError:
-            if _is_clock(node) or any(_is_clock(n) for n in node.walk()):
+            if any(_is_clock(n) or _is_make_date(n) for n in node.walk()):
                 raise
             return node  # a typed constant's own error, reported by the analyzer as before
         if kind is INTERVAL:
