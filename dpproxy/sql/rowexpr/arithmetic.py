@@ -43,8 +43,8 @@ class ArithmeticRules:
         return typed
 
     def _require_range(self, node: exp.Expression, typed: Typed) -> None:
-        """No arithmetic may overflow for any value the policy allows."""
-        interval = typed.interval
+        """No arithmetic may overflow for any value the policy allows (or its columns' types hold)."""
+        interval = typed.interval if typed.interval is not None else typed.reach
         if interval is None:
             names = sorted({c.name for c in node.find_all(exp.Column)})
             raise NotSupported(
@@ -126,6 +126,7 @@ class ArithmeticRules:
             inner,
             sql=typed_node(exp.Neg(this=self._as_bigint(inner)), inner.type),
             interval=interval,
+            reach=-inner.reach if inner.reach is not None else None,
         )
         if inner.interval is not None or not inner.constant:
             self._require_range(node, result)
@@ -151,6 +152,23 @@ class ArithmeticRules:
                 interval = a.divide(b, integer_divisor=right.type.is_integer, truncate=result_type.is_integer)
             else:
                 interval = a.modulo(b)
+        # An integer operand without a declared range still lies within its type's: enough to show
+        # that integer arithmetic cannot overflow bigint (year / 10, a public column's value × 12).
+        # The result's range stays unknown, so nothing takes it for a bound to clip or noise by.
+        checked = interval
+        if checked is None and result_type.is_integer and not double:
+            ca, cb = _type_range(left, a), _type_range(right, b)
+            if ca is not None and cb is not None:
+                if isinstance(node, exp.Add):
+                    checked = ca + cb
+                elif isinstance(node, exp.Sub):
+                    checked = ca - cb
+                elif isinstance(node, exp.Mul):
+                    checked = ca * cb
+                elif isinstance(node, exp.Div):
+                    checked = ca.divide(cb, integer_divisor=True, truncate=True)
+                else:
+                    checked = ca.modulo(cb)
         uses_unit, constant = left.uses_unit or right.uses_unit, left.constant and right.constant
         if double:
             typed = self._double_arithmetic(node, left, right, result_type, interval)
@@ -158,8 +176,11 @@ class ArithmeticRules:
             typed = self._integer_arithmetic(node, left, right, result_type, interval)
         else:
             typed = self._decimal_arithmetic(node, left, right, interval)
-        typed = dataclasses.replace(typed, uses_unit=uses_unit, constant=constant)
-        self._require_range(node, typed)
+        reach = checked if interval is None and checked is not None else None
+        typed = dataclasses.replace(typed, uses_unit=uses_unit, constant=constant, reach=reach)
+        self._require_range(
+            node, typed if checked is interval else dataclasses.replace(typed, interval=checked)
+        )
         return typed
 
     def _integer_arithmetic(
@@ -248,7 +269,10 @@ class ArithmeticRules:
         inner = self._number(node.this)
         interval = inner.interval.abs() if inner.interval is not None else None
         typed = dataclasses.replace(
-            inner, sql=typed_node(exp.Abs(this=self._as_bigint(inner)), inner.type), interval=interval
+            inner,
+            sql=typed_node(exp.Abs(this=self._as_bigint(inner)), inner.type),
+            interval=interval,
+            reach=inner.reach.abs() if inner.reach is not None else None,
         )
         self._require_range(node, typed)
         return typed
@@ -490,3 +514,21 @@ def extreme_interval(intervals: list[Interval | None], *, least: bool) -> Interv
     if lo == -inf and hi == inf:
         return None
     return Interval(lo, hi)
+
+
+def _type_range(typed: Typed, interval: Interval | None) -> Interval | None:
+    """The operand's range: its own; or what integer arithmetic over columns without a declared range
+    is known to reach (`Typed.reach`); or, for a column read as it is stored, its integer type's
+    (smallint, integer: never bigint, whose range leaves no room for arithmetic). Never a computed
+    value's nominal type: computed in bigint, it may have left that type's range."""
+    if interval is not None:
+        return interval
+    if typed.reach is not None and not typed.double:
+        return typed.reach
+    node = typed.sql
+    while isinstance(node, exp.Cast):
+        node = node.this
+    if typed.type in (PgType.INT2, PgType.INT4) and not typed.double and isinstance(node, exp.Column):
+        lo, hi = INTEGER_RANGE[typed.type]
+        return Interval(Decimal(lo), Decimal(hi))
+    return None

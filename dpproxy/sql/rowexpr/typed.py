@@ -42,6 +42,9 @@ class Typed:
     # An exact decimal computed as DECIMAL(38, 10) (arithmetic, a bare NUMERIC cast): compared or
     # merged with other numbers in that type. Columns and constants keep their own, narrower type.
     wide: bool = False
+    # An integer value without a declared range: the range it is known to lie in (its columns'
+    # types' ranges through the arithmetic), for overflow checks only, never a bound to clip by.
+    reach: Interval | None = None
 
     @property
     def exact_integer(self) -> bool:
