@@ -26,6 +26,9 @@ DATE_RELATIVE = (
     "CAST((NOW() + INTERVAL '-30 day') AS date)",
     "(current_date - INTERVAL '1 month')",
     "date_trunc('month', current_date)",
+    # Ibis: ibis.now().date() - ibis.interval(days=365), ibis.date(2024, 1, 1).
+    "(DATE(CURRENT_TIMESTAMP) - INTERVAL '365 DAY')",
+    "MAKE_DATE(2023, 1, 1)",
 )
 TS_RELATIVE = (
     "localtimestamp",
