@@ -119,17 +119,27 @@ def _is_date_call(node: exp.Expression) -> bool:
     return isinstance(node, exp.Date) and not node.args.get("zone") and not node.expressions
 
 
+def _make_date_parts(node: exp.Expression) -> list[exp.Expression] | None:
+    """The arguments of `make_date(year, month, day)`: sqlglot reads it as an anonymous function, or
+    as DateFromParts once a library (Ibis, loaded in the same process) has taught its PostgreSQL
+    dialect the name."""
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "make_date":
+        return list(node.expressions)
+    if isinstance(node, exp.DateFromParts):
+        return [node.args.get(k) for k in ("year", "month", "day")]  # type: ignore[misc]
+    return None
+
+
 def _is_make_date(node: exp.Expression) -> bool:
     """`make_date(year, month, day)` of three integer literals (Ibis writes `ibis.date(…)` so)."""
-    if not (
-        isinstance(node, exp.Anonymous) and node.name.lower() == "make_date" and len(node.expressions) == 3
-    ):
+    parts = _make_date_parts(node)
+    if parts is None or len(parts) != 3:
         return False
-    return all(isinstance(a, exp.Literal) and not a.is_string and a.name.isdigit() for a in node.expressions)
+    return all(isinstance(a, exp.Literal) and not a.is_string and a.name.isdigit() for a in parts)
 
 
-def _made_date(node: exp.Anonymous) -> dt.date:
-    year, month, day = (int(a.name) for a in node.expressions)
+def _made_date(node: exp.Expression) -> dt.date:
+    year, month, day = (int(a.name) for a in _make_date_parts(node) or ())
     if not 1 <= year <= 9999:
         raise _NotConstant  # year 0 is an error in PostgreSQL, later years are not dates dpproxy holds
     try:
@@ -420,7 +430,6 @@ class _Evaluator:
         if _is_date_call(node):
             return self._cast(exp.Cast(this=node.this.copy(), to=exp.DataType.build("DATE")))
         if _is_make_date(node):
-            assert isinstance(node, exp.Anonymous)
             return PgType.DATE, _made_date(node)
         if isinstance(node, (exp.Add, exp.Sub)):
             return self._arithmetic(node)

@@ -72,3 +72,20 @@ def test_a_day_that_does_not_exist_is_postgresqls_error() -> None:
 def test_ibis_date_filters_are_private_queries(where: str) -> None:
     sql = f'SELECT COUNT(*) AS "CountStar()" FROM (SELECT * FROM "visits" AS "t0" WHERE {where}) AS "t1"'
     assert isinstance(engine().analyze(sql), PrivateQuery)
+
+
+def test_make_date_read_as_date_from_parts_folds_alike() -> None:
+    """Once Ibis is loaded in the same process it teaches sqlglot's PostgreSQL dialect make_date, which
+    then parses as DateFromParts (the suite's full run showed it): folded alike."""
+    from sqlglot import exp
+
+    tree = parse_statement("SELECT 1 FROM t WHERE x >= MAKE_DATE(2024, 2, 29)")
+    comparison = tree.args["where"].this
+    numbers = [exp.Literal.number(v) for v in (2024, 2, 29)]
+    comparison.set("expression", exp.DateFromParts(year=numbers[0], month=numbers[1], day=numbers[2]))
+    token = CLOCK.set(Clock(INSTANT))
+    try:
+        folded_tree = fold_constants(tree)
+    finally:
+        CLOCK.reset(token)
+    assert folded_tree.args["where"].this.expression.sql("postgres") == folded("MAKE_DATE(2024, 2, 29)")
