@@ -33,7 +33,7 @@ from tests.sql.test_language import FIXED_SEED, regressions
 
 pytestmark = SPARK
 
-SPARK_QUERIES = int(os.environ.get("DPPROXY_FUZZ_SPARK", "40"))
+SPARK_QUERIES = int(os.environ.get("DPPROXY_FUZZ_SPARK", "24"))
 SPARK_CHUNKS = 2
 # Fixed-batch statements certified on Spark too (an accepted one, two group keys): ~30 s each here.
 SPARK_CERTIFIED = (23,)
