@@ -27,25 +27,12 @@ from dpproxy.sql.names import qualify_names
 from dpproxy.sql.public import backend_sql
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.released import ReleasedQuery, released_query, split_released
-from dpproxy.sql.types import PgType
+from dpproxy.sql.types import SQLGLOT_SCHEMA_TYPE, PgType
 
-# How a released column is held while the outer query runs: numbers a DuckDB DECIMAL could not hold
-# (a noisy sum beyond 10^29, or with more than 9 decimals) in DOUBLE, like the released values' floats.
-_DUCKDB_TYPES = {
-    PgType.INT2: "SMALLINT",
-    PgType.INT4: "INTEGER",
-    PgType.INT8: "BIGINT",
-    PgType.NUMERIC: "DOUBLE",
-    PgType.FLOAT4: "REAL",
-    PgType.FLOAT8: "DOUBLE",
-    PgType.TEXT: "VARCHAR",
-    PgType.VARCHAR: "VARCHAR",
-    PgType.BOOL: "BOOLEAN",
-    PgType.DATE: "DATE",
-    PgType.TIMESTAMP: "TIMESTAMP",
-    PgType.TIMESTAMPTZ: "TIMESTAMPTZ",
-    PgType.UNKNOWN: "VARCHAR",
-}
+# How a released column is held while the outer query runs: as the public queries' schema types it,
+# but numeric in DOUBLE (a noisy sum beyond 10^29 or with more than 9 decimals would not fit the
+# schema's DECIMAL(38, 9)), like the released values' floats; an untyped text as VARCHAR.
+_DUCKDB_TYPES = {**SQLGLOT_SCHEMA_TYPE, PgType.NUMERIC: "DOUBLE", PgType.UNKNOWN: "VARCHAR"}
 
 
 @dataclass(frozen=True)
