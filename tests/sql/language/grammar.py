@@ -817,8 +817,12 @@ class QueryGenerator:
             return f"CAST({agg} AS {self.pick(('int', 'bigint', 'numeric', 'double precision', 'text'))})"
         if roll < 0.9:
             return f"{agg} + {self.scalar_subquery()}"
-        if roll < 0.95:
+        if roll < 0.93:
             return f"COALESCE({agg}, 0)"
+        if roll < 0.97:  # mathematical functions of released values (NULL outside their domain)
+            return self.pick(
+                (f"sqrt({agg})", f"power({agg}, 2)", f"ln({agg})", f"log({agg})", f"exp({agg} * 0)")
+            )
         return f"{agg}::int4"
 
     def query(self) -> str:
