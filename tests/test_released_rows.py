@@ -138,3 +138,13 @@ def test_mathematical_functions_of_released_aggregates(engine: Engine) -> None:
         engine.execute("SELECT repeat(sex, COUNT(*)) FROM patients GROUP BY sex", analyst="alice")
     assert caught.value.sqlstate == "0A000" and "REPEAT(sex, COUNT(*))" in caught.value.message
     assert "__" not in str(caught.value)
+
+
+def test_an_outer_query_that_cannot_be_computed_is_refused_before_any_charge(engine: Engine) -> None:
+    """Found by the random batch: an outer query DuckDB cannot bind ('…' + 1) used to fail after the
+    aggregate was released and charged; it is now bound on no rows when the statement is analysed."""
+    sql = f"WITH d AS ({AGGREGATE}) SELECT COUNT(*) FROM d WHERE ('2023-01-01T00:00:00Z' + 1) > 0"
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute(sql, analyst="alice")
+    assert caught.value.sqlstate == "22023" and "nothing was read or charged" in str(caught.value)
+    assert spent(engine) == 0

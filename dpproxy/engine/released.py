@@ -80,8 +80,12 @@ def post_process_released(plan: ReleasedPlan, answer: Result) -> Result:
     return dataclasses.replace(answer, columns=columns, rows=rows, notes=(*answer.notes, note))
 
 
-def run_over_rows(query: ReleasedQuery, rows: Sequence[Sequence[object]]) -> list[tuple]:
-    """The outer query's rows over `rows` (the inner answer's, in its columns' order)."""
+def run_over_rows(
+    query: ReleasedQuery, rows: Sequence[Sequence[object]], *, charged: bool = True
+) -> list[tuple]:
+    """The outer query's rows over `rows` (the inner answer's, in its columns' order); over no rows
+    (`charged` False) when the statement is analysed, so an outer query DuckDB cannot bind is
+    refused before anything is read or charged."""
     conn = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1})
     try:
         conn.execute("SET lock_configuration = true")
@@ -96,7 +100,9 @@ def run_over_rows(query: ReleasedQuery, rows: Sequence[Sequence[object]]) -> lis
         except duckdb.Error as error:
             raise InvalidParameter(
                 f"the query over the answer of subquery {query.name} failed: {str(error).splitlines()[0]}",
-                hint="the answer was released and charged; compute the rest in your client",
+                hint="the answer was released and charged; compute the rest in your client"
+                if charged
+                else "nothing was read or charged; write the outer query with explicit casts",
             ) from None
     finally:
         conn.close()
@@ -123,7 +129,9 @@ def analyze_released(
     inner = engine.analyze_tree(split.inner, answer=answer)
     if not isinstance(inner, (PrivateQuery, ReleasedQuery)):
         return None  # an aggregate of public tables only: the refusal stands
-    return released_query(split, inner, tree.sql("postgres"))
+    query = released_query(split, inner, tree.sql("postgres"))
+    run_over_rows(query, [], charged=False)  # binds and types it on no data
+    return query
 
 
 def plan_released(
