@@ -175,8 +175,10 @@ def grid_integer(value: exp.Expression, scale: int, *, double: bool, integer: bo
     checks it). DuckDB keeps a product of a DECIMAL(18, s) and an integer within 18 digits, and
     computes it in 64 bits: for s <= 2 the product (at most 16 integral digits) fits, and is several
     times faster than in DECIMAL(38, s), whose 128-bit arithmetic larger scales need."""
-    if integer and not double and scale == 0:
-        return cast(value, "BIGINT")
+    if integer and not double:
+        # An exact integer is on every grid: round(x · 10^s) = x · 10^s, in bigint.
+        whole = cast(value, "BIGINT")
+        return whole if scale == 0 else exp.Mul(this=whole, expression=exp.Literal.number(10**scale))
     if double:
         scaled = value if scale == 0 else exp.Mul(this=value, expression=exp.Literal.number(10**scale))
         return cast(exp.Floor(this=exp.Add(this=scaled, expression=double_from_text("0.5"))), "BIGINT")
