@@ -34,9 +34,14 @@ from dpproxy.privacy.accounting import Accounting
 from dpproxy.privacy.noise import ERROR_ALPHA
 from dpproxy.privacy.selectors import _calibrate_selector, _i64_scores, _noisy_max_measurement
 
-# A query's budget is split in parts: each released value (component, selector, partition
-# selection) gets VALUE_PARTS of them, each choice of a bound one.
-VALUE_PARTS = 4
+
+def value_parts(values: int, choices: int) -> int:
+    """A query's budget is split in parts: each released value (component, selector, partition
+    selection) gets this many of them, each choice of a bound one, so that the choices together take
+    about a quarter of the budget (a quarter for one choice beside one or three values, a fifth beside
+    two), and never more than one value's share each. A choice spent too little picks a bound far
+    from its aim often enough to cost more than its share (docs/privacy.md §3)."""
+    return max(1, math.ceil(3 * choices / max(values, 1)))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ of partition selection, and the selector requests.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from dpproxy.privacy.accounting import (
     sum_up,
     zcdp_to_approx_dp,
 )
-from dpproxy.privacy.bounds import VALUE_PARTS, BoundChoice, BoundRequest, bound_choice
+from dpproxy.privacy.bounds import BoundChoice, BoundRequest, bound_choice, value_parts
 from dpproxy.privacy.checks import check_positive, check_unit_limits
 from dpproxy.privacy.noise import NoiseSpec, gaussian_noise, laplace_noise
 from dpproxy.privacy.selection import SelectionSpec, gaussian_partition_selection, partition_selection
@@ -190,7 +191,7 @@ def _plan(
     if shares == 0:
         return QueryNoise((), None, Cost.ZERO)
     part = _weighted_part(epsilon, shares, len(asked))
-    share = VALUE_PARTS * part if asked else even_share(epsilon, shares)
+    share = value_parts(shares, len(asked)) * part if asked else even_share(epsilon, shares)
     selectors = tuple(selector_for(request, Accounting.PURE, share) for request in requests)
     cost = Cost.ZERO
     for selector in selectors:
@@ -201,7 +202,7 @@ def _plan(
 
     if mechanism == Mechanism.LAPLACE:
         columns = tuple(laplace_noise(s, g, share) for s, g in components)
-        selection = None if selection_groups is None else partition_selection(selection_groups, share, delta)
+        selection = None if selection_groups is None else pure_selection(selection_groups, share, delta)
         for column in columns:
             cost = cost + Cost(column.epsilon)
         if selection is not None:
@@ -213,7 +214,7 @@ def _plan(
         pure_parts = [share] * pure_shares + [part] * len(asked)
         if selection_groups is not None:
             delta_share = delta if k == 0 else delta / 2.0
-            selection = partition_selection(selection_groups, share, delta_share)
+            selection = pure_selection(selection_groups, share, delta_share)
             delta_rest = remainder(delta, delta_share)
             cost = cost + Cost(selection.epsilon, selection.delta)
         if pure_parts:
@@ -233,11 +234,37 @@ def _plan(
     return QueryNoise(columns, selection, cost, selectors, choices=choices)
 
 
+@lru_cache(maxsize=1024)
+def pure_selection(max_groups: int, epsilon: float, delta: float) -> SelectionSpec:
+    """Partition selection within (ε, δ) under pure accounting: Laplace thresholding, or Gaussian
+    thresholding when its threshold is lower (docs/privacy.md §5).
+
+    A person counts once in each of up to g groups: Laplace noise is sized for their L1, g, Gaussian
+    noise for their L2, √g, so from a few groups on (4 at ε = 0.125 and δ = 5e-8; the threshold is
+    2.6× lower at g = 16) the Gaussian shows groups of far fewer persons. Its cost, δ-approximate
+    ρ-zCDP, is converted into (ε, δ): ρ is the most that converts into ε with half of δ, and the
+    threshold spends at most the other half; the spec then carries the converted (ε, δ), which is
+    what a pure-accounting plan adds up."""
+    laplace = partition_selection(max_groups, epsilon, delta)
+    if max_groups == 1:
+        return laplace
+    half = delta / 2.0
+    gaussian = gaussian_partition_selection(max_groups, rho_for(epsilon, half), half)
+    if gaussian.threshold >= laplace.threshold:
+        return laplace
+    converted = zcdp_to_approx_dp(gaussian.rho, half)
+    total_delta = sum_up([gaussian.delta, half])
+    if not (converted <= epsilon and total_delta <= delta):  # rounding: keep the one that fits
+        return laplace
+    return dataclasses.replace(gaussian, epsilon=converted, delta=total_delta)
+
+
 def _weighted_part(total: float, values: int, choices: int) -> float:
-    """The largest part p whose upward-rounded sum over `values` shares of VALUE_PARTS·p and
-    `choices` shares of p is <= total."""
-    part = even_share(total, VALUE_PARTS * values + choices)
-    while sum_up([VALUE_PARTS * part] * values + [part] * choices) > total:
+    """The largest part p whose upward-rounded sum over `values` shares of w·p and `choices` shares of
+    p is <= total, w = value_parts(values, choices)."""
+    weight = value_parts(values, choices)
+    part = even_share(total, weight * values + choices)
+    while sum_up([weight * part] * values + [part] * choices) > total:
         part = math.nextafter(part, 0.0)
     return part
 
@@ -265,9 +292,9 @@ def _plan_zcdp(
     values = len(components) + len(requests) + (1 if selection_groups is not None else 0)
     if values == 0:
         return QueryNoise((), None, Cost.ZERO, (), Accounting.ZCDP)
-    # In parts: VALUE_PARTS per released value, one per choice of a bound (see _plan).
-    shares = VALUE_PARTS * values + len(asked) if asked else values
-    weight = VALUE_PARTS if asked else 1
+    # In parts: value_parts(…) per released value, one per choice of a bound (see _plan).
+    weight = value_parts(values, len(asked)) if asked else 1
+    shares = weight * values + len(asked) if asked else values
     # Partition selection's δ is spent for sure (up to half of δ); the rest converts ρ into ε.
     selection = None
     native_delta = 0.0
