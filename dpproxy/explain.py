@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dpproxy.policy import Mechanism
 from dpproxy.privacy import (
     Cost,
 )
@@ -105,9 +106,12 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
     selection = None
     if plan.noise.selection is not None:
         s = plan.noise.selection
+        laplace = s.mechanism == Mechanism.LAPLACE
+        noise = f"Laplace scale {s.scale:.6g}" if laplace else f"Gaussian σ {s.scale:.6g}"
+        spent = f"ε={format_number(s.epsilon)}" if s.epsilon else f"ρ={format_number(s.rho)}"
         selection = (
             f"a group is released when its noisy count of units reaches {s.threshold} "
-            f"(Laplace scale {s.scale:.6g}; ε={format_number(s.epsilon)}, δ={format_number(s.delta)})"
+            f"({noise}; {spent}, δ={format_number(s.delta)})"
         )
     elif query.keys:
         selection = (

@@ -67,13 +67,14 @@ class SelectionSpec:
     the threshold. Laplace (pure accounting): OpenDP make_laplace_threshold, map input (l0, l1, l∞) =
     (g, g, 1): one unit is in at most g groups and adds one to each of their counts; cost (ε, δ).
     Gaussian (zCDP accounting): OpenDP make_gaussian_threshold, map input (l0, l2, l∞) = (g, g, 1)
-    (OpenDP tightens l2 to √g·l∞), cost δ-approximate ρ-zCDP (Rogers 2023).
+    (OpenDP tightens l2 to √g·l∞), cost δ-approximate ρ-zCDP (Rogers 2023); under pure accounting a
+    Gaussian spec carries that cost converted into (ε, δ) as well (privacy/planning.pure_selection).
     """
 
     max_groups: int
     scale: float
     threshold: int
-    epsilon: float  # from the OpenDP map (Laplace); 0 for Gaussian
+    epsilon: float  # from the OpenDP map (Laplace); 0 for Gaussian, or its ρ converted (pure accounting)
     delta: float  # from the OpenDP map, read as _selection_map explains
     mechanism: Mechanism = Mechanism.LAPLACE
     rho: float = 0.0  # from the OpenDP map (Gaussian); 0 for Laplace

@@ -20,6 +20,8 @@ from scipy import stats
 
 from dpproxy.policy import Mechanism
 from dpproxy.privacy import SelectionSpec, gaussian_partition_selection, partition_selection, plan_query_noise
+from dpproxy.privacy.accounting import zcdp_to_approx_dp
+from dpproxy.privacy.planning import pure_selection
 from tests.privacy.distributions import (
     GAUSSIAN,
     LAPLACE,
@@ -52,6 +54,13 @@ def test_selection_threshold_follows_wilson_and_is_the_smallest_opendp_accepts(
     assert selection is not None
     share = epsilon / (k + 1)
     delta_share = delta / 2 if mechanism == GAUSSIAN and k else delta
+    if selection.mechanism is Mechanism.GAUSSIAN:
+        # Pure accounting took the Gaussian's lower threshold, within the share (tested below): the
+        # Laplace spec it was compared with is the one checked here.
+        assert selection.epsilon <= share * (1 + 1e-9) and selection.delta <= delta_share
+        laplace = partition_selection(groups, share, delta_share)
+        assert selection.threshold <= laplace.threshold
+        selection = laplace
     assert selection.scale == pytest.approx(groups / share, rel=1e-12)  # b = g/ε
     wilson = math.ceil(1 + selection.scale * math.log(groups / (2 * delta_share)))
     assert selection.threshold >= wilson
@@ -238,3 +247,40 @@ def test_gaussian_selection_releases_a_group_when_its_noisy_count_reaches_the_th
         exact = gaussian_tail(sigma, tau - count)
         assert abs(released - exact) <= SIGMAS * math.sqrt(exact * (1 - exact) / trials)
     assert selection.select([]) == []
+
+
+@pytest.mark.parametrize(
+    ("groups", "mechanism", "threshold"),
+    [
+        (1, Mechanism.LAPLACE, 131),
+        (2, Mechanism.LAPLACE, 271),
+        (4, Mechanism.GAUSSIAN, 436),
+        (16, Mechanism.GAUSSIAN, 906),
+    ],
+)
+def test_pure_accounting_takes_the_lower_threshold_within_the_share(
+    groups: int, mechanism: Mechanism, threshold: int
+) -> None:
+    """Under pure accounting a person's g groups cost an L1 of g for Laplace noise and an L2 of √g
+    for Gaussian: from a few groups on the Gaussian threshold is lower, and its δ-approximate ρ-zCDP
+    cost, converted, stays within the share's (ε, δ) (docs/privacy.md §5)."""
+    epsilon, delta = 0.125, 5e-8
+    spec = pure_selection(groups, epsilon, delta)
+    assert (spec.mechanism, spec.threshold) == (mechanism, threshold)
+    assert 0 < spec.epsilon <= epsilon and 0 < spec.delta <= delta
+    assert spec.threshold <= partition_selection(groups, epsilon, delta).threshold
+    if mechanism is Mechanism.GAUSSIAN:
+        # The converted ε is OpenDP's conversion of ρ at the other half of δ, never above Bun &
+        # Steinke's ρ + 2√(ρ·ln(1/δ)).
+        assert spec.epsilon == zcdp_to_approx_dp(spec.rho, delta / 2)
+        assert spec.epsilon <= spec.rho + 2 * math.sqrt(spec.rho * math.log(2 / delta))
+        # The event the threshold's δ pays for: one person alone in g groups gets any of them shown.
+        alone = 1 - (1 - gaussian_tail(spec.scale, spec.threshold - 1)) ** groups
+        assert alone <= spec.delta - delta / 2
+
+
+def test_a_grouped_query_over_many_groups_plans_the_gaussian_selection_within_its_cost() -> None:
+    noise = plan_query_noise(Mechanism.LAPLACE, 0.5, 1e-7, [(1, 16)], 16)
+    assert noise.selection is not None and noise.selection.mechanism is Mechanism.GAUSSIAN
+    assert noise.cost.epsilon <= 0.5 and noise.cost.delta <= 1e-7
+    assert noise.selection.threshold < partition_selection(16, 0.25, 1e-7).threshold / 2
