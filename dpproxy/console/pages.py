@@ -164,6 +164,14 @@ def table_views(policy: Policy) -> list[TableView]:
     return [_table_view(t) for t in policy.tables]
 
 
+def _unit_text(table: TablePolicy) -> str:
+    """Who a protected table's rows belong to, as the tables page says it."""
+    if table.unit_reference is not None:
+        reference = table.unit_reference
+        return f"{table.privacy_unit} (through {reference.table}.{reference.on})"
+    return table.privacy_unit or "each row"
+
+
 def _table_view(table: TablePolicy) -> TableView:
     columns = tuple(
         ColumnView(
@@ -196,7 +204,7 @@ def _table_view(table: TablePolicy) -> TableView:
         table.name,
         table.schema,
         table.public,
-        "—" if table.public else (table.privacy_unit or "each row"),
+        "—" if table.public else _unit_text(table),
         table.max_rows_per_unit,
         table.max_groups_per_unit,
         table.row_bounding,

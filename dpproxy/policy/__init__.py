@@ -21,7 +21,7 @@ from __future__ import annotations
 from dpproxy.policy.columns import MAX_SCALE
 from dpproxy.policy.defaults import MAX_DATA_EPOCH_LENGTH
 from dpproxy.policy.drafting import draft_policy
-from dpproxy.policy.live_schema import LiveColumnLike, check_against_schema
+from dpproxy.policy.live_schema import LiveColumnLike, check_against_schema, reference_warnings
 from dpproxy.policy.loading import load_policy, parse_policy
 from dpproxy.policy.model import (
     ACCOUNTING,
@@ -38,6 +38,7 @@ from dpproxy.policy.model import (
     Policy,
     ServerPolicy,
     TablePolicy,
+    UnitReference,
 )
 from dpproxy.policy.tables import MAX_CONTRIBUTIONS
 from dpproxy.policy.types import ACCEPTED_TYPE_NAMES, ColumnType, column_type_from_sql
@@ -63,9 +64,11 @@ __all__ = [
     "Policy",
     "ServerPolicy",
     "TablePolicy",
+    "UnitReference",
     "check_against_schema",
     "column_type_from_sql",
     "draft_policy",
     "load_policy",
     "parse_policy",
+    "reference_warnings",
 ]

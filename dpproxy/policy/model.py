@@ -87,6 +87,18 @@ CONTRIBUTION_BOUNDS = ("chosen", "fixed")
 
 
 @dataclass(frozen=True)
+class UnitReference:
+    """A protected table whose person is named by another protected table it references
+    (`privacy_unit: {references: orders, on: order_id}`): each row's person is the person of the row of
+    `table` whose `on` equals the row's `on`, followed up the chain when `table` references further.
+    `key_unique`: the policy vouches that `table.on` is unique (else the database must enforce it)."""
+
+    table: str
+    on: str
+    key_unique: bool = False
+
+
+@dataclass(frozen=True)
 class TablePolicy:
     name: str
     columns: tuple[ColumnPolicy, ...]
@@ -111,6 +123,10 @@ class TablePolicy:
     # (`unit_unique: true`): the engine then takes each row to be a different person, as when the
     # database enforces it (Spark enforces no keys). Only with a named unit column and limits of 1.
     unit_unique: bool = False
+    # The person is reached through a referenced protected table (privacy_unit: {references: …, on: …});
+    # `privacy_unit` then holds the unit column's name at the end of the chain, which this table does
+    # not have: the rewrite reads it by joining up the chain (dpproxy.sql.relation).
+    unit_reference: UnitReference | None = None
     _by_name: dict[str, ColumnPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -1,7 +1,9 @@
 """The `tables:` section of a policy file: which tables analysts may query, and who is in each row.
 
 This module owns reading a table entry into `TablePolicy`: public or protected, its schema, and for
-a protected table the privacy unit (a listed column, or `row`), the contribution limits
+a protected table the privacy unit (a listed column, `row`, or a reference to a protected table that
+names it: `{references: orders, on: order_id}`, resolved up the chain once every table is read), the
+contribution limits
 (max_groups_per_unit, max_rows_per_unit, within 1..MAX_CONTRIBUTIONS), row bounding and randomized
 response. Columns are read by `dpproxy.policy.columns`, told which column is the unit.
 
@@ -11,11 +13,19 @@ It must never see a database: whether the tables exist with these columns is che
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 
 from dpproxy.policy.columns import read_columns
 from dpproxy.policy.marked_yaml import Node
-from dpproxy.policy.model import CONTRIBUTION_BOUNDS, ROW_BOUNDING, ColumnPolicy, TablePolicy, is_valid_name
+from dpproxy.policy.model import (
+    CONTRIBUTION_BOUNDS,
+    ROW_BOUNDING,
+    ColumnPolicy,
+    TablePolicy,
+    UnitReference,
+    is_valid_name,
+)
 from dpproxy.policy.problems import Problems
 from dpproxy.policy.readers import (
     check_keys,
@@ -59,7 +69,120 @@ def read_tables(node: Node, p: Problems) -> tuple[TablePolicy, ...]:
         table = _read_table(name, child, p)
         if table is not None:
             tables.append(table)
-    return tuple(tables)
+    return _resolve_references(tables, entries, p)
+
+
+_REFERENCE_KEYS = ("references", "on", "key_unique")
+
+
+def _read_reference(node: Node, path: str, p: Problems) -> UnitReference | None:
+    """`privacy_unit: {references: <protected table>, on: <column>[, key_unique: true]}`."""
+    entries = read_mapping(node, path, p, example="{references: orders, on: order_id}")
+    if entries is None:
+        return None
+    check_keys(node, path, p, _REFERENCE_KEYS)
+    values = {}
+    for key in ("references", "on"):
+        if key not in entries:
+            p.add(
+                node.line,
+                f"{path}.{key}",
+                "missing",
+                "write privacy_unit: {references: <the table naming the person>, on: <the column both "
+                "tables share>}",
+            )
+            continue
+        values[key] = read_text(entries[key], f"{path}.{key}", p, fix="name a table or column")
+    key_unique = False
+    if "key_unique" in entries:
+        key_unique = bool(read_boolean(entries["key_unique"], f"{path}.key_unique", p))
+    if values.get("references") is None or values.get("on") is None:
+        return None
+    return UnitReference(values["references"], values["on"], key_unique)
+
+
+def _resolve_references(
+    tables: list[TablePolicy], entries: dict[str, Node], p: Problems
+) -> tuple[TablePolicy, ...]:
+    """Each table whose unit is a reference gets the unit column's name at the end of its chain:
+    the referenced table must be protected, list the `on` column, and name its person (a unit
+    column, or a reference in turn); chains never loop."""
+    by_name = {t.name: t for t in tables}
+    resolved: dict[str, str | None] = {}
+
+    def unit_of(table: TablePolicy, seen: tuple[str, ...]) -> str | None:
+        reference = table.unit_reference
+        if reference is None:
+            return table.privacy_unit
+        if table.name in resolved:
+            return resolved[table.name]
+        path = f"tables.{table.name}.privacy_unit"
+        line = entries[table.name].value["privacy_unit"].line
+        target = by_name.get(reference.table)
+        unit: str | None = None
+        chain = (*seen, table.name)
+        if reference.table in chain:
+            p.add(
+                line,
+                f"{path}.references",
+                "the references go round in a circle: " + " → ".join((*chain, reference.table)),
+                "end the chain at a table whose privacy_unit is a column",
+            )
+        elif target is None:
+            known = [t.name for t in tables if not t.public and t.name != table.name]
+            close = difflib.get_close_matches(reference.table, known, n=1, cutoff=0.6)
+            p.add(
+                line,
+                f"{path}.references",
+                f"`{reference.table}` is not a protected table of the policy",
+                f"did you mean `{close[0]}`?" if close else "name a protected table listed under tables",
+            )
+        elif target.public:
+            p.add(
+                line,
+                f"{path}.references",
+                f"`{reference.table}` is public: it names no person",
+                "reference the protected table whose rows belong to the person",
+            )
+        elif target.unit_is_row and target.unit_reference is None:
+            p.add(
+                line,
+                f"{path}.references",
+                f"`{reference.table}` has privacy_unit: row, which names no column to reach the person by",
+                f"name the person's column as {reference.table}'s privacy_unit",
+            )
+        elif target.column(reference.on) is None or table.column(reference.on) is None:
+            missing = table.name if table.column(reference.on) is None else reference.table
+            p.add(
+                line,
+                f"{path}.on",
+                f"`{reference.on}` is not a listed column of {missing}",
+                f"list {reference.on} in both {table.name} and {reference.table}",
+            )
+        else:
+            unit = unit_of(target, chain)
+            if unit is not None and table.column(unit) is not None:
+                p.add(
+                    line,
+                    path,
+                    f"{table.name} lists a column `{unit}`, the name of the person it "
+                    f"reaches through {reference.table}",
+                    f"write privacy_unit: {unit} if that column "
+                    "names the person, or leave it out of the policy",
+                )
+                unit = None
+        resolved[table.name] = unit
+        return unit
+
+    out = []
+    for table in tables:
+        if table.unit_reference is None:
+            out.append(table)
+            continue
+        unit = unit_of(table, ())
+        if unit is not None:
+            out.append(dataclasses.replace(table, privacy_unit=unit))
+    return tuple(out)
 
 
 def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
@@ -111,6 +234,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
 
     check_keys(node, path, p, _PROTECTED_TABLE_KEYS)
     unit_text = None
+    reference: UnitReference | None = None
     if "privacy_unit" not in entries:
         p.add(
             node.owner_line,
@@ -119,12 +243,15 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
             "name the column identifying the person a row belongs to, or write `row` when each row is a "
             "different person, or set `public: true` if the table holds no personal data",
         )
+    elif entries["privacy_unit"].kind == "map":
+        reference = _read_reference(entries["privacy_unit"], f"{path}.privacy_unit", p)
+        unit_text = None if reference is None else ""
     else:
         unit_text = read_text(
             entries["privacy_unit"],
             f"{path}.privacy_unit",
             p,
-            fix="name a column of this table, or write row",
+            fix="name a column of this table, write row, or {references: <table>, on: <column>}",
         )
     limits = {}
     for key in ("max_groups_per_unit", "max_rows_per_unit"):
@@ -220,8 +347,8 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
                     "`row` is ambiguous: the table also lists a column named row",
                     "rename the column in the policy's view or name the unit column explicitly",
                 )
-        elif unit_text in column_entries:
-            unit = unit_text
+        elif reference is not None or unit_text in column_entries:
+            unit = unit_text or None  # a reference: resolved with the other tables (_resolve_references)
         else:
             close = difflib.get_close_matches(unit_text, list(column_entries), n=1, cutoff=0.6)
             hint = (
@@ -233,7 +360,14 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
     columns = read_columns(
         columns_node, f"{path}.columns", p, public=False, unit=unit, unit_known=unit_text is not None
     )
-    if unit_unique:
+    if unit_unique and reference is not None:
+        p.add(
+            entries["unit_unique"].line,
+            f"{path}.unit_unique",
+            "a table whose person is reached through a reference has more than one row per person",
+            "remove unit_unique",
+        )
+    elif unit_unique:
         _check_unit_unique(entries, path, unit_text, p)
     if not columns or unit_text is None:
         return None
@@ -249,6 +383,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
         contribution_bounds=bounds,
         randomized_response=randomized,
         unit_unique=unit_unique,
+        unit_reference=reference,
     )
 
 

@@ -29,7 +29,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
-from dpproxy.policy import DEFAULT_GRID_SCALE, Policy
+from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.public import exposed_table
@@ -99,6 +99,7 @@ def build_relation(select: exp.Select, policy: Policy, facts: SchemaFacts) -> Re
         join = joins[index - 1]
         _check_join_kind(join, sources)
         on, join_links = _join_condition(join, sources)
+        join_links += _implied_unit_links(sources, join_links)
         _check_nullable_side(join, sources, join_links)
         links.extend(join_links)
         emitted_joins.append(exp.Join(this=sources[-1].item, on=on, side=join.args.get("side")))
@@ -139,6 +140,8 @@ def _source(node: exp.Expression, index: int, policy: Policy, facts: SchemaFacts
                 )
         else:
             columns = tuple(SourceColumn.of_policy(c, table) for c in table.columns)
+        if table.unit_reference is not None:
+            return _referencing_source(table, alias, names, columns, policy, facts)
         item = exp.Table(
             this=exp.to_identifier(table.name, quoted=True),
             db=exp.to_identifier(table.schema, quoted=True) if table.schema else None,
@@ -155,6 +158,97 @@ def _source(node: exp.Expression, index: int, policy: Policy, facts: SchemaFacts
         f"{node.sql('postgres')} is not supported in FROM",
         hint="read tables of the policy, joined with JOIN … ON",
     )
+
+
+def _table_item(table: TablePolicy, alias: str) -> exp.Table:
+    return exp.Table(
+        this=exp.to_identifier(table.name, quoted=True),
+        db=exp.to_identifier(table.schema, quoted=True) if table.schema else None,
+        alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+    )
+
+
+def _referencing_source(
+    table: TablePolicy,
+    alias: str,
+    names: frozenset[str],
+    columns: tuple[SourceColumn, ...],
+    policy: Policy,
+    facts: SchemaFacts,
+) -> Source:
+    """A protected table whose person is reached through the tables it references
+    (`privacy_unit: {references: orders, on: order_id}`, docs/privacy.md §3): read as its own columns
+    plus the unit, joined up the chain,
+
+        (SELECT r0.order_id, r0.price, r1.customer_id FROM order_items r0
+         JOIN orders r1 ON r0.order_id = r1.order_id) AS t0
+
+    Every key the chain joins on must be unique in the table it is read from (enforced by the
+    database, or vouched for with key_unique: true): then a row reaches exactly one row at each step,
+    so it belongs to one person, as if it carried the unit; a row whose chain ends in no row, or in a
+    NULL unit, belongs to no person and is left out (the inner joins drop it, as a NULL unit is)."""
+    inner = _table_item(table, "r0")
+    joins = []
+    current, index = table, 0
+    unit_type = PgType.UNKNOWN
+    while current.unit_reference is not None:
+        reference = current.unit_reference
+        target = policy.table(reference.table)
+        assert target is not None and not target.public  # the policy resolved the chain when read
+        if not reference.key_unique and reference.on not in facts.unique_columns.get(target.name, ()):
+            raise NotSupported(
+                f'the privacy unit of "{table.name}" is reached through {target.name}.{reference.on}, '
+                "which is not known to be unique: a row could reach two persons",
+                hint=f"add a PRIMARY KEY or UNIQUE NOT NULL constraint on {target.name}({reference.on}), or "
+                f"vouch for it in the policy: privacy_unit: {{references: {target.name}, on: {reference.on}, "
+                "key_unique: true}",
+            )
+        joins.append(
+            exp.Join(
+                this=_table_item(target, f"r{index + 1}"),
+                on=exp.EQ(
+                    this=exp.column(reference.on, table=f"r{index}", quoted=True),
+                    expression=exp.column(reference.on, table=f"r{index + 1}", quoted=True),
+                ),
+            )
+        )
+        current, index = target, index + 1
+    unit_name = table.privacy_unit
+    assert unit_name is not None
+    unit_policy = current.column(unit_name)
+    if unit_policy is not None:
+        unit_type = from_column_type(unit_policy.type)
+    select = exp.select(
+        *[exp.column(c.name, table="r0", quoted=True) for c in table.columns],
+        exp.alias_(exp.column(unit_name, table=f"r{index}", quoted=True), unit_name, quoted=True),
+    ).from_(inner)
+    select.set("joins", joins)
+    item = exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    unit = SourceColumn(unit_name, unit_type, summable=False, is_unit=True)
+    return Source(alias, names, table.name, False, (*columns, unit), item, table)
+
+
+def _implied_unit_links(
+    sources: list[Source], links: list[tuple[tuple[int, str], tuple[int, str]]]
+) -> list[tuple[tuple[int, str], tuple[int, str]]]:
+    """Equal units implied by a join on a reference's key: `order_items.order_id = orders.order_id`,
+    where order_items reaches its person through orders on order_id, joins rows of one person (the
+    key is unique in orders, so the item's person is that order's person)."""
+    implied = []
+    for a, b in links:
+        for (i, column), (j, other) in ((a, b), (b, a)):
+            source, target = sources[i], sources[j]
+            reference = source.policy.unit_reference if source.policy is not None else None
+            if (
+                reference is not None
+                and target.policy is not None
+                and target.policy.name == reference.table
+                and column == other == reference.on
+                and source.unit is not None
+                and target.unit is not None
+            ):
+                implied.append(((i, source.unit.name), (j, target.unit.name)))
+    return implied
 
 
 def _check_join_kind(join: exp.Join, sources: list[Source]) -> None:
