@@ -197,6 +197,30 @@ def test_policy_passwd_prints_a_verifier_and_init_drafts_a_loadable_policy(
     assert {t.name for t in load_policy(draft).tables} >= {"patients", "visits", "zip_info"}
 
 
+def test_policy_init_drafts_references_and_check_warns_about_row(tmp_path: Path) -> None:
+    """A normalised schema: order_items carries order_id, whose foreign key reaches orders and its
+    customer. `policy init` drafts the reference; `policy check` warns when the table is `row`."""
+    import duckdb
+
+    path = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE orders (order_id INTEGER PRIMARY KEY, customer_id INTEGER)")
+        con.execute("CREATE TABLE order_items (order_id INTEGER REFERENCES orders (order_id), sku VARCHAR)")
+    code, out, _ = run("policy", "init", "--backend", str(path))
+    assert code == 0 and "privacy_unit: {references: orders, on: order_id}" in out
+    draft = tmp_path / "draft.yaml"
+    draft.write_text(out)
+    assert load_policy(draft).table("order_items").privacy_unit == "customer_id"
+    code, out, err = run("policy", "check", str(draft), "--backend", str(path))
+    assert code == 0 and "warning" not in out, err
+    draft.write_text(out_row := draft.read_text().replace("{references: orders, on: order_id}", "row"))
+    assert "privacy_unit: row" in out_row
+    code, out, err = run("policy", "check", str(draft), "--backend", str(path))
+    assert code == 0, err
+    assert "warning: tables.order_items: privacy_unit is row, but order_items.order_id references" in out
+    assert "write privacy_unit: {references: orders, on: order_id}" in out
+
+
 def test_demo_init_builds_the_database(tmp_path: Path) -> None:
     code, out, _ = run("demo", "--init", str(tmp_path / "d"), "--persons", "300")
     assert code == 0 and "300 patients" in out

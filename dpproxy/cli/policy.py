@@ -8,11 +8,15 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from dpproxy.cli.common import _run
 from dpproxy.cli.dsn import _shown_backend
+
+if TYPE_CHECKING:
+    from dpproxy.backends import Backend
 
 
 @click.group()
@@ -30,7 +34,7 @@ def policy() -> None:
 def policy_check(file: Path, backend: str | None) -> None:
     """Validate a policy file (and, with --backend, against the live schema)."""
     from dpproxy.backends import open_backend
-    from dpproxy.policy import check_against_schema, load_policy
+    from dpproxy.policy import check_against_schema, load_policy, reference_warnings
 
     def action() -> None:
         loaded = load_policy(file)
@@ -42,6 +46,7 @@ def policy_check(file: Path, backend: str | None) -> None:
         if backend:
             with open_backend(backend) as db:
                 live = {}
+                foreign_keys: dict[str, list[tuple[str, str, str]]] = {}
                 for schema in {t.schema for t in loaded.tables}:
                     tables = db.tables(schema)
                     live.update(
@@ -51,6 +56,10 @@ def policy_check(file: Path, backend: str | None) -> None:
                             if t.schema == schema and t.name in tables
                         }
                     )
+                    for table, fks in _foreign_keys(db, schema).items():
+                        foreign_keys.setdefault(table, []).extend(fks)
+            for warning in reference_warnings(loaded, foreign_keys):
+                click.echo(f"  warning: {warning}")
             problems = check_against_schema(loaded, live)
             if problems:
                 for p in problems:
@@ -111,11 +120,29 @@ def policy_init(backend: str, schema: str | None) -> None:
     def action() -> None:
         with open_backend(backend) as db:
             tables = db.tables(schema)
-            if schema and schema != db.default_schema:  # the draft names the schema on each table
-                tables = {f"{schema}.{name}": columns for name, columns in tables.items()}
-            click.echo(draft_policy(tables))
+            prefix = f"{schema}." if schema and schema != db.default_schema else ""
+            # The draft reaches persons through foreign keys, keyed as the tables are.
+            foreign_keys = {
+                prefix + table: [(column, prefix + target, referenced) for column, target, referenced in fks]
+                for table, fks in _foreign_keys(db, schema).items()
+            }
+            if prefix:  # the draft names the schema on each table
+                tables = {prefix + name: columns for name, columns in tables.items()}
+            click.echo(draft_policy(tables, foreign_keys=foreign_keys))
 
     _run(action)
+
+
+def _foreign_keys(db: Backend, schema: str | None) -> dict[str, list[tuple[str, str, str]]]:
+    """`schema`'s one-column foreign keys to tables of the same schema, per table: (column,
+    referenced table, referenced column), as the backend declares them (none on Spark)."""
+    own = schema or db.default_schema
+    found: dict[str, list[tuple[str, str, str]]] = {}
+    for c in db.structure(schema).constraints:
+        one = len(c.columns) == 1 and len(c.referenced_columns) == 1
+        if c.kind == "f" and one and c.referenced_table and (c.referenced_schema or own) == own:
+            found.setdefault(c.table, []).append((c.columns[0], c.referenced_table, c.referenced_columns[0]))
+    return found
 
 
 @policy.command("reload")

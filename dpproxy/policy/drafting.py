@@ -11,6 +11,7 @@ backend, and writes text for a person to review, never a `Policy` that is used u
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from dpproxy.policy.live_schema import LiveColumnLike
 from dpproxy.policy.model import is_valid_name
@@ -23,15 +24,39 @@ _PERSON_ID_NAMES = (
 )  # fmt: skip
 
 
-def draft_policy(live: Mapping[str, Sequence[LiveColumnLike]], *, analyst: str = "analyst") -> str:
+@dataclass(frozen=True)
+class _Unit:
+    """A drafted privacy unit: a column of the table, or a reference to a table naming the person."""
+
+    column: str | None = None
+    references: str | None = None  # the referenced table's key in `live`
+    on: str | None = None
+    person_named: bool = False  # found by a person-id name (customer_id), not as a referenced key
+    note: str = ""
+
+
+def draft_policy(
+    live: Mapping[str, Sequence[LiveColumnLike]],
+    *,
+    analyst: str = "analyst",
+    foreign_keys: Mapping[str, Sequence[tuple[str, str, str]]] | None = None,
+) -> str:
     """A commented policy skeleton for the live schema (`dpproxy policy init`).
 
     The draft loads as-is and is conservative: no number column is summable until the data owner
     gives its bounds, no value set is public, the analyst has no password (so cannot connect over
     the network). Every guess is marked `# TODO` for the data owner to check. Tables and columns
     that cannot be exposed are listed as comments. ValueError if `analyst` is not a valid name.
+
+    `foreign_keys`: per table (keyed as in `live`), its one-column foreign keys as (column,
+    referenced table's key in `live`, referenced column). A table without a person's id column that
+    references another drafts its unit through it (`privacy_unit: {references: orders, on:
+    order_id}`), or names the referenced table's unit directly when it carries it; a table others
+    reference by its key, naming no person itself, is drafted as the person (`privacy_unit: tailnum`
+    for planes, which flights reference). A table with a foreign key is never drafted `row`.
     """
     shared_ids = _ids_shared_between_tables(live)
+    units = _draft_units(live, shared_ids, foreign_keys or {})
     out = [
         "# dpproxy policy drafted from the database schema. Review every TODO before serving:",
         "# a wrong privacy unit, bound or public value set weakens the privacy guarantee.",
@@ -63,8 +88,23 @@ def draft_policy(live: Mapping[str, Sequence[LiveColumnLike]], *, analyst: str =
         out.append(f"  {table_name}:")
         if schema:
             out.append(f"    schema: {schema}")
-        unit = _guess_unit(columns, shared_ids)
-        if unit is None:
+        drafted = units.get(key)
+        unit = drafted.column if drafted is not None else None
+        if drafted is not None and drafted.references is not None:
+            target = drafted.references.rpartition(".")[2]
+            out.append(
+                f"    privacy_unit: {{references: {target}, on: {drafted.on}}}  # TODO: check that each "
+                f"row belongs to the person of its {target} row"
+            )
+            if drafted.note:
+                out.append(f"    # TODO: {drafted.note}")
+            out.append(
+                "    max_groups_per_unit: 1  # TODO: the most groups one person may contribute to per query"
+            )
+            out.append(
+                "    max_rows_per_unit: 1    # TODO: the most rows one person may contribute per group"
+            )
+        elif unit is None:
             out.append(
                 "    # TODO: `row` says each row is a different person. If one person can have several"
             )
@@ -77,6 +117,8 @@ def draft_policy(live: Mapping[str, Sequence[LiveColumnLike]], *, analyst: str =
             out.append("    privacy_unit: row")
         else:
             out.append(f"    privacy_unit: {unit}  # TODO: check that {unit} identifies one person")
+            if drafted is not None and drafted.note:
+                out.append(f"    # TODO: {drafted.note}")
             out.append(
                 "    max_groups_per_unit: 1  # TODO: the most groups one person may contribute to per query"
             )
@@ -124,13 +166,69 @@ def _ids_shared_between_tables(live: Mapping[str, Sequence[LiveColumnLike]]) -> 
     return {name for name, count in seen.items() if count > 1}
 
 
-def _guess_unit(columns: Sequence[LiveColumnLike], shared_ids: set[str]) -> str | None:
-    names = [c.name for c in columns]
-    for name in _PERSON_ID_NAMES:
-        if name in names:
-            return name
-    # An id column several tables carry (patients.patient_id, visits.patient_id) is the usual unit.
-    for name in names:
-        if name in shared_ids:
-            return name
-    return None
+def _draft_units(
+    live: Mapping[str, Sequence[LiveColumnLike]],
+    shared_ids: set[str],
+    foreign_keys: Mapping[str, Sequence[tuple[str, str, str]]],
+) -> dict[str, _Unit]:
+    """Each table's drafted unit (absent: `row`). In order: a person's id column (customer_id); for a
+    table that others reference by a key and that names no person, that key (the table's rows are
+    the persons: planes, referenced by flights on tailnum); for a table with foreign keys, the unit
+    of a referenced table — named directly when the foreign key is that unit, else as a reference —
+    preferring a table with a person's id, then the one described by the most columns (a two-column
+    code list is more likely public); last, an id column several tables share."""
+    names = {
+        key: [c.name for c in columns if c.type is not None and is_valid_name(c.name)]
+        for key, columns in live.items()
+    }
+    usable = {
+        key: [
+            (column, target, referenced)
+            for column, target, referenced in fks
+            if column == referenced
+            and target in live
+            and target != key
+            and column in names[key]
+            and referenced in names[target]
+        ]
+        for key, fks in foreign_keys.items()
+        if key in live
+    }
+    units: dict[str, _Unit] = {}
+    for key, columns in names.items():
+        person = next((n for n in _PERSON_ID_NAMES if n in columns), None)
+        if person is not None:
+            units[key] = _Unit(column=person, person_named=True)
+    for _key, fks in sorted(usable.items()):
+        for _, target, referenced in fks:
+            if target not in units and not usable.get(target):  # a table that references none
+                units[target] = _Unit(
+                    column=referenced,
+                    note=f"each row is taken to be one person, identified by {referenced}, because "
+                    "other tables reference it; if the table holds no personal data, write public: true",
+                )
+    changed = True
+    while changed:
+        changed = False
+        for key, fks in sorted(usable.items()):
+            if key in units:
+                continue
+            known = [(column, target) for column, target, _ in fks if target in units]
+            if not known:
+                continue
+            known.sort(key=lambda f: (not units[f[1]].person_named, -len(names[f[1]]), f[1]))
+            column, target = known[0]
+            others = ", ".join(f"{t.rpartition('.')[2]}({c})" for c, t in known[1:])
+            note = f"it also references {others}: the person is whichever the rows describe" if others else ""
+            reached = units[target]
+            if reached.column == column:  # the foreign key is the referenced table's unit itself
+                units[key] = _Unit(column=column, person_named=reached.person_named, note=note)
+            else:
+                units[key] = _Unit(references=target, on=column, person_named=reached.person_named, note=note)
+            changed = True
+    for key, columns in names.items():
+        if key not in units:
+            shared = next((n for n in columns if n in shared_ids), None)
+            if shared is not None:
+                units[key] = _Unit(column=shared)
+    return units

@@ -97,3 +97,32 @@ def check_against_schema(policy: Policy, live: Mapping[str, Sequence[LiveColumnL
                     "in the policy (and check its bounds)"
                 )
     return problems
+
+
+def reference_warnings(
+    policy: Policy, foreign_keys: Mapping[str, Sequence[tuple[str, str, str]]]
+) -> list[str]:
+    """Warnings for `policy check --backend`: a table declared `privacy_unit: row` whose foreign key
+    points at a protected table of the policy. Each of its rows then most likely belongs to the
+    person of the row it references, and `row` would count one person once per row.
+    `foreign_keys`: per table, (column, referenced table, referenced column) of its one-column
+    foreign keys."""
+    warnings = []
+    for table in policy.tables:
+        if table.public or not table.unit_is_row:
+            continue
+        for column, target_name, referenced in foreign_keys.get(table.name, ()):
+            target = policy.table(target_name)
+            if target is None or target.public:
+                continue
+            fix = (
+                f"write privacy_unit: {{references: {target_name}, on: {column}}}"
+                if column == referenced
+                else f"name the person's column, or reference {target_name} on a column both tables share"
+            )
+            warnings.append(
+                f"tables.{table.name}: privacy_unit is row, but {table.name}.{column} references the "
+                f"protected table {target_name}: each of its rows probably belongs to the person of its "
+                f"{target_name} row, and `row` would count that person once per row; {fix}"
+            )
+    return warnings

@@ -38,3 +38,41 @@ def test_draft_policy_loads_after_the_owner_fills_in_bounds():
         lines.append(line)
     patients = parse_policy("\n".join(lines), "draft.yaml").table("patients")
     assert patients.column("age").summable and patients.column("income").upper == 100
+
+
+def test_draft_policy_reaches_persons_through_foreign_keys():
+    """Normalised schemas: order_items carries order_id, not the customer; flights carry the aircraft
+    (the planes table, referenced by its key, is the person); airlines, a two-column code list, is
+    referenced too. No table with a foreign key is drafted `row`."""
+    integer, text = (ColumnType.INTEGER, "INTEGER"), (ColumnType.TEXT, "TEXT")
+    live = {
+        "orders": [Live("order_id", *integer), Live("customer_id", *integer)],
+        "order_items": [Live("item_id", *integer), Live("order_id", *integer), Live("sku", *text)],
+        "shipments": [Live("ship_id", *integer), Live("item_id", *integer)],
+        "planes": [Live("tailnum", *text), Live("seats", *integer), Live("model", *text)],
+        "airlines": [Live("carrier", *text), Live("name", *text)],
+        "flights": [Live("flight", *integer), Live("tailnum", *text), Live("carrier", *text)],
+    }
+    foreign_keys = {
+        "order_items": [("order_id", "orders", "order_id")],
+        "shipments": [("item_id", "order_items", "item_id")],
+        "flights": [("carrier", "airlines", "carrier"), ("tailnum", "planes", "tailnum")],
+    }
+    draft = draft_policy(live, foreign_keys=foreign_keys)
+    policy = parse_policy(draft, "draft.yaml")
+    assert check_against_schema(policy, live) == []
+    tables = {t.name: t for t in policy.tables}
+    assert tables["orders"].privacy_unit == "customer_id" and tables["orders"].unit_reference is None
+    assert (tables["order_items"].unit_reference.table, tables["order_items"].unit_reference.on) == (
+        "orders",
+        "order_id",
+    )
+    assert tables["order_items"].privacy_unit == "customer_id"
+    # A chain: shipments → order_items → orders.
+    assert tables["shipments"].unit_reference.table == "order_items"
+    assert tables["shipments"].privacy_unit == "customer_id"
+    # The aircraft is the person; flights carry its key, so name it directly.
+    assert tables["planes"].privacy_unit == "tailnum" and tables["flights"].privacy_unit == "tailnum"
+    assert tables["flights"].unit_reference is None
+    assert "it also references airlines(carrier)" in draft
+    assert not any(t.unit_is_row for t in policy.tables)
