@@ -144,7 +144,8 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         )
     for choice in plan.noise.choices:
         if choice.kind == "rows":
-            what = f"aiming at about {choice.target} person(s) with more rows (their rows scaled down to k)"
+            aim = "a quarter of the persons" if choice.quartile else f"about {choice.target} person(s)"
+            what = f"aiming at {aim} with more rows (their rows scaled down to k)"
             name = "k, a person's rows in the whole query"
         else:
             what = "the noisy median of the persons' numbers of groups"

@@ -131,6 +131,14 @@ def _spread(query: PrivateQuery) -> int:
     return 2 if any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates) else 1
 
 
+def _averages_only(query: PrivateQuery) -> bool:
+    """Every aggregate is an AVG, VAR or STDDEV: k then aims at the persons' upper quartile of rows
+    (dpproxy.privacy.bounds), as no count or sum loses what scaling removes."""
+    return bool(query.aggregates) and all(
+        a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates
+    )
+
+
 def _query_noise(
     query: PrivateQuery, epsilon: float, delta: float, settings: tuple[str, str], rows: int, groups: int
 ) -> QueryNoise:
@@ -142,7 +150,9 @@ def _query_noise(
         selection = bounds.groups[groups] if bounds is not None and bounds.groups else query.max_groups
     if bounds is not None:
         asked = tuple(
-            BoundRequest(kind, candidates, _spread(query) if kind == "rows" else 1)
+            BoundRequest(kind, candidates, _spread(query), _averages_only(query))
+            if kind == "rows"
+            else BoundRequest(kind, candidates)
             for kind, candidates in (("rows", bounds.rows), ("groups", bounds.groups))
             if len(candidates) > 1
         )

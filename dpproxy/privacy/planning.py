@@ -275,7 +275,9 @@ def _choices(
     """The bound choices, each paid for by `budget`; k aims at leaving as many persons above it as
     a released value of sensitivity 1 has rows of 95% error (`unit_error`)."""
     return tuple(
-        bound_choice(a.kind, a.candidates, max(1, round(unit_error * a.spread)), accounting, budget)
+        bound_choice(
+            a.kind, a.candidates, max(1, round(unit_error * a.spread)), accounting, budget, a.quartile
+        )
         for a in asked
     )
 

@@ -1,0 +1,82 @@
+"""The private choice of a query's bounds (dpproxy.privacy.bounds): every score moves by at most the
+sensitivity the noise is calibrated for when one person is added, for each rule (k for counts, k at
+the persons' upper quartile for averages and spreads, g at the median); which rule a query gets; and
+the quartile rule lands at the upper quartile of the persons' rows.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dpproxy.engine import Engine
+from dpproxy.policy import parse_policy
+from dpproxy.privacy.accounting import Accounting
+from dpproxy.privacy.bounds import bound_choice, value_parts
+
+CANDIDATES = (1, 2, 4, 8, 16, 32, 64, 100)
+
+
+def counts_of(rows: list[int]) -> tuple[list[int], int]:
+    """(above_j per candidate, persons) for persons with these numbers of rows."""
+    return [sum(n > k for n in rows) for k in CANDIDATES], len(rows)
+
+
+@given(rows=st.lists(st.integers(1, 120), max_size=40), added=st.integers(1, 120), quartile=st.booleans())
+def test_adding_a_person_moves_every_score_by_at_most_the_calibrated_sensitivity(
+    rows: list[int], added: int, quartile: bool
+) -> None:
+    choice = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 0.1, quartile)
+    before = choice.scores(*counts_of(rows))
+    after = choice.scores(*counts_of([*rows, added]))
+    sensitivity = 3 if quartile else 1
+    assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= sensitivity
+    # The noise is calibrated for it: the same ε as the plain rule at 3 times the scale.
+    plain = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 0.1)
+    assert choice.epsilon <= 0.1 and abs(choice.scale - sensitivity * plain.scale) <= 1e-9 * choice.scale
+
+
+def test_the_quartile_rule_lands_at_the_upper_quartile_of_the_persons_rows() -> None:
+    rng = random.Random(7)
+    rows = [rng.randint(1, 12) for _ in range(1500)] + [rng.randint(13, 100) for _ in range(500)]
+    above, persons = counts_of(rows)
+    choice = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0, True)
+    picked = [CANDIDATES[choice.select(above, persons)] for _ in range(200)]
+    # A quarter of 2,000 persons have more than 12 rows: 8 leaves 25.5% above, 16 about 21%.
+    assert sum(k in (8, 16) for k in picked) >= 190
+    counts = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0)
+    assert [CANDIDATES[counts.select(above, persons)] for _ in range(50)].count(100) >= 45
+
+
+POLICY = """
+version: 1
+defaults: {epsilon: 1.0, delta: 1.0e-6}
+tables:
+  t:
+    privacy_unit: pid
+    max_rows_per_unit: 100
+    columns:
+      pid: {type: integer}
+      x: {type: integer, lower: 0, upper: 10}
+"""
+
+
+def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
+    engine = Engine(parse_policy(POLICY), None)
+
+    def rows_choice(sql: str):
+        (choice,) = [c for c in engine.plan(sql).noise.choices if c.kind == "rows"]
+        return choice
+
+    assert rows_choice("SELECT AVG(x), STDDEV(x) FROM t").quartile
+    assert rows_choice("SELECT AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
+    assert not rows_choice("SELECT COUNT(*), AVG(x) FROM t").quartile
+    assert not rows_choice("SELECT SUM(x) FROM t").quartile
+    assert "aiming at a quarter of the persons" in engine.explain("SELECT AVG(x) FROM t").render()
+
+
+def test_choices_take_about_a_quarter_of_the_budget() -> None:
+    assert [value_parts(values, 1) for values in (1, 2, 3, 6)] == [3, 2, 1, 1]
+    assert value_parts(1, 2) == 6  # k and g beside one value: an eighth each
