@@ -148,3 +148,45 @@ def test_an_outer_query_that_cannot_be_computed_is_refused_before_any_charge(eng
         engine.execute(sql, analyst="alice")
     assert caught.value.sqlstate == "22023" and "nothing was read or charged" in str(caught.value)
     assert spent(engine) == 0
+
+
+# dbt 1.11's accepted_values test (dbt-core's macros/generic_test_sql/accepted_values.sql inside
+# get_test_sql's wrapper), as dbt-postgres 1.11.0 sent it: post-processing of post-processing.
+DBT_ACCEPTED_VALUES = """
+    select
+      count(*) as failures,
+      count(*) != 0 as should_warn,
+      count(*) != 0 as should_error
+    from (
+with all_values as (
+    select
+        department as value_field,
+        count(*) as n_records
+    from "demo"."public"."visits"
+    group by department
+)
+select *
+from all_values
+where value_field not in (
+    'er','gp'
+)
+    ) dbt_internal_test
+"""
+
+
+def test_a_query_over_a_query_over_released_rows_reads_them_and_charges_once(engine: Engine) -> None:
+    alone = engine.execute(AGGREGATE, analyst="alice")
+    cost = spent(engine)
+    result = engine.execute(DBT_ACCEPTED_VALUES, analyst="alice")  # its own aggregate: charged once
+    assert result.private and spent(engine) == pytest.approx(2 * cost)
+    ((failures, warn, error),) = result.rows
+    assert warn == error == (failures != 0) and 0 <= failures <= len(alone.rows)
+    again = engine.execute(DBT_ACCEPTED_VALUES, analyst="alice")  # the same text: replayed, free
+    assert again.rows == result.rows and spent(engine) == pytest.approx(2 * cost)
+    # The aggregate asked alone, then two levels of post-processing over it: its stored answer.
+    nested = engine.execute(
+        f"SELECT COUNT(*) FROM (SELECT * FROM ({AGGREGATE}) a WHERE n > 0) b", analyst="alice"
+    )
+    assert nested.rows == [(sum(1 for _, n in alone.rows if n > 0),)] and spent(engine) == pytest.approx(
+        2 * cost
+    )

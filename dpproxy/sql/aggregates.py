@@ -217,6 +217,14 @@ class AggregateRules:
                 f"percentile_disc(f) WITHIN GROUP (ORDER BY {written})",
             )
         named = _one_column(bare)
+        if named is None and isinstance(bare, exp.Cast):
+            # A cast between date and timestamp is monotone: its MIN, MAX or percentile is the cast
+            # of the column's, on the grid of the cast's type over the column's range (dbt's
+            # freshness check writes max(d::timestamp)). Not to or from timestamptz: the session's
+            # time zone would decide.
+            inner = _one_column(bare.this)
+            if inner is not None and (row_expression(inner, scope).type, typed.type) in _MONOTONE_CASTS:
+                named = inner
         if named is None:
             raise NotSupported(
                 f"{name.upper()}({written}): MIN, MAX and percentile_disc of a date or time are "
@@ -227,10 +235,10 @@ class AggregateRules:
         source, column = scope.resolve(named)
         if column.temporal_range is None:
             table = getattr(source, "label", None) or "the table"
-            policy_type = {PgType.DATE: "date", PgType.TIMESTAMP: "timestamp"}.get(typed.type, "timestamptz")
+            policy_type = {PgType.DATE: "date", PgType.TIMESTAMP: "timestamp"}.get(column.type, "timestamptz")
             example = f"{{type: {policy_type}, lower: 2000-01-01, upper: 2030-12-31}}"
             raise PolicyViolation(
-                f"{name.upper()}({written}) needs a declared range for the {typed.type.value} column "
+                f"{name.upper()}({written}) needs a declared range for the {column.type.value} column "
                 f'"{column.name}" of table "{table}": the policy gives it no lower and upper',
                 hint=f"ask the data owner to declare the range its values lie in, in the policy's "
                 f"tables.{table}.columns: {column.name}: {example}; MIN and MAX are then released "
@@ -491,6 +499,11 @@ class AggregateRules:
 
 def known_type(pg_type: PgType) -> PgType:
     return PgType.TEXT if pg_type is PgType.UNKNOWN else pg_type
+
+
+# Casts between date and time types whose MIN and MAX are the casts of the column's (monotone and
+# independent of the session's time zone).
+_MONOTONE_CASTS = frozenset({(PgType.DATE, PgType.TIMESTAMP), (PgType.TIMESTAMP, PgType.DATE)})
 
 
 def _one_column(node: exp.Expression) -> exp.Column | None:
