@@ -28,7 +28,7 @@ from dpproxy.release import ExactGroups, exact_groups, selectors
 from dpproxy.release.aggregates import fine_components
 from dpproxy.results import ResultColumn
 from dpproxy.sql.bounds import choosing, component_bounds
-from dpproxy.sql.query import FINE, AggregateKind, PrivateQuery
+from dpproxy.sql.query import FINE, Aggregate, AggregateKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.rewrite.row_pipeline import RefinementStatement, refinement_statement
 
@@ -132,11 +132,19 @@ def _spread(query: PrivateQuery) -> int:
 
 
 def _averages_only(query: PrivateQuery) -> bool:
-    """Every aggregate is an AVG, VAR or STDDEV: k then aims at the persons' upper quartile of rows
-    (dpproxy.privacy.bounds), as no count or sum loses what scaling removes."""
+    """Every aggregate is an AVG, VAR or STDDEV, and none is of a share (an argument in [0, 1]): k
+    then aims at the persons' upper quartile of rows (dpproxy.privacy.bounds), as no count or sum
+    loses what scaling removes. A share's per-person values spread over its whole range, so
+    reweighting persons moves it by a good part of that range (9.6% on the MovieLens benchmark,
+    never inside its ±); a measurement's per-person means lie much closer together than its bounds."""
     return bool(query.aggregates) and all(
-        a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates
+        (a.kind is AggregateKind.AVG or a.kind.is_spread) and not _share(a) for a in query.aggregates
     )
+
+
+def _share(aggregate: Aggregate) -> bool:
+    interval = aggregate.interval
+    return interval is not None and interval.lo == 0 and interval.hi == 1
 
 
 def _query_noise(

@@ -11,16 +11,17 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   (for a query that also has an average or a spread, 2m; `BoundRequest.spread`). Leaving few
   persons above k keeps what bounding removes small beside the noise, in every group. Adding a
   person moves each above_j by at most 1.
-  A query of averages and spreads only aims at a quarter of the persons above k instead (score
+  A query of averages and spreads only, none of a share (an argument in [0, 1], whose per-person
+  values spread over its whole range), aims at a quarter of the persons above k instead (score
   −|persons − 4·above_j|, which adding a person moves by 1 or 3: noised for 3; `quartile`). An
   average is a ratio: scaling a person's rows changes it only through the weights — by little
   unless the heaviest persons' values differ from the others' — while its noise grows with k, and
   a variance's with k times the squared range. On MovieLens (bench/realdata.py; 60 runs each) k
   at the persons' upper quartile gave median errors of 5.8% (STDDEV), 5.2% (an AVG under a WHERE),
   3.2% and 1.1% (AVGs) where the rule for counts gave 10–13% for the first two; a share, whose
-  heaviest persons answer differently, moved from 3.9% to 8.9% — what scaling does to weights. An
-  aim at an eighth of the persons kept the share at 7.3% but let the others' noise back (9.7%,
-  11.1%); at a half, the share's bias passed 10%.
+  heaviest persons answer differently, moved from 3.9% to 8.9% — what scaling does to weights, and
+  outside its ± every time — so a share keeps the rule for counts. An aim at an eighth of the
+  persons let the others' noise back (9.7%, 11.1%).
   These are rules of thumb for where the error is least, not part of the guarantee: any candidate
   is private.
 - g, the groups a person counts in for partition selection and COUNT(DISTINCT unit) (kind
