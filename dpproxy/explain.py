@@ -148,7 +148,11 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"
             name = "k, a person's rows in the whole query"
         else:
-            what = "the noisy median of the persons' numbers of groups"
+            what = (
+                "the noisy median of the persons' numbers of groups"
+                if choice.median
+                else f"aiming at about {choice.target} person(s) with more groups (counted in their first g)"
+            )
             name = "g, the groups a person counts in (partition selection, COUNT(DISTINCT unit))"
         choices.append(
             f"contribution bound {name}: chosen among {', '.join(map(str, choice.candidates))} by "

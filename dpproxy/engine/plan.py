@@ -160,7 +160,7 @@ def _query_noise(
         asked = tuple(
             BoundRequest(kind, candidates, _spread(query), _averages_only(query))
             if kind == "rows"
-            else BoundRequest(kind, candidates)
+            else BoundRequest(kind, candidates, median=query.needs_selection)
             for kind, candidates in (("rows", bounds.rows), ("groups", bounds.groups))
             if len(candidates) > 1
         )

@@ -276,7 +276,13 @@ def _choices(
     a released value of sensitivity 1 has rows of 95% error (`unit_error`)."""
     return tuple(
         bound_choice(
-            a.kind, a.candidates, max(1, round(unit_error * a.spread)), accounting, budget, a.quartile
+            a.kind,
+            a.candidates,
+            max(1, round(unit_error * a.spread)),
+            accounting,
+            budget,
+            a.quartile,
+            a.median,
         )
         for a in asked
     )

@@ -82,3 +82,38 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
 def test_choices_take_about_a_quarter_of_the_budget() -> None:
     assert [value_parts(values, 1) for values in (1, 2, 3, 6)] == [3, 2, 1, 1]
     assert value_parts(1, 2) == 6  # k and g beside one value: an eighth each
+
+
+GROUPED = """
+version: 1
+defaults: {epsilon: 1.0, delta: 1.0e-6}
+tables:
+  t:
+    privacy_unit: pid
+    max_rows_per_unit: 100
+    max_groups_per_unit: 20
+    columns:
+      pid: {type: integer}
+      kind: {type: text, public_values: [a, b, c]}
+      free: {type: text}
+"""
+
+
+def test_g_is_the_median_only_where_partition_selection_reads_the_counts() -> None:
+    engine = Engine(parse_policy(GROUPED), None)
+
+    def groups_choice(sql: str):
+        (choice,) = [c for c in engine.plan(sql).noise.choices if c.kind == "groups"]
+        return choice
+
+    # Public keys: g sizes COUNT(DISTINCT pid)'s noise against what it drops, as k does for rows.
+    public = groups_choice("SELECT kind, COUNT(DISTINCT pid) FROM t GROUP BY kind")
+    assert not public.median and public.scores([0, 3, 9], 10) == [
+        -public.target,
+        3 - public.target,
+        -abs(9 - public.target),
+    ]
+    # Partition selection's threshold grows with g: the median of the persons' group counts.
+    selected = groups_choice("SELECT free, COUNT(*) FROM t GROUP BY free")
+    assert selected.median and selected.scores([0, 5, 9], 10) == [-10, 0, -8]
+    assert "about" in engine.explain("SELECT kind, COUNT(DISTINCT pid) FROM t GROUP BY kind").render()
