@@ -233,19 +233,19 @@ def _implied_unit_links(
 ) -> list[tuple[tuple[int, str], tuple[int, str]]]:
     """Equal units implied by a join on a reference's key: `order_items.order_id = orders.order_id`,
     where order_items reaches its person through orders on order_id, joins rows of one person (the
-    key is unique in orders, so the item's person is that order's person)."""
+    key is unique in orders, so the item's person is that order's person); so does a join of two
+    tables that reach their person through the same key, on that key."""
     implied = []
     for a, b in links:
         for (i, column), (j, other) in ((a, b), (b, a)):
             source, target = sources[i], sources[j]
             reference = source.policy.unit_reference if source.policy is not None else None
-            if (
-                reference is not None
-                and target.policy is not None
-                and target.policy.name == reference.table
-                and column == other == reference.on
-                and source.unit is not None
-                and target.unit is not None
+            if reference is None or target.policy is None or source.unit is None or target.unit is None:
+                continue
+            # order_items.order_id = orders.order_id, or two tables referencing orders on order_id
+            # joined on it (a self-join of order_items): the key finds one order, one person.
+            if column == other == reference.on and (
+                target.policy.name == reference.table or target.policy.unit_reference == reference
             ):
                 implied.append(((i, source.unit.name), (j, target.unit.name)))
     return implied

@@ -51,6 +51,8 @@ QUERIES = [
     "SELECT o.status, COUNT(oi.price) FROM orders o LEFT JOIN order_items oi ON o.order_id = oi.order_id "
     "GROUP BY o.status",
     "SELECT COUNT(DISTINCT customer_id) FROM order_items WHERE price > 3",
+    # Two rows reaching their person through the same key, joined on it: one person's rows.
+    "SELECT COUNT(*), SUM(a.price) FROM order_items a JOIN order_items b ON a.order_id = b.order_id",
 ]
 
 
