@@ -1,11 +1,12 @@
 """Generated databases loaded into raw (test-only, unlocked) DuckDB, PostgreSQL and Spark connections.
 
 `Loaded.run(sql, without)` runs one statement on the database D, or on D minus one person (their
-rows deleted inside a transaction that is rolled back), which is how the sensitivity certificate
-walks the neighbours. Spark has no transactions: a database is loaded into a Spark database of its
-own (`lang_<name>`), and the session reads it through temporary views named like the tables
-(unqualified names resolve to a temporary view first), which leave out the rows of the person a
-session variable names (none: D itself). `RawBackend` lets an Engine use such a connection for the public queries it
+rows deleted inside a transaction that is rolled back: their rows in each protected table, and the
+notes of their visits), which is how the sensitivity certificate walks the neighbours. Spark has no
+transactions: a database is loaded into a Spark database of its own (`lang_<name>`), and the
+session reads it through temporary views named like the tables (unqualified names resolve to a
+temporary view first), which leave out the rows of the person a session variable names (none: D
+itself). `RawBackend` lets an Engine use such a connection for the public queries it
 runs itself (subqueries over public tables are answered first), and records every statement, so a
 test can tell whether a refused query reached the data.
 """
@@ -52,6 +53,15 @@ SPARK_TYPES = {
 
 def _unit_column(table: str) -> str:
     return "rid" if table == "survey" else "patient_id"
+
+
+def _person_rows(table: str, value: str) -> str:
+    """A condition true of the rows of `table` that belong to the person `value` names: for
+    visit_notes, the notes of the person's visits; a note of no visit, or of a visit of nobody, is
+    nobody's."""
+    if table == "visit_notes":
+        return f"visit_id IN (SELECT visit_id FROM visits WHERE patient_id = {value})"
+    return f"{_unit_column(table)} = {value}"
 
 
 class Loaded:
@@ -128,7 +138,13 @@ class Loaded:
         self.conn.sql("DECLARE OR REPLACE VARIABLE lang_without INT DEFAULT NULL").collect()
         for table in TABLES:
             source = f"SELECT * FROM {database}.{table}"
-            if table in PROTECTED:
+            if table == "visit_notes":
+                # The notes of the person's visits (of the stored visits: the view leaves them out).
+                source = (
+                    f"SELECT n.* FROM {database}.visit_notes n LEFT ANTI JOIN {database}.visits v "
+                    "ON n.visit_id = v.visit_id AND v.patient_id = lang_without"
+                )
+            elif table in PROTECTED:
                 source += f" WHERE lang_without IS NULL OR NOT ({_unit_column(table)} <=> lang_without)"
             self.conn.sql(f"CREATE OR REPLACE TEMPORARY VIEW {table} AS {source}").collect()
         self._without = None
@@ -161,7 +177,7 @@ class Loaded:
         if without is None:
             return [tuple(_normalise(v) for v in row) for row in self.conn.execute(sql).fetchall()]
         deletes = [
-            (f"DELETE FROM {table} WHERE {_unit_column(table)} = {self.mark}", without) for table in PROTECTED
+            (f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", without) for table in PROTECTED
         ]
         if self.kind == "postgres":
             with self.conn.transaction(force_rollback=True):

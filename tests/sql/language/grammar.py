@@ -8,8 +8,12 @@ protected tables, in every clause; row expressions with partial functions (divis
 substring with negative starts, overflow), NULLs and odd literals, dates relative to now();
 every aggregate (MIN/MAX of dates too), FILTER, window functions, aggregates of aggregates; GROUP BY
 positions and aliases, HAVING, ORDER BY, LIMIT/OFFSET and parameters; existence probes (`SELECT 1
-FROM t LIMIT 1`; tests/sql/language/temporal.py). The harness decides what must hold for each:
-refused with a documented SQLSTATE, or accepted and then sound.
+FROM t LIMIT 1`; tests/sql/language/temporal.py). One statement in ten (NOTES_SHARE) reads
+`visit_notes`, whose person is reached through its visit (a foreign key): alone, joined with visits
+on visit_id or on the person, visits LEFT JOIN visit_notes, with patients, in FROM-subqueries and
+on other keys; whether a statement does is drawn apart from the rest, so the other statements are
+the ones the batch had before the table. The harness decides what must hold for each: refused with a
+documented SQLSTATE, or accepted and then sound.
 """
 
 from __future__ import annotations
@@ -70,9 +74,26 @@ VISITS = (
     Column("temperature", "float"),
     Column("checked_in", "tstz"),
 )
+# The unit is not a column of the table: the rewrite exposes it, read through the note's visit.
+VISIT_NOTES = (
+    Column("note_id", "int"),
+    Column("visit_id", "int"),
+    Column("words", "int"),
+    Column("topic", "text"),
+    Column("flagged", "bool"),
+    Column("patient_id", "int", unit=True),
+)
 SURVEY = (Column("answer", "text"), Column("rating", "int"))
 ZIP_INFO = (Column("zip", "text"), Column("state", "text"), Column("population", "int"))
-TABLE_COLUMNS = {"patients": PATIENTS, "visits": VISITS, "survey": SURVEY, "zip_info": ZIP_INFO}
+TABLE_COLUMNS = {
+    "patients": PATIENTS,
+    "visits": VISITS,
+    "visit_notes": VISIT_NOTES,
+    "survey": SURVEY,
+    "zip_info": ZIP_INFO,
+}
+# The share of statements that read visit_notes.
+NOTES_SHARE = 0.1
 
 INT_LITERALS = (
     "0",
@@ -144,8 +165,9 @@ class Generated:
 
 
 class QueryGenerator:
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, notes: bool = False) -> None:
         self.rng = rng
+        self.notes = notes  # the statement reads visit_notes (notes_from_clause)
         self.params: list[object] = []
         self.scope: list[Source] = []
         self.depth = 0
@@ -459,7 +481,8 @@ class QueryGenerator:
     # -- subqueries in expressions -----------------------------------------------------------------
 
     def _inner_table(self) -> tuple[str, tuple[Column, ...], str]:
-        table = "zip_info" if self.chance(0.8) else self.pick(("patients", "visits"))
+        protected = ("patients", "visits", "visit_notes") if self.notes else ("patients", "visits")
+        table = "zip_info" if self.chance(0.8) else self.pick(protected)
         return table, TABLE_COLUMNS[table], self.pick(("z2", "zz", "q"))
 
     def _inner_condition(self, alias: str, columns: tuple[Column, ...]) -> str:
@@ -544,9 +567,10 @@ class QueryGenerator:
     def derived_source(self, alias: str) -> tuple[str, Source, str | None]:
         """A FROM-subquery: row-level, per person, public, or grouped by something else. Returns the
         text, the source, and the body for a CTE of the same name."""
-        roll = self.rng.random()
+        # A statement reading visit_notes reads it here, row-level or per person.
+        roll = self.rng.random() * (0.7 if self.notes else 1)
         if roll < 0.35:
-            table = self.pick(("patients", "visits"))
+            table = "visit_notes" if self.notes else self.pick(("patients", "visits"))
             columns = TABLE_COLUMNS[table]
             saved, self.scope = self.scope, [Source(None, table, columns, True)]
             chosen = [c for c in columns if c.unit or self.chance(0.5)]
@@ -563,7 +587,7 @@ class QueryGenerator:
             body = f"SELECT {', '.join(items)} FROM {table}{where}"
             return f"({body}) {alias}", Source(alias, alias, tuple(outputs), True), body
         if roll < 0.7:
-            table = self.pick(("visits", "patients"))
+            table = "visit_notes" if self.notes else self.pick(("visits", "patients"))
             numbers = [c.name for c in TABLE_COLUMNS[table] if c.kind in NUMBER and not c.unit]
             value = self.pick(numbers)
             aggs = [
@@ -574,9 +598,8 @@ class QueryGenerator:
                 ("low", f"MIN({value})", "num"),
             ]
             chosen = [a for a in aggs if self.chance(0.5)] or [aggs[0]]
-            key = (
-                "patient_id" if self.chance(0.9) else self.pick(("zip", "department", "patient_id, " + value))
-            )
+            others = ("topic", "visit_id") if table == "visit_notes" else ("zip", "department")
+            key = "patient_id" if self.chance(0.9) else self.pick((*others, "patient_id, " + value))
             where = f" WHERE {value} > {self.literal('int')}" if self.chance(0.3) else ""
             items = ", ".join(f"{sql} AS {name}" for name, sql, _ in chosen)
             body = f"SELECT {key.split(',')[0]}, {items} FROM {table}{where} GROUP BY {key}"
@@ -599,6 +622,8 @@ class QueryGenerator:
 
     def from_clause(self) -> tuple[str, str]:
         """The FROM clause and a WITH prefix (possibly empty); fills self.scope."""
+        if self.notes:
+            return self.notes_from_clause()
         roll = self.rng.random()
         self.scope = []
         if roll < 0.3:
@@ -613,24 +638,7 @@ class QueryGenerator:
         if roll < 0.75:
             return self.joins(), ""
         if roll < 0.95:
-            alias = self.pick(("s", "d", "sub"))
-            text, source, body = self.derived_source(alias)
-            with_prefix = ""
-            if self.chance(0.5) and body is not None:
-                with_prefix = f"WITH {alias} AS ({body}) "
-                text = alias
-            self.scope = [source]
-            if self.chance(0.5):
-                other, other_source = self.table_source(self.pick(("patients", "visits", "zip_info")), "o")
-                condition = self.join_condition(source, other_source)
-                kind = self.pick(("JOIN", "LEFT JOIN", "JOIN", "RIGHT JOIN"))
-                text = (
-                    f"{text} {kind} {other} ON {condition}"
-                    if self.chance(0.5)
-                    else f"{other} {kind} {text} ON {condition}"
-                )
-                self.scope.append(other_source)
-            return text, with_prefix
+            return self.derived_from(("patients", "visits", "zip_info"))
         # Hostile FROM items.
         hostile = self.pick(
             (
@@ -650,11 +658,80 @@ class QueryGenerator:
             self.scope.append(Source("v", "visits", VISITS, True))
         return hostile, ""
 
+    def derived_from(self, others: tuple[str, ...]) -> tuple[str, str]:
+        """A FROM-subquery (or a CTE of it), joined half the time to one of the tables `others`."""
+        alias = self.pick(("s", "d", "sub"))
+        text, source, body = self.derived_source(alias)
+        with_prefix = ""
+        if self.chance(0.5) and body is not None:
+            with_prefix = f"WITH {alias} AS ({body}) "
+            text = alias
+        self.scope = [source]
+        if self.chance(0.5):
+            other, other_source = self.table_source(self.pick(others), "o")
+            condition = self.join_condition(source, other_source)
+            kind = self.pick(("JOIN", "LEFT JOIN", "JOIN", "RIGHT JOIN"))
+            text = (
+                f"{text} {kind} {other} ON {condition}"
+                if self.chance(0.5)
+                else f"{other} {kind} {text} ON {condition}"
+            )
+            self.scope.append(other_source)
+        return text, with_prefix
+
+    def notes_from_clause(self) -> tuple[str, str]:
+        """The FROM clause of a statement reading visit_notes, whose person is reached through its
+        visit: alone; joined with visits on visit_id (which joins a note to its visit's person) or on
+        the person, visits LEFT JOIN visit_notes, with patients, with itself; a FROM-subquery over it;
+        or joined on another key or without a condition (to be refused)."""
+        roll = self.rng.random()
+        self.scope = []
+        if roll < 0.35:
+            text, source = self.table_source("visit_notes", self.pick((None, "n", "t")))
+            self.scope = [source]
+            return text, ""
+        if roll < 0.75:
+            pattern = self.pick(
+                (
+                    ("visit_notes", "visits"),
+                    ("visit_notes", "visits"),
+                    ("visits", "visit_notes"),
+                    ("visits", "visit_notes"),
+                    ("visit_notes", "patients"),
+                    ("patients", "visits", "visit_notes"),
+                    ("visit_notes", "visits", "patients"),
+                    ("visit_notes", "visit_notes"),
+                )
+            )
+            return self.joins(pattern), ""
+        if roll < 0.9:
+            return self.derived_from(("visits", "visit_notes", "patients"))
+        hostile = self.pick(
+            (
+                "visit_notes n, visits v",
+                "visit_notes n JOIN visits v ON n.note_id = v.visit_id",
+                "visit_notes n JOIN visits v ON n.visit_id = v.visit_id AND n.patient_id = v.patient_id",
+                "visits v RIGHT JOIN visit_notes n ON v.visit_id = n.visit_id",
+                "visit_notes n JOIN LATERAL (SELECT v.cost FROM visits v WHERE v.visit_id = n.visit_id) l ON TRUE",
+                "visit_notes n JOIN visits v ON n.visit_id = v.visit_id JOIN patients p ON v.patient_id = p.patient_id",
+            )
+        )
+        self.scope = [Source("n", "visit_notes", VISIT_NOTES, True)]
+        if "visits v" in hostile:
+            self.scope.append(Source("v", "visits", VISITS, True))
+        if "patients p" in hostile:
+            self.scope.append(Source("p", "patients", PATIENTS, True))
+        return hostile, ""
+
     def join_condition(self, left: Source, right: Source) -> str:
         units = [(c, d) for c in left.columns for d in right.columns if c.unit and d.unit]
         shared_text = [(c, d) for c in left.columns for d in right.columns if c.name == d.name and not c.unit]
+        # The reference's key: a note joined to its visit, which is a join on the person.
+        on_reference = {left.table, right.table} == {"visits", "visit_notes"} and self.chance(0.6)
         roll = self.rng.random()
-        if units and roll < 0.75:
+        if on_reference:
+            condition = f"{left.qualifier}.visit_id = {right.qualifier}.visit_id"
+        elif units and roll < 0.75:
             c, d = units[0]
             condition = f"{left.qualifier}.{c.name} = {right.qualifier}.{d.name}"
         elif shared_text and roll < 0.9:
@@ -683,8 +760,8 @@ class QueryGenerator:
                 return self.pick(sharing)
         return self.pick(self.scope)
 
-    def joins(self) -> str:
-        pattern = self.pick(
+    def joins(self, pattern: tuple[str, ...] | None = None) -> str:
+        pattern = pattern or self.pick(
             (
                 ("patients", "visits"),
                 ("visits", "patients"),
@@ -745,7 +822,7 @@ class QueryGenerator:
             bounded = [
                 (s, c)
                 for s, c in self.columns(NUMBER)
-                if c.name not in ("visit_id", "patient_id", "population")
+                if c.name not in ("visit_id", "patient_id", "population", "note_id")
             ]
             if bounded and self.chance(0.5):
                 return self.reference(*self.pick(bounded))
@@ -993,7 +1070,10 @@ class QueryGenerator:
 def generate(seed: int, index: int) -> Generated:
     """Query `index` of the batch `seed`: the same two numbers always give the same statement."""
     rng = random.Random(f"{seed}:{index}")
-    generator = QueryGenerator(rng)
+    # Drawn apart from the statement's own generator: the statements not reading visit_notes are
+    # the ones the batch had before it.
+    notes = random.Random(f"notes:{seed}:{index}").random() < NOTES_SHARE
+    generator = QueryGenerator(rng, notes)
     sql = generator.query()
     if not sql.startswith("WITH") and rng.random() < 0.06:
         # A tool's wrapping: an outer query over the statement's answer (dpproxy.sql.released).

@@ -74,3 +74,7 @@ SELECT b.temperature, VAR_POP(a.temperature), COUNT(120) AS a1 FROM visits a LEF
 SELECT extract(year FROM t.birth) AS k1, smoker, COALESCE(SUM(score), 0) AS n, SUM((SELECT q.population FROM zip_info q WHERE q.state > 'NaN')) AS a0 FROM patients t WHERE t.birth >= t.birth GROUP BY smoker, extract(year FROM t.birth) OFFSET 0 -- params: [1]
 -- An outer query over released rows that DuckDB cannot bind ('…' + 1): refused before any charge (was: failed after it).
 WITH d AS (SELECT zip, COUNT(*) AS n FROM patients GROUP BY zip) SELECT CAST(ceil((CASE WHEN TRUE THEN -1 ELSE 0 END) / 2.0) AS double precision), COUNT(*) AS a0, SUM(d.n) AS a1, COUNT(d.zip) FROM d WHERE ('2023-01-01T00:00:00Z' + 1) NOT BETWEEN TO_DATE('2023-01-15', 'YYYY-MM-DD') AND '1999-12-31' GROUP BY CAST(ceil((CASE WHEN TRUE THEN -1 ELSE 0 END) / 2.0) AS double precision) HAVING COUNT(DISTINCT coalesce((n * (n % "d"."n")), $1)) < 3 -- params: [-1.25]
+-- -0.0 and 0.0 are one GROUP BY key but two texts: PostgreSQL's salted hash counted one person's rows under both as two groups, each bounded (found by the generator, seed 1 #738).
+SELECT CASE WHEN smoker THEN -0.0::float8 ELSE 0.0::float8 END AS k, MEDIAN(age), COUNT(*) FROM patients GROUP BY 1
+-- numeric 30 and 30.00: one key, two texts on PostgreSQL; the released key was an int or a Decimal by which row came first (seed 7 #478).
+SELECT CASE WHEN smoker THEN 30 ELSE 30.00 END AS k, COUNT(*), SUM(age) FROM patients GROUP BY 1

@@ -1,16 +1,22 @@
 """The schema, policies and adversarial databases the query-language generator runs against.
 
-Demo-like tables: two protected tables sharing the privacy unit (`patients`, `visits`), a table
-with one row per person (`survey`) and a public table (`zip_info`). Every column type the policy
+Demo-like tables: two protected tables sharing the privacy unit (`patients`, `visits`), one whose
+person is reached through a foreign key (`visit_notes`: each note belongs to the person of its
+visit, `privacy_unit: {references: visits, on: visit_id, key_unique: true}`), a table with one row
+per person (`survey`) and a public table (`zip_info`). Every column type the policy
 knows appears at least once; dates and times with and without a declared range (whose date_trunc
 buckets and extract values are public GROUP BY keys; the ranges hold every generated value but the
 infinities and far years, which are read as their ends). The databases are built for attacks, not for realism: values at and
 beyond the bounds, NULLs everywhere (keys and units included), zeros, NaN and infinities, empty
 and odd strings, one person with very many rows, a person alone in a group no one else is in,
-rows whose privacy unit is NULL (nobody's rows), and an empty database.
+rows whose privacy unit is NULL (nobody's rows), notes of such rows and notes whose visit does not
+exist (nobody's either), and an empty database.
+
+The vouch `key_unique: true` is honest: every database keeps visits.visit_id unique and non-NULL
+(`check_visit_ids`, called by each database builder).
 
 A *person* is what the neighbour relation adds or removes: a patient id (their rows in `patients`
-and `visits`) or one `survey` row (its hidden `rid`).
+and `visits`, and the notes of those visits) or one `survey` row (its hidden `rid`).
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 # Limits small enough that the adversarial persons exceed them (so bounding really happens).
-LIMITS = {"patients": (2, 2), "visits": (3, 2)}
+LIMITS = {"patients": (2, 2), "visits": (3, 2), "visit_notes": (4, 2)}
 # Limits no generated person reaches, so that no per-person choice (which uses each engine's own
-# hash) drops anything: the two backends must then agree exactly.
-HIGH_LIMITS = {"patients": (1000, 1000), "visits": (1000, 1000)}
+# hash) drops anything: the two backends must then agree exactly. A join's limit is the largest of
+# its tables': person 0 has 4032 rows in visit_notes JOIN visits USING (patient_id) JOIN patients.
+HIGH_LIMITS = {"patients": (1000, 1000), "visits": (1000, 1000), "visit_notes": (10_000, 1000)}
 
 POLICY_TEMPLATE = """
 version: 1
@@ -58,6 +65,16 @@ tables:
       duration:   {{type: integer, lower: 0, upper: 300}}
       temperature: {{type: real, lower: 30, upper: 45}}
       checked_in: {{type: timestamptz, lower: 2022-09-01 06:00:00+00:00, upper: 2026-06-30}}
+  visit_notes:
+    privacy_unit: {{references: visits, on: visit_id, key_unique: true}}
+    max_rows_per_unit: {notes_rows}
+    max_groups_per_unit: {notes_groups}
+    columns:
+      note_id:    {{type: bigint, summable: false}}
+      visit_id:   {{type: bigint, summable: false}}
+      words:      {{type: integer, lower: 0, upper: 500}}
+      topic:      {{type: text, public_values: [note, lab, scan]}}
+      flagged:    {{type: boolean}}
   survey:
     privacy_unit: row
     columns:
@@ -78,6 +95,8 @@ def policy_text(limits: dict[str, tuple[int, int]] = LIMITS) -> str:
         patients_groups=limits["patients"][1],
         visits_rows=limits["visits"][0],
         visits_groups=limits["visits"][1],
+        notes_rows=limits["visit_notes"][0],
+        notes_groups=limits["visit_notes"][1],
     )
 
 
@@ -104,10 +123,18 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("temperature", "REAL"),
         ("checked_in", "TIMESTAMPTZ"),
     ],
+    "visit_notes": [
+        ("note_id", "BIGINT"),
+        ("visit_id", "BIGINT"),
+        ("words", "INTEGER"),
+        ("topic", "VARCHAR"),
+        ("flagged", "BOOLEAN"),
+    ],
     "survey": [("rid", "INTEGER"), ("answer", "VARCHAR"), ("rating", "INTEGER")],
     "zip_info": [("zip", "VARCHAR"), ("state", "VARCHAR"), ("population", "INTEGER")],
 }
-PROTECTED = ("patients", "visits", "survey")
+# In the order a person's rows are deleted: the notes before the visits they are found by.
+PROTECTED = ("patients", "visit_notes", "visits", "survey")
 
 ZIPS = ("00501", "10001", "94103", "", "9", "ZZ", None)
 TEXTS = (
@@ -129,6 +156,7 @@ TEXTS = (
     None,
 )
 DEPARTMENTS = ("er", "gp", "lab", "icu", "ER", "", None)
+TOPICS = ("note", "lab", "scan", "Note", "other", "", None)
 STATES = ("CA", "NY", "ca", "", None)
 
 
@@ -226,9 +254,42 @@ def _visit(rng: random.Random, vid: int, pid: int | None) -> tuple:
     )
 
 
+def _note(rng: random.Random, nid: int, vid: int | None, topic: str | None = None) -> tuple:
+    return (
+        None if rng.random() < 0.05 else nid,
+        vid,
+        _number(rng, 0, 500, integral=True),
+        topic if topic is not None else rng.choice(TOPICS),
+        rng.choice((True, False, None)),
+    )
+
+
+def _notes(rng: random.Random, visits: list[tuple], orphans: tuple[int | None, ...]) -> list[tuple]:
+    """Notes of the visits: up to three each, eight on one of person 0's visits, at least one on each
+    visit of person 1 (on a topic of their own, "solo") and of nobody (a NULL patient_id); then orphans,
+    whose visit_id finds no visit (or is NULL): they belong to no person."""
+    notes: list[tuple] = []
+    heavy = next((r[0] for r in visits if r[1] == 0), None)
+    for vid, pid, *_ in visits:
+        count = 8 if vid == heavy else rng.randrange(1 if pid in (1, None) else 0, 4)
+        for _ in range(count):
+            notes.append(_note(rng, len(notes) + 1, vid, "solo" if pid == 1 else None))
+    for vid in orphans:
+        notes.append(_note(rng, len(notes) + 1, vid))
+    return notes
+
+
+def check_visit_ids(db: Database) -> Database:
+    """visits.visit_id unique and never NULL, as the policy's `key_unique: true` vouches."""
+    ids = [r[0] for r in db.rows["visits"]]
+    assert None not in ids and len(set(ids)) == len(ids), f"visit_id not unique in {db.name}"
+    return db
+
+
 def adversarial(seed: int) -> Database:
     """Persons 0…7: #0 with very many rows, #1 alone in its own zip and department, #2 only in
-    visits, #3 only in patients, others random; plus rows with a NULL unit, and survey rows."""
+    visits, #3 only in patients, others random; plus rows with a NULL unit, and survey rows; notes
+    of the visits (`_notes`), with orphans."""
     rng = random.Random(seed)
     db = Database(f"adversarial-{seed}", {t: [] for t in TABLES})
     visit_id = 0
@@ -273,18 +334,24 @@ def adversarial(seed: int) -> Database:
         ("", "", 0),
         (None, None, None),
     ]
-    return db
+    # From a generator of their own, so that the other tables keep the rows they had before notes.
+    db.rows["visit_notes"] = _notes(
+        random.Random(f"notes:{seed}"), db.rows["visits"], (0, 10_001, 10_002, None)
+    )
+    return check_visit_ids(db)
 
 
 def empty() -> Database:
-    """No person at all; the public table still has rows."""
+    """No person at all; the public table still has rows, and notes of visits that do not exist."""
     db = Database("empty", {t: [] for t in TABLES})
     db.rows["zip_info"] = [("00501", "NY", 1200), ("94103", "CA", 900)]
-    return db
+    db.rows["visit_notes"] = _notes(random.Random("notes:empty"), [], (1, 2, None))
+    return check_visit_ids(db)
 
 
 def one_row_each(seed: int) -> Database:
-    """Every person has one row per protected table (agreement without any per-person choice)."""
+    """Every person has one row per protected table (agreement without any per-person choice): one
+    visit, and one note of it; and one orphan note."""
     rng = random.Random(seed)
     db = Database(f"single-{seed}", {t: [] for t in TABLES}, one_row_per_person=True)
     for pid in range(10):
@@ -294,7 +361,10 @@ def one_row_each(seed: int) -> Database:
         (100 + i, rng.choice(("yes", "no", None)), _number(rng, 1, 5, integral=True)) for i in range(4)
     ]
     db.rows["zip_info"] = adversarial(seed).rows["zip_info"]
-    return db
+    notes = random.Random(f"notes:single-{seed}")
+    db.rows["visit_notes"] = [_note(notes, i + 1, r[0]) for i, r in enumerate(db.rows["visits"])]
+    db.rows["visit_notes"].append(_note(notes, len(db.rows["visits"]) + 1, 0))
+    return check_visit_ids(db)
 
 
 def representable_in_spark(db: Database) -> Database:
