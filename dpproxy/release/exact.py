@@ -89,14 +89,16 @@ def canonical_value(value: object) -> object:
     """A group key as a function of its value alone. GROUP BY keeps the first row's spelling of a
     key, and equal values can be spelled differently: -0.0 and 0.0, numeric 30 and 30.00 (PostgreSQL
     keeps each value's scale). The spelling would then say which row came first — whose presence
-    noise never hides. Doubles lose the sign of zero; numerics their trailing fractional zeros."""
+    noise never hides. Doubles lose the sign of zero; numerics their trailing fractional zeros, and a
+    whole numeric is an int, as the PostgreSQL backend loads one of scale 0 (so 30.00 and 30 are one
+    key of one type whichever row came first)."""
     if type(value) in _SPELLED_ONE_WAY:
         return value
     if isinstance(value, float):
         return value + 0.0  # -0.0 + 0.0 is +0.0; other values, NaN included, are unchanged
     if isinstance(value, Decimal) and value.is_finite():
         if value == value.to_integral_value():
-            return Decimal(int(value))
+            return int(value)
         return value.normalize()
     return value
 

@@ -28,7 +28,15 @@ from dpproxy.sql.numbers import emit, grid_integer
 from dpproxy.sql.query import Histogram
 from dpproxy.sql.rewrite.bound_rows import keep_first, keep_rows_of_first_groups
 from dpproxy.sql.rewrite.select_rows import public_value_literal, read_relation
-from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, Step, col, component_column
+from dpproxy.sql.rewrite.state import (
+    UNIT,
+    RewriteContext,
+    RewriteState,
+    Step,
+    col,
+    component_column,
+    key_value,
+)
 from dpproxy.sql.rowexpr import clip_sql, number_literal
 from dpproxy.sql.types import PgType
 
@@ -145,7 +153,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         assert query.relation.unit is not None
         projections.append(exp.alias_(query.relation.unit.copy(), UNIT, quoted=True, copy=False))
     for j, key in enumerate(query.keys):
-        projections.append(exp.alias_(key.sql.copy(), ctx.keys[j], quoted=True, copy=False))
+        projections.append(exp.alias_(key_value(key, ctx.dialect), ctx.keys[j], quoted=True, copy=False))
     values = [component_column(i) for i in distinct] + [
         histogram_column(h) for h in range(len(query.histograms))
     ]

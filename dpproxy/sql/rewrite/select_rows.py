@@ -16,7 +16,14 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, component_column, key_column
+from dpproxy.sql.rewrite.state import (
+    UNIT,
+    RewriteContext,
+    RewriteState,
+    component_column,
+    key_column,
+    key_value,
+)
 
 
 def public_value_literal(value: object) -> exp.Expression:
@@ -65,7 +72,7 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         assert relation.unit is not None
         projections.append(exp.alias_(relation.unit.copy(), UNIT, quoted=True, copy=False))
     for j, key in enumerate(query.keys):
-        projections.append(exp.alias_(key.sql.copy(), key_column(j), quoted=True, copy=False))
+        projections.append(exp.alias_(key_value(key, ctx.dialect), key_column(j), quoted=True, copy=False))
     for i in ctx.valued_components:
         argument = query.components[i].argument
         assert argument is not None

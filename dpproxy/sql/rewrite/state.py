@@ -7,13 +7,31 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from dpproxy.sql.numbers import emit
-from dpproxy.sql.query import ComponentKind, PrivateQuery
+from dpproxy.sql.query import ComponentKind, GroupKey, PrivateQuery
+from dpproxy.sql.types import PgType
 
 UNIT = "__unit"
 
 
 def key_column(j: int) -> str:
     return f"__k{j}"
+
+
+def key_value(key: GroupKey, dialect: str) -> exp.Expression:
+    """A GROUP BY key as every later pass reads it: equal values spelled alike. GROUP BY, PARTITION BY
+    and equality take -0.0 and 0.0 as one value, and PostgreSQL's numeric 30 and 30.00 too, but their
+    text differs, and the salted hash that chooses a person's groups and rows hashes the text: one
+    person's rows under two spellings of one key would count as two groups, each bounded, and merge
+    into one group afterwards (twice the bound). So a double becomes x + 0 (-0.0 + 0.0 is +0.0; NaN
+    and infinities unchanged), and a PostgreSQL numeric loses its trailing fractional zeros
+    (trim_scale, PostgreSQL 13 and later); DuckDB's and Spark's decimals have one scale per column."""
+    value = key.sql.copy()
+    if key.type.is_float:
+        zero = exp.Cast(this=exp.Literal.number(0), to=exp.DataType.build(key.type.value))
+        return exp.Paren(this=exp.Add(this=value, expression=zero))
+    if key.type is PgType.NUMERIC and dialect == "postgres":
+        return exp.Anonymous(this="trim_scale", expressions=[value])
+    return value
 
 
 def component_column(i: int) -> str:
