@@ -297,7 +297,9 @@ class PrivateAnalyzer(AggregateRules):
             # one group spelled as whichever row came first (a spelling one person could decide).
             sql = bytewise_text(typed.sql) if typed.type.is_text else typed.sql
             self.keys.append(
-                GroupKey(sql, known_type(typed.type), text, found.values, found.origin, found.fetched)
+                GroupKey(
+                    sql, known_type(typed.type), text, found.values, found.origin, found.fetched, typed.double
+                )
             )
         self.keys = public.within_limit(self.keys)
 

@@ -26,8 +26,9 @@ def key_value(key: GroupKey, dialect: str) -> exp.Expression:
     and infinities unchanged), and a PostgreSQL numeric loses its trailing fractional zeros
     (trim_scale, PostgreSQL 13 and later); DuckDB's and Spark's decimals have one scale per column."""
     value = key.sql.copy()
-    if key.type.is_float:
-        zero = exp.Cast(this=exp.Literal.number(0), to=exp.DataType.build(key.type.value))
+    if key.type.is_float or key.double:
+        kind = key.type.value if key.type.is_float else PgType.FLOAT8.value
+        zero = exp.Cast(this=exp.Literal.number(0), to=exp.DataType.build(kind))
         return exp.Paren(this=exp.Add(this=value, expression=zero))
     if key.type is PgType.NUMERIC and dialect == "postgres":
         return exp.Anonymous(this="trim_scale", expressions=[value])
