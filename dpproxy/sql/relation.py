@@ -142,12 +142,7 @@ def _source(node: exp.Expression, index: int, policy: Policy, facts: SchemaFacts
             columns = tuple(SourceColumn.of_policy(c, table) for c in table.columns)
         if table.unit_reference is not None:
             return _referencing_source(table, alias, names, columns, policy, facts)
-        item = exp.Table(
-            this=exp.to_identifier(table.name, quoted=True),
-            db=exp.to_identifier(table.schema, quoted=True) if table.schema else None,
-            alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
-        )
-        return Source(alias, names, table.name, table.public, columns, item, table)
+        return Source(alias, names, table.name, table.public, columns, _table_item(table, alias), table)
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
         return _derived_source(node, alias, policy, facts)
     if isinstance(node, exp.Subquery):
