@@ -61,3 +61,21 @@ ensure_spark_server() {
         mv ".spark/pyspark-$version.partial" ".spark/pyspark-$version"
     fi
 }
+
+# ensure_dbt — install dbt-core with its PostgreSQL adapter into a virtualenv of its own, .dbt/venv
+# (tests/wire/tools/test_dbt.py runs .dbt/venv/bin/dbt against the proxy). Kept out of .venv: dbt
+# pins protobuf below the release pyspark-client's gRPC stubs use. dbt-core 1.11 is the last line
+# that installs from PyPI alone (2.x builds a parser fetched from GitHub).
+DBT_REQUIREMENTS="dbt-core>=1.11,<1.12 dbt-postgres>=1.9,<1.12"
+ensure_dbt() {
+    local stamp=.dbt/venv/.dpproxy-installed
+    if [[ -f $stamp && "$(cat "$stamp")" == "$DBT_REQUIREMENTS" && -x .dbt/venv/bin/dbt ]]; then
+        return 0
+    fi
+    log "installing $DBT_REQUIREMENTS into .dbt/venv"
+    rm -rf .dbt/venv
+    "${PYTHON:-python3}" -m venv .dbt/venv
+    # shellcheck disable=SC2086 # the requirements are words
+    .dbt/venv/bin/python -m pip install --quiet --disable-pip-version-check $DBT_REQUIREMENTS
+    echo "$DBT_REQUIREMENTS" >"$stamp"
+}

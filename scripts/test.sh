@@ -8,7 +8,8 @@
 #      Debian's Chromium and ChromeDriver for the console's browser tests);
 #   2. creates .venv if missing and installs dpproxy with its test extras into it, again whenever
 #      pyproject.toml changes, and the full pyspark of the same release into .spark/ (the Spark
-#      Connect server the Spark tests start; Java comes from the JDK of step 1);
+#      Connect server the Spark tests start; Java comes from the JDK of step 1), and dbt-core with
+#      dbt-postgres into .dbt/venv (dbt's pins conflict with the test extras');
 #   3. runs ruff, then pytest on all cores (pytest-xdist), passing the arguments through.
 #
 # Environment:
@@ -33,6 +34,8 @@ ensure_debian_packages "${apt_packages[@]}"
 ensure_venv '.[test]'
 # The Spark Connect server the Spark tests start (tests/sparkserver.py), from the full pyspark.
 ensure_spark_server
+# dbt-core with dbt-postgres, in a virtualenv of its own (tests/wire/tools/test_dbt.py).
+ensure_dbt
 
 # --- 3. lint and tests --------------------------------------------------------------------------
 log "ruff check"

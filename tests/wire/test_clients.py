@@ -207,20 +207,30 @@ class Served:
         return f"postgresql+{driver}://{ALICE}:{ALICE_PASSWORD}@127.0.0.1:{self.port}/demo"
 
 
-def write_policy(path: Path) -> Path:
-    """The demo policy, with budgets large enough for every client's queries."""
+def write_policy(path: Path, adjust: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """The demo policy, with budgets large enough for every client's queries (and what `adjust`
+    changes in its YAML document)."""
     policy = yaml.safe_load(DEMO_POLICY.read_text())
     for analyst in policy["analysts"].values():
         analyst.update({"epsilon": 1000.0, "delta": 0.01})
     # These tests count what each query is charged; free replay of repeats has tests of its own.
     policy["defaults"]["replay"] = False
+    if adjust is not None:
+        adjust(policy)
     path.write_text(yaml.safe_dump(policy, sort_keys=False))
     return path
 
 
 @contextlib.contextmanager
-def serving(backend: str, backend_name: str, directory: Path, truth: Truth) -> Iterator[Served]:
-    engine = Engine.open(write_policy(directory / "policy.yaml"), backend, directory / "ledger.sqlite")
+def serving(
+    backend: str,
+    backend_name: str,
+    directory: Path,
+    truth: Truth,
+    adjust: Callable[[dict[str, Any]], None] | None = None,
+) -> Iterator[Served]:
+    policy = write_policy(directory / "policy.yaml", adjust)
+    engine = Engine.open(policy, backend, directory / "ledger.sqlite")
     server = BackgroundServer(engine, ServerConfig(port=0))
     server.start()
     try:
