@@ -152,7 +152,10 @@ def test_superset_series_limit_joins_a_noisy_top_k(superset: dict[str, Result]) 
     series = superset["series_limit"].ok()
     assert series.names == ["visit_date", "department", "count"]
     departments = set(series.column("department"))
-    assert departments <= DEPARTMENTS and 1 <= len(departments) <= 5
+    # (year, department) groups go through partition selection (visit_date has no declared range in
+    # the demo): of the demo's 3,000 persons, one or two such groups usually pass, none about one
+    # time in a hundred (a CI run failed so), so the test asks only what the join guarantees.
+    assert departments <= DEPARTMENTS and len(departments) <= 5
     assert charged_epsilon(series) > 0
 
 
