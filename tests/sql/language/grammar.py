@@ -1085,4 +1085,16 @@ def generate(seed: int, index: int) -> Generated:
                 "SELECT w.* FROM ({}) w WHERE 1 = 1 LIMIT 500",
             )
         ).format(sql)
+    elif not sql.startswith("WITH") and random.Random(f"dbt:{seed}:{index}").random() < DBT_SHARE:
+        # dbt's generic test: its query (a CTE's reader, filtered) wrapped in the count of failures —
+        # post-processing of post-processing (dbt-adapters, macros/materializations/tests/helpers.sql).
+        sql = DBT_TEST.format(sql)
     return Generated(sql, generator.params, seed, index)
+
+
+# A share of statements wrapped as dbt wraps a generic test's query, drawn from a stream of their own.
+DBT_SHARE = 0.03
+DBT_TEST = (
+    "select count(*) as failures, count(*) > 50 as should_warn, count(*) <> 0 as should_error "
+    "from (with all_values as ({}) select * from all_values where 1 = 1) dbt_internal_test"
+)

@@ -56,11 +56,18 @@ def relative(generator: QueryGenerator, kind: str) -> str:
 
 def temporal_aggregate(generator: QueryGenerator) -> str | None:
     """MIN, MAX or percentile_disc of a date or time column of the scope (with a declared range or,
-    birth, without: refused, naming the column), None when the scope has none."""
+    birth, without: refused, naming the column), or of its cast between date and timestamp, None
+    when the scope has none."""
     found = generator.columns(("date", "ts", "tstz"))
     if not found:
         return None
-    column = generator.reference(*generator.pick(found))
+    source, picked = generator.pick(found)
+    column = generator.reference(source, picked)
+    if generator.chance(0.2):
+        # A cast between date and timestamp keeps the order (dbt's freshness: max(d::timestamp));
+        # to or from timestamptz it depends on the session's time zone (refused alike everywhere).
+        target = {"date": "timestamp", "ts": "date", "tstz": "timestamp"}[picked.kind]
+        column = generator.pick((f"CAST({column} AS {target})", f"{column}::{target}"))
     if generator.chance(0.25):
         fraction = generator.pick(("0.5", "0.1", "1"))
         return f"percentile_disc({fraction}) WITHIN GROUP (ORDER BY {column})"
