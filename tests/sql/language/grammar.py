@@ -6,9 +6,10 @@ accepts on purpose: joins of every kind in both orders, self-joins, comma joins,
 TABLESAMPLE; subqueries as IN / EXISTS / scalar / FROM / CTE, correlated or not, over public and
 protected tables, in every clause; row expressions with partial functions (division, casts,
 substring with negative starts, overflow), NULLs and odd literals, dates relative to now();
-every aggregate (MIN/MAX of dates too), FILTER, window functions, aggregates of aggregates; GROUP BY
-positions and aliases, HAVING, ORDER BY, LIMIT/OFFSET and parameters; existence probes (`SELECT 1
-FROM t LIMIT 1`; tests/sql/language/temporal.py). One statement in ten (NOTES_SHARE) reads
+every aggregate (MIN/MAX of dates and of their casts too), FILTER, window functions, aggregates of
+aggregates; GROUP BY positions and aliases, HAVING, ORDER BY, LIMIT/OFFSET and parameters; existence
+probes (`SELECT 1 FROM t LIMIT 1`; tests/sql/language/temporal.py); the tools' wrappings of a
+statement (a SQL editor's LIMIT, connectorx's count, Ibis' CTE, dbt's generic test two levels deep). One statement in ten (NOTES_SHARE) reads
 `visit_notes`, whose person is reached through its visit (a foreign key): alone, joined with visits
 on visit_id or on the person, visits LEFT JOIN visit_notes, with patients, in FROM-subqueries and
 on other keys; whether a statement does is drawn apart from the rest, so the other statements are
