@@ -159,13 +159,14 @@ class BudgetCollector(Collector):
             ),
         }
         try:
-            for analyst in engine.policy.analysts:
-                status = engine.budget(analyst.name)
-                families["spent"].add_metric([analyst.name], status.epsilon_spent)
-                families["left"].add_metric([analyst.name], status.remaining.epsilon)
-                families["limit"].add_metric([analyst.name], status.limit.epsilon)
-                families["delta"].add_metric([analyst.name], status.spent.delta)
-                families["delta_limit"].add_metric([analyst.name], status.limit.delta)
+            statuses = [engine.budget(analyst.name) for analyst in engine.policy.analysts]
+            shared = engine.data_set_budget()  # labelled analyst="*": all analysts together
+            for status in [*statuses, *([shared] if shared is not None else [])]:
+                families["spent"].add_metric([status.analyst], status.epsilon_spent)
+                families["left"].add_metric([status.analyst], status.remaining.epsilon)
+                families["limit"].add_metric([status.analyst], status.limit.epsilon)
+                families["delta"].add_metric([status.analyst], status.spent.delta)
+                families["delta_limit"].add_metric([status.analyst], status.limit.delta)
         except Exception as error:  # an unreachable ledger: the other metrics are still served
             log.warning("could not read the budgets from the ledger: %s", type(error).__name__)
             return

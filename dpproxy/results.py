@@ -34,6 +34,8 @@ class BudgetStatus:
     analyst: str
     spent: Cost  # ε of pure-DP queries, δ, and ρ of zCDP queries, as the ledger composes them
     limit: Cost
+    # The data set's budget (the policy's top-level `budget:`), shared by every analyst; None without.
+    shared: BudgetStatus | None = None
 
     @property
     def epsilon_spent(self) -> float:
@@ -81,6 +83,13 @@ class Result:
                 f"ε remaining {remaining} of {format_number(limit.epsilon)}"
                 + (f" (δ remaining {remaining_figure(left.delta, limit.delta)})" if limit.delta else "")
             )
+            shared = self.budget.shared
+            if shared is not None:
+                left, limit = shared.remaining, shared.limit
+                parts.append(
+                    f"the data set's budget (all analysts): ε remaining "
+                    f"{remaining_figure(left.epsilon, limit.epsilon)} of {format_number(limit.epsilon)}"
+                )
         errors = [
             f"{c.name} ±{format_bound(c.error95)}" if c.error95 is not None else f"{c.name}: {c.error_note}"
             for c in self.columns

@@ -59,10 +59,20 @@ from pathlib import Path
 
 from dpproxy.audit import ABANDONED, RUNNING, AuditEntry
 from dpproxy.budget.composition import epsilon_equivalent
-from dpproxy.budget.ledger import REPLAY_LIMIT, SCHEMA_VERSION, EntryStatus, Ledger, LedgerEntry, Reservation
+from dpproxy.budget.ledger import (
+    DATASET_BUDGET,
+    REPLAY_LIMIT,
+    SCHEMA_VERSION,
+    EntryStatus,
+    Ledger,
+    LedgerEntry,
+    Reservation,
+    SharedBudget,
+)
 
 __all__ = [
     "ABANDONED",
+    "DATASET_BUDGET",
     "REPLAY_LIMIT",
     "RUNNING",
     "SCHEMA_VERSION",
@@ -71,6 +81,7 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "Reservation",
+    "SharedBudget",
     "epsilon_equivalent",
     "open_ledger",
 ]

@@ -168,17 +168,21 @@ def _apart(first: float, second: float, first_text: str, second_text: str) -> tu
     return first_text, second_text
 
 
-def check_fits(analyst: str, total: Totals, cost: Cost, limit: Cost, accounting: str) -> Totals:
-    """The totals with `cost` added, if they fit within `limit`; else BudgetExhausted."""
+def check_fits(
+    analyst: str, total: Totals, cost: Cost, limit: Cost, accounting: str, *, whose: str | None = None
+) -> Totals:
+    """The totals with `cost` added, if they fit within `limit`; else BudgetExhausted, whose message
+    names the budget: the analyst's, or `whose` (the data set's)."""
     after = total.plus(cost)
     if after.fits_within(limit):
         return after
+    named = whose or f'analyst "{analyst}"'
     if accounting == "pure" and after.rho == 0:
-        raise _pure_refusal(analyst, total, cost, limit)
-    raise _zcdp_refusal(analyst, total, after, cost, limit)
+        raise _pure_refusal(named, total, cost, limit)
+    raise _zcdp_refusal(named, total, after, cost, limit)
 
 
-def _pure_refusal(analyst: str, total: Totals, cost: Cost, limit: Cost) -> BudgetExhausted:
+def _pure_refusal(named: str, total: Totals, cost: Cost, limit: Cost) -> BudgetExhausted:
     spent = total.spent
     remains_eps = max(0.0, limit.epsilon - spent.epsilon)
     remains_delta = max(0.0, limit.delta - spent.delta)
@@ -189,14 +193,14 @@ def _pure_refusal(analyst: str, total: Totals, cost: Cost, limit: Cost) -> Budge
         cost.delta, remains_delta, _up(cost.delta), _down(remains_delta, limit.delta)
     )
     return BudgetExhausted(
-        f'privacy budget exhausted for analyst "{analyst}": this query costs ε={cost_eps}, '
+        f"privacy budget exhausted for {named}: this query costs ε={cost_eps}, "
         f"δ={cost_delta} but only ε={remains_eps_text}, δ={remains_delta_text} remain of "
         f"ε={_down(limit.epsilon)}, δ={_down(limit.delta)}",
         hint=EXHAUSTED_HINT,
     )
 
 
-def _zcdp_refusal(analyst: str, total: Totals, after: Totals, cost: Cost, limit: Cost) -> BudgetExhausted:
+def _zcdp_refusal(named: str, total: Totals, after: Totals, cost: Cost, limit: Cost) -> BudgetExhausted:
     """Says what the query costs (ρ and its ε), what is spent (ρ and its ε-equivalent), what remains."""
     delta_after = float_down(after.delta_left(limit.delta))
     if cost.rho > 0:
@@ -227,7 +231,7 @@ def _zcdp_refusal(analyst: str, total: Totals, after: Totals, cost: Cost, limit:
         spent_parts.append(f"ε={_up(spent.epsilon, limit.epsilon)} in pure-DP queries")
     worth_before = total.worth(limit.delta)
     return BudgetExhausted(
-        f'privacy budget exhausted for analyst "{analyst}": this query costs {costs} but {why}; '
+        f"privacy budget exhausted for {named}: this query costs {costs} but {why}; "
         f"spent so far: {', '.join(spent_parts)}, worth ε={_up(worth_before, limit.epsilon)}; remaining: "
         f"ε={_down(limit.epsilon - worth_before, limit.epsilon)}, "
         f"δ={_down(float_down(total.delta_left(limit.delta)), limit.delta)} of "

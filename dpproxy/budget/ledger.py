@@ -40,7 +40,7 @@ from dpproxy.audit import (
 )
 from dpproxy.budget.composition import Totals, check_fits, exact_totals, float_down
 from dpproxy.errors import DPProxyError
-from dpproxy.policy import ACCOUNTING
+from dpproxy.policy import ACCOUNTING, DATASET, Refresh, account_key
 from dpproxy.privacy.accounting import Cost
 
 # Version of the ledger's table layout, stored in the store's meta table. Bump it, and add a step to
@@ -75,6 +75,19 @@ def check_list(values: Iterable[str]) -> str:
     return ", ".join(f"'{value}'" for value in values)
 
 
+# How a refusal names the data set's budget (the policy's top-level `budget:`).
+DATASET_BUDGET = "the data set's budget (all analysts together)"
+
+
+@dataclass(frozen=True)
+class SharedBudget:
+    """The data set's budget, shared by every analyst: a query is granted only if it fits both this
+    and the analyst's own, reserved in the same transaction."""
+
+    limit: Cost
+    refresh: Refresh = Refresh.NEVER
+
+
 @dataclass(frozen=True)
 class Reservation:
     """A cost held for one query; hand it back to commit or release exactly once."""
@@ -87,6 +100,11 @@ class Reservation:
     spent: Cost | None = None
     # The statement's audit record, written with the reservation and finished with it.
     record: StatementRecord | None = field(default=None, compare=False, repr=False)
+    # The totals the cost was added to (dpproxy.policy.refresh.account_key): the analyst's in its
+    # window, and the data set's when it has a budget; a release takes it back from the same ones.
+    accounts: tuple[str, ...] = ()
+    # The data set's spending with this reservation included (None: no data-set budget).
+    shared_spent: Cost | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +152,11 @@ class Ledger(ABC):
         statement: str = "",
         accounting: str = "pure",
         record: StatementRecord | None = None,
+        refresh: Refresh = Refresh.NEVER,
+        shared: SharedBudget | None = None,
     ) -> Reservation:
-        """Hold `cost` for one query if everything spent so far plus `cost` fits within `limit`.
+        """Hold `cost` for one query if everything spent so far plus `cost` fits within `limit`
+        (in the current window of `refresh`), and within the data set's budget `shared` if any.
 
         Atomic with every other reservation on the same store. Raises BudgetExhausted, leaving the
         ledger unchanged, when it does not fit (ε-equivalent within ε, Σδ within δ: see
@@ -147,6 +168,7 @@ class Ledger(ABC):
         transaction as the entry; its audit_id and entry_id are set. Not written when refused. A
         caller that gives none gets a record of the statement alone (client "local"): no charge is
         ever written without one.
+        A refusal by the data set's budget says so (DATASET_BUDGET), not the analyst's.
         """
         _check_analyst(analyst)
         _check_accounting(accounting)
@@ -163,7 +185,7 @@ class Ledger(ABC):
             record = StatementRecord(analyst, statement, client="local")
         record.cost = cost  # as its row says while reserved
         try:
-            reservation = self._reserve(analyst, cost, limit, statement, accounting, record)
+            reservation = self._reserve(analyst, cost, limit, statement, accounting, record, refresh, shared)
         except BaseException:  # nothing was written (its transaction rolled back, even at COMMIT)
             record.cost = Cost.ZERO
             record.audit_id = record.entry_id = None
@@ -305,8 +327,12 @@ class Ledger(ABC):
         with self._transaction() as conn:
             return conn.execute(self._sql("DELETE FROM {replay} WHERE analyst = ?"), (analyst,)).rowcount
 
-    def reset(self, analyst: str) -> int:
-        """Operator action: delete every entry and stored answer of the analyst; return how many entries."""
+    def reset(self, analyst: str, *, by: str = "") -> int:
+        """Operator action: delete every entry, total (of every window) and stored answer of the
+        analyst; return how many entries. The data set's budget keeps what they spent (a person's
+        loss is not undone by forgetting who asked). The reset is audited in the same transaction:
+        a record of kind "operator" naming the analyst, who did it (`by`) and what was removed."""
+        _check_analyst(analyst)
         with self._transaction() as conn:
             self._lock(conn, "analyst", analyst)
             # A query still running loses its entry: its record can never be finished, so it ends here.
@@ -315,8 +341,45 @@ class Ledger(ABC):
                 (ABANDONED, RUNNING, analyst),
             )
             conn.execute(self._sql("DELETE FROM {replay} WHERE analyst = ?"), (analyst,))
-            conn.execute(self._sql("DELETE FROM {totals} WHERE analyst = ?"), (analyst,))
-            return conn.execute(self._sql("DELETE FROM {entries} WHERE analyst = ?"), (analyst,)).rowcount
+            self._delete_totals(conn, analyst)
+            removed = conn.execute(self._sql("DELETE FROM {entries} WHERE analyst = ?"), (analyst,)).rowcount
+            entries = "ledger entry" if removed == 1 else "ledger entries"
+            what = f"budget reset of analyst {analyst}: {removed} {entries} removed"
+            self._operator_record(conn, analyst, what, by)
+            return removed
+
+    def reset_data_set(self, *, by: str = "") -> Cost:
+        """Operator action: forget what the data set's budget has spent (every window); return what
+        it had spent (a budget without refresh). Audited like `reset`. The analysts' own budgets are
+        untouched."""
+        with self._transaction() as conn:
+            self._lock(conn, "analyst", DATASET)
+            spent = self._totals(conn, DATASET).spent
+            self._delete_totals(conn, DATASET)
+            self._operator_record(conn, DATASET, "budget reset of the data set's budget (all analysts)", by)
+            return spent
+
+    def spent_now(self, name: str, refresh: Refresh) -> Cost:
+        """What the budget `name` (an analyst, or DATASET) has spent in its current window."""
+        return self.spent(account_key(name, refresh, _now()))
+
+    def _delete_totals(self, conn: Any, name: str) -> None:
+        """Delete the totals of `name` in every window (keys "name" and "name@…")."""
+        conn.execute(
+            self._sql("DELETE FROM {totals} WHERE analyst = ? OR substr(analyst, 1, ?) = ?"),
+            (name, len(name) + 1, name + "@"),
+        )
+
+    def _operator_record(self, conn: Any, analyst: str, what: str, by: str) -> None:
+        """An operator's action in the audit log: kind "operator", its text, who (`by`)."""
+        record = StatementRecord(analyst, what, client=f"operator {by}".strip(), kind="operator")
+        record.finish()
+        record.audit_id = self._insert(conn, self._sql(_AUDIT_INSERT), self._audit_row(record))
+
+    def audit_operator(self, analyst: str, what: str, *, by: str = "") -> None:
+        """Record an operator's action that changes no budget (a policy reload, a console login)."""
+        with self._transaction(durable=False) as conn:
+            self._operator_record(conn, analyst, what, by)
 
     def history(self, analyst: str, limit: int = 50) -> list[LedgerEntry]:
         """The analyst's latest entries, newest first."""
@@ -373,13 +436,34 @@ class Ledger(ABC):
         return template.format_map(self._tables).replace("?", self.PLACEHOLDER)
 
     def _reserve(
-        self, analyst: str, cost: Cost, limit: Cost, statement: str, accounting: str, record: StatementRecord
+        self,
+        analyst: str,
+        cost: Cost,
+        limit: Cost,
+        statement: str,
+        accounting: str,
+        record: StatementRecord,
+        refresh: Refresh,
+        shared: SharedBudget | None,
     ) -> Reservation:
+        now = _now()
+        own = account_key(analyst, refresh, now)
+        accounts = (own,)
+        shared_after = None
         with self._transaction() as conn:
-            # Every statement after the lock sees all reservations made before it.
+            # Every statement after the lock sees all reservations made before it. The data set's
+            # lock is always taken second: no two reservations wait for each other.
             self._lock(conn, "analyst", analyst)
-            after = check_fits(analyst, self._totals(conn, analyst), cost, limit, accounting)
-            self._change_totals(conn, analyst, cost, 1)
+            after = check_fits(analyst, self._totals(conn, own), cost, limit, accounting)
+            if shared is not None:
+                key = account_key(DATASET, shared.refresh, now)
+                self._lock(conn, "analyst", DATASET)
+                shared_after = check_fits(
+                    analyst, self._totals(conn, key), cost, shared.limit, accounting, whose=DATASET_BUDGET
+                )
+                accounts = (own, key)
+            for account in accounts:
+                self._change_totals(conn, account, cost, 1)
             entry_id = self._insert(
                 conn,
                 self._sql(
@@ -393,12 +477,19 @@ class Ledger(ABC):
                     float(cost.rho),
                     statement,
                     self._owner,
-                    self._stamp(_now()),
+                    self._stamp(now),
                 ),
             )
             record.entry_id = entry_id
             record.audit_id = self._insert(conn, self._sql(_AUDIT_INSERT), self._audit_row(record, RUNNING))
-        return Reservation(id=entry_id, analyst=analyst, cost=cost, spent=after.spent)
+        return Reservation(
+            id=entry_id,
+            analyst=analyst,
+            cost=cost,
+            spent=after.spent,
+            accounts=accounts,
+            shared_spent=shared_after.spent if shared_after is not None else None,
+        )
 
     def _finish(self, reservation: Reservation, status: EntryStatus, record: StatementRecord | None) -> None:
         # Losing a commit to a machine crash is safe (the entry stays reserved, then abandoned: spent);
@@ -417,7 +508,8 @@ class Ledger(ABC):
                 (str(status), self._stamp(_now()), reservation.id),
             )
             if status == EntryStatus.RELEASED:
-                self._change_totals(conn, reservation.analyst, reservation.cost, -1)
+                for account in reservation.accounts or (reservation.analyst,):
+                    self._change_totals(conn, account, reservation.cost, -1)
             if record is not None and record.audit_id is not None:
                 conn.execute(self._sql(_AUDIT_FINISH), self._audit_finish_row(record))
 

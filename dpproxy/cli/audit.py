@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from dpproxy.audit import STORED_STATUSES, AuditEntry, parse_moment
-from dpproxy.cli.common import DEFAULT_LEDGER_ENV, _ledger_spec, _run, format_table, ledger_option
+from dpproxy.cli.common import _ledger_spec, _run, format_table, ledger_option
 
 
 def _moment(value: str | None, name: str) -> datetime | None:
@@ -95,13 +95,7 @@ def audit(
     from dpproxy.engine import Engine
 
     start, end = _moment(since, "--since"), _moment(until, "--until")
-    spec = _ledger_spec(ledger)
-    local = not spec.startswith(("postgresql://", "postgres://")) and spec != ":memory:"
-    if local and not Path(spec).expanduser().exists():
-        raise click.ClickException(
-            f"no privacy ledger at {spec} (pass --ledger FILE or a postgresql:// DSN, or set "
-            f"${DEFAULT_LEDGER_ENV})"
-        )
+    spec = _ledger_spec(ledger, policy_path, create=False)
 
     def action() -> None:
         if policy_path is not None:

@@ -97,13 +97,42 @@ policy_option = click.option(
 ledger_option = click.option(
     "--ledger",
     default=None,
-    help=f"Budget ledger: a SQLite file or a postgresql:// DSN [default: ${DEFAULT_LEDGER_ENV} or "
-    "~/.local/share/dpproxy/ledger.sqlite].",
+    help="Budget ledger: a SQLite file or a postgresql:// DSN [default: the policy's server.ledger, "
+    f"else ${DEFAULT_LEDGER_ENV}, else ~/.local/share/dpproxy/ledger.sqlite].",
 )
 
 
-def _ledger_spec(ledger: str | None) -> str:
-    return ledger or str(default_ledger_path())
+def _ledger_spec(ledger: str | None, policy_path: Path | None = None, *, create: bool = True) -> str:
+    """The ledger a command uses: --ledger, else the policy's `server.ledger` (a relative path is
+    read from the policy file's directory), else $DPPROXY_LEDGER or the default path. Unless
+    `create` (serve and query, which spend budget), a SQLite ledger that does not exist is an error
+    naming its path: reading budgets or the audit log never creates an empty ledger that would
+    report nothing spent."""
+    spec = ledger or _policy_ledger(policy_path) or str(default_ledger_path())
+    local = not spec.startswith(("postgresql://", "postgres://")) and spec != ":memory:"
+    if not create and local and not Path(spec).expanduser().exists():
+        raise click.ClickException(
+            f"no privacy ledger at {spec}: `dpproxy serve` creates it; pass --ledger FILE or a "
+            f"postgresql:// DSN, name it in the policy (server.ledger), or set ${DEFAULT_LEDGER_ENV}"
+        )
+    return spec
+
+
+def _policy_ledger(policy_path: Path | None) -> str | None:
+    """The policy's `server.ledger`, resolved against the policy file's directory; None when the
+    policy names none (or cannot be read: the command's own load reports why)."""
+    if policy_path is None:
+        return None
+    from dpproxy.policy import load_policy
+
+    try:
+        named = load_policy(policy_path).server.ledger
+    except DPProxyError:
+        return None
+    if named is None or named.startswith(("postgresql://", "postgres://")) or named == ":memory:":
+        return named
+    path = Path(named).expanduser()
+    return str(path if path.is_absolute() else Path(policy_path).parent / path)
 
 
 def _processes(count: int) -> str:

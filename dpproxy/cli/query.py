@@ -38,7 +38,7 @@ def query(
     from dpproxy.engine import Engine
 
     def action() -> None:
-        with Engine.open(policy_path, backend, _ledger_spec(ledger)) as engine:
+        with Engine.open(policy_path, backend, _ledger_spec(ledger, policy_path)) as engine:
             result = engine.execute(sql, [parse_param(p) for p in params], analyst=analyst, epsilon=epsilon)
         click.echo(format_table([c.name for c in result.columns], result.rows))
         if result.notice:

@@ -195,6 +195,7 @@ def _operations(
     log_level: str,
     policy_file: Path | None = None,
     pid_file: Path | None = None,
+    ledger: str | None = None,
 ) -> Operations:
     from dpproxy.wire.reload import status_path
     from dpproxy.wire.server import Operations
@@ -206,6 +207,7 @@ def _operations(
         log_level=log_level,
         policy_file=policy_file,
         status_file=status_path(pid_file, os.getpid()) if policy_file is not None else None,
+        ledger=ledger,
     )
 
 
@@ -319,7 +321,7 @@ def serve(
         database=database or served_database(backend),
     )
     assert config.database is not None
-    ledger_spec = _ledger_spec(ledger)
+    ledger_spec = _ledger_spec(ledger, policy_path)
     processes = _worker_count(workers, ledger_spec)
     factory = functools.partial(
         open_served_engine, policy_path, backend, ledger_spec, backend_timeout, config.database
@@ -356,7 +358,9 @@ def serve(
             click.echo(metrics_line)
         sys.stdout.flush()
 
-    operations = _operations(metrics_port, metrics_host, log_format, log_level, policy_path, pid_file)
+    operations = _operations(
+        metrics_port, metrics_host, log_format, log_level, policy_path, pid_file, ledger_spec
+    )
     if pid_file is not None:
         pid_file.write_text(f"{os.getpid()}\n")
     try:
@@ -422,7 +426,7 @@ def console_command(policy_path: Path, ledger: str | None, host: str, port: int)
             f"the policy {policy_path} has no `console:` section listing the owners who may log in; "
             "add one (README: Policy reference, console)"
         )
-    with open_ledger(_ledger_spec(ledger)) as opened:
+    with open_ledger(_ledger_spec(ledger, policy_path, create=False)) as opened:
         app = Console(loaded, opened)
 
         def ready(bound: int) -> None:

@@ -28,7 +28,7 @@ from dpproxy import __version__
 from dpproxy.audit import STORED_STATUSES, parse_moment
 from dpproxy.budget import Ledger
 from dpproxy.console import auth, pages, planner
-from dpproxy.policy import Policy
+from dpproxy.policy import DATASET, Policy
 
 log = logging.getLogger("dpproxy.console")
 
@@ -171,6 +171,15 @@ class Console:
             await asyncio.sleep(self.failure_delay)
             return self.render("login.html", 401, error="Wrong name or password.", name=name)
         self.failures.forgive(address)
+        try:  # an operator action in the audit log: who logged in, from where
+            await loop.run_in_executor(
+                None,
+                functools.partial(
+                    self.ledger.audit_operator, DATASET, f"console login from {address}", by=name
+                ),
+            )
+        except Exception as error:  # the login stands; only its audit row is missing
+            log.warning("console: could not audit a login: %s", type(error).__name__)
         token = self.sessions.open(name, console.session_minutes)
         response = _redirect("/budgets")
         response.set_cookie(

@@ -17,7 +17,7 @@ from decimal import Decimal
 
 from dpproxy.budget import EntryStatus, Ledger
 from dpproxy.budget.composition import Totals
-from dpproxy.policy import Policy, TablePolicy
+from dpproxy.policy import DATASET, Policy, Refresh, TablePolicy
 from dpproxy.privacy.accounting import Cost
 from dpproxy.results import remaining_figure, spent_figure
 
@@ -57,16 +57,20 @@ def budgets(policy: Policy, ledger: Ledger, now: datetime | None = None) -> list
     """Every analyst of the policy: spent, remaining, and spending over time."""
     now = now or datetime.now(UTC)
     shown = []
-    for analyst in policy.analysts:
-        limit = Cost(analyst.epsilon, analyst.delta)
-        spent = ledger.spent(analyst.name)
+    budgets: list[tuple[str, Cost, Refresh]] = [
+        (a.name, Cost(a.epsilon, a.delta), a.refresh) for a in policy.analysts
+    ]
+    if policy.budget is not None:  # the data set's, all analysts together: no chart of its own
+        budgets.append((DATASET, Cost(policy.budget.epsilon, policy.budget.delta), policy.budget.refresh))
+    for name, limit, refresh in budgets:
+        spent = ledger.spent_now(name, refresh)  # in the current refresh window
         totals = Totals(Decimal(spent.epsilon), Decimal(spent.delta), Decimal(spent.rho))
         worth = totals.worth(limit.delta)
         left = max(0.0, limit.epsilon - worth)
-        points = _spending(ledger, analyst.name, totals, limit)
+        points = _spending(ledger, name, totals, limit) if name != DATASET else []
         shown.append(
             AnalystBudget(
-                analyst.name,
+                "all analysts (the data set's budget)" if name == DATASET else name,
                 spent_figure(worth, limit.epsilon),
                 remaining_figure(left, limit.epsilon),
                 limit.epsilon,

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 from dpproxy.audit import StatementRecord, Status
 from dpproxy.backends import BackendUnreachable, QueryCancelled
-from dpproxy.budget import Ledger, Reservation
+from dpproxy.budget import Ledger, Reservation, SharedBudget
 from dpproxy.errors import (
     BackendUnavailable,
     DPProxyError,
     PrivateQueryFailed,
     QueryCanceled,
 )
+from dpproxy.policy import DATASET
 from dpproxy.privacy import Cost
 from dpproxy.results import BudgetStatus, Result
 
@@ -75,6 +76,7 @@ class Charge:
     record: StatementRecord | None
     analyst: str
     limit: Cost
+    shared: SharedBudget | None = None  # the data set's budget, reserved with the analyst's
     was_sent: bool = False
     finished: bool = False
 
@@ -110,10 +112,14 @@ class Charge:
             if not self.finished:
                 self.finished = True
                 self.ledger.commit(self.reservation, record)
-            spent = self.reservation.spent
+            reservation = self.reservation
+            spent = reservation.spent
             if spent is None:
-                spent = self.ledger.spent(self.analyst)
-            status = BudgetStatus(self.analyst, spent, self.limit)
+                spent = self.ledger.spent(reservation.accounts[0] if reservation.accounts else self.analyst)
+            shared = None
+            if self.shared is not None and reservation.shared_spent is not None:
+                shared = BudgetStatus(DATASET, reservation.shared_spent, self.shared.limit)
+            status = BudgetStatus(self.analyst, spent, self.limit, shared)
         return Result(result.columns, result.rows, cost, status, private=True, notes=result.notes)
 
     def _finish(self, sent: bool, error: DPProxyError | None) -> None:

@@ -35,7 +35,7 @@ from sqlglot import exp
 from dpproxy.audit import CURRENT, StatementRecord, new_session_id
 from dpproxy.audit_log import AuditLog
 from dpproxy.backends import Backend, BackendUnreachable, Cancellation, LiveColumn, open_backend
-from dpproxy.budget import Ledger, open_ledger
+from dpproxy.budget import Ledger, SharedBudget, open_ledger
 from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
 from dpproxy.engine.charge import Charge, backend_failure, reached_data
 from dpproxy.engine.collector import gc_paused
@@ -54,7 +54,7 @@ from dpproxy.errors import (
     failure,
 )
 from dpproxy.explain import Explanation, explain_plan
-from dpproxy.policy import AnalystPolicy, Policy, check_against_schema, load_policy
+from dpproxy.policy import DATASET, AnalystPolicy, Policy, check_against_schema, load_policy
 from dpproxy.privacy import Cost
 from dpproxy.release import choose_groups, exact_groups, post_process, release_aggregates
 from dpproxy.release.bounds import choose_bounds
@@ -457,9 +457,20 @@ class Engine:
         self._live.policy = self.policy
 
     def budget(self, analyst: str) -> BudgetStatus:
+        """The analyst's spending in their current refresh window, with the data set's if the
+        policy has a data-set budget."""
         policy = self.analyst(analyst)
-        spent = self.ledger.spent(analyst) if self.ledger is not None else Cost.ZERO
-        return BudgetStatus(analyst, spent, Cost(policy.epsilon, policy.delta))
+        spent = self.ledger.spent_now(analyst, policy.refresh) if self.ledger is not None else Cost.ZERO
+        return BudgetStatus(analyst, spent, Cost(policy.epsilon, policy.delta), self.data_set_budget())
+
+    def data_set_budget(self) -> BudgetStatus | None:
+        """The data set's budget and what every analyst together has spent of it in its current
+        window; None when the policy has no `budget:`."""
+        budget = self.policy.budget
+        if budget is None:
+            return None
+        spent = self.ledger.spent_now(DATASET, budget.refresh) if self.ledger is not None else Cost.ZERO
+        return BudgetStatus(DATASET, spent, Cost(budget.epsilon, budget.delta))
 
     @with_statement_clock  # one now() for the statement (dpproxy.sql.clock)
     def execute(
@@ -632,6 +643,8 @@ class Engine:
         """Reserve `cost` for the analyst (53400 when their budget cannot pay it): the charge every
         private path finishes by the one rule."""
         limit = Cost(analyst.epsilon, analyst.delta)
+        budget = self.policy.budget
+        shared = None if budget is None else SharedBudget(Cost(budget.epsilon, budget.delta), budget.refresh)
         reservation = None
         if self.ledger is not None:
             reservation = self.ledger.reserve(
@@ -641,8 +654,10 @@ class Engine:
                 statement=statement,
                 accounting=self.policy.defaults.accounting,
                 record=record,
+                refresh=analyst.refresh,
+                shared=shared,
             )
-        return Charge(self.ledger, reservation, record, analyst.name, limit)
+        return Charge(self.ledger, reservation, record, analyst.name, limit, shared)
 
     def run_charged(self, plan: Plan, charge: Charge, cancel: Cancellation | None) -> Result:
         """Run a plan's statements and release its answer under `charge` (made for it, and maybe for

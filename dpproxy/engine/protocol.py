@@ -16,7 +16,7 @@ from dpproxy.engine.charge import Charge
 from dpproxy.engine.plan import Plan
 from dpproxy.policy import AnalystPolicy, Policy
 from dpproxy.privacy import Cost
-from dpproxy.results import Result
+from dpproxy.results import BudgetStatus, Result
 from dpproxy.sql.bounds import SessionBounds
 from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.query import AnalyzedQuery, PrivateQuery
@@ -34,6 +34,8 @@ class EngineLike(Protocol):
 
     @property
     def policy_digest(self) -> str: ...
+
+    def budget(self, analyst: str) -> BudgetStatus: ...
 
     def analyze_tree(
         self, tree: exp.Expression, *, answer: bool

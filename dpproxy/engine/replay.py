@@ -14,7 +14,7 @@ from dpproxy.engine.streaming import stream_plan
 from dpproxy.policy import AnalystPolicy
 from dpproxy.privacy import Cost
 from dpproxy.release.stream import streamable
-from dpproxy.results import BudgetStatus, Result, ResultStream, decode_result, encode_result
+from dpproxy.results import Result, ResultStream, decode_result, encode_result
 
 
 def answer_plan(
@@ -70,6 +70,6 @@ def replay_key(engine: EngineLike, plan: Plan) -> str:
 
 def _replayed(engine: EngineLike, payload: bytes, analyst: AnalystPolicy) -> Result:
     columns, rows, notes = decode_result(payload)
-    spent = engine.ledger.spent(analyst.name) if engine.ledger is not None else Cost.ZERO
-    status = BudgetStatus(analyst.name, spent, Cost(analyst.epsilon, analyst.delta))
+    # The analyst's spending in their current window, and the data set's (Engine.budget).
+    status = engine.budget(analyst.name)
     return Result(columns, rows, Cost.ZERO, status, private=True, replayed=True, notes=notes)

@@ -33,6 +33,7 @@ from dpproxy.policy.model import (
     ColumnPolicy,
     ConsoleOwner,
     ConsolePolicy,
+    DataSetBudget,
     Defaults,
     Mechanism,
     Policy,
@@ -40,17 +41,20 @@ from dpproxy.policy.model import (
     TablePolicy,
     UnitReference,
 )
+from dpproxy.policy.refresh import DATASET, REFRESHES, Refresh, account_key, next_refresh
 from dpproxy.policy.tables import MAX_CONTRIBUTIONS
 from dpproxy.policy.types import ACCEPTED_TYPE_NAMES, ColumnType, column_type_from_sql
 
 __all__ = [
     "ACCEPTED_TYPE_NAMES",
     "ACCOUNTING",
+    "DATASET",
     "DEFAULT_GRID_SCALE",
     "MAX_CONTRIBUTIONS",
     "MAX_DATA_EPOCH_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_SCALE",
+    "REFRESHES",
     "ROW_BOUNDING",
     "AnalystPolicy",
     "AuthMethod",
@@ -58,17 +62,21 @@ __all__ = [
     "ColumnType",
     "ConsoleOwner",
     "ConsolePolicy",
+    "DataSetBudget",
     "Defaults",
     "LiveColumnLike",
     "Mechanism",
     "Policy",
+    "Refresh",
     "ServerPolicy",
     "TablePolicy",
     "UnitReference",
+    "account_key",
     "check_against_schema",
     "column_type_from_sql",
     "draft_policy",
     "load_policy",
+    "next_refresh",
     "parse_policy",
     "reference_warnings",
 ]

@@ -11,11 +11,12 @@ how to make a proper value (`dpproxy policy passwd`), never its content.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from dpproxy import scram
 from dpproxy.policy.marked_yaml import Node
-from dpproxy.policy.model import AnalystPolicy, AuthMethod, Defaults, ServerPolicy
+from dpproxy.policy.model import AnalystPolicy, AuthMethod, DataSetBudget, Defaults, ServerPolicy
 from dpproxy.policy.problems import Problems, join_path
 from dpproxy.policy.readers import (
     check_keys,
@@ -26,9 +27,11 @@ from dpproxy.policy.readers import (
     read_section,
     read_text,
 )
+from dpproxy.policy.refresh import REFRESHES, Refresh
 
-_SERVER_KEYS = ("auth_methods", "audit_retention_days")
-_ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query", "md5_password")
+_SERVER_KEYS = ("auth_methods", "audit_retention_days", "ledger")
+_ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query", "md5_password", "refresh")
+_BUDGET_KEYS = ("epsilon", "delta", "refresh")
 _MD5_HASH = re.compile(r"md5[0-9a-f]{32}")
 _PASSWD_FIX = "run `dpproxy policy passwd` and paste its output"
 
@@ -38,6 +41,17 @@ def read_server(node: Node | None, p: Problems) -> ServerPolicy:
     base = ServerPolicy()
     if entries is not None and "audit_retention_days" in entries:
         base = ServerPolicy(audit_retention_days=_read_retention(entries["audit_retention_days"], p))
+    if entries is not None and "ledger" in entries:
+        ledger = read_text(
+            entries["ledger"],
+            "server.ledger",
+            p,
+            fix="write a SQLite file's path (relative to the policy file) or a postgresql:// URL",
+        )
+        if ledger is not None and not ledger.strip():
+            p.add(entries["ledger"].line, "server.ledger", "is empty", "write a path or a postgresql:// URL")
+        elif ledger is not None:
+            base = dataclasses.replace(base, ledger=ledger.strip())
     if entries is None or "auth_methods" not in entries:
         return base
     child = entries["auth_methods"]
@@ -65,7 +79,7 @@ def read_server(node: Node | None, p: Problems) -> ServerPolicy:
             p.add(item.line, path, f"`{name}` is listed twice", "list each method once")
             continue
         methods.append(method)
-    return ServerPolicy(tuple(methods), base.audit_retention_days) if methods else base
+    return dataclasses.replace(base, auth_methods=tuple(methods)) if methods else base
 
 
 def _read_retention(node: Node, p: Problems) -> int:
@@ -207,6 +221,7 @@ def _read_analyst(name: str, node: Node, defaults: Defaults, p: Problems) -> Ana
                     f"is below defaults.min_epsilon ({defaults.min_epsilon:g}), so no query could run",
                     "raise it, or lower defaults.min_epsilon",
                 )
+    refresh = _read_refresh(entries.get("refresh"), f"{path}.refresh", p)
     if epsilon is None or delta is None:
         return None
     return AnalystPolicy(
@@ -216,7 +231,56 @@ def _read_analyst(name: str, node: Node, defaults: Defaults, p: Problems) -> Ana
         delta=delta,
         max_epsilon_per_query=max_per_query,
         md5_password=md5_password,
+        refresh=refresh,
     )
+
+
+def read_budget(node: Node | None, defaults: Defaults, p: Problems) -> DataSetBudget | None:
+    """The top-level `budget:` (the data set's, shared by every analyst), None when absent."""
+    entries = read_section(node, "budget", p, _BUDGET_KEYS, example="{epsilon: 20.0, delta: 1.0e-5}")
+    if entries is None or node is None:
+        return None
+    values: dict[str, float] = {}
+    for key in ("epsilon", "delta"):
+        if key not in entries:
+            p.add(
+                node.line, f"budget.{key}", "missing", f"add `{key}:` (what all analysts together may spend)"
+            )
+            continue
+        value = read_float(entries[key], f"budget.{key}", p)
+        if value is None:
+            continue
+        if key == "epsilon" and value <= 0:
+            p.add(entries[key].line, "budget.epsilon", "must be greater than 0", "write the total, e.g. 20")
+        elif key == "delta" and not 0 <= value < 1:
+            p.add(entries[key].line, "budget.delta", "must be at least 0 and below 1", "write e.g. 1.0e-5")
+        elif key == "delta" and value == 0 and defaults.accounting == "zcdp":
+            p.add(
+                entries[key].line,
+                "budget.delta",
+                "must be greater than 0 under `accounting: zcdp`: ρ is converted to ε at this δ",
+                "give the data set a small δ budget such as 1.0e-5",
+            )
+        else:
+            values[key] = value
+    refresh = _read_refresh(entries.get("refresh"), "budget.refresh", p)
+    if len(values) < 2:
+        return None
+    return DataSetBudget(values["epsilon"], values["delta"], refresh)
+
+
+def _read_refresh(node: Node | None, path: str, p: Problems) -> Refresh:
+    """`refresh:` of a budget: never (the default), daily, weekly or monthly (UTC windows)."""
+    if node is None:
+        return Refresh.NEVER
+    fix = f"write one of {', '.join(REFRESHES)}"
+    text = read_text(node, path, p, fix=fix)
+    if text is None:
+        return Refresh.NEVER
+    if text not in REFRESHES:
+        p.add(node.line, path, f"unknown refresh `{text}`", fix)
+        return Refresh.NEVER
+    return Refresh(text)
 
 
 def report_unused_md5_passwords(node: Node | None, server: ServerPolicy, p: Problems) -> None:

@@ -17,7 +17,7 @@ import os
 import yaml
 
 from dpproxy.errors import PolicyError
-from dpproxy.policy.analysts import read_analysts, read_server, report_unused_md5_passwords
+from dpproxy.policy.analysts import read_analysts, read_budget, read_server, report_unused_md5_passwords
 from dpproxy.policy.console import read_console
 from dpproxy.policy.defaults import read_defaults
 from dpproxy.policy.marked_yaml import MarkedLoader, Node, TooManyNodes
@@ -26,7 +26,7 @@ from dpproxy.policy.problems import Problems
 from dpproxy.policy.readers import check_keys, read_integer
 from dpproxy.policy.tables import read_tables
 
-_TOP_KEYS = ("version", "defaults", "analysts", "tables", "server", "console")
+_TOP_KEYS = ("version", "defaults", "budget", "analysts", "tables", "server", "console")
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
@@ -106,6 +106,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     defaults = read_defaults(top.get("defaults"), p)
     server = read_server(top.get("server"), p)
     analysts = read_analysts(top.get("analysts"), defaults, p)
+    budget = read_budget(top.get("budget"), defaults, p)
     report_unused_md5_passwords(top.get("analysts"), server, p)
     console = read_console(top.get("console"), p)
     if "tables" not in top:
@@ -123,4 +124,5 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         source=source,
         server=server,
         console=console,
+        budget=budget,
     )

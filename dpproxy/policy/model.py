@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 
+from dpproxy.policy.refresh import Refresh
 from dpproxy.policy.types import ColumnType
 
 
@@ -164,6 +165,17 @@ class AnalystPolicy:
     # PostgreSQL's md5 hash, "md5" + md5(password || user name) in hex, for the md5 method only.
     # As replayable as a password for that method: kept out of repr too.
     md5_password: str | None = field(default=None, repr=False)
+    # The analyst's budget is spent afresh in each UTC window (dpproxy.policy.refresh).
+    refresh: Refresh = Refresh.NEVER
+
+
+@dataclass(frozen=True)
+class DataSetBudget:
+    """The top-level `budget:`: what every analyst together may spend, each within their own too."""
+
+    epsilon: float
+    delta: float
+    refresh: Refresh = Refresh.NEVER
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,9 @@ class ServerPolicy:
     auth_methods: tuple[AuthMethod, ...] = (AuthMethod.SCRAM_SHA_256,)
     # Audit records older than this many days are deleted (at start and daily); 0 keeps them all.
     audit_retention_days: int = 365
+    # The ledger the commands given this policy use (`server.ledger`): a SQLite path (relative to the
+    # policy file's directory) or a postgresql:// URL. None: the command line's, else the default.
+    ledger: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +244,7 @@ class Policy:
     source: str = "<policy>"
     server: ServerPolicy = field(default_factory=ServerPolicy)
     console: ConsolePolicy | None = None  # None: the policy has no `console:` section
+    budget: DataSetBudget | None = None  # None: no data-set budget, each analyst's own only
     _tables: dict[str, TablePolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
     _analysts: dict[str, AnalystPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
 

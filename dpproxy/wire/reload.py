@@ -8,12 +8,14 @@ schema); swapping it in is the server's (`Server.reload`) or, with several worke
 (dpproxy.wire.workers). A refused policy changes nothing: the running one keeps serving.
 
 The status file holds the generation, whether the last reload was accepted, its problems (policy
-file lines, table and column names: never a value from the data) and when it happened.
+file lines, table and column names: never a value from the data) and when it happened. Each outcome is
+also an operator action in the audit log (kind "operator", written to the ledger `serve` uses).
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import logging
 import os
@@ -110,9 +112,12 @@ def problems_of(error: BaseException) -> list[str]:
 class Reloads:
     """The reload outcomes of one server (or supervisor): counted, logged and written to `path`."""
 
-    def __init__(self, policy_file: Path, path: Path | None, policy: Policy) -> None:
+    def __init__(
+        self, policy_file: Path, path: Path | None, policy: Policy, ledger: str | None = None
+    ) -> None:
         self.policy_file = policy_file
         self.path = path
+        self.ledger = ledger  # where reloads are audited (None or ":memory:": not audited)
         self.generation = 0
         self._lock = threading.Lock()
         self._status = ReloadStatus(
@@ -139,6 +144,10 @@ class Reloads:
                 extra={"generation": self.generation, "accepted": True},
             )
             self._save()
+        self._audit(
+            f"policy reload accepted (generation {self.generation}): {self.policy_file}, "
+            f"{len(policy.tables)} table(s), {len(policy.analysts)} analyst(s)"
+        )
 
     def refused(self, problems: list[str]) -> None:
         with self._lock:
@@ -163,6 +172,23 @@ class Reloads:
                     "policy problem: %s", problem, extra={"generation": self.generation, "problem": problem}
                 )
             self._save()
+        self._audit(
+            f"policy reload refused (generation {self.generation}): {self.policy_file}: "
+            + "; ".join(problems)
+        )
+
+    def _audit(self, what: str) -> None:
+        """The reload as an operator action in the audit log (who: the OS user serving, on SIGHUP)."""
+        if self.ledger is None or self.ledger == ":memory:":
+            return
+        from dpproxy.budget import open_ledger
+        from dpproxy.policy import DATASET
+
+        try:
+            with open_ledger(self.ledger) as ledger:
+                ledger.audit_operator(DATASET, what, by=f"{_os_user()} (SIGHUP)")
+        except Exception as error:  # the reload stands; only its audit row is missing
+            log.warning("could not audit the policy reload: %s", type(error).__name__)
 
     def _save(self) -> None:
         if self.path is None:
@@ -176,3 +202,10 @@ class Reloads:
         if self.path is not None:
             with contextlib.suppress(OSError):
                 self.path.unlink()
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -98,6 +98,7 @@ class Operations:
     log_level: str = "warning"
     policy_file: Path | None = None  # re-read on SIGHUP (None: SIGHUP is not handled)
     status_file: Path | None = None  # where each reload's outcome is written (wire/reload.py)
+    ledger: str | None = None  # where operator actions (reloads) are audited: the ledger `serve` uses
 
 
 class _Connection:
@@ -629,7 +630,7 @@ async def serve(
             server.metrics_port = endpoint.port
         if ops.policy_file is not None:
             policy_file = ops.policy_file
-            reloads = Reloads(policy_file, ops.status_file, engine.policy)
+            reloads = Reloads(policy_file, ops.status_file, engine.policy, ops.ledger)
 
             async def hangup() -> bool:
                 accepted = await server.reload_file(policy_file, reloads)

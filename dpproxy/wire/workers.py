@@ -379,6 +379,7 @@ def run_workers(
                 ops.policy_file,
                 ops.status_file,
                 budget.policy if budget is not None else load_policy(ops.policy_file),
+                ops.ledger,
             )
         for slot in slots:
             start(slot)

@@ -42,6 +42,16 @@ def test_the_owner_logs_in_with_an_httponly_strict_cookie_and_out_again(console)
     assert client.request("/planner.json").status == 401
 
 
+def test_a_login_is_an_operator_action_in_the_audit_log() -> None:
+    policy = load_policy(POLICY)
+    with open_ledger(":memory:") as ledger, served(policy, ledger) as running:
+        assert Client(running.url).login().status == 303
+        assert Client(running.url).login(OWNER, "not-the-password").status == 401  # logged, not audited
+        (login,) = [e for e in ledger.audit_entries() if e.kind == "operator"]
+    assert login.statement.startswith("console login from 127.0.0.1")
+    assert (login.client, login.status) == (f"operator {OWNER}", "ok")
+
+
 def test_a_wrong_password_gets_the_login_page_again_with_401(console):
     client = Client(console.url)
     started = time.monotonic()

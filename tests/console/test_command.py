@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 from click.testing import CliRunner
 
+from dpproxy.budget import open_ledger
 from dpproxy.cli import main
 from tests.console.consoles import Client
 
@@ -36,6 +37,15 @@ def test_without_a_console_section_the_console_is_refused(tmp_path: Path) -> Non
 
 
 def test_dpproxy_console_serves_the_login_page(tmp_path: Path) -> None:
+    # Only `dpproxy serve` creates a ledger: the console refuses a missing one, naming it.
+    missing = subprocess.run(
+        [sys.executable, "-m", "dpproxy.cli", "console", "--policy", str(POLICY), "--port", "0",
+         "--ledger", str(tmp_path / "ledger.sqlite")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert missing.returncode != 0 and f"no privacy ledger at {tmp_path / 'ledger.sqlite'}" in missing.stderr
+    assert not (tmp_path / "ledger.sqlite").exists()
+    open_ledger(tmp_path / "ledger.sqlite").close()
     process = subprocess.Popen(
         [sys.executable, "-m", "dpproxy.cli", "console", "--policy", str(POLICY), "--port", "0",
          "--ledger", str(tmp_path / "ledger.sqlite")],

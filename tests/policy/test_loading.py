@@ -166,6 +166,7 @@ def test_census_policy_loads_with_the_expected_shape():
     assert adults.column("education").public_values and adults.column("sex").public_values
     assert len(policy.analysts) == 1
     assert policy.server.audit_retention_days == 90
+    assert policy.budget is not None and (policy.budget.epsilon, policy.budget.delta) == (8.0, 1e-5)
     assert policy.console is not None
     steward = policy.console.owner("steward")
     assert steward is not None and parse_verifier(steward.password).matches("census-console")

@@ -649,8 +649,9 @@ def test_pg8000_dbapi_with_epsilon_and_budget_settings(served: Served) -> None:
             "epsilon_remaining",
             "delta_spent",
             "delta_remaining",
+            "budget",
         ]
-        spent, remaining, _, _ = cur.fetchone()
+        spent, remaining, _, _, _ = cur.fetchone()
         assert float(spent) == pytest.approx(served.spent())
         assert float(spent) + float(remaining) == pytest.approx(1000.0)
         conn.commit()
@@ -882,7 +883,8 @@ def test_jdbc_sets_epsilon_and_reads_the_budget(served: Served, jdbc: ClientRun)
     assert jdbc.one("epsilon") == "0.25"
     assert "spent ε=0.25" in jdbc.one("epsilon_notice")
     budget = dict(b[0].split() for b in jdbc.all("budget"))
-    assert list(budget) == ["epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining"]
+    assert list(budget) == ["epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining", "budget"]
+    assert budget["budget"] == "analyst"  # no data-set budget in this policy: one row
     assert float(budget["epsilon_spent"]) + float(budget["epsilon_remaining"]) == pytest.approx(1000.0)
     assert jdbc.one("epsilon_too_large") == "22023"
     # 17 private queries at 0.5 (count, 8 prepared, 6 typed, grouped, the cursor's one run) and

@@ -286,8 +286,10 @@ def test_set_and_show_dpproxy_settings(duck_proxy: Proxy) -> None:
             "epsilon_remaining",
             "delta_spent",
             "delta_remaining",
+            "budget",
         ]
-        spent, remaining, _, _ = cur.fetchone()  # type: ignore[misc]
+        spent, remaining, _, _, which = cur.fetchone()  # type: ignore[misc]
+        assert which == "analyst" and cur.fetchone() is None  # no data-set budget in this policy
         assert float(spent) == pytest.approx(duck_proxy.spent())
         assert float(spent) + float(remaining) == pytest.approx(1000.0)
         with pytest.raises(psycopg.errors.CantChangeRuntimeParam):

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 import yaml
 
+from dpproxy.budget import open_ledger
 from dpproxy.engine import Engine
 from dpproxy.errors import PolicyError
 from dpproxy.policy import load_policy
@@ -157,6 +158,15 @@ def test_sighup_reload_while_clients_are_connected(workers: int, demo_pg_dsn: st
         log = process.stderr.read()
         assert "no_such_table" in log and "refused (generation 2)" in log
         assert not pid_file.exists()
+        # Each reload is an operator action in the audit log, with its outcome and who served it.
+        with open_ledger(tmp_path / "ledger.sqlite") as ledger:
+            reloads = [e for e in reversed(ledger.audit_entries()) if e.kind == "operator"]
+        assert [e.statement.split(" (")[0] for e in reloads] == [
+            "policy reload accepted",
+            "policy reload refused",
+            "policy reload accepted",
+        ]
+        assert "no_such_table" in reloads[1].statement and reloads[0].client.endswith("(SIGHUP)")
     finally:
         if process.poll() is None:
             process.kill()

@@ -299,7 +299,7 @@ def test_budgets_show_meaningful_digits(duck_proxy: Proxy) -> None:
         spent_before = duck_proxy.spent()
         for _ in range(3):  # 0.1 + 0.1 + 0.1 is 0.30000000000000004 in floats
             conn.execute("SELECT COUNT(*) FROM visits")
-        spent, remaining, delta_spent, delta_remaining = conn.execute("SHOW dpproxy.budget").fetchone()  # type: ignore[misc]
+        spent, remaining, delta_spent, delta_remaining, _ = conn.execute("SHOW dpproxy.budget").fetchone()  # type: ignore[misc]
         for figure in (spent, remaining, delta_spent, delta_remaining):
             digits = re.sub(r"[^0-9]", "", figure.split("e")[0]).strip("0")
             assert len(digits) <= 6, figure

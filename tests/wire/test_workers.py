@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 
 from dpproxy.engine import Engine
 from dpproxy.wire import codec
@@ -34,6 +35,8 @@ from tests.wire.test_protocol import (
     msg,
     write_policy,
 )
+
+BOB, BOB_PASSWORD = "bob", "bob-demo"  # the demo policy's second analyst
 
 people = test_protocol.people  # the fixture: a PostgreSQL table a lock makes a query wait on
 
@@ -122,6 +125,57 @@ def test_workers_together_cannot_overspend_one_budget(
     assert sorted(outcomes) == ["53400"] * 18 + ["answered"] * 6
     with Engine.open(policy, None, ledger) as engine:
         assert engine.budget(ALICE).spent.epsilon == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("ledger_kind", ["sqlite", "postgres"])
+def test_analysts_together_cannot_overspend_the_data_sets_budget(
+    ledger_kind: str, demo_pg_dsn: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    """100 distinct queries at ε = 0.5 by alice and bob at once, on every worker: each analyst's own
+    budget could pay for all of theirs, the data set's (3.0) for exactly 6, whoever sends them."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    text = yaml.safe_load(policy.read_text())
+    text["budget"] = {"epsilon": 3.0, "delta": 1.0e-5}
+    policy.write_text(yaml.safe_dump(text, sort_keys=False))
+    ledger = str(tmp_path / "ledger.sqlite") if ledger_kind == "sqlite" else pg_dsn
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    with serving_workers(policy, demo_pg_dsn, ledger) as proxy:
+        # Ten clients (six of alice's, three per worker; four of bob's), ten queries each.
+        connections = connections_on_every_worker(proxy, 3)
+        connections += [psycopg.connect(proxy.dsn(BOB, BOB_PASSWORD), autocommit=True) for _ in range(4)]
+        start = threading.Barrier(len(connections))
+
+        def client(number: int, conn: psycopg.Connection) -> None:
+            start.wait()
+            for query in range(100 // len(connections)):
+                age = number * 100 + query  # distinct statements: nothing is replayed
+                try:
+                    conn.execute("SELECT COUNT(*) FROM patients WHERE age > %s", (age,)).fetchall()
+                    result = "answered"
+                except psycopg.Error as error:
+                    result = f"{error.sqlstate} {error.diag.message_primary or ''}"
+                with lock:
+                    outcomes.append(result)
+
+        threads = [threading.Thread(target=client, args=(i, c)) for i, c in enumerate(connections)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        for conn in connections:
+            conn.close()
+    assert len(outcomes) == 100 and outcomes.count("answered") == 6
+    refusals = [o for o in outcomes if o != "answered"]
+    assert all(
+        o.startswith("53400 privacy budget exhausted for the data set's budget (all analysts together)")
+        for o in refusals
+    ), refusals[:3]
+    with Engine.open(policy, None, ledger) as engine:
+        shared = engine.data_set_budget()
+        assert shared is not None and shared.spent.epsilon == pytest.approx(3.0)
+        mine = engine.budget(ALICE).spent.epsilon + engine.budget(BOB).spent.epsilon
+        assert mine >= 3.0  # what each analyst spent, of which the data set saw exactly 3.0
 
 
 # --- cancel requests: forwarded to the worker that owns the session -----------------------------------------

@@ -27,7 +27,7 @@ from dpproxy.errors import (
     UndefinedObject,
     UndefinedParameter,
 )
-from dpproxy.results import remaining_figure, spent_figure
+from dpproxy.results import BudgetStatus, remaining_figure, spent_figure
 from dpproxy.sql.types import boolean_from_text
 from dpproxy.wire.router import Argument, SettingCall, Statement
 from dpproxy.wire.session.records import Outcome, Portal, PreparedStatement, TransactionStatus
@@ -178,16 +178,10 @@ class SessionCommands:
             return Outcome(tag, columns, rows)
         if name == BUDGET_SETTING:
             status = await self.shared.run_blocking(self.engine.budget, self.user)
-            left, limit = status.remaining, status.limit
-            # Six significant digits, spent rounded up and remaining down (results.budget_figure).
-            row = (
-                spent_figure(status.epsilon_spent, limit.epsilon),
-                remaining_figure(left.epsilon, limit.epsilon),
-                spent_figure(status.spent.delta, limit.delta),
-                remaining_figure(left.delta, limit.delta),
-            )
-            names = ("epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining")
-            return Outcome(tag, tuple(WireColumn(n, TEXT_OID) for n in names), [row])
+            rows = [_budget_row(status, "analyst")]
+            if status.shared is not None:  # the data set's budget, all analysts together
+                rows.append(_budget_row(status.shared, "data set"))
+            return Outcome(tag, tuple(WireColumn(n, TEXT_OID) for n in BUDGET_COLUMNS), rows)
         value = self._setting_value(name)
         return Outcome(tag, (WireColumn(canonical(name), TEXT_OID),), [(value,)])
 
@@ -258,3 +252,19 @@ class SessionCommands:
             self._statements = {k: v for k, v in self._statements.items() if not k}
             return Outcome(tag or "DISCARD ALL")
         return Outcome(tag or f"DISCARD {name.upper()}")
+
+
+# SHOW dpproxy.budget's columns: one row for the analyst's budget, one for the data set's if any.
+BUDGET_COLUMNS = ("epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining", "budget")
+
+
+def _budget_row(status: BudgetStatus, which: str) -> tuple[object, ...]:
+    left, limit = status.remaining, status.limit
+    # Six significant digits, spent rounded up and remaining down (results.budget_figure).
+    return (
+        spent_figure(status.epsilon_spent, limit.epsilon),
+        remaining_figure(left.epsilon, limit.epsilon),
+        spent_figure(status.spent.delta, limit.delta),
+        remaining_figure(left.delta, limit.delta),
+        which,
+    )

@@ -38,7 +38,7 @@ from dpproxy.errors import (
 from dpproxy.wire import codec
 from dpproxy.wire.codec import BackendMessage, CommandComplete, RowDescription
 from dpproxy.wire.router import Kind, Statement
-from dpproxy.wire.session.commands import setting_parameter_types
+from dpproxy.wire.session.commands import BUDGET_COLUMNS, setting_parameter_types
 from dpproxy.wire.session.copyout import copy_lines
 from dpproxy.wire.session.records import (
     FROM_CURSOR,
@@ -306,8 +306,7 @@ class PortalCommands:
             if name == "all":
                 return given, tuple(WireColumn(c, TEXT_OID) for c in ("name", "setting", "description"))
             if name == BUDGET_SETTING:
-                names = ("epsilon_spent", "epsilon_remaining", "delta_spent", "delta_remaining")
-                return given, tuple(WireColumn(n, TEXT_OID) for n in names)
+                return given, tuple(WireColumn(n, TEXT_OID) for n in BUDGET_COLUMNS)
             return given, (WireColumn(canonical(name), TEXT_OID),)
         return given, None
 

@@ -1,0 +1,209 @@
+"""Budgets a data owner governs (README, Policy reference: `budget`, `refresh`, `server.ledger`):
+one budget for the whole data set that every analyst's queries spend together, refresh windows, the
+ledger named in the policy, and operator resets in the audit log — on both stores, and through the
+commands an operator types."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import dpproxy.budget.ledger as ledger_module
+from dpproxy.budget import DATASET_BUDGET, Ledger, SharedBudget
+from dpproxy.cli import main
+from dpproxy.errors import BudgetExhausted, PolicyError
+from dpproxy.policy import DATASET, Refresh, account_key, next_refresh, parse_policy
+from dpproxy.privacy.accounting import Cost
+
+POLICY = Path(__file__).parents[2] / "policies" / "demo.yaml"
+OWN = Cost(10.0, 1e-5)
+SHARED = SharedBudget(Cost(1.0, 1e-5))
+HALF = Cost(0.5, 0.0)
+
+
+# --- refresh windows: UTC calendar days, ISO weeks, months -------------------------------------------
+
+
+def test_refresh_windows_are_utc_calendar_windows() -> None:
+    sunday = datetime(2026, 11, 29, 23, 59, tzinfo=UTC)
+    assert account_key("alice", Refresh.NEVER, sunday) == "alice"
+    assert account_key("alice", Refresh.DAILY, sunday) == "alice@2026-11-29"
+    assert account_key("alice", Refresh.WEEKLY, sunday) == "alice@2026-11-23"  # the Monday before
+    assert account_key(DATASET, Refresh.MONTHLY, sunday) == "*@2026-11-01"
+    assert next_refresh(Refresh.DAILY, sunday) == datetime(2026, 11, 30, tzinfo=UTC)
+    assert next_refresh(Refresh.WEEKLY, sunday) == datetime(2026, 11, 30, tzinfo=UTC)
+    assert next_refresh(Refresh.MONTHLY, datetime(2026, 12, 31, 12, tzinfo=UTC)) == datetime(
+        2027, 1, 1, tzinfo=UTC
+    )
+    assert next_refresh(Refresh.NEVER, sunday) is None
+
+
+# --- the policy ---------------------------------------------------------------------------------------
+
+
+def _policy_text(**extra: object) -> str:
+    policy = yaml.safe_load(POLICY.read_text())
+    policy.update(extra)
+    return yaml.safe_dump(policy, sort_keys=False)
+
+
+def test_the_policy_reads_the_data_sets_budget_refreshes_and_ledger() -> None:
+    text = _policy_text(
+        budget={"epsilon": 20.0, "delta": 1.0e-5, "refresh": "monthly"}, server={"ledger": "l.db"}
+    )
+    text = text.replace("    epsilon: 2.0\n", "    epsilon: 2.0\n    refresh: daily\n")
+    policy = parse_policy(text)
+    assert policy.budget is not None and (policy.budget.epsilon, policy.budget.delta) == (20.0, 1.0e-5)
+    assert policy.budget.refresh is Refresh.MONTHLY and policy.server.ledger == "l.db"
+    assert policy.analyst("bob").refresh is Refresh.DAILY and policy.analyst("alice").refresh is Refresh.NEVER
+    bad = _policy_text(budget={"epsilon": 0, "refresh": "hourly"}, server={"ledger": ""})
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(bad)
+    problems = str(caught.value)
+    for expected in (
+        "budget.epsilon: must be greater than 0",
+        "budget.delta: missing",
+        "budget.refresh: unknown refresh `hourly`; write one of never, daily, weekly, monthly",
+        "server.ledger: is empty",
+    ):
+        assert expected in problems
+
+
+# --- the ledger, on both stores ---------------------------------------------------------------------
+
+
+def test_two_analysts_together_cannot_spend_more_than_the_data_set(ledger: Ledger) -> None:
+    first = ledger.reserve("alice", HALF, OWN, shared=SHARED)
+    assert first.shared_spent is not None and first.shared_spent.epsilon == 0.5
+    ledger.commit(first)
+    ledger.commit(ledger.reserve("bob", HALF, OWN, shared=SHARED))
+    with pytest.raises(BudgetExhausted) as caught:
+        ledger.reserve("alice", HALF, OWN, shared=SHARED)  # alice has 9.5 of her own left
+    assert caught.value.sqlstate == "53400"
+    assert str(caught.value).startswith(
+        f"privacy budget exhausted for {DATASET_BUDGET}: this query costs ε=0.5"
+    )
+    # Nothing was written by the refusal; each analyst spent what they were granted.
+    assert ledger.spent("alice").epsilon == 0.5 and ledger.spent(DATASET).epsilon == 1.0
+
+
+def test_a_release_gives_back_to_both_budgets(ledger: Ledger) -> None:
+    ledger.release(ledger.reserve("alice", HALF, OWN, shared=SHARED))
+    assert ledger.spent("alice") == Cost.ZERO and ledger.spent(DATASET).epsilon == 0.0
+
+
+def test_an_analysts_reset_keeps_the_data_sets_spending_and_is_audited(ledger: Ledger) -> None:
+    ledger.commit(ledger.reserve("alice", HALF, OWN, shared=SHARED))
+    assert ledger.reset("alice", by="operator-os-user") == 1
+    assert ledger.spent("alice") == Cost.ZERO
+    assert ledger.spent(DATASET).epsilon == 0.5  # a person's loss is not undone by forgetting who asked
+    (reset, *_) = ledger.audit_entries()
+    assert (reset.analyst, reset.kind, reset.status, reset.client) == (
+        "alice",
+        "operator",
+        "ok",
+        "operator operator-os-user",
+    )
+    assert reset.statement == "budget reset of analyst alice: 1 ledger entry removed"
+    assert ledger.reset_data_set(by="owner").epsilon == 0.5
+    assert ledger.spent(DATASET) == Cost.ZERO
+    assert ledger.audit_entries()[0].statement == "budget reset of the data set's budget (all analysts)"
+
+
+def test_a_refreshed_budget_counts_the_current_window_and_keeps_the_earlier_ones(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    yesterday = datetime(2026, 11, 27, 12, tzinfo=UTC)
+    today = datetime(2026, 11, 28, 9, tzinfo=UTC)
+    daily = SharedBudget(Cost(1.0, 1e-5), Refresh.DAILY)
+    monkeypatch.setattr(ledger_module, "_now", lambda: yesterday)
+    ledger.commit(
+        ledger.reserve("alice", Cost(1.0, 0.0), Cost(1.0, 1e-5), refresh=Refresh.DAILY, shared=daily)
+    )
+    with pytest.raises(BudgetExhausted):
+        ledger.reserve("alice", HALF, Cost(1.0, 1e-5), refresh=Refresh.DAILY, shared=daily)
+    monkeypatch.setattr(ledger_module, "_now", lambda: today)
+    assert ledger.spent_now("alice", Refresh.DAILY) == Cost.ZERO
+    ledger.commit(ledger.reserve("alice", HALF, Cost(1.0, 1e-5), refresh=Refresh.DAILY, shared=daily))
+    assert ledger.spent_now("alice", Refresh.DAILY).epsilon == 0.5
+    assert ledger.spent("alice@2026-11-27").epsilon == 1.0  # the earlier window stays in the ledger
+    assert ledger.spent_now(DATASET, Refresh.DAILY).epsilon == 0.5
+    assert [e.epsilon for e in ledger.history("alice")] == [0.5, 1.0]
+    ledger.reset("alice")
+    assert ledger.spent("alice@2026-11-27") == Cost.ZERO  # a reset forgets every window
+
+
+# --- the commands: the ledger the policy names --------------------------------------------------------
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def governed(demo_duckdb: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The demo policy with a data-set budget, bob's budget refreshed daily, and the ledger named in
+    the policy (relative to it); a copy of the demo data."""
+    text = _policy_text(budget={"epsilon": 1.0, "delta": 1.0e-5}, server={"ledger": "state/ledger.sqlite"})
+    text = text.replace("    epsilon: 2.0\n", "    epsilon: 2.0\n    refresh: daily\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    data = tmp_path / "demo.duckdb"
+    shutil.copy(demo_duckdb, data)
+    return policy, data
+
+
+def test_commands_use_the_ledger_the_policy_names(governed: tuple[Path, Path], tmp_path: Path) -> None:
+    policy, data = governed
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    code, out, _ = run("policy", "check", str(policy))
+    assert code == 0, out
+    # Reading budgets never creates a ledger: the error names the path the policy gave.
+    code, _, err = run("budget", "show", "--policy", str(policy))
+    assert code == 1 and f"no privacy ledger at {ledger}" in err and not ledger.exists()
+    code, _, err = run("audit", "--policy", str(policy))
+    assert code == 1 and f"no privacy ledger at {ledger}" in err and not ledger.exists()
+    # What spends budget creates it (the server, or a query from the command line).
+    for analyst, age in (("alice", 30), ("bob", 40)):
+        code, out, _ = run(
+            "query", "--policy", str(policy), "--backend", str(data), "--analyst", analyst,
+            f"SELECT COUNT(*) FROM patients WHERE age > {age}",
+        )  # fmt: skip
+        assert code == 0 and "the data set's budget (all analysts): ε remaining" in out
+    code, _, err = run(
+        "query", "--policy", str(policy), "--backend", str(data), "--analyst", "alice",
+        "SELECT COUNT(*) FROM patients WHERE age > 50",
+    )  # fmt: skip
+    assert code == 1 and f"ERROR 53400: privacy budget exhausted for {DATASET_BUDGET}" in err
+    code, out, _ = run("budget", "show", "--policy", str(policy))
+    assert code == 0
+    rows = {
+        line.split("|")[0].strip(): [c.strip() for c in line.split("|")] for line in out.splitlines()[2:5]
+    }
+    assert rows["alice"][1] == "0.5" and rows["bob"][1] == "0.5" and rows["* (data set)"][1] == "1"
+    tomorrow = next_refresh(Refresh.DAILY, datetime.now(UTC))
+    assert tomorrow is not None and rows["bob"][-1] == f"daily, next {tomorrow:%Y-%m-%d} 00:00 UTC"
+    assert rows["alice"][-1] == "never"
+    # A reset is an operator action in the audit log, with who did it.
+    code, out, _ = run("budget", "reset", "--policy", str(policy), "bob", "--yes")
+    assert code == 0 and "reset bob: 1 ledger entry removed" in out
+    code, out, _ = run("audit", "--policy", str(policy), "--format", "json")
+    assert code == 0
+    (latest, *_) = __import__("json").loads(out)
+    assert (latest["analyst"], latest["kind"]) == ("bob", "operator")
+    assert latest["statement"] == "budget reset of analyst bob: 1 ledger entry removed"
+    assert latest["client"].startswith("operator ")
+    # The data set's budget is still spent: a reset of bob gives nothing back to it.
+    code, _, err = run(
+        "query", "--policy", str(policy), "--backend", str(data), "--analyst", "bob",
+        "SELECT COUNT(*) FROM patients WHERE age > 60",
+    )  # fmt: skip
+    assert code == 1 and DATASET_BUDGET in err
+    code, out, _ = run("budget", "reset", "--policy", str(policy), "--data-set", "--yes")
+    assert code == 0 and "reset the data set's budget" in out
