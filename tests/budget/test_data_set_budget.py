@@ -211,11 +211,11 @@ def test_commands_use_the_ledger_the_policy_names(governed: tuple[Path, Path], t
 
 def test_under_zcdp_the_data_sets_budget_composes_rho_too(ledger: Ledger) -> None:
     shared = SharedBudget(Cost(1.0, 1e-5))
-    ledger.commit(ledger.reserve("alice", Cost(0.5, 0.0, 0.01), OWN, accounting="zcdp", shared=shared))
-    ledger.commit(ledger.reserve("bob", Cost(0.5, 0.0, 0.01), OWN, accounting="zcdp", shared=shared))
-    assert ledger.spent(DATASET).rho == pytest.approx(0.02)
-    with pytest.raises(BudgetExhausted) as caught:  # ρ = 0.03 is worth more than ε = 1 at δ = 1e-5
-        ledger.reserve("alice", Cost(0.5, 0.0, 0.01), OWN, accounting="zcdp", shared=shared)
+    ledger.commit(ledger.reserve("alice", Cost(0.5, 0.0, 0.015), OWN, accounting="zcdp", shared=shared))
+    ledger.commit(ledger.reserve("bob", Cost(0.5, 0.0, 0.015), OWN, accounting="zcdp", shared=shared))
+    assert ledger.spent(DATASET).rho == pytest.approx(0.03)
+    with pytest.raises(BudgetExhausted) as caught:  # ρ = 0.045 is worth more than ε = 1 at δ = 1e-5
+        ledger.reserve("alice", Cost(0.5, 0.0, 0.015), OWN, accounting="zcdp", shared=shared)
     assert str(caught.value).startswith(
         f"privacy budget exhausted for {DATASET_BUDGET}: this query costs ρ=0.01"
     )
