@@ -37,6 +37,7 @@ __all__ = [
     "AUDIT_COLUMNS",
     "AUDIT_FINISH_COLUMNS",
     "CURRENT",
+    "KINDS",
     "RUNNING",
     "STORED_STATUSES",
     "AuditEntry",
@@ -63,6 +64,25 @@ class Status(StrEnum):
     RUNNING = "running"
     ABANDONED = "abandoned"
 
+
+# What a record's kind may say: the router's kinds of statement, the engine's split of its own,
+# "query" for a statement refused before either could tell, and "operator" for an operator's action
+# (a budget reset, a policy reload, a console login). `dpproxy audit --kind`, the console's filter.
+KINDS = (
+    "private",
+    "public",
+    "constant",
+    "empty",
+    "catalog",
+    "session",
+    "transaction",
+    "cursor",
+    "explain",
+    "copy",
+    "prepared",
+    "query",
+    "operator",
+)
 
 RUNNING = Status.RUNNING.value
 ABANDONED = Status.ABANDONED.value
@@ -267,13 +287,15 @@ def _entry_parameters(text: str | None) -> tuple[Any, ...]:
 @dataclass(frozen=True)
 class AuditQuery:
     """Which stored records to read: of one analyst, at or after `since`, before `until`, with this
-    status; the newest `limit`. Checked when made (ValueError)."""
+    status and kind; the newest `limit`. Checked when made (ValueError)."""
 
     analyst: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     status: str | None = None
     limit: int = 1000
+    # One kind (KINDS), or "!kind" for every kind but that one (the console's "all but catalog").
+    kind: str | None = None
 
     def __post_init__(self) -> None:
         limit = self.limit
@@ -281,6 +303,8 @@ class AuditQuery:
             raise ValueError(f"limit must be an integer >= 0, not {limit!r}")
         if self.status is not None and self.status not in STORED_STATUSES:
             raise ValueError(f"status must be one of {', '.join(STORED_STATUSES)}, not {self.status!r}")
+        if self.kind is not None and self.kind.removeprefix("!") not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
         for name, moment in (("since", self.since), ("until", self.until)):
             if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
                 raise ValueError(f"{name} must be a datetime with a time zone, not {moment!r}")
@@ -292,6 +316,11 @@ class AuditQuery:
             ("at", ">=", self.since),
             ("at", "<", self.until),
             ("status", "=", self.status),
+            (
+                "kind",
+                "<>" if (self.kind or "").startswith("!") else "=",
+                (self.kind or "").removeprefix("!") or None,
+            ),
         )
         return [condition for condition in given if condition[2] is not None]
 

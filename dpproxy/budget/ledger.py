@@ -229,10 +229,12 @@ class Ledger(ABC):
         until: datetime | None = None,
         status: str | None = None,
         limit: int = 1000,
+        kind: str | None = None,
     ) -> list[AuditEntry]:
         """Stored records, newest first: of one analyst, at or after `since`, before `until`, with
-        this status (ok, refused, failed, running, abandoned); at most `limit`."""
-        query = AuditQuery(analyst, since, until, status, limit)
+        this status (ok, refused, failed, running, abandoned) and kind (dpproxy.audit.KINDS; "!k"
+        for every kind but k); at most `limit`."""
+        query = AuditQuery(analyst, since, until, status, limit, kind)
         where, params = [], []
         for column, operator, value in query.conditions():
             where.append(f"{column} {operator} ?")

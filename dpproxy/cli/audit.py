@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from dpproxy.audit import STORED_STATUSES, AuditEntry, parse_moment
+from dpproxy.audit import KINDS, STORED_STATUSES, AuditEntry, parse_moment
 from dpproxy.cli.common import _ledger_spec, _run, format_table, ledger_option
 
 
@@ -75,6 +75,12 @@ _AUDIT_FIELDS = (
     help="Only statements that ended so.",
 )
 @click.option(
+    "--kind",
+    type=click.Choice(KINDS),
+    default=None,
+    help="Only statements of this kind (operator: budget resets, policy reloads, console logins).",
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
 )
 @click.option(
@@ -87,10 +93,12 @@ def audit(
     since: str | None,
     until: str | None,
     status: str | None,
+    kind: str | None,
     fmt: str,
     limit: int,
 ) -> None:
-    """The audit log: every statement analysts sent, newest first, with what it cost."""
+    """The audit log: every statement analysts sent and every operator action, newest first, with
+    what it cost."""
     from dpproxy.budget import open_ledger
     from dpproxy.engine import Engine
 
@@ -102,12 +110,12 @@ def audit(
             with Engine.open(policy_path, None, spec) as engine:
                 assert engine.ledger is not None
                 entries = engine.ledger.audit_entries(
-                    analyst=analyst, since=start, until=end, status=status, limit=limit
+                    analyst=analyst, since=start, until=end, status=status, limit=limit, kind=kind
                 )
         else:
             with open_ledger(spec) as opened:
                 entries = opened.audit_entries(
-                    analyst=analyst, since=start, until=end, status=status, limit=limit
+                    analyst=analyst, since=start, until=end, status=status, limit=limit, kind=kind
                 )
         click.echo(format_audit(entries, fmt), nl=fmt != "csv")
 

@@ -25,7 +25,7 @@ import jinja2
 from aiohttp import web
 
 from dpproxy import __version__
-from dpproxy.audit import STORED_STATUSES, parse_moment
+from dpproxy.audit import KINDS, STORED_STATUSES, parse_moment
 from dpproxy.budget import Ledger
 from dpproxy.console import auth, pages, planner
 from dpproxy.policy import DATASET, Policy
@@ -35,6 +35,7 @@ log = logging.getLogger("dpproxy.console")
 # Seconds a wrong password waits before its answer (per attempt, on top of MAX_FAILURES a minute).
 FAILURE_DELAY = 1.0
 AUDIT_LIMIT = 500  # audit rows a page shows
+AUDIT_FOLD = 240  # statements longer than this many characters are folded (the whole text a click away)
 
 _HEADERS = {
     "Cache-Control": "no-store",
@@ -215,7 +216,10 @@ class Console:
 
     async def audit_page(self, request: web.Request, owner: str) -> web.StreamResponse:
         query = request.query
-        filters = {key: query.get(key, "").strip()[:64] for key in ("analyst", "status", "since", "until")}
+        keys = ("analyst", "kind", "status", "since", "until")
+        filters = {key: query.get(key, "").strip()[:64] for key in keys}
+        if "kind" not in query:  # psql's and the BI tools' catalog queries crowd out the rest
+            filters["kind"] = "!catalog"
         problem = None
         entries: list[Any] = []
         try:
@@ -227,6 +231,9 @@ class Console:
         status = filters["status"] or None
         if status is not None and status not in STORED_STATUSES:
             problem = f"Status is one of {', '.join(STORED_STATUSES)}."
+        kind = filters["kind"] or None
+        if kind is not None and kind.removeprefix("!") not in KINDS:
+            problem = f"Kind is one of {', '.join(KINDS)}."
         if problem is None:
             loop = asyncio.get_running_loop()
             read = functools.partial(
@@ -236,6 +243,7 @@ class Console:
                 until=until,
                 status=status,
                 limit=AUDIT_LIMIT,
+                kind=kind,
             )
             entries = await loop.run_in_executor(None, read)
         return self.render(
@@ -244,6 +252,8 @@ class Console:
             page="audit",
             filters=filters,
             statuses=STORED_STATUSES,
+            kinds=KINDS,
+            fold=AUDIT_FOLD,
             analysts=[a.name for a in self.policy.analysts],
             entries=entries,
             limit=AUDIT_LIMIT,

@@ -26,6 +26,12 @@ POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "demo.yaml
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # Values planted in the protected table: no page may show them.
 PLANTED_INCOME, PLANTED_COST = "271828.17", "31415.93"
+# A statement longer than the audit page shows unfolded (console.app.AUDIT_FOLD), its end marked.
+LONG_STATEMENT = (
+    "SELECT diagnosis, "
+    + ", ".join(f"SUM(CASE WHEN age > {a} THEN 1 ELSE 0 END) AS over_{a}" for a in range(20, 80, 5))
+    + ", COUNT(*) AS the_end_of_it FROM patients GROUP BY diagnosis"
+)
 
 
 def _browser_or_skip() -> None:
@@ -73,6 +79,9 @@ def console(demo_duckdb: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 "SELECT department, SUM(cost) FROM visits GROUP BY department",
                 "SELECT zip FROM patients",  # refused: raw rows of a protected table
                 "SELECT AVG(age) FROM patients WHERE sex = 'F'",
+                # A catalog query (shown only when asked for) and a long statement (folded).
+                "SELECT relname FROM pg_catalog.pg_class WHERE relkind = 'r' ORDER BY 1",
+                LONG_STATEMENT,
             ],
             "bob": ["SELECT COUNT(*) FROM patients", "SELECT smoker, AVG(age) FROM patients GROUP BY smoker"],
         }.items():
@@ -81,6 +90,8 @@ def console(demo_duckdb: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 for sql in statements:
                     with contextlib.suppress(psycopg.Error):
                         conn.execute(sql).fetchall()
+        assert engine.ledger is not None
+        engine.ledger.audit_operator("*", "policy reload accepted (generation 1)", by="tester (SIGHUP)")
         with BackgroundConsole(Console(engine.policy, engine.ledger), port=0) as running:
             yield running
     finally:
@@ -119,6 +130,12 @@ def _log_in(browser, url: str, password: str) -> None:
     browser.find_element(By.ID, "name").send_keys(OWNER)
     browser.find_element(By.ID, "password").send_keys(password)
     browser.find_element(By.ID, "login").click()
+
+
+def _rows(browser) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [r.text for r in browser.find_elements(By.CSS_SELECTOR, "table.audit tbody tr")]
 
 
 def _no_protected_value(html: str) -> None:
@@ -170,6 +187,26 @@ def test_the_console_in_a_browser(console, browser, screenshots):
     browser.get(console.url + "audit?analyst=alice&status=refused")
     refused = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "table.audit tbody tr")]
     assert refused and all("alice" in t and "refused" in t for t in refused)
+    # Catalog queries only when asked for; the statement column wide; a long statement folded, the
+    # whole text a click away; operator actions listed with who did them.
+    browser.get(console.url + "audit")
+    assert not any("pg_catalog.pg_class" in t for t in _rows(browser))
+    table = browser.find_element(By.CSS_SELECTOR, "table.audit")
+    statement = browser.find_element(By.CSS_SELECTOR, "table.audit tbody td.sql")
+    assert statement.size["width"] > 0.3 * table.size["width"]  # not squeezed (it had ~70 px)
+    folded = browser.find_element(By.CSS_SELECTOR, "table.audit td.sql details")
+    assert "the_end_of_it" not in folded.text and "show all" in folded.text
+    folded.find_element(By.TAG_NAME, "summary").click()
+    wait.until(lambda b: "the_end_of_it" in folded.text)
+    browser.get(console.url + "audit?kind=catalog")
+    catalog = _rows(browser)
+    assert (
+        catalog and all("catalog" in t for t in catalog) and any("pg_catalog.pg_class" in t for t in catalog)
+    )
+    browser.get(console.url + "audit?kind=operator")
+    operator = _rows(browser)
+    assert any("policy reload accepted" in t and "operator tester (SIGHUP)" in t for t in operator)
+    assert any("console login from 127.0.0.1" in t and f"operator {OWNER}" in t for t in operator)
 
     # Policy: bounds and limits, no verifier.
     browser.find_element(By.LINK_TEXT, "Policy").click()
