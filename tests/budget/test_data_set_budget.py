@@ -219,3 +219,33 @@ def test_under_zcdp_the_data_sets_budget_composes_rho_too(ledger: Ledger) -> Non
     assert str(caught.value).startswith(
         f"privacy budget exhausted for {DATASET_BUDGET}: this query costs ρ=0.01"
     )
+
+
+def test_budget_show_reports_what_the_server_charged_to_the_ledger_the_policy_names(
+    governed: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`dpproxy serve --policy P` without --ledger creates and charges the policy's ledger;
+    `dpproxy budget show --policy P` reads the same one."""
+    import os
+
+    import psycopg
+
+    from tests.wire.test_protocol import REPO, _start_serve
+
+    policy, data = governed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("DPPROXY_LEDGER", None)
+    process, port = _start_serve(["--policy", str(policy), "--backend", str(data), "--database", "demo"], env)
+    try:
+        dsn = f"host=127.0.0.1 port={port} dbname=demo user=alice password=alice-demo sslmode=disable"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT COUNT(*) FROM patients").fetchall()
+            budget = conn.execute("SHOW dpproxy.budget").fetchall()
+        assert [row[-1] for row in budget] == ["analyst", "data set"]
+        assert float(budget[1][0]) == 0.5  # what alice spent, of the data set's 1.0
+    finally:
+        process.terminate()
+        assert process.wait(timeout=60) == 0
+    assert (tmp_path / "state" / "ledger.sqlite").exists()
+    code, out, _ = run("budget", "show", "--policy", str(policy), "alice")
+    assert code == 0 and out.splitlines()[2].split("|")[1].strip() == "0.5"
