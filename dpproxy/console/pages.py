@@ -18,6 +18,7 @@ from decimal import Decimal
 from dpproxy.budget import EntryStatus, Ledger
 from dpproxy.budget.composition import Totals
 from dpproxy.policy import DATASET, Policy, Refresh, TablePolicy
+from dpproxy.policy.refresh import window_start
 from dpproxy.privacy.accounting import Cost
 from dpproxy.results import remaining_figure, spent_figure
 
@@ -39,6 +40,8 @@ class Chart:
     top: int = TOP
     bottom: int = HEIGHT + TOP
     charges: int = 0
+    # Vertical marks within the chart's span: (x, what) for a budget reset or a refresh window's start.
+    marks: tuple[tuple[float, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class AnalystBudget:
     delta_limit: float
     percent: float
     chart: Chart
+    key: str = ""  # the section's id: the analyst's name, or "data-set"
 
 
 def budgets(policy: Policy, ledger: Ledger, now: datetime | None = None) -> list[AnalystBudget]:
@@ -67,7 +71,12 @@ def budgets(policy: Policy, ledger: Ledger, now: datetime | None = None) -> list
         totals = Totals(Decimal(spent.epsilon), Decimal(spent.delta), Decimal(spent.rho))
         worth = totals.worth(limit.delta)
         left = max(0.0, limit.epsilon - worth)
-        points = _spending(ledger, name, totals, limit) if name != DATASET else []
+        opened = window_start(refresh, now)
+        since = None if opened is None else datetime(opened.year, opened.month, opened.day, tzinfo=UTC)
+        points = _spending(ledger, name, totals, limit, since) if name != DATASET else []
+        marks = [(moment, "reset") for moment in _resets(ledger, name)]
+        if since is not None:
+            marks.append((since, f"{refresh} refresh"))
         shown.append(
             AnalystBudget(
                 "all analysts (the data set's budget)" if name == DATASET else name,
@@ -77,17 +86,32 @@ def budgets(policy: Policy, ledger: Ledger, now: datetime | None = None) -> list
                 spent_figure(spent.delta, limit.delta),
                 limit.delta,
                 min(100.0, 100.0 * worth / limit.epsilon) if limit.epsilon else 0.0,
-                chart(points, limit.epsilon, now),
+                chart(points, limit.epsilon, now, marks),
+                "data-set" if name == DATASET else name,
             )
         )
     return shown
 
 
-def _spending(ledger: Ledger, analyst: str, totals: Totals, limit: Cost) -> list[tuple[datetime, float]]:
+def _resets(ledger: Ledger, name: str) -> list[datetime]:
+    """When the budget `name` was last reset by an operator (the audit log's operator records; a
+    reset removes the entries before it, so only the last one bounds the chart)."""
+    entries = ledger.audit_entries(analyst=name, kind="operator", limit=HISTORY)
+    return [_aware(e.at) for e in entries if e.statement.startswith("budget reset")][:1]
+
+
+def _spending(
+    ledger: Ledger, analyst: str, totals: Totals, limit: Cost, since: datetime | None = None
+) -> list[tuple[datetime, float]]:
     """(time, ε-equivalent spent just after it), oldest first; the first point is what was spent
-    before the entries drawn (0 for an analyst whose whole history fits)."""
+    before the entries drawn (0 for an analyst whose whole history fits). With a refresh window
+    opened at `since`, only the window's entries (what `totals` holds)."""
     points: list[tuple[datetime, float]] = []
-    entries = [e for e in ledger.history(analyst, HISTORY) if e.status != EntryStatus.RELEASED]
+    entries = [
+        e
+        for e in ledger.history(analyst, HISTORY)
+        if e.status != EntryStatus.RELEASED and (since is None or _aware(e.created_at) >= since)
+    ]
     for entry in entries:  # newest first: walk the totals back
         points.append((_aware(entry.created_at), totals.worth(limit.delta)))
         totals = totals.minus(entry.cost)
@@ -101,10 +125,18 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def chart(points: list[tuple[datetime, float]], limit: float, now: datetime) -> Chart:
-    """A step chart of cumulative spending from the first charge to `now`, against `limit`."""
+def chart(
+    points: list[tuple[datetime, float]],
+    limit: float,
+    now: datetime,
+    marks: list[tuple[datetime, str]] | None = None,
+) -> Chart:
+    """A step chart of cumulative spending from the first charge to `now`, against `limit`, with
+    `marks` (resets, refreshes) drawn where they fall within that span."""
     top_value = max([limit, *(v for _, v in points)]) or 1.0
-    start = points[0][0] if points else now
+    marks = [(m, what) for m, what in marks or () if m <= now]
+    # From the first charge, or from the reset or refresh before it (spending 0 until the charge).
+    start = min([m for m, _ in marks] + ([points[0][0]] if points else [now]))
     span = max((now - start).total_seconds(), 1.0)
 
     def x(moment: datetime) -> float:
@@ -120,17 +152,19 @@ def chart(points: list[tuple[datetime, float]], limit: float, now: datetime) -> 
         coordinates.append((x(moment), y(value)))
         previous = value
     coordinates.append((LEFT + WIDTH, y(previous)))
-    if not points:
+    if not points or coordinates[0][0] > LEFT:
         coordinates.insert(0, (LEFT, y(0.0)))
     path = " ".join(f"{a:.1f},{b:.1f}" for a, b in coordinates)
     y_labels = ((y(0.0), "0"), (y(limit), f"{limit:g}"))
     middle = start + (now - start) / 2
     # Times to the second over a short span (the labels would otherwise all read alike).
     shown = "%Y-%m-%d %H:%M" if span >= 3 * 3600 else "%Y-%m-%d %H:%M:%S"
+    drawn = points or marks
     x_labels = tuple(
-        (x(moment), moment.strftime(shown)) for moment in ((start, middle, now) if points else (now,))
+        (x(moment), moment.strftime(shown)) for moment in ((start, middle, now) if drawn else (now,))
     )
-    return Chart(path, y(limit), y_labels, x_labels, charges=max(0, len(points) - 1))
+    shown_marks = tuple((x(m), what) for m, what in marks)
+    return Chart(path, y(limit), y_labels, x_labels, charges=max(0, len(points) - 1), marks=shown_marks)
 
 
 @dataclass(frozen=True)

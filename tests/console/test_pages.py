@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dpproxy.budget import open_ledger
-from dpproxy.policy import load_policy
+from dpproxy.budget import SharedBudget, open_ledger
+from dpproxy.policy import Refresh, load_policy, parse_policy
 from dpproxy.privacy.accounting import Cost
 from tests.console.consoles import Client, served
 
@@ -40,6 +40,34 @@ def test_budgets_show_spent_and_remaining_and_a_chart_of_each_charge(client):
     assert heights == sorted(heights, reverse=True) and len(set(heights)) == 4  # 0, 0.5, 0.75, 1.75
     bob = page[page.index('id="budget-bob"') :]
     assert '<dd class="spent">0</dd>' in bob and '<dd class="remaining">2</dd>' in bob
+
+
+def test_budgets_mark_resets_and_refreshes_and_show_the_data_sets_budget() -> None:
+    """bob's budget refreshes daily, alice's was reset, and the data set has a budget of its own."""
+    text = POLICY.read_text().replace("    epsilon: 2.0\n", "    epsilon: 2.0\n    refresh: daily\n")
+    text = text.replace("analysts:\n", "budget: {epsilon: 20.0, delta: 1.0e-5}\n\nanalysts:\n", 1)
+    policy = parse_policy(text)
+    shared = SharedBudget(Cost(20.0, 1e-5))
+    with open_ledger(":memory:") as ledger:
+        ledger.commit(ledger.reserve("alice", Cost(1.0, 0.0), Cost(10.0, 1e-5), shared=shared))
+        ledger.reset("alice", by="operator")
+        ledger.commit(ledger.reserve("alice", Cost(0.5, 0.0), Cost(10.0, 1e-5), shared=shared))
+        ledger.commit(
+            ledger.reserve("bob", Cost(0.25, 0.0), Cost(2.0, 1e-6), refresh=Refresh.DAILY, shared=shared)
+        )
+        with served(policy, ledger) as running:
+            client = Client(running.url)
+            assert client.login().status == 303
+            page = client.request("/budgets").body
+    alice = page[page.index('id="budget-alice"') : page.index('id="budget-bob"')]
+    assert '<dd class="spent">0.5</dd>' in alice and re.search(r'<text class="mark"[^>]*>reset</text>', alice)
+    bob = page[page.index('id="budget-bob"') : page.index('id="budget-data-set"')]
+    assert '<dd class="spent">0.25</dd>' in bob and re.search(
+        r'<text class="mark"[^>]*>daily refresh</text>', bob
+    )
+    shared_part = page[page.index('id="budget-data-set"') :]
+    assert "the data set&#39;s budget" in shared_part or "the data set's budget" in shared_part
+    assert '<dd class="spent">1.75</dd>' in shared_part  # alice's reset gives the data set nothing back
 
 
 def test_the_policy_page_shows_bounds_and_limits_never_a_verifier(client):
