@@ -90,6 +90,35 @@ def connections_on_every_worker(proxy: Proxy, per_worker: int) -> list[psycopg.C
 # --- the budget: shared by every worker ------------------------------------------------------------------
 
 
+def _race(connections: list[psycopg.Connection], each: int) -> list[str]:
+    """Every connection sends `each` distinct private queries at once (nothing is replayed); the
+    outcomes: "answered", or the SQLSTATE and message of the refusal. The connections are closed."""
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(connections))
+
+    def client(number: int, conn: psycopg.Connection) -> None:
+        start.wait()
+        for query in range(each):
+            age = number * each + query
+            try:
+                conn.execute("SELECT COUNT(*) FROM patients WHERE age > %s", (age,)).fetchall()
+                result = "answered"
+            except psycopg.Error as error:
+                result = f"{error.sqlstate} {error.diag.message_primary or ''}"
+            with lock:
+                outcomes.append(result)
+
+    threads = [threading.Thread(target=client, args=(i, c)) for i, c in enumerate(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for conn in connections:
+        conn.close()
+    return outcomes
+
+
 @pytest.mark.parametrize("ledger_kind", ["sqlite", "postgres"])
 def test_workers_together_cannot_overspend_one_budget(
     ledger_kind: str, demo_pg_dsn: str, pg_dsn: str, tmp_path: Path
@@ -97,32 +126,9 @@ def test_workers_together_cannot_overspend_one_budget(
     # 3.0 of budget at 0.5 a query: exactly 6 of the 24 distinct queries fit, whichever worker runs them.
     policy = write_policy(tmp_path / "policy.yaml", alice={"epsilon": 3.0})
     ledger = str(tmp_path / "ledger.sqlite") if ledger_kind == "sqlite" else pg_dsn
-    outcomes: list[str] = []
-    lock = threading.Lock()
     with serving_workers(policy, demo_pg_dsn, ledger) as proxy:
-        connections = connections_on_every_worker(proxy, 4)
-        start = threading.Barrier(len(connections))
-
-        def client(number: int, conn: psycopg.Connection) -> None:
-            start.wait()
-            for query in range(3):
-                age = number * 3 + query  # distinct statements: nothing is replayed
-                try:
-                    conn.execute("SELECT COUNT(*) FROM patients WHERE age > %s", (age,)).fetchall()
-                    result = "answered"
-                except psycopg.Error as error:
-                    result = error.sqlstate or "?"
-                with lock:
-                    outcomes.append(result)
-
-        threads = [threading.Thread(target=client, args=(i, c)) for i, c in enumerate(connections)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        for conn in connections:
-            conn.close()
-    assert sorted(outcomes) == ["53400"] * 18 + ["answered"] * 6
+        outcomes = _race(connections_on_every_worker(proxy, 4), 3)
+    assert sorted(o.split()[0] for o in outcomes) == ["53400"] * 18 + ["answered"] * 6
     with Engine.open(policy, None, ledger) as engine:
         assert engine.budget(ALICE).spent.epsilon == pytest.approx(3.0)
 
@@ -138,33 +144,11 @@ def test_analysts_together_cannot_overspend_the_data_sets_budget(
     text["budget"] = {"epsilon": 3.0, "delta": 1.0e-5}
     policy.write_text(yaml.safe_dump(text, sort_keys=False))
     ledger = str(tmp_path / "ledger.sqlite") if ledger_kind == "sqlite" else pg_dsn
-    outcomes: list[str] = []
-    lock = threading.Lock()
     with serving_workers(policy, demo_pg_dsn, ledger) as proxy:
         # Ten clients (six of alice's, three per worker; four of bob's), ten queries each.
         connections = connections_on_every_worker(proxy, 3)
         connections += [psycopg.connect(proxy.dsn(BOB, BOB_PASSWORD), autocommit=True) for _ in range(4)]
-        start = threading.Barrier(len(connections))
-
-        def client(number: int, conn: psycopg.Connection) -> None:
-            start.wait()
-            for query in range(100 // len(connections)):
-                age = number * 100 + query  # distinct statements: nothing is replayed
-                try:
-                    conn.execute("SELECT COUNT(*) FROM patients WHERE age > %s", (age,)).fetchall()
-                    result = "answered"
-                except psycopg.Error as error:
-                    result = f"{error.sqlstate} {error.diag.message_primary or ''}"
-                with lock:
-                    outcomes.append(result)
-
-        threads = [threading.Thread(target=client, args=(i, c)) for i, c in enumerate(connections)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        for conn in connections:
-            conn.close()
+        outcomes = _race(connections, 10)
     assert len(outcomes) == 100 and outcomes.count("answered") == 6
     refusals = [o for o in outcomes if o != "answered"]
     assert all(

@@ -32,22 +32,14 @@ from typing import Any
 import pytest
 import yaml
 
+from dpproxy import demo
 from tests.wire.test_clients import ALICE, ALICE_PASSWORD, SUBPROCESS_TIMEOUT, Served, Truth, serving
 
 EPSILON = 0.5  # the demo policy's per-query default
 ROOT = Path(__file__).resolve().parents[3]
 DBT = Path(os.environ.get("DPPROXY_DBT", ROOT / ".dbt" / "venv" / "bin" / "dbt"))
 
-DEPARTMENTS = [
-    "cardiology",
-    "dermatology",
-    "emergency",
-    "general",
-    "neurology",
-    "oncology",
-    "orthopedics",
-    "pediatrics",
-]
+DEPARTMENTS = sorted(demo.DEPARTMENTS)  # the demo policy's public values of visits.department
 
 SOURCES = """
 version: 2
