@@ -36,9 +36,12 @@ class Explanation:
     auxiliary: tuple[tuple[str, str, str], ...] = ()  # the row pipeline's statements
     choices: tuple[str, ...] = ()  # releases by the exponential mechanism
     subqueries: str | None = None  # how subqueries over public tables were answered, if any
+    target: str | None = None  # accuracy first: the target and the ε it costs (dpproxy.engine.accuracy)
 
     def render(self) -> str:
         lines = [f"query: {self.text}", f"kind: {self.kind}"]
+        if self.target:
+            lines.append(f"accuracy: {self.target}")
         if self.subqueries:
             lines.append(f"subqueries: {self.subqueries}")
         for i, (name, summary, sql) in enumerate(self.steps, 1):

@@ -36,6 +36,7 @@ from dpproxy.audit import CURRENT, StatementRecord, new_session_id
 from dpproxy.audit_log import AuditLog
 from dpproxy.backends import Backend, BackendUnreachable, Cancellation, LiveColumn, open_backend
 from dpproxy.budget import Ledger, SharedBudget, open_ledger
+from dpproxy.engine.accuracy import least_epsilon
 from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
 from dpproxy.engine.charge import Charge, backend_failure, reached_data
 from dpproxy.engine.collector import gc_paused
@@ -402,6 +403,17 @@ class Engine:
                 outputs=tuple((o.name, o.type.value) for o in query.outputs),
             )
         chosen = self.query_epsilon(epsilon)
+        target = None
+        if bounds is not None and bounds.target_error is not None:
+            # Accuracy first (dpproxy.engine.accuracy): the ε the target would cost, said.
+            private = query.private if isinstance(query, ReleasedQuery) else query
+            low, high = self.policy.epsilon_limits(None)
+            chosen = least_epsilon(
+                self.plan_private(private, chosen, bounds=bounds), bounds.target_error, low, high
+            )
+            target = (
+                f"dpproxy.target_error = {bounds.target_error:g}: the least ε that meets it is {chosen:g}"
+            )
         if isinstance(query, ReleasedQuery):
             explanation = explain_plan(self.plan_private(query.private, chosen, bounds=bounds), self.dialect)
             note = (
@@ -409,8 +421,12 @@ class Engine:
                 f"(post-processing, no further cost): {query.outer.sql('postgres')}"
             )
             outputs = tuple((o.name, o.type.value) for o in query.outputs)
-            return dataclasses.replace(explanation, text=query.text, subqueries=note, outputs=outputs)
-        explanation = explain_plan(self.plan_private(query, chosen, bounds=bounds), self.dialect)
+            return dataclasses.replace(
+                explanation, text=query.text, subqueries=note, outputs=outputs, target=target
+            )
+        explanation = dataclasses.replace(
+            explain_plan(self.plan_private(query, chosen, bounds=bounds), self.dialect), target=target
+        )
         if parts is None:
             return explanation
         top_k = self.plan_private(parts.inner, chosen, bounds=bounds)
@@ -539,6 +555,13 @@ class Engine:
         who = self.analyst(analyst)
         chosen = self.query_epsilon(epsilon, who)
         prepared = self.prepare(sql, params, epsilon=chosen, bounds=bounds)
+        if bounds is not None and bounds.target_error is not None:
+            # Accuracy first: the least ε whose ± meets the target, from the plan alone.
+            planned = prepared.private if isinstance(prepared, ReleasedPlan) else prepared
+            if isinstance(planned, Plan):
+                low, high = self.policy.epsilon_limits(who)
+                chosen = least_epsilon(planned, bounds.target_error, low, high)
+                prepared = self.prepare(sql, params, epsilon=chosen, bounds=bounds)
         if isinstance(prepared, PublicStatement):
             _kind(record, "public")
             return self._run_public(prepared, cancel, record=record)

@@ -25,7 +25,7 @@ from dpproxy.privacy import (
 )
 from dpproxy.privacy.bounds import BoundRequest
 from dpproxy.release import ExactGroups, exact_groups, selectors
-from dpproxy.release.aggregates import fine_components
+from dpproxy.release.aggregates import column_errors, fine_components
 from dpproxy.results import ResultColumn
 from dpproxy.sql.bounds import choosing, component_bounds
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, PrivateQuery
@@ -175,6 +175,14 @@ def _query_noise(
         choices=asked,
         allocated=bounds is not None,
     )
+
+
+def errors_at(plan: Plan, epsilon: float) -> list[float | str | None]:
+    """The 95% figure the NOTICE would give each aggregate of `plan` were it planned at `epsilon`,
+    from the plan alone: those of counts and sums (at the ceilings when the bounds are chosen), None
+    or a text for the others, whose figure depends on the data (dpproxy.engine.accuracy)."""
+    noise = _query_noise(plan.query, epsilon, plan.delta, plan._defaults, -1, -1)
+    return column_errors(plan.query, noise, [])
 
 
 def answer_columns(plan: Plan, errors: Sequence[float | str | None]) -> tuple[ResultColumn, ...]:

@@ -54,6 +54,9 @@ class SessionBounds:
 
     rows: int | None = None
     groups: int | None = None
+    # SET dpproxy.target_error: the largest ± at 95% accepted on each COUNT and SUM; the engine then
+    # spends the least ε that meets it (dpproxy.engine.accuracy). None: the session's ε is spent.
+    target_error: float | None = None
 
 
 def with_session_bounds(query: PrivateQuery, bounds: SessionBounds | None) -> PrivateQuery:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 import re
 import zoneinfo
 from collections.abc import Callable, Mapping
@@ -42,6 +43,10 @@ BUDGET_SETTING = "dpproxy.budget"
 ROWS_SETTING = "dpproxy.max_rows_per_unit"
 GROUPS_SETTING = "dpproxy.max_groups_per_unit"
 BOUND_SETTINGS = (ROWS_SETTING, GROUPS_SETTING)
+# Accuracy first: the largest ± at 95% accepted on each COUNT and SUM (dpproxy.engine.accuracy).
+TARGET_SETTING = "dpproxy.target_error"
+# The settings of dpproxy's own an analyst may SET and RESET besides dpproxy.epsilon.
+PLAN_SETTINGS = (*BOUND_SETTINGS, TARGET_SETTING)
 
 # A transaction's modes: what SET TRANSACTION chose in this block, else the session's defaults
 # (SET SESSION CHARACTERISTICS), as PostgreSQL starts each transaction. Every transaction through
@@ -243,6 +248,27 @@ def _check_bound(name: str) -> Callable[[str], str]:
     return check
 
 
+def _check_target(value: str) -> str:
+    text = value.strip().lower()
+    if text in ("off", "default", ""):
+        return "off"
+    try:
+        target = float(text)
+    except ValueError:
+        target = math.nan
+    if not (math.isfinite(target) and target > 0):
+        raise InvalidParameter(
+            f'invalid value for parameter "{TARGET_SETTING}": "{value}"',
+            hint="write the largest ± at 95% you accept on each COUNT and SUM (a number > 0), or off",
+        )
+    return f"{target:g}"
+
+
+def target_value(text: str | None) -> float | None:
+    """dpproxy.target_error as the engine takes it: None when off."""
+    return float(text) if text and text != "off" else None
+
+
 def bound_value(text: str | None) -> int | None:
     """A bound setting's value as the engine takes it: None when each query chooses."""
     return int(text) if text and text.isdigit() else None
@@ -307,6 +333,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("default_text_search_config", "pg_catalog.simple", per_session=False),
     Setting(GROUPS_SETTING, "chosen", check=_check_bound(GROUPS_SETTING)),
     Setting(ROWS_SETTING, "chosen", check=_check_bound(ROWS_SETTING)),
+    Setting(TARGET_SETTING, "off", check=_check_target),
     Setting("default_transaction_deferrable", "off", check=_check_boolean("default_transaction_deferrable")),
     Setting(
         "default_transaction_isolation",
@@ -406,11 +433,11 @@ def checked_value(name: str, value: str, *, startup: bool, check_epsilon: Callab
         )
     if name == EPSILON_SETTING:
         return check_epsilon(value)
-    if name.startswith("dpproxy.") and name not in BOUND_SETTINGS:
+    if name.startswith("dpproxy.") and name not in PLAN_SETTINGS:
         raise UndefinedObject(
             f'unrecognized configuration parameter "{name}"',
             hint="dpproxy's settings are dpproxy.epsilon, dpproxy.max_rows_per_unit, "
-            "dpproxy.max_groups_per_unit (SET/SHOW) and dpproxy.budget (SHOW)",
+            "dpproxy.max_groups_per_unit, dpproxy.target_error (SET/SHOW) and dpproxy.budget (SHOW)",
         )
     setting = _BY_NAME.get(name)
     if setting is None:
@@ -426,7 +453,7 @@ def check_resettable(name: str) -> None:
     """RESET's refusals, for a lower-case `name`."""
     if name in READ_ONLY or name in ("role", "session_authorization", BUDGET_SETTING):
         raise CantChangeParameter(f'parameter "{canonical(name)}" cannot be changed')
-    if name.startswith("dpproxy.") and name != EPSILON_SETTING and name not in BOUND_SETTINGS:
+    if name.startswith("dpproxy.") and name != EPSILON_SETTING and name not in PLAN_SETTINGS:
         raise UndefinedObject(f'unrecognized configuration parameter "{name}"')
 
 

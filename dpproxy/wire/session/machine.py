@@ -78,11 +78,13 @@ from dpproxy.wire.settings import (
     REPORTED,
     ROWS_SETTING,
     SESSION_DEFAULTS,
+    TARGET_SETTING,
     SessionSettings,
     bound_value,
     canonical,
     notice_visible,
     parse_options,
+    target_value,
     timeout_ms,
     zone,
 )
@@ -662,7 +664,10 @@ class Session(SessionCommands, PortalCommands):
         """The contribution bounds the session fixed (SET dpproxy.max_rows_per_unit …), if any."""
         rows = bound_value(self._settings.get(ROWS_SETTING))
         groups = bound_value(self._settings.get(GROUPS_SETTING))
-        return None if rows is None and groups is None else SessionBounds(rows, groups)
+        target = target_value(self._settings.get(TARGET_SETTING))
+        if rows is None and groups is None and target is None:
+            return None
+        return SessionBounds(rows, groups, target)
 
     async def _run_engine(self, sql: str, parameters: Sequence[object], *, stream: bool = False) -> Outcome:
         cancel = Cancellation()
