@@ -107,6 +107,9 @@ class StatementRecord:
     kind: str = ""
     status: Status = Status.OK
     sqlstate: str | None = None
+    # The error's message as the analyst read it (dpproxy's own text: it never quotes a value from a
+    # protected table, and a backend's message is never passed on).
+    message: str | None = None
     cost: Cost = Cost.ZERO  # charged to the analyst's budget
     replayed: bool = False
     rows: int = 0  # rows released to the client
@@ -130,10 +133,12 @@ class StatementRecord:
         if self.duration is None:
             self.duration = time.perf_counter() - self.started
 
-    def error(self, sqlstate: str | None) -> None:
+    def error(self, sqlstate: str | None, message: str | None = None) -> None:
         """The statement ends with an error: failed if the backend was reached, else refused."""
         self.status = Status.FAILED if self.reached else Status.REFUSED
         self.sqlstate = sqlstate
+        if message is not None:
+            self.message = message
 
     def parameters_json(self) -> str:
         """The parameters as JSON text: numbers, strings, booleans and NULL as such, anything else
@@ -182,6 +187,7 @@ class AuditEntry:
     duration: float | None
     stages: dict[str, float] = field(hash=False)
     entry_id: int | None = None  # the ledger entry of its charge, if it was charged
+    message: str | None = None  # a refused or failed statement's error message (schema 5 on)
 
     @property
     def charged(self) -> bool:
@@ -200,6 +206,7 @@ AUDIT_COLUMNS = (
     "kind",
     "status",
     "sqlstate",
+    "message",
     "epsilon",
     "delta",
     "rho",
@@ -228,6 +235,7 @@ def audit_values(record: StatementRecord, *, status: str | None = None) -> tuple
         record.kind,
         status or str(record.status),
         record.sqlstate,
+        record.message,
         float(cost.epsilon),
         float(cost.delta),
         float(cost.rho),
@@ -264,6 +272,7 @@ def audit_entry(row: Sequence[Any], at: datetime) -> AuditEntry:
         kind=values["kind"],
         status=values["status"],
         sqlstate=values["sqlstate"],
+        message=values["message"],
         cost=Cost(values["epsilon"], values["delta"], values["rho"]),
         replayed=bool(values["replayed"]),
         rows=int(values["rows"]),

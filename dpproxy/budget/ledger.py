@@ -45,8 +45,8 @@ from dpproxy.privacy.accounting import Cost
 
 # Version of the ledger's table layout, stored in the store's meta table. Bump it, and add a step to
 # the migration, when the layout changes. 2: the per-analyst totals table. 3: ρ in the totals (zCDP
-# composition) and the replay store. 4: the audit log.
-SCHEMA_VERSION = 4
+# composition) and the replay store. 4: the audit log. 5: the audit log's error messages.
+SCHEMA_VERSION = 5
 
 # Stored answers kept per analyst; older ones are evicted (and bought again if asked again).
 REPLAY_LIMIT = 10_000
@@ -570,13 +570,13 @@ class Ledger(ABC):
                 self._migrate(conn, version)
 
     def _migrate(self, conn: Any, version: int) -> None:
-        """Bring a version 1, 2 or 3 store to SCHEMA_VERSION, inside the schema transaction.
+        """Bring a version 1, 2, 3 or 4 store to SCHEMA_VERSION, inside the schema transaction.
 
         Version 1 had no totals, version 2 no ρ total (and no replay table, created with the others):
         sum every analyst's entries once, exactly, in Python (PostgreSQL's float8 → numeric cast keeps
         only 15 digits, which is not the double's value); for version 2 the ε and δ sums come out as
         they were. Version 3 had no audit table (created with the others, empty: entries before it
-        have no records).
+        have no records). Version 4's audit table had no message column.
         """
         if version < 3:
             self._add_rho_total(conn)
@@ -588,6 +588,8 @@ class Ledger(ABC):
             conn.execute(self._sql("DELETE FROM {totals}"))
             for analyst, amounts in entries.items():
                 self._write_totals(conn, analyst, exact_totals(amounts))
+        if version == 4:  # (an older store's audit table is created with the column)
+            self._add_audit_message(conn)
         conn.execute(
             self._sql("UPDATE {meta} SET value = ? WHERE key = 'schema_version'"), (str(SCHEMA_VERSION),)
         )
@@ -677,6 +679,10 @@ class Ledger(ABC):
     @abstractmethod
     def _add_rho_total(self, conn: Any) -> None:
         """Migration from version 2: the totals table gains its ρ column (0) unless it has it."""
+
+    @abstractmethod
+    def _add_audit_message(self, conn: Any) -> None:
+        """Migration from version 4: the audit table gains its message column (NULL)."""
 
 
 def _now() -> datetime:

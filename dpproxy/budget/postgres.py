@@ -251,6 +251,7 @@ class PostgresLedger(Ledger):
                 kind text NOT NULL DEFAULT '',
                 status text NOT NULL CHECK (status IN ({check_list(Status)})),
                 sqlstate text,
+                message text,
                 epsilon double precision NOT NULL DEFAULT 0,
                 delta double precision NOT NULL DEFAULT 0,
                 rho double precision NOT NULL DEFAULT 0,
@@ -263,6 +264,9 @@ class PostgresLedger(Ledger):
             f"CREATE INDEX IF NOT EXISTS {i['audit_at']} ON {t['audit']} (at)",
             f"CREATE INDEX IF NOT EXISTS {i['audit_analyst_at']} ON {t['audit']} (analyst, at)",
         ]
+
+    def _add_audit_message(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self._sql("ALTER TABLE {audit} ADD COLUMN IF NOT EXISTS message text"))
 
     def _add_rho_total(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(

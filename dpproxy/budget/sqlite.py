@@ -149,6 +149,7 @@ CREATE TABLE IF NOT EXISTS {_SQLITE_AUDIT} (
     status TEXT NOT NULL
         CHECK (status IN ({check_list(Status)})),
     sqlstate TEXT,
+    message TEXT,  -- a refused or failed statement's error message
     epsilon REAL NOT NULL DEFAULT 0,
     delta REAL NOT NULL DEFAULT 0,
     rho REAL NOT NULL DEFAULT 0,
@@ -300,6 +301,11 @@ class SQLiteLedger(Ledger):
 
     def _schema(self) -> list[str]:
         return [statement for statement in _SQLITE_SCHEMA.split(";") if statement.strip()]
+
+    def _add_audit_message(self, conn: sqlite3.Connection) -> None:
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({_SQLITE_AUDIT})")}
+        if "message" not in columns:
+            conn.execute(f"ALTER TABLE {_SQLITE_AUDIT} ADD COLUMN message TEXT")
 
     def _add_rho_total(self, conn: sqlite3.Connection) -> None:
         totals_columns = {row[1] for row in conn.execute(f"PRAGMA table_info({_SQLITE_TOTALS})")}

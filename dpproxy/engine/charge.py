@@ -127,7 +127,7 @@ class Charge:
         if record is not None:
             record.reached = sent
             if error is not None:
-                record.error(error.sqlstate)
+                record.error(error.sqlstate, error.message)
         if self.finished or self.reservation is None or self.ledger is None:
             return
         self.finished = True

@@ -526,7 +526,7 @@ class Engine:
         try:
             result = self._execute(sql, params, analyst, epsilon, cancel, stream, given, bounds)
         except DPProxyError as error:
-            given.error(error.sqlstate)
+            given.error(error.sqlstate, error.message)
             raise
         except BaseException:
             given.error(InternalError.sqlstate)

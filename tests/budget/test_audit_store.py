@@ -172,6 +172,28 @@ def test_version_3_ledger_gains_the_audit_table(store: Store) -> None:
             assert conn.execute(query.format(store.table)).fetchone() == (str(SCHEMA_VERSION),)
 
 
+def test_version_4_ledger_gains_the_audit_message_and_keeps_its_records(store: Store) -> None:
+    with store.open() as ledger:
+        ledger.audit_write([record(statement="before the message column")])
+    table = "dpproxy_ledger" if store.kind == "sqlite" else store.table
+    statements = [f"ALTER TABLE {table}_audit DROP COLUMN message", f"UPDATE {table}_meta SET value = '4'"]
+    if store.kind == "sqlite":
+        with sqlite3.connect(store.spec) as conn:
+            for statement in statements:
+                conn.execute(statement)
+    else:
+        with psycopg.connect(store.spec) as conn:
+            for statement in statements:
+                conn.execute(statement)
+    with store.open() as ledger:
+        (old,) = ledger.audit_entries()
+        assert old.statement == "before the message column" and old.message is None
+        refused = record(statement="SELECT zip FROM patients")
+        refused.error("42501", 'SELECT zip would return raw rows of the protected table "patients"')
+        ledger.audit_write([refused])
+        assert ledger.audit_entries()[0].message == refused.message
+
+
 def test_retention_is_a_policy_key_applied_when_the_engine_opens(tmp_path: Path) -> None:
     demo = yaml.safe_load(DEMO_POLICY.read_text())
     demo["server"] = {"audit_retention_days": -1}

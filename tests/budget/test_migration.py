@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from dpproxy.budget import SCHEMA_VERSION
 from dpproxy.budget.sqlite import SQLiteLedger
 from dpproxy.errors import BudgetExhausted
 from dpproxy.privacy.accounting import Cost, zcdp_to_approx_dp
@@ -46,7 +47,7 @@ def test_version_1_ledger_is_migrated_with_exact_totals(tmp_path: Path) -> None:
         with pytest.raises(BudgetExhausted):
             ledger.reserve("bob", Cost(0.6, 0.0), Cost(2.0, 0.0))
     with sqlite3.connect(path) as check:
-        assert check.execute("SELECT value FROM dpproxy_ledger_meta").fetchone() == ("4",)
+        assert check.execute("SELECT value FROM dpproxy_ledger_meta").fetchone() == (str(SCHEMA_VERSION),)
         assert check.execute(
             "SELECT analyst, rho FROM dpproxy_ledger_totals ORDER BY analyst"
         ).fetchall() == [
@@ -138,7 +139,7 @@ def test_version_2_ledger_is_migrated_to_version_3(store: Store) -> None:
         assert reopened.replay_get("bob", "ab" * 16) == b"answer"
     if store.kind == "sqlite":
         with sqlite3.connect(store.spec) as check:
-            assert check.execute("SELECT value FROM dpproxy_ledger_meta").fetchone() == ("4",)
+            assert check.execute("SELECT value FROM dpproxy_ledger_meta").fetchone() == (str(SCHEMA_VERSION),)
     else:
         with psycopg.connect(store.spec) as check:
-            assert check.execute(f"SELECT value FROM {store.table}_meta").fetchone() == ("4",)
+            assert check.execute(f"SELECT value FROM {store.table}_meta").fetchone() == (str(SCHEMA_VERSION),)

@@ -187,6 +187,7 @@ def test_the_console_in_a_browser(console, browser, screenshots):
     browser.get(console.url + "audit?analyst=alice&status=refused")
     refused = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "table.audit tbody tr")]
     assert refused and all("alice" in t and "refused" in t for t in refused)
+    assert any('raw rows of the protected table "patients"' in t for t in refused)  # the message read
     # Catalog queries only when asked for; the statement column wide; a long statement folded, the
     # whole text a click away; operator actions listed with who did them.
     browser.get(console.url + "audit")

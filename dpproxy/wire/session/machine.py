@@ -389,7 +389,7 @@ class Session(SessionCommands, PortalCommands):
         try:
             yield record
         except DPProxyError as error:
-            record.error(error.sqlstate)
+            record.error(error.sqlstate, error.message)
             raise
         except BaseException:
             record.error(InternalError.sqlstate)
@@ -422,7 +422,7 @@ class Session(SessionCommands, PortalCommands):
             texts = await self.shared.split(sql)
         except DPProxyError as error:
             with self._audited(sql) as record:
-                record.error(error.sqlstate)
+                record.error(error.sqlstate, error.message)
             out.append(codec.error_from(error))
             self._after_error(extended=False)
             out.append(ReadyForQuery(self.status.value))
@@ -454,7 +454,7 @@ class Session(SessionCommands, PortalCommands):
                         record.add_stage("wire", time.perf_counter() - sending)
                     self._note_answer(record, outcome)
                 except DPProxyError as error:
-                    record.error(error.sqlstate)
+                    record.error(error.sqlstate, error.message)
                     if error.position is not None:  # counted from the query string's start, as PostgreSQL
                         error.position += offset
                     out.append(codec.error_from(error))
