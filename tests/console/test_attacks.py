@@ -1,4 +1,4 @@
-"""A security review of the console: what an attacker on the console's port could try.
+"""What an attacker on the console's port could try, and what stops it.
 
 Guessing passwords faster than the per-address limit by sending the guesses at once; error pages
 without the headers every page carries; routes reachable without a login; markup written by an

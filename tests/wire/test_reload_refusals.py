@@ -1,7 +1,8 @@
-"""Policy reload, reviewed: a policy file that the YAML reader itself rejects (a NUL byte, a control
-character pasted in) or that holds a number too long to read is refused like any bad policy — its
-problem recorded for `dpproxy policy reload`, the running policy kept — never an exception that
-leaves the reload unanswered or, with workers, ends the supervisor (and so every worker).
+"""Policy reloads that must be refused, not crash: a policy file that the YAML reader itself rejects
+(a NUL byte, a control character pasted in) or that holds a number too long to read is refused like
+any bad policy — its problem recorded for `dpproxy policy reload`, the running policy kept — never an
+exception that leaves the reload unanswered or, with workers, ends the supervisor (and so every
+worker).
 
 And what connected sessions spend after a reload lowers a budget or removes an analyst."""
 
