@@ -31,6 +31,7 @@ from dpproxy.errors import (
     PolicyViolation,
     UndefinedObject,
 )
+from dpproxy.sql.bounds import SessionBounds
 
 PG_VERSION = "15.0"
 SERVER_VERSION = f"{PG_VERSION} (dpproxy {'.'.join(__version__.split('.')[:2])})"
@@ -272,6 +273,14 @@ def target_value(text: str | None) -> float | None:
 def bound_value(text: str | None) -> int | None:
     """A bound setting's value as the engine takes it: None when each query chooses."""
     return int(text) if text and text.isdigit() else None
+
+
+def session_bounds(get: Callable[[str], str | None]) -> SessionBounds | None:
+    """What a session set for its plans — fixed contribution bounds, a target ± — from its
+    settings (`get`: a setting's value by name), None when nothing."""
+    rows, groups = bound_value(get(ROWS_SETTING)), bound_value(get(GROUPS_SETTING))
+    target = target_value(get(TARGET_SETTING))
+    return None if rows is None and groups is None and target is None else SessionBounds(rows, groups, target)
 
 
 def _check_timeout(name: str) -> Callable[[str], str]:

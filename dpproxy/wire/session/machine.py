@@ -74,17 +74,13 @@ from dpproxy.wire.session.records import (
 from dpproxy.wire.session.shared import EngineCatalogAuth
 from dpproxy.wire.settings import (
     EPSILON_SETTING,
-    GROUPS_SETTING,
     REPORTED,
-    ROWS_SETTING,
     SESSION_DEFAULTS,
-    TARGET_SETTING,
     SessionSettings,
-    bound_value,
     canonical,
     notice_visible,
     parse_options,
-    target_value,
+    session_bounds,
     timeout_ms,
     zone,
 )
@@ -661,13 +657,8 @@ class Session(SessionCommands, PortalCommands):
 
     @property
     def _bounds(self) -> SessionBounds | None:
-        """The contribution bounds the session fixed (SET dpproxy.max_rows_per_unit …), if any."""
-        rows = bound_value(self._settings.get(ROWS_SETTING))
-        groups = bound_value(self._settings.get(GROUPS_SETTING))
-        target = target_value(self._settings.get(TARGET_SETTING))
-        if rows is None and groups is None and target is None:
-            return None
-        return SessionBounds(rows, groups, target)
+        """What the session set for its plans (SET dpproxy.max_rows_per_unit …), if anything."""
+        return session_bounds(self._settings.get)
 
     async def _run_engine(self, sql: str, parameters: Sequence[object], *, stream: bool = False) -> Outcome:
         cancel = Cancellation()
