@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from dpproxy.audit import KINDS, STORED_STATUSES, AuditEntry, parse_moment
+from dpproxy.audit import AUDIT_COLUMNS, KINDS, STORED_STATUSES, AuditEntry, parse_moment
 from dpproxy.cli.common import _ledger_spec, _run, format_table, ledger_option
 
 
@@ -34,27 +34,10 @@ def _moment(value: str | None, name: str) -> datetime | None:
     return moment
 
 
-_AUDIT_FIELDS = (
-    "at",
-    "analyst",
-    "client",
-    "session_id",
-    "statement_id",
-    "kind",
-    "status",
-    "sqlstate",
-    "message",
-    "epsilon",
-    "delta",
-    "rho",
-    "replayed",
-    "rows",
-    "duration",
-    "statement",
-    "parameters",
-    "stages",
-    "entry_id",
-)
+# The CSV and JSON fields: the audit table's columns, the long texts last (a terminal or a spreadsheet
+# shows the short ones first).
+_LAST = ("statement", "parameters", "stages", "entry_id")
+_AUDIT_FIELDS = (*(c for c in AUDIT_COLUMNS if c not in _LAST), *_LAST)
 
 
 @click.command("audit")
