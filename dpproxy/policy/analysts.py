@@ -21,6 +21,7 @@ from dpproxy.policy.problems import Problems, join_path
 from dpproxy.policy.readers import (
     check_keys,
     check_names,
+    read_choice,
     read_float,
     read_integer,
     read_mapping,
@@ -274,13 +275,8 @@ def _read_refresh(node: Node | None, path: str, p: Problems) -> Refresh:
     if node is None:
         return Refresh.NEVER
     fix = f"write one of {', '.join(REFRESHES)}"
-    text = read_text(node, path, p, fix=fix)
-    if text is None:
-        return Refresh.NEVER
-    if text not in REFRESHES:
-        p.add(node.line, path, f"unknown refresh `{text}`", fix)
-        return Refresh.NEVER
-    return Refresh(text)
+    text = read_choice(node, path, p, REFRESHES, what="a refresh", fix=fix)
+    return Refresh.NEVER if text is None else Refresh(text)
 
 
 def report_unused_md5_passwords(node: Node | None, server: ServerPolicy, p: Problems) -> None:

@@ -85,6 +85,18 @@ def read_text(node: Node, path: str, p: Problems, *, fix: str) -> str | None:
     return None
 
 
+def read_choice(
+    node: Node, path: str, p: Problems, choices: Sequence[str], *, what: str, fix: str
+) -> str | None:
+    """One of `choices`, written as text; else None, the problem reported (`what`: how the message
+    names a value that is not one, e.g. "a row bounding"; `fix`: what to write instead)."""
+    text = read_text(node, path, p, fix=fix)
+    if text is not None and text not in choices:
+        p.add(node.line, path, f"`{text}` is not {what}", fix)
+        return None
+    return text
+
+
 def read_mapping(node: Node, path: str, p: Problems, *, example: str) -> dict[str, Node] | None:
     if node.kind == "map":
         return node.value

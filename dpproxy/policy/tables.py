@@ -31,6 +31,7 @@ from dpproxy.policy.readers import (
     check_keys,
     check_names,
     read_boolean,
+    read_choice,
     read_integer,
     read_mapping,
     read_text,
@@ -288,30 +289,30 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
         unit_unique = bool(read_boolean(entries["unit_unique"], f"{path}.unit_unique", p))
     row_bounding = "clamp"
     if "row_bounding" in entries:
-        child = entries["row_bounding"]
-        value_text = read_text(child, f"{path}.row_bounding", p, fix="write clamp or sample")
-        if value_text is not None and value_text not in ROW_BOUNDING:
-            p.add(
-                child.line,
+        row_bounding = (
+            read_choice(
+                entries["row_bounding"],
                 f"{path}.row_bounding",
-                f"`{value_text}` is not a row bounding",
-                "write clamp or sample",
+                p,
+                ROW_BOUNDING,
+                what="a row bounding",
+                fix="write clamp or sample",
             )
-        elif value_text is not None:
-            row_bounding = value_text
+            or row_bounding
+        )
     # Sampling rows is a way of enforcing fixed limits: asking for it fixes them.
     bounds = "fixed" if row_bounding == "sample" else "chosen"
     if "contribution_bounds" in entries:
         child = entries["contribution_bounds"]
-        value_text = read_text(child, f"{path}.contribution_bounds", p, fix="write chosen or fixed")
-        if value_text is not None and value_text not in CONTRIBUTION_BOUNDS:
-            p.add(
-                child.line,
-                f"{path}.contribution_bounds",
-                f"`{value_text}` is not a way of bounding contributions",
-                "write chosen (each query chooses its bounds within the limits) or fixed (the limits)",
-            )
-        elif value_text == "chosen" and row_bounding == "sample":
+        value_text = read_choice(
+            child,
+            f"{path}.contribution_bounds",
+            p,
+            CONTRIBUTION_BOUNDS,
+            what="a way of bounding contributions",
+            fix="write chosen (each query chooses its bounds within the limits) or fixed (the limits)",
+        )
+        if value_text == "chosen" and row_bounding == "sample":
             p.add(
                 child.line,
                 f"{path}.contribution_bounds",

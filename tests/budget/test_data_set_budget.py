@@ -68,7 +68,7 @@ def test_the_policy_reads_the_data_sets_budget_refreshes_and_ledger() -> None:
     for expected in (
         "budget.epsilon: must be greater than 0",
         "budget.delta: missing",
-        "budget.refresh: unknown refresh `hourly`; write one of never, daily, weekly, monthly",
+        "budget.refresh: `hourly` is not a refresh; write one of never, daily, weekly, monthly",
         "server.ledger: is empty",
     ):
         assert expected in problems
