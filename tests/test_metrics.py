@@ -198,8 +198,15 @@ def test_workers_metrics_are_summed_over_every_worker(demo_pg_dsn: str, tmp_path
             connections
         )
         assert value(samples, "dpproxy_statement_seconds_count", kind="private") == len(connections)
-        # Each worker's pool holds at least one idle connection; the gauges are summed over workers.
-        assert value(samples, "dpproxy_backend_connections", state="idle") >= WORKERS
+        # Each worker's pool holds at least one idle connection; the gauges are summed over workers,
+        # each read once a second in its worker (a scrape may come before a worker's first reading).
+        idle = value(samples, "dpproxy_backend_connections", state="idle")
+        for _ in range(50):
+            if idle >= WORKERS:
+                break
+            time.sleep(0.1)
+            idle = value(scrape(metrics_port), "dpproxy_backend_connections", state="idle")
+        assert idle >= WORKERS
         assert_budgets_match(samples, policy, ledger)
         deadline_samples = samples
         for _ in range(50):  # sessions end as the workers see the connections close
