@@ -309,8 +309,8 @@ class AggregateRules:
             )
         if typed.interval is not None and not typed.interval.finite:
             raise PolicyViolation(
-                f"{name}({arg.sql('postgres')}) has no upper or lower bound (a count per person has none "
-                "until it is clamped)",
+                f"{name}({arg.sql('postgres')}) has no upper or lower bound (with fixed contribution "
+                "limits a count or sum per person has none until it is clamped)",
                 hint=f"clamp it, e.g. {name}(LEAST({arg.sql('postgres')}, 20))",
             )
         if typed.interval is None:

@@ -15,8 +15,8 @@ joined on one of its own enforced-unique columns.
 
 A FROM-subquery that groups by the privacy unit is a derived source: one row per person, whose
 aggregates (COUNT, SUM, AVG, MIN, MAX) the outer query may use like columns, with ranges derived
-from the inner columns' bounds (a count has no upper bound until the query clamps it, e.g.
-LEAST(n, 20)). Nothing here reads data.
+from the inner columns' bounds (with ceilings a count is at most max_rows_per_unit; with fixed limits
+it has no upper bound until the query clamps it, e.g. LEAST(n, 20)). Nothing here reads data.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.public import exposed_table
 from dpproxy.sql.rowexpr import Typed, row_expression
+from dpproxy.sql.rowexpr.typed import clip_sql
 from dpproxy.sql.scope import RowScope, Source, SourceColumn
 from dpproxy.sql.types import PgType, avg_result, from_column_type, sum_result
 
@@ -520,7 +521,8 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
             raise NotSupported(
                 f"name each aggregate of subquery {name} with AS", hint="e.g. COUNT(*) AS visits"
             )
-        column, sql = _derived_aggregate(bare, item.alias, scope)
+        cap = None if relation.fixed_bounds else relation.max_rows
+        column, sql = _derived_aggregate(bare, item.alias, scope, cap)
         projections.append(exp.alias_(sql, item.alias, quoted=True))
         columns.append(column)
     if not any(c.is_unit for c in columns):
@@ -553,8 +555,13 @@ def _check_person_column(source: Source, relation: Relation, name: str) -> None:
 
 
 def _derived_aggregate(
-    node: exp.Expression, column_name: str, scope: RowScope
+    node: exp.Expression, column_name: str, scope: RowScope, cap: int | None
 ) -> tuple[SourceColumn, exp.Expression]:
+    """A per-person aggregate's column: its type, its bounds and its SQL. With ceilings (`cap`, the
+    relation's max_rows_per_unit when bounds are chosen per query), a person's COUNT is at most the
+    ceiling and their SUM at most what that many rows can add: clamped there, as the ceiling says no
+    person has more rows (README, "Which aggregates may feed aggregates"). With fixed limits a
+    COUNT or SUM has no upper bound until the outer query clamps it."""
     if not isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
         raise NotSupported(
             f"{node.sql('postgres')} in a per-person subquery is not supported",
@@ -569,7 +576,10 @@ def _derived_aggregate(
             sql = exp.Count(this=exp.Distinct(expressions=[c.sql for c in checked]))
         else:
             sql = exp.Count(this=row_expression(arg, scope).sql)
-        return SourceColumn(column_name, PgType.INT8, Interval(Decimal(0), INFINITY)), sql
+        if cap is None:
+            return SourceColumn(column_name, PgType.INT8, Interval(Decimal(0), INFINITY)), sql
+        capped = exp.Least(this=sql, expressions=[exp.Literal.number(cap)])
+        return SourceColumn(column_name, PgType.INT8, Interval(Decimal(0), Decimal(cap))), capped
     if isinstance(arg, exp.Distinct):
         raise NotSupported(f"{node.key.upper()}(DISTINCT …) in a per-person subquery is not supported")
     typed = row_expression(arg, scope)
@@ -596,6 +606,12 @@ def _derived_aggregate(
         argument = numbers.summable_decimal(typed.sql)
     if isinstance(node, exp.Sum):
         result = sum_result(typed.type)
+        if cap is not None and interval is not None:
+            reach = Interval(cap * min(interval.lo, Decimal(0)), cap * max(interval.hi, Decimal(0)))
+            clamped = clip_sql(exp.Sum(this=argument), reach, result, double=result.is_float)
+            return SourceColumn(
+                column_name, result, reach, grid_scale=scale, fractional=fractional
+            ), clamped
         if interval is not None and interval.lo >= 0:
             interval = Interval(Decimal(0), INFINITY)
         elif interval is not None and interval.hi <= 0:

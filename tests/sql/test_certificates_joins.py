@@ -10,6 +10,7 @@ allowed — after the joins.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 
 import duckdb
 import pytest
@@ -17,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpproxy.engine import Engine
+from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
-from tests.certify import certify
+from tests.certify import at_ceilings, certify, measure
 
 POLICY = """
 version: 1
@@ -55,6 +57,8 @@ QUERIES = [
     "WITH v AS (SELECT pid, x * 2 AS x2 FROM people WHERE x > 0) SELECT COUNT(*), SUM(a.x2) FROM v a JOIN v b ON a.pid = b.pid",
     "SELECT COUNT(*), AVG(s.y2) FROM (SELECT e.pid, e.y / 2 AS y2 FROM events e JOIN people p ON e.pid = p.pid) s",
     "SELECT AVG(LEAST(n, 4)), SUM(LEAST(n, 4)), COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid) t",
+    # With ceilings a person's COUNT and SUM are clamped at what max_rows_per_unit rows can add.
+    "SELECT AVG(n), SUM(total), AVG(total) FROM (SELECT pid, COUNT(*) AS n, SUM(y) AS total FROM events GROUP BY pid) t",
     "SELECT p.grp, AVG(t.m), COUNT(*) FROM (SELECT pid, AVG(y) AS m FROM events GROUP BY pid) t JOIN people p ON p.pid = t.pid GROUP BY p.grp",
     "SELECT COUNT(*) FROM people WHERE grp IN (SELECT grp FROM dims WHERE region = 'n')",
     "SELECT p.grp, MEDIAN(e.y), COUNT(DISTINCT e.kind), mode() WITHIN GROUP (ORDER BY e.kind) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.grp",
@@ -160,3 +164,21 @@ def test_unique_keys_keep_a_join_at_one_row_per_person() -> None:
         "SELECT d.region, COUNT(*) FROM people p JOIN dims d ON p.grp = d.grp GROUP BY 1"
     )
     assert not repeated.query.row_level and repeated.sensitivities == (2,)
+
+
+def test_a_per_person_count_or_sum_is_clamped_at_the_ceiling(tables: Tables) -> None:
+    """A person's COUNT is at most max_rows_per_unit (3 for events) and their SUM at most what 3 rows
+    can add (3 × 100): the measured values are those of the raw SQL with that clamp; with fixed
+    limits the same query is refused until the query clamps it."""
+    persons = [([], [("a", Decimal(90))] * 5), ([], [("b", Decimal(10))] * 2), ([], [("a", None)])]
+    tables.load(persons, [])
+    sql = "SELECT SUM(n), SUM(total) FROM (SELECT pid, COUNT(*) AS n, SUM(y) AS total FROM events GROUP BY pid) t"
+    plan = Engine(parse_policy(POLICY), None, dialect=tables.kind).plan(sql, salt="certificate")
+    measured = at_ceilings(plan, measure(plan, tables.run))
+    # 5 rows → 3, 2, 1; sums 450 → 300, 20, NULL (a person with no value sums nothing); the sum
+    # on y's grid of 2 decimals.
+    assert measured.components[0][:2] == [6, 320 * 100]
+    fixed = POLICY.replace("  events:\n", "  events:\n    contribution_bounds: fixed\n", 1)
+    with pytest.raises(DPProxyError, match="no upper or lower bound") as caught:
+        Engine(parse_policy(fixed), None).plan(sql)
+    assert caught.value.sqlstate == "42501"
