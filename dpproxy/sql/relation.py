@@ -609,9 +609,7 @@ def _derived_aggregate(
         if cap is not None and interval is not None:
             reach = Interval(cap * min(interval.lo, Decimal(0)), cap * max(interval.hi, Decimal(0)))
             clamped = clip_sql(exp.Sum(this=argument), reach, result, double=result.is_float)
-            return SourceColumn(
-                column_name, result, reach, grid_scale=scale, fractional=fractional
-            ), clamped
+            return SourceColumn(column_name, result, reach, grid_scale=scale, fractional=fractional), clamped
         if interval is not None and interval.lo >= 0:
             interval = Interval(Decimal(0), INFINITY)
         elif interval is not None and interval.hi <= 0:
