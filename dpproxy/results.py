@@ -210,6 +210,15 @@ def hidden_groups_note(threshold: int, shown_from: int, *, released: int) -> str
     return text
 
 
+def rows_without_person_note(table: str, unit: str) -> str:
+    """The notice's sentence about rows whose privacy unit is NULL (Engine.rows_without_person_notes):
+    left out of every private answer, and what to do to count them."""
+    return (
+        f"rows of {table} whose {unit} is NULL are left out (they belong to no person; to count each as "
+        "a person of its own, the data owner gives them identifiers in a view)"
+    )
+
+
 def format_number(value: float | None) -> str:
     if value is None:
         return "-"

@@ -45,6 +45,8 @@ class LiveColumn:
     type: ColumnType | None
     # The native type text, e.g. "integer", "numeric(12,2)" (PostgreSQL) or "DECIMAL(12,2)" (DuckDB).
     sql_type: str
+    # False when the database keeps the column NOT NULL (a view's columns: as it reports them).
+    nullable: bool = True
 
 
 @dataclass(frozen=True)

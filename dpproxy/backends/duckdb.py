@@ -63,7 +63,7 @@ DEFAULT_STATEMENT_TIMEOUT_MS = round(DEFAULT_STATEMENT_TIMEOUT_S * 1000)
 _SCALE_ZERO_DECIMAL = re.compile(r"^DECIMAL\(\d+,\s*0\)$")
 
 _TABLES_SQL = """
-SELECT c.table_name, c.column_name, c.data_type
+SELECT c.table_name, c.column_name, c.data_type, c.is_nullable
 FROM information_schema.columns AS c
 JOIN information_schema.tables AS t
   ON t.table_catalog = c.table_catalog AND t.table_schema = c.table_schema AND t.table_name = c.table_name
@@ -365,9 +365,9 @@ class DuckDBBackend(Backend):
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
         found = self._catalog_rows(_TABLES_SQL, schema, "tables")
         tables: dict[str, list[LiveColumn]] = {}
-        for table_name, column_name, data_type in found:
+        for table_name, column_name, data_type, nullable in found:
             tables.setdefault(table_name, []).append(
-                LiveColumn(name=column_name, type=normalise_type(data_type), sql_type=data_type)
+                LiveColumn(column_name, normalise_type(data_type), data_type, nullable != "NO")
             )
         return tables
 

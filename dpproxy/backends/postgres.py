@@ -44,7 +44,7 @@ DEFAULT_STATEMENT_TIMEOUT_MS = round(DEFAULT_STATEMENT_TIMEOUT_S * 1000)
 DEFAULT_ACQUIRE_TIMEOUT_S = 30.0
 
 _TABLES_SQL = """
-SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
+SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), NOT a.attnotnull
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid
@@ -313,9 +313,9 @@ class PostgresBackend(Backend):
     def tables(self, schema: str | None = None) -> dict[str, list[LiveColumn]]:
         found = self._catalog_rows(_TABLES_SQL, schema, "tables")
         tables: dict[str, list[LiveColumn]] = {}
-        for table_name, column_name, sql_type in found:
+        for table_name, column_name, sql_type, nullable in found:
             tables.setdefault(table_name, []).append(
-                LiveColumn(name=column_name, type=normalise_type(sql_type), sql_type=sql_type)
+                LiveColumn(column_name, normalise_type(sql_type), sql_type, bool(nullable))
             )
         return tables
 

@@ -204,7 +204,8 @@ class SparkBackend(Backend):
                     continue
                 columns = catalog.listColumns(f"{_quoted(database)}.{_quoted(table.name)}")
                 found[table.name] = [
-                    LiveColumn(c.name, normalise_spark_type(c.dataType), c.dataType) for c in columns
+                    LiveColumn(c.name, normalise_spark_type(c.dataType), c.dataType, bool(c.nullable))
+                    for c in columns
                 ]
             return found
         except self._errors as exc:

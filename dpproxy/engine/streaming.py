@@ -96,7 +96,10 @@ def stream_plan(
         finally:
             source.close()
         columns = answer_columns(plan, release.errors())
-        notes = hidden_groups_notes(plan.query, plan.noise, release.groups)
+        notes = (
+            *hidden_groups_notes(plan.query, plan.noise, release.groups),
+            *engine.rows_without_person_notes(plan.query),
+        )
         count_rows()
         summary = charge.commit(Result(columns, [], notes=notes), plan.cost)
         if stored is not None and replay is not None:
