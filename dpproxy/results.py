@@ -9,9 +9,10 @@ import datetime as dt
 import functools
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import TYPE_CHECKING
 
 from dpproxy.budget import epsilon_equivalent
 from dpproxy.privacy import (
@@ -19,6 +20,9 @@ from dpproxy.privacy import (
 )
 from dpproxy.privacy.accounting import FIT_RELATIVE_TOLERANCE
 from dpproxy.sql.types import PgType
+
+if TYPE_CHECKING:
+    from dpproxy.sql.relation import Relation
 
 
 @dataclass(frozen=True)
@@ -210,12 +214,17 @@ def hidden_groups_note(threshold: int, shown_from: int, *, released: int) -> str
     return text
 
 
-def rows_without_person_note(table: str, unit: str) -> str:
-    """The notice's sentence about rows whose privacy unit is NULL (Engine.rows_without_person_notes):
-    left out of every private answer, and what to do to count them."""
+def rows_without_person_notes(relation: Relation, not_null: Collection[str]) -> tuple[str, ...]:
+    """The notice's sentence that rows whose privacy unit is NULL were left out of the answer (README,
+    "Rows without a person") and what would count them, unless the database keeps that column NOT
+    NULL (`not_null`: such tables): of the plan and the schema, never of the data (it is said whether
+    or not such rows exist)."""
+    table = relation.nullable_unit_table(not_null)
+    if table is None:
+        return ()
     return (
-        f"rows of {table} whose {unit} is NULL are left out (they belong to no person; to count each as "
-        "a person of its own, the data owner gives them identifiers in a view)"
+        f"rows of {table} whose {relation.unit_name} is NULL are left out (they belong to no person; to "
+        "count each as a person of its own, the data owner gives them identifiers in a view)",
     )
 
 

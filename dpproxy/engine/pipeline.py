@@ -56,6 +56,7 @@ from dpproxy.errors import (
 )
 from dpproxy.explain import Explanation, explain_plan
 from dpproxy.policy import DATASET, AnalystPolicy, Policy, check_against_schema, load_policy
+from dpproxy.policy.live_schema import units_kept_not_null
 from dpproxy.privacy import Cost
 from dpproxy.release import choose_groups, exact_groups, post_process, release_aggregates
 from dpproxy.release.bounds import choose_bounds
@@ -67,7 +68,7 @@ from dpproxy.results import (
     ResultColumn,
     ResultStream,
     format_number,
-    rows_without_person_note,
+    rows_without_person_notes,
 )
 from dpproxy.sql.analyze import (
     analyze,
@@ -144,9 +145,8 @@ class Engine:
     _live: _LivePolicy = field(init=False)
     # unique_columns as read from the backend, before the policy's `unit_unique` is added.
     enforced_unique: dict[str, frozenset[str]] = field(default_factory=dict, init=False)
-    # The protected tables whose privacy-unit column the database keeps NOT NULL: no answer over
-    # them needs to say that rows without a person were left out (`rows_without_person_notes`).
-    _unit_not_null: frozenset[str] = field(default=frozenset(), init=False)
+    # Tables whose unit column is NOT NULL (dpproxy.results.rows_without_person_notes).
+    unit_not_null: frozenset[str] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
         if not self.dialect:
@@ -234,12 +234,7 @@ class Engine:
         problems = check_against_schema(self.policy, live)
         if problems:
             raise PolicyError(problems, source=f"{self.policy.source} against the backend")
-        self._unit_not_null = frozenset(
-            table.name
-            for table in self.policy.tables
-            if table.privacy_unit is not None
-            and any(c.name == table.privacy_unit and not c.nullable for c in live.get(table.name, ()))
-        )
+        self.unit_not_null = units_kept_not_null(self.policy, live)
         for schema in schemas:
             enforced = self.backend.unique_columns(schema)
             for table in self.policy.tables:
@@ -261,18 +256,6 @@ class Engine:
             )
             tables.append(ExposedTable(table.name, columns, table.public, table.privacy_unit))
         return tuple(tables)
-
-    def rows_without_person_notes(self, query: PrivateQuery) -> tuple[str, ...]:
-        """The notice's sentence saying that rows whose privacy unit is NULL were left out (README,
-        "Rows without a person"), unless the database keeps that column NOT NULL. A fact of the
-        plan and of the schema, never of the data: it is said whether or not such rows exist."""
-        relation = query.relation
-        if relation.row_level or relation.unit is None:
-            return ()
-        source = next((s for s in relation.sources if s.alias == relation.unit.table), None)
-        if source is None or source.policy is None or source.policy.name in self._unit_not_null:
-            return ()
-        return (rows_without_person_note(source.label, relation.unit.name),)
 
     # -- planning ----------------------------------------------------------------------------------
 
@@ -778,7 +761,7 @@ class Engine:
             by_column=True,
         )
         notes = (*notes, *hidden_groups_notes(query, noise, len(released.keys)))  # the threshold
-        notes = (*notes, *self.rows_without_person_notes(query))
+        notes = (*notes, *rows_without_person_notes(query.relation, self.unit_not_null))
         return Result(answer_columns(plan, released.errors), out_rows, notes=notes)
 
     # Answers with more rows than this are not stored for free replay: a repeat is charged again

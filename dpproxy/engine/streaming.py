@@ -24,7 +24,7 @@ from dpproxy.errors import InvalidParameter
 from dpproxy.policy import AnalystPolicy
 from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.stream import StreamedRelease, StreamOrderError
-from dpproxy.results import Result, ResultStream, encode_result
+from dpproxy.results import Result, ResultStream, encode_result, rows_without_person_notes
 from dpproxy.sql.rewrite.state import key_column
 from dpproxy.sql.types import PgType
 
@@ -98,7 +98,7 @@ def stream_plan(
         columns = answer_columns(plan, release.errors())
         notes = (
             *hidden_groups_notes(plan.query, plan.noise, release.groups),
-            *engine.rows_without_person_notes(plan.query),
+            *rows_without_person_notes(plan.query.relation, engine.unit_not_null),
         )
         count_rows()
         summary = charge.commit(Result(columns, [], notes=notes), plan.cost)

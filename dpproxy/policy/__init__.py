@@ -21,7 +21,12 @@ from __future__ import annotations
 from dpproxy.policy.columns import MAX_SCALE
 from dpproxy.policy.defaults import MAX_DATA_EPOCH_LENGTH
 from dpproxy.policy.drafting import draft_policy
-from dpproxy.policy.live_schema import LiveColumnLike, check_against_schema, reference_warnings
+from dpproxy.policy.live_schema import (
+    LiveColumnLike,
+    check_against_schema,
+    reference_warnings,
+    units_kept_not_null,
+)
 from dpproxy.policy.loading import load_policy, parse_policy
 from dpproxy.policy.model import (
     ACCOUNTING,
@@ -79,4 +84,5 @@ __all__ = [
     "next_refresh",
     "parse_policy",
     "reference_warnings",
+    "units_kept_not_null",
 ]

@@ -1,9 +1,10 @@
 """A policy against the live schema: do its tables and columns exist, with types it can trust?
 
-This module owns `check_against_schema` and what "compatible" means: a policy type accepts a live
-type whose every value is a value of the declared type (a narrower integer, an exactly representable
-integer for a fractional type, text for varchar and back). Live columns the policy does not list are
-fine: they are simply not exposed. `LiveColumnLike` is the shape of a live column it reads.
+This module owns `check_against_schema`, `units_kept_not_null` and what "compatible" means: a
+policy type accepts a live type whose every value is a value of the declared type (a narrower
+integer, an exactly representable integer for a fractional type, text for varchar and back). Live
+columns the policy does not list are fine: they are simply not exposed. `LiveColumnLike` is the
+shape of a live column it reads.
 
 It must never import a backend or touch data (dependencies point down): it works on the column list
 the caller got from the backend.
@@ -30,6 +31,9 @@ class LiveColumnLike(Protocol):
     @property
     def sql_type(self) -> str: ...  # the database's own spelling, for messages
 
+    @property
+    def nullable(self) -> bool: ...  # False: the database keeps it NOT NULL
+
 
 # Within a family, a policy type accepts any live type of equal or lower rank: every value the live
 # column can hold is then a value of the declared type. Fractional policy types accept exactly
@@ -52,6 +56,17 @@ _ACCEPTS: dict[ColumnType, frozenset[ColumnType]] = {
     ColumnType.TIMESTAMP: frozenset({ColumnType.TIMESTAMP}),
     ColumnType.TIMESTAMPTZ: frozenset({ColumnType.TIMESTAMPTZ}),
 }
+
+
+def units_kept_not_null(policy: Policy, live: Mapping[str, Sequence[LiveColumnLike]]) -> frozenset[str]:
+    """The protected tables whose privacy-unit column the database keeps NOT NULL (`live` as for
+    check_against_schema): their answers need not say that rows without a person were left out."""
+    return frozenset(
+        table.name
+        for table in policy.tables
+        if table.privacy_unit is not None
+        and any(c.name == table.privacy_unit and not c.nullable for c in live.get(table.name, ()))
+    )
 
 
 def check_against_schema(policy: Policy, live: Mapping[str, Sequence[LiveColumnLike]]) -> list[str]:

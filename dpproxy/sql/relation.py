@@ -69,6 +69,17 @@ class Relation:
     def unit_is_row(self) -> bool:
         return self.unit is None
 
+    def nullable_unit_table(self, not_null: Collection[str]) -> str | None:
+        """The table whose privacy-unit column the relation's persons are read from, when the rows
+        it reads may have a NULL one (left out: README, "Rows without a person"); `not_null`: the
+        tables whose unit column the database keeps NOT NULL."""
+        if self.row_level or self.unit is None:
+            return None
+        source = next((s for s in self.sources if s.alias == self.unit.table), None)
+        if source is None or source.policy is None or source.policy.name in not_null:
+            return None
+        return source.label
+
     @property
     def row_level(self) -> bool:
         return self.unit is None or self.unit_unique
