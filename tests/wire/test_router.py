@@ -97,6 +97,8 @@ COMMANDS = [
     ("RESET ALL", Kind.SESSION, "RESET", "reset", "all", None, {}),
     ("RESET application_name", Kind.SESSION, "RESET", "reset", "application_name", None, {}),
     ("RESET TIME ZONE", Kind.SESSION, "RESET", "reset", "timezone", None, {}),
+    ("RESET TRANSACTION ISOLATION LEVEL", Kind.SESSION, "RESET", "reset", "transaction_isolation", None, {}),
+    ("RESET SESSION AUTHORIZATION", Kind.SESSION, "RESET", "reset", "session_authorization", None, {}),
     ("SHOW dpproxy.budget", Kind.SESSION, "SHOW", "show", "dpproxy.budget", None, {}),
     ("show transaction isolation level", Kind.SESSION, "SHOW", "show", "transaction_isolation", None, {}),
     ("SHOW TIME ZONE", Kind.SESSION, "SHOW", "show", "timezone", None, {}),

@@ -351,36 +351,30 @@ class _Router(PreparedReader, CopyReader):
 
     def reset(self) -> Statement:
         self.expect("reset")
-        if self.at_word("time") and self._next_is("zone"):
-            self.pos += 2
-            name = "timezone"
-        elif self.at_word("session") and self._next_is("authorization"):
-            self.pos += 2
-            name = "session_authorization"
-        elif self.at_word("transaction") and self._next_is("isolation"):
-            self.pos += 3
-            name = "transaction_isolation"
-        else:
-            name = self.setting_name()
+        name = self.spoken_setting()
         self.expect_end()
         return Statement(Kind.SESSION, self.sql, "RESET", "reset", name)
 
     def show(self) -> Statement:
         self.expect("show")
-        if self.at_word("time") and self._next_is("zone"):
-            self.pos += 2
-            name = "timezone"
-        elif self.at_word("transaction") and self._next_is("isolation"):
-            self.pos += 2
-            self.expect("level")
-            name = "transaction_isolation"
-        elif self.at_word("session") and self._next_is("authorization"):
-            self.pos += 2
-            name = "session_authorization"
-        else:
-            name = self.setting_name()
+        name = self.spoken_setting()
         self.expect_end()
         return Statement(Kind.SESSION, self.sql, "SHOW", "show", name)
+
+    def spoken_setting(self) -> str:
+        """The setting SHOW and RESET name: TIME ZONE, SESSION AUTHORIZATION and TRANSACTION
+        ISOLATION LEVEL in words, as PostgreSQL's grammar spells them, else a setting name."""
+        if self.at_word("time") and self._next_is("zone"):
+            self.pos += 2
+            return "timezone"
+        if self.at_word("session") and self._next_is("authorization"):
+            self.pos += 2
+            return "session_authorization"
+        if self.at_word("transaction") and self._next_is("isolation"):
+            self.pos += 2
+            self.expect("level")
+            return "transaction_isolation"
+        return self.setting_name()
 
     def discard(self) -> Statement:
         self.expect("discard")
