@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import difflib
 from decimal import Decimal
+from typing import TypeVar
 
 from dpproxy.policy.marked_yaml import Node
 from dpproxy.policy.model import DEFAULT_GRID_SCALE, ColumnPolicy
@@ -254,6 +255,22 @@ def _read_bounds(
             bounds[key] = None
             continue
         bounds[key] = value
+    return _bound_pair(entries, given, bounds, path, p, "greater than")
+
+
+_Bound = TypeVar("_Bound", Decimal, datetime.date)
+
+
+def _bound_pair(
+    entries: dict[str, Node],
+    given: list[str],
+    bounds: dict[str, _Bound | None],
+    path: str,
+    p: Problems,
+    after: str,
+) -> tuple[_Bound | None, _Bound | None]:
+    """(lower, upper) once both are given and in order; (None, None) with a problem otherwise.
+    `after`: how the message says lower lies beyond upper ("greater than", "later than")."""
     if len(given) == 1:
         key = given[0]
         missing = "upper" if key == "lower" else "lower"
@@ -264,7 +281,7 @@ def _read_bounds(
         p.add(
             entries["lower"].line,
             f"{path}.lower",
-            f"lower ({lower}) is greater than upper ({upper})",
+            f"lower ({lower}) is {after} upper ({upper})",
             "swap them: lower must be <= upper",
         )
         return None, None
@@ -283,21 +300,7 @@ def _read_temporal_bounds(
     bounds: dict[str, datetime.date | None] = {}
     for key in given:
         bounds[key] = _temporal_bound(entries[key], f"{path}.{key}", p, column_type, upper=key == "upper")
-    if len(given) == 1:
-        key = given[0]
-        missing = "upper" if key == "lower" else "lower"
-        p.add(entries[key].key_line, f"{path}.{key}", f"`{missing}` is missing", "give both lower and upper")
-        return None, None
-    lower, upper = bounds["lower"], bounds["upper"]
-    if lower is not None and upper is not None and lower > upper:
-        p.add(
-            entries["lower"].line,
-            f"{path}.lower",
-            f"lower ({lower}) is later than upper ({upper})",
-            "swap them: lower must be <= upper",
-        )
-        return None, None
-    return lower, upper
+    return _bound_pair(entries, given, bounds, path, p, "later than")
 
 
 def _temporal_bound(
