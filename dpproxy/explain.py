@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from dpproxy.policy import Mechanism
 from dpproxy.privacy import (
     Cost,
+    QuantileSpec,
 )
 from dpproxy.release import (
     selectors,
@@ -137,6 +138,14 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                 if (refined := getattr(spec, "refined", None)) is not None
                 else ""
             )
+        )
+    for a, (low, _high) in chosen.interval_ends.items():
+        spec = plan.noise.selectors[low]
+        assert isinstance(spec, QuantileSpec)
+        choices.append(
+            f"dp_interval_low/high({query.aggregates[a].text}): two more picks over {spec.candidates} "
+            f"candidates per group, their target ranks moved by ∓{abs(spec.shift)} (noise scale "
+            f"{spec.scale:.6g}, half a share each)"
         )
     if chosen.top_k is not None and query.top_k is not None:
         spec = plan.noise.selectors[chosen.top_k]

@@ -187,12 +187,12 @@ def _plan(
     if accounting == Accounting.ZCDP:
         return _plan_zcdp(epsilon, delta, components, selection_groups, requests, asked, allocated)
     k = len(components)
-    shares = k + len(requests) + (1 if selection_groups is not None else 0)
+    shares = k + _request_shares(requests) + (1 if selection_groups is not None else 0)
     if shares == 0:
         return QueryNoise((), None, Cost.ZERO)
     part = _weighted_part(epsilon, shares, len(asked))
     share = value_parts(shares, len(asked)) * part if asked else even_share(epsilon, shares)
-    selectors = tuple(selector_for(request, Accounting.PURE, share) for request in requests)
+    selectors = _selectors(requests, Accounting.PURE, share)
     cost = Cost.ZERO
     for selector in selectors:
         cost = cost + Cost(selector.epsilon)
@@ -210,7 +210,7 @@ def _plan(
     else:
         selection = None
         epsilon_rest, delta_rest = epsilon, delta
-        pure_shares = len(requests) + (1 if selection_groups is not None else 0)
+        pure_shares = _request_shares(requests) + (1 if selection_groups is not None else 0)
         pure_parts = [share] * pure_shares + [part] * len(asked)
         if selection_groups is not None:
             delta_share = delta if k == 0 else delta / 2.0
@@ -259,6 +259,24 @@ def pure_selection(max_groups: int, epsilon: float, delta: float) -> SelectionSp
     return dataclasses.replace(gaussian, epsilon=converted, delta=total_delta)
 
 
+def _is_interval_end(request: SelectorRequest) -> bool:
+    return isinstance(request, QuantileRequest) and request.end != 0
+
+
+def _request_shares(requests: tuple[SelectorRequest, ...]) -> int:
+    """The shares the selector requests take: one each, but the two ends of a quantile's interval
+    (dp_interval_low/high) one together: asking for an interval costs one more share, as one more
+    released value would."""
+    ends = sum(1 for r in requests if _is_interval_end(r))
+    return len(requests) - ends // 2
+
+
+def _selectors(requests: tuple[SelectorRequest, ...], accounting: Accounting, share: float) -> tuple:
+    """Each request's selector at its share (an interval end at half of one: see _request_shares;
+    halving a float is exact, so a pair costs at most one share)."""
+    return tuple(selector_for(r, accounting, share / 2 if _is_interval_end(r) else share) for r in requests)
+
+
 def _weighted_part(total: float, values: int, choices: int) -> float:
     """The largest part p whose upward-rounded sum over `values` shares of w·p and `choices` shares of
     p is <= total, w = value_parts(values, choices)."""
@@ -297,7 +315,7 @@ def _plan_zcdp(
     asked: tuple[BoundRequest, ...] = (),
     allocated: bool = False,
 ) -> QueryNoise:
-    values = len(components) + len(requests) + (1 if selection_groups is not None else 0)
+    values = len(components) + _request_shares(requests) + (1 if selection_groups is not None else 0)
     if values == 0:
         return QueryNoise((), None, Cost.ZERO, (), Accounting.ZCDP)
     # In parts: value_parts(…) per released value, one per choice of a bound (see _plan).
@@ -322,7 +340,7 @@ def _plan_zcdp(
             part = max(part, even_share(remainder(total, selection.rho), shares - weight))
     share = weight * part
     columns = tuple(gaussian_noise(s, g, share) for s, g in components)
-    selectors = tuple(selector_for(request, Accounting.ZCDP, share) for request in requests)
+    selectors = _selectors(requests, Accounting.ZCDP, share)
     unit_error = gaussian_noise(1, 1, share).error95() if asked else 1.0
     choices = _choices(asked, Accounting.ZCDP, part, unit_error)
     rho = sum_up(spent_rho + [c.rho for c in columns] + [s.rho for s in selectors] + [c.rho for c in choices])

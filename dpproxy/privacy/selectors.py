@@ -189,6 +189,14 @@ class QuantileSpec:
     # fixed partition: the same sensitivity. `epsilon`/`rho` here are the total of both picks
     # (sequential composition); the rank bound is the second pick's, whose partition covers the domain.
     refined: QuantileSpec | None = None
+    # An end of the quantile's interval of values (dp_interval_low/high; 0 < α < 1 only): the target
+    # rank moved by `shift` ranks, −s for the low end and +s for the high one (interval_shift), and
+    # the edge bin of that side (the first for the low end, the last for the high one) scored at
+    # least −(s − 2)/2 ranks. The low end is the picked bin's lower edge, the high end its upper edge:
+    # each lies beyond the true quantile with probability >= 97.5% in every group (the argument at
+    # interval_shift), both together >= 95%. A constant shift of the target, and the max of a score
+    # with a constant, leave the scores' sensitivity as it is.
+    shift: int = 0
 
     @property
     def is_extreme(self) -> bool:
@@ -208,7 +216,7 @@ class QuantileSpec:
         elif self.alpha == 1:
             target = max(2 * (n - self.extreme_rank), n)
         else:
-            target = self.alpha.numerator * n
+            target = self.alpha.numerator * n + self.alpha.denominator * self.shift
         scores = []
         below = 0
         for count in counts:
@@ -217,6 +225,10 @@ class QuantileSpec:
             distance = low - target if target < low else max(0, target - high)
             scores.append(max(-distance, _SCORE_FLOOR))
             below = above
+        if self.shift:
+            edge = -width * ((abs(self.shift) - 2) // 2)
+            side = 0 if self.shift < 0 else -1
+            scores[side] = max(scores[side], edge)
         return scores
 
     def select(self, bin_counts: Sequence[int]) -> int:
@@ -249,6 +261,26 @@ class QuantileSpec:
         return min(tail, float(max(self.alpha, 1 - self.alpha) * n))
 
 
+def interval_shift(scale: float, candidates: int, alpha: Fraction) -> int:
+    """s = 2y + 2, the ranks an interval end's pick moves its target by (QuantileSpec.shift), with
+    y = ⌈x⌉ and x the rank distance the pick's noise reaches with probability 2.5% over the K − 1
+    rivals ((K − 1)·exp(−den·x/scale) = 2.5%, den the score units per rank).
+
+    The low end: target T = α·n − s; the released end is c_j, the lower edge of the picked bin j.
+    The true quantile v* (PERCENTILE_CONT's interpolation, PERCENTILE_DISC's value) is at least the
+    value of 0-based rank ⌊α(n − 1)⌋, and α(n − 1) >= α·n − 1. A bin with c_j > v* ("bad") has every
+    value up to v* below c_j, so rank_j >= α·n − 1 and its distance to T is at least s − 1 ranks: it
+    scores at most −(2y + 1) ranks. The first bin is never bad (c_0 is the range's lower bound, at
+    most every clipped value), and scores at least −y: the best score is at least −y, every bad bin
+    at least y + 1 >= x below it, so one is picked with probability <= 2.5%. Whatever n is: a group
+    too small for its target to lie among its ranks has the first bin win, a wide but true end. The
+    high end mirrors it with the last bin and upper edges (v* is at most the value of 0-based rank
+    ⌈α·n⌉ − 1, so a bin with c_{j+1} < v* has rank_{j+1} <= α·n, at least s ranks from α·n + s; the
+    last bin's upper edge is the range's upper bound)."""
+    x = _selection_tail(scale, candidates, picks=2) / alpha.denominator
+    return 2 * math.ceil(x) + 2
+
+
 @lru_cache(maxsize=1024)
 def _quantile(
     alpha: Fraction,
@@ -258,15 +290,18 @@ def _quantile(
     accounting: Accounting,
     budget: float,
     fine_candidates: int = 0,
+    end: int = 0,
 ) -> QuantileSpec:
     check_count("the number of quantile candidates", candidates)
+    if end and alpha in (0, 1):
+        raise InvalidParameter("MIN and MAX have no interval of values")
     check_unit_limits(max_contributions, max_groups)
     if alpha in (0, 1):
         sensitivity = 2 * max_contributions
     else:
         sensitivity = max_contributions * max(alpha.numerator, alpha.denominator - alpha.numerator)
     refined = None
-    if fine_candidates and alpha not in (0, 1):
+    if fine_candidates and alpha not in (0, 1) and not end:
         # Sequential composition: the coarse pick's total, then the fine pick's at what is left.
         first = _quantile(alpha, candidates, max_contributions, max_groups, accounting, budget * COARSE_SHARE)
         refined = _quantile(
@@ -296,6 +331,7 @@ def _quantile(
     if alpha in (0, 1):
         extreme_rank = max(1, math.ceil(_selection_tail(scale, candidates) / 2))
     epsilon, rho = (total, 0.0) if accounting == Accounting.PURE else (0.0, total)
+    shift = end * interval_shift(scale, candidates, alpha) if end else 0
     return QuantileSpec(
         alpha,
         candidates,
@@ -307,6 +343,7 @@ def _quantile(
         scale,
         sensitivity,
         extreme_rank,
+        shift=shift,
     )
 
 
@@ -459,6 +496,7 @@ class QuantileRequest:
     max_contributions: int
     max_groups: int
     fine_candidates: int = 0  # > 0: refined in a second pass (QuantileSpec.refined)
+    end: int = 0  # −1 / +1: the low / high end of its interval of values (QuantileSpec.shift)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alpha", _fraction(self.alpha))
@@ -497,6 +535,7 @@ def selector_for(request: SelectorRequest, accounting: Accounting, budget: float
             accounting,
             budget,
             request.fine_candidates,
+            request.end,
         )
     if isinstance(request, ModeRequest):
         return _mode(request.candidates, request.max_contributions, request.max_groups, accounting, budget)

@@ -227,21 +227,72 @@ def release_aggregates(
         )
         for a, aggregate in enumerate(query.aggregates)
     ]
-    return _with_intervals(query, ReleasedGroups(groups.keys, value_columns, errors, error_columns))
+    released = ReleasedGroups(groups.keys, value_columns, errors, error_columns)
+    return _with_intervals(query, released, groups, noise)
 
 
-def _with_intervals(query: PrivateQuery, released: ReleasedGroups) -> ReleasedGroups:
-    """The released groups with the interval ends the query reads appended to their columns."""
+def _with_intervals(
+    query: PrivateQuery,
+    released: ReleasedGroups,
+    groups: ExactGroups | None = None,
+    noise: QueryNoise | None = None,
+) -> ReleasedGroups:
+    """The released groups with the interval ends the query reads appended to their columns (a
+    quantile's from its own picks over the groups' histograms, with `groups` and `noise`)."""
     ends = interval_slots(query.post_processing)
     if not ends:
         return released
-    extra = [
-        interval_column(
-            query.aggregates[a], end, released.columns[a], released.error_columns[a], released.errors[a]
+    picks = selectors(query).interval_ends
+    extra = []
+    for a, end in ends:
+        if a in picks:
+            assert groups is not None and noise is not None
+            spec = noise.selectors[picks[a][0 if end == "low" else 1]]
+            extra.append(quantile_interval_column(query, a, end, spec, groups, released.columns[a]))
+            continue
+        extra.append(
+            interval_column(
+                query.aggregates[a], end, released.columns[a], released.error_columns[a], released.errors[a]
+            )
         )
-        for a, end in ends
-    ]
     return ReleasedGroups(released.keys, [*released.columns, *extra], released.errors, released.error_columns)
+
+
+def quantile_interval_column(
+    query: PrivateQuery,
+    a: int,
+    end: str,
+    spec: SelectorSpec,
+    groups: ExactGroups,
+    values: Sequence[object],
+) -> list[object]:
+    """One end of each released group's 95% interval of a quantile (MEDIAN, PERCENTILE_CONT/DISC):
+    the lower edge of the bin `spec` (the low end's pick, its target moved down by QuantileSpec.shift
+    ranks) picks from the group's coarse histogram, or the upper edge of the high end's pick (the
+    last bin holds only the range's upper bound: that bound). Each end lies beyond the true quantile
+    with probability >= 97.5% in a group with enough values (privacy.selectors.interval_shift); the
+    interval is widened to hold the released value, in the result type, rounded outwards."""
+    aggregate = query.aggregates[a]
+    histogram = query.histograms[aggregate.histogram]
+    assert isinstance(spec, QuantileSpec) and spec.shift != 0
+    low = end == "low"
+    out: list[object] = []
+    for g, value in enumerate(values):
+        if value is None:
+            out.append(None)
+            continue
+        j = spec.select(groups.histograms[g][aggregate.histogram])
+        edge = histogram.candidate(j if low else min(j + 1, histogram.candidates - 1))
+        reached = _candidate(edge, aggregate.result_type)
+        if aggregate.result_type.is_temporal:
+            out.append(min(reached, value) if low else max(reached, value))  # type: ignore[type-var]
+            continue
+        with localcontext() as ctx:
+            ctx.prec = 200
+            released, bound = Decimal(value), Decimal(reached)  # type: ignore[arg-type]
+            bound = min(bound, released) if low else max(bound, released)
+            out.append(_outwards(bound, released, aggregate.result_type, low))
+    return out
 
 
 def interval_column(

@@ -9,9 +9,11 @@ It never sees rows, values or noise: only the query's declared aggregates and li
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from dpproxy.privacy import ModeRequest, QuantileRequest, SelectorRequest, TopKRequest
+from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 
@@ -22,6 +24,9 @@ class Selectors:
     requests: tuple[SelectorRequest, ...]
     by_aggregate: dict[int, int]  # aggregate index -> selector index
     top_k: int | None  # selector index of the top-k selection
+    # aggregate index -> selector indexes of its interval's (low, high) ends: quantiles whose
+    # dp_interval_low/high the query reads, each end a pick of its own (QuantileSpec.shift)
+    interval_ends: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 def selectors(query: PrivateQuery) -> Selectors:
@@ -48,4 +53,15 @@ def selectors(query: PrivateQuery) -> Selectors:
         top_k = len(requests)
         # Counts, and sums of non-negative values, only grow when a person is added.
         requests.append(TopKRequest(k, component.sensitivity(r), monotonic=lo >= 0))
-    return Selectors(tuple(requests), by_aggregate, top_k)
+    # Last, so that the indexes above are those of a query that reads no interval.
+    interval_ends: dict[int, tuple[int, int]] = {}
+    for a in sorted({a for a, _ in interval_slots(query.post_processing)}):
+        aggregate = query.aggregates[a]
+        if aggregate.kind is not AggregateKind.QUANTILE:
+            continue
+        assert aggregate.alpha is not None and 0 < aggregate.alpha < 1
+        histogram = query.histograms[aggregate.histogram]
+        interval_ends[a] = (len(requests), len(requests) + 1)
+        for end in (-1, 1):
+            requests.append(QuantileRequest(aggregate.alpha, histogram.candidates, r, g, end=end))
+    return Selectors(tuple(requests), by_aggregate, top_k, interval_ends)

@@ -381,7 +381,11 @@ class PrivateAnalyzer(AggregateRules):
         (placeholder,) = [c for c in argument.find_all(exp.Column) if c.name.startswith("__agg_")]
         index = int(placeholder.name.removeprefix("__agg_"))
         aggregate = self.aggregates[index]
-        if aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
+        # A quantile's interval is two more picks (dpproxy.release.requests); MIN, MAX and MODE have
+        # none: their 95% bound is on ranks or counts.
+        if aggregate.kind is AggregateKind.MODE or (
+            aggregate.kind is AggregateKind.QUANTILE and aggregate.alpha in (0, 1)
+        ):
             raise intervals.refuse_exponential(call, self.originals[placeholder.name].sql())
         replacement = intervals.interval_placeholder(index, end)
         self.originals.setdefault(replacement.name, call.copy())

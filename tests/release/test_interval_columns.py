@@ -160,9 +160,9 @@ def test_describe_gives_the_interval_columns_types(engine: Engine) -> None:
 
 REFUSED = [
     (
-        "SELECT dp_interval_low(MEDIAN(income)) FROM patients",
+        "SELECT sex, MIN(age), dp_interval_low(MIN(age)) FROM patients GROUP BY sex",
         "0A000",
-        "dp_interval_low(MEDIAN(income)): MEDIAN(income) is released by the exponential mechanism",
+        "dp_interval_low(MIN(age)): MIN(age) is released by the exponential mechanism",
     ),
     (
         "SELECT sex, MAX(age), dp_interval_high(MAX(age)) FROM patients GROUP BY sex",
@@ -203,6 +203,26 @@ def test_refusals_name_what_was_written(engine: Engine, sql: str, sqlstate: str,
     assert caught.value.sqlstate == sqlstate
     assert message in caught.value.message
     assert engine.budget("alice").spent.epsilon == 0  # refused before anything was charged
+
+
+def test_a_median_and_a_percentile_have_intervals_of_values(engine: Engine) -> None:
+    """Two more picks per quantile (dpproxy.privacy.selectors.interval_shift): the ends are values of
+    the column's range, in the result type, around the released value; the query costs what it was
+    asked to (one more share inside the same ε)."""
+    sql = (
+        "SELECT diagnosis, MEDIAN(income) AS m, dp_interval_low(m), dp_interval_high(m), "
+        "percentile_disc(0.9) WITHIN GROUP (ORDER BY age) AS p, dp_interval_low(p), dp_interval_high(p) "
+        "FROM patients GROUP BY diagnosis"
+    )
+    plan = engine.plan(sql, epsilon=1.0)
+    assert len(plan.noise.selectors) == 6  # each quantile's pick, then each one's two ends
+    result = ask(engine, sql)
+    assert result.cost.epsilon == pytest.approx(1.0)
+    assert [c.type for c in result.columns[1:]] == [PgType.FLOAT8] * 3 + [PgType.INT4] * 3
+    assert len(result.rows) == 6
+    for _, m, m_low, m_high, p, p_low, p_high in result.rows:
+        assert 0 <= m_low <= m <= m_high <= 500000
+        assert 0 <= p_low <= p <= p_high <= 120 and all(type(v) is int for v in (p, p_low, p_high))
 
 
 def _aggregate(kind: AggregateKind, result_type: PgType, lo: int = 0, hi: int = 100) -> Aggregate:

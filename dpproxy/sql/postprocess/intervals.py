@@ -144,7 +144,7 @@ def refuse_exponential(call: exp.Anonymous, aggregate: str) -> NotSupported:
     return NotSupported(
         f"{written}: {aggregate} is released by the exponential mechanism, whose 95% bound is on ranks "
         "or counts (shown in the NOTICE), not an interval of values; dp_interval_* is not available for it",
-        hint="dp_interval_low/high take COUNT, SUM, AVG, VAR or STDDEV aggregates",
+        hint="dp_interval_low/high take COUNT, SUM, AVG, VAR, STDDEV, MEDIAN and percentile aggregates",
     )
 
 
