@@ -3,7 +3,8 @@
 This module owns steps 3 and 4 of a release: noise added to every component of every released group
 (dpproxy.privacy owns the samplers), then COUNT, SUM, AVG, VAR and STDDEV computed from the noisy
 components (rounding, clamping into the column's bounds), the exponential mechanism's picks for
-quantiles and MODE, and randomized-response counts.
+quantiles and MODE, and randomized-response counts; the interval columns' ends are computed by
+dpproxy.release.intervals, from what this module released.
 
 95% error bars. Every ± labelled 95% covers the true value with probability >= 95%, for each
 released group: a value derived from k noisy components bounds each at level 1 − 5%/k
@@ -30,7 +31,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import TypeVar
 
 import numpy as np
@@ -44,6 +45,13 @@ from dpproxy.privacy import (
     component_alpha,
 )
 from dpproxy.release.exact import ExactGroups
+from dpproxy.release.intervals import (
+    COUNTS,
+    candidate_value,
+    centre_offsets,
+    interval_column,
+    quantile_interval_column,
+)
 from dpproxy.release.requests import selectors
 from dpproxy.release.spans import (
     CEILING,
@@ -57,7 +65,6 @@ from dpproxy.release.spans import (
     reach,
 )
 from dpproxy.sql.bounds import choosing
-from dpproxy.sql.datetimes import from_epoch_grid
 from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, PrivateQuery
 from dpproxy.sql.types import PgType
@@ -158,17 +165,6 @@ def _release_responses(groups: ExactGroups, responses: RandomizedResponseCount) 
     return ReleasedGroups(groups.keys, [values], [error], [group_errors])
 
 
-def _candidate(value: object, result_type: PgType) -> object:
-    if isinstance(value, Decimal) and result_type.is_temporal:
-        return from_epoch_grid(value, result_type)  # MIN/MAX of a date or time: its epoch grid
-    if isinstance(value, Decimal):
-        if result_type.is_integer:
-            return int(value)
-        if result_type.is_float:
-            return float(value)
-    return value
-
-
 def _from_grid(value: Decimal | int, scale: int) -> Decimal:
     return Decimal(value).scaleb(-scale)
 
@@ -204,7 +200,8 @@ def release_aggregates(
     bounds = {k: _component_errors(noise, k, fine) for k in {1, *(_parts(a) for a in query.aggregates)}}
     chosen_by = selectors(query).by_aggregate
     offsets = [
-        _offsets(a) if a.kind.is_spread or a.kind is AggregateKind.AVG else None for a in query.aggregates
+        centre_offsets(a) if a.kind.is_spread or a.kind is AggregateKind.AVG else None
+        for a in query.aggregates
     ]
     rows: list[list[int]] | None = None  # noisy as Python ints, for the aggregates released group by group
     value_columns: list[list[object]] = []  # [aggregate][group]
@@ -258,131 +255,6 @@ def _with_intervals(
     return ReleasedGroups(released.keys, [*released.columns, *extra], released.errors, released.error_columns)
 
 
-def quantile_interval_column(
-    query: PrivateQuery,
-    a: int,
-    end: str,
-    spec: SelectorSpec,
-    groups: ExactGroups,
-    values: Sequence[object],
-) -> list[object]:
-    """One end of each released group's 95% interval of a quantile (MEDIAN, PERCENTILE_CONT/DISC):
-    the lower edge of the bin `spec` (the low end's pick, its target moved down by QuantileSpec.shift
-    ranks) picks from the group's coarse histogram, or the upper edge of the high end's pick (the
-    last bin holds only the range's upper bound: that bound). Each end lies beyond the true quantile
-    with probability >= 97.5% in a group with enough values (privacy.selectors.interval_shift); the
-    interval is widened to hold the released value, in the result type, rounded outwards."""
-    aggregate = query.aggregates[a]
-    histogram = query.histograms[aggregate.histogram]
-    assert isinstance(spec, QuantileSpec) and spec.shift != 0
-    low = end == "low"
-    out: list[object] = []
-    for g, value in enumerate(values):
-        if value is None:
-            out.append(None)
-            continue
-        j = spec.select(groups.histograms[g][aggregate.histogram])
-        edge = histogram.candidate(j if low else min(j + 1, histogram.candidates - 1))
-        reached = _candidate(edge, aggregate.result_type)
-        if aggregate.result_type.is_temporal:
-            out.append(min(reached, value) if low else max(reached, value))  # type: ignore[type-var]
-            continue
-        with localcontext() as ctx:
-            ctx.prec = 200
-            released, bound = Decimal(value), Decimal(reached)  # type: ignore[arg-type]
-            bound = min(bound, released) if low else max(bound, released)
-            out.append(_outwards(bound, released, aggregate.result_type, low))
-    return out
-
-
-def interval_column(
-    aggregate: Aggregate,
-    end: str,
-    values: Sequence[object],
-    group_errors: Sequence[float | None],
-    column_error: float | str | None,
-) -> list[object]:
-    """One end ("low" or "high") of each released group's 95% interval of an aggregate, for
-    dp_interval_low/high: the released value minus or plus the group's own ± (AVG, VAR, STDDEV,
-    randomized response), else the column's (counts and sums: one noise scale for every group),
-    clamped as the value is (counts never below 0, averages within the column's bounds, …), in the
-    aggregate's result type, rounded outwards. A function of released values and released ± only.
-
-    It covers the true value whenever the ± does: the ± reaches past every end of the span the true
-    value lies in with probability >= 95% (the module docstring), and the true value lies within
-    the clamp too. NULL where the value is NULL or has no ±; the exponential mechanism's releases,
-    whose bound is a text, are refused when the query is analysed
-    (dpproxy.sql.postprocess.intervals)."""
-    if aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
-        raise ValueError("the exponential mechanism's releases have no interval of values")
-    floor, ceiling = _interval_clamp(aggregate)
-    low = end == "low"
-    out: list[object] = []
-    for value, own in zip(values, group_errors, strict=True):
-        error = own if own is not None else column_error
-        if value is None or not isinstance(error, (int, float)) or not math.isfinite(error):
-            out.append(None)
-            continue
-        with localcontext() as ctx:
-            ctx.prec = 200  # exact: a value of at most ~60 digits, a float's exact expansion
-            released = Decimal(value)  # type: ignore[arg-type]  # exact, floats included
-            reached = released - Decimal(error) if low else released + Decimal(error)
-            if floor is not None:
-                reached = max(reached, floor)
-            if ceiling is not None:
-                reached = min(reached, ceiling)
-            out.append(_outwards(reached, released, aggregate.result_type, low))
-    return out
-
-
-def _interval_clamp(aggregate: Aggregate) -> tuple[Decimal | None, Decimal | None]:
-    """What the release clamps an aggregate's value into, which holds the true value as well."""
-    if aggregate.kind in _COUNTS or aggregate.kind is AggregateKind.COUNT_RESPONSES:
-        return Decimal(0), None
-    interval = aggregate.interval
-    if aggregate.kind is AggregateKind.SUM and interval is not None:
-        return (Decimal(0) if interval.lo >= 0 else None), (Decimal(0) if interval.hi <= 0 else None)
-    if aggregate.kind is AggregateKind.AVG and interval is not None:
-        return Decimal(interval.lo), Decimal(interval.hi)
-    if aggregate.kind in (AggregateKind.VAR_POP, AggregateKind.STDDEV_POP) and interval is not None:
-        # A population variance of values within the bounds is at most the half-width squared;
-        # the sample versions' factor n/(n − 1) depends on the noisy count: only 0 bounds them.
-        offsets = _offsets(aggregate)
-        half_width = Decimal(max(-offsets.lo, offsets.hi)).scaleb(-aggregate.scale)
-        if aggregate.kind is AggregateKind.VAR_POP:
-            return Decimal(0), half_width * half_width
-        return Decimal(0), half_width
-    if aggregate.kind.is_spread:
-        return Decimal(0), None
-    return None, None
-
-
-def _outwards(value: Decimal, released: Decimal, result_type: PgType, low: bool) -> object:
-    """An interval end as the aggregate's result type, rounded away from the interval's inside:
-    integers, floats, or decimals at the released value's own number of decimals."""
-    rounding = ROUND_FLOOR if low else ROUND_CEILING
-    if result_type.is_integer:
-        return int(value.to_integral_value(rounding))
-    if result_type.is_float:
-        nearest = float(value)
-        if low and Decimal(nearest) > value:
-            return math.nextafter(nearest, -math.inf)
-        if not low and Decimal(nearest) < value:
-            return math.nextafter(nearest, math.inf)
-        return nearest
-    exponent = released.as_tuple().exponent
-    digits = -exponent if isinstance(exponent, int) and exponent < 0 else 0
-    return value.quantize(Decimal(1).scaleb(-digits), rounding=rounding)
-
-
-_COUNTS = (
-    AggregateKind.COUNT,
-    AggregateKind.COUNT_VALUES,
-    AggregateKind.COUNT_UNITS,
-    AggregateKind.COUNT_DISTINCT,
-)
-
-
 def _scalar_column(
     query: PrivateQuery,
     groups: ExactGroups,
@@ -406,8 +278,8 @@ def _scalar_column(
             # The exponential mechanism picks a candidate from the group's true histogram.
             histogram = query.histograms[aggregate.histogram]
             choice = noise.selectors[chosen_by[a]].select(groups.histograms[g][aggregate.histogram])
-            value = _candidate(histogram.candidate(choice), aggregate.result_type)
-        elif aggregate.kind in _COUNTS:
+            value = candidate_value(histogram.candidate(choice), aggregate.result_type)
+        elif aggregate.kind in COUNTS:
             # Noise is integer: counts need no rounding, only clamping at zero.
             value = max(0, row[aggregate.components[0]])
         elif aggregate.kind is AggregateKind.SUM:
@@ -431,7 +303,7 @@ def _vector_column(
     for other kinds. Elements outside the ranges where int64 and float64 are exact are computed by
     those functions instead."""
     n = noisy.shape[0]
-    if aggregate.kind in _COUNTS:
+    if aggregate.kind in COUNTS:
         column = noisy[:, aggregate.components[0]]
         return np.maximum(column, 0).tolist(), [None] * n
     if aggregate.kind is AggregateKind.SUM:
@@ -494,7 +366,7 @@ def _average_column(
     sums, counts = noisy[:, centred_index], noisy[:, count_index]
     centre = aggregate.centre
     grid_lo, grid_hi = aggregate.interval.on_grid(scale)
-    low, high = grid_lo - centre, grid_hi - centre  # _offsets, as integers
+    low, high = grid_lo - centre, grid_hi - centre  # offsets, as integers
     e_sum, e_count = int(errors[centred_index]), int(errors[count_index])
     digits = scale + 4
     fine = 10**4
@@ -562,7 +434,7 @@ def _average_column(
         values = [Decimal(m).scaleb(-digits) for m in released.tolist()]
     group_errors: list[float | None] = distance.tolist()
     if not every:
-        offsets = _offsets(aggregate)
+        offsets = centre_offsets(aggregate)
         row_errors = list(errors)
         for g in np.flatnonzero(~fast).tolist():
             row = [int(v) for v in noisy[g]]
@@ -778,13 +650,6 @@ def _spread_span(aggregate: Aggregate, offsets: Span, noisy: Sequence[int], erro
     return variance
 
 
-def _offsets(aggregate: Aggregate) -> Span:
-    """The range of a value's offset from the centre (grid units): a mean of them lies in it too."""
-    assert aggregate.interval is not None
-    lo, hi = aggregate.interval.on_grid(aggregate.scale)
-    return Span(Decimal(lo - aggregate.centre), Decimal(hi - aggregate.centre))
-
-
 def average_error(
     aggregate: Aggregate, noise: QueryNoise, count: int, *, fine_grid: bool = False
 ) -> float | None:
@@ -794,7 +659,7 @@ def average_error(
     noisy = [0] * len(noise.columns)
     noisy[aggregate.components[1]] = max(count, 1)
     fine = frozenset(aggregate.components) if fine_grid else frozenset()
-    _, error = _average(aggregate, _offsets(aggregate), noisy, _component_errors(noise, 2, fine))
+    _, error = _average(aggregate, centre_offsets(aggregate), noisy, _component_errors(noise, 2, fine))
     return error
 
 

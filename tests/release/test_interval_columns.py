@@ -19,7 +19,7 @@ import pytest
 
 from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError
-from dpproxy.release.aggregates import interval_column
+from dpproxy.release.intervals import interval_column
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.query import Aggregate, AggregateKind
 from dpproxy.sql.types import PgType
