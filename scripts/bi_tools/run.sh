@@ -39,7 +39,8 @@ venv() {
 [[ -x .venv/bin/dpproxy ]] || { echo "FAIL: .venv/bin/dpproxy missing: run bash scripts/demo.sh once"; exit 1; }
 DEMO_DIR=$(mktemp -d)
 log "starting dpproxy demo on 127.0.0.1:$PORT (data in $DEMO_DIR)"
-.venv/bin/dpproxy demo --dir "$DEMO_DIR" --port "$PORT" >"$DEMO_DIR/demo.log" 2>&1 &
+# The console on any free port: the README's demo may be running on 6433.
+.venv/bin/dpproxy demo --dir "$DEMO_DIR" --port "$PORT" --console-port 0 >"$DEMO_DIR/demo.log" 2>&1 &
 DEMO_PID=$!
 cleanup() {
     kill "$DEMO_PID" 2>/dev/null

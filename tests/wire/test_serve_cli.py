@@ -44,6 +44,8 @@ def test_demo_builds_serves_and_prints_how_to_connect(tmp_path: Path) -> None:
             "300",
             "--port",
             "0",
+            "--console-port",
+            "0",  # any free port: the suite passes while the README's demo runs on 6432/6433
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -344,7 +344,7 @@ def test_the_demo_serves_one_duckdb_file_from_every_worker(tmp_path: Path) -> No
     directory = tmp_path / "demo"
     command = [sys.executable, "-m", "dpproxy.cli", "demo", "--dir", str(directory), "--persons", "300"]
     process = subprocess.Popen(
-        [*command, "--port", "0", "--workers", str(WORKERS)],
+        [*command, "--port", "0", "--console-port", "0", "--workers", str(WORKERS)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
