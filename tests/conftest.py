@@ -144,3 +144,61 @@ def spark_demo_url(spark_server: SparkServer, demo_duckdb: Path) -> str:
     """URL of the test Spark server, with `demo_duckdb` loaded into its database `demo`. Do not modify."""
     load_into_spark(demo_duckdb, spark_server.url, database="demo")
     return spark_server.url
+
+
+# The suite's markers (README, Development: a change's fast run). Applied here from what each test
+# needs, so that no file has to remember them: `postgres` for every test that reaches the throwaway
+# cluster, `spark` for the Spark Connect server, `wire` for the tests that serve real clients, and
+# `slow` for the files that generate, redraw or serve at length (the generated language, the
+# certificates, privacy-loss, coverage and noise redraws, worker processes, reloads, browsers, dbt).
+_POSTGRES_FIXTURES = frozenset({"pg_cluster", "pg_dsn", "pg_conn", "demo_pg_dsn"})
+_SPARK_FIXTURES = frozenset({"spark_server", "spark_demo_url"})
+_SLOW_FILES = frozenset(
+    {
+        "tests/sql/test_language.py",
+        "tests/sql/test_language_spark.py",
+        "tests/sql/test_certificates.py",
+        "tests/sql/test_certificates_dates.py",
+        "tests/sql/test_certificates_joins.py",
+        "tests/sql/test_certificates_public_keys.py",
+        "tests/sql/test_certificates_quantiles.py",
+        "tests/sql/test_certificates_spark.py",
+        "tests/sql/test_unit_references.py",
+        "tests/test_caches.py",
+        "tests/release/test_privacy_loss.py",
+        "tests/release/test_interval_coverage.py",
+        "tests/privacy/test_selection.py",
+        "tests/privacy/test_sampling.py",
+        "tests/wire/test_workers.py",
+        "tests/wire/test_reload.py",
+        "tests/wire/test_reload_refusals.py",
+        "tests/wire/test_timeouts.py",
+        "tests/wire/tools/test_dbt.py",
+        "tests/console/test_browser.py",
+        # Statistical redraws and timing checks of the noise and selection layers.
+        "tests/privacy/test_selectors.py",
+        "tests/privacy/test_quantiles.py",
+        "tests/privacy/test_draw_time.py",
+        "tests/privacy/test_responses.py",
+        "tests/privacy/test_error_quantiles.py",
+        "tests/sql/test_centred_grid.py",
+        "tests/sql/test_limits.py",
+    }
+)
+# Tests that serve the wire protocol or the console to real clients (`wire`).
+_WIRE_DIRECTORIES = ("tests/wire/", "tests/console/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent.parent
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & _POSTGRES_FIXTURES:
+            item.add_marker(pytest.mark.postgres)
+        if fixtures & _SPARK_FIXTURES:
+            item.add_marker(pytest.mark.spark)
+        path = item.path.relative_to(root).as_posix()
+        if path in _SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+        if path.startswith(_WIRE_DIRECTORIES):
+            item.add_marker(pytest.mark.wire)
