@@ -24,6 +24,9 @@ import random
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+import sqlglot
+from sqlglot import exp
+
 from tests.sql.language.temporal import (
     existence_probe,
     filtered,
@@ -1090,7 +1093,38 @@ def generate(seed: int, index: int) -> Generated:
         # dbt's generic test: its query (a CTE's reader, filtered) wrapped in the count of failures —
         # post-processing of post-processing (dbt-adapters, macros/materializations/tests/helpers.sql).
         sql = DBT_TEST.format(sql)
+    interval = random.Random(f"interval:{seed}:{index}")
+    if interval.random() < INTERVAL_SHARE:
+        sql = with_interval_columns(sql, interval)
     return Generated(sql, generator.params, seed, index)
+
+
+# A share of statements that also ask for an aggregate's 95% interval as columns (dp_interval_low/high
+# of the select list's first aggregate, or of its output alias), drawn from a stream of their own so
+# that every other statement is the one the batch had before.
+INTERVAL_SHARE = 0.05
+
+
+def with_interval_columns(sql: str, rng: random.Random) -> str:
+    """The statement with dp_interval_low/high of its first select-list aggregate appended to the
+    select list (sometimes under ROUND or by its alias, as Snowflake's form names it); unchanged
+    when its top-level SELECT has no aggregate."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+    if not isinstance(tree, exp.Select):
+        return sql
+    for item in tree.expressions:
+        aggregate = item.find(exp.AggFunc)
+        if aggregate is None or aggregate.find_ancestor(exp.Window) is not None:
+            continue
+        argument: exp.Expression = aggregate.copy()
+        if isinstance(item, exp.Alias) and item.this is aggregate and rng.random() < 0.3:
+            argument = exp.column(item.alias)
+        elif rng.random() < 0.2:
+            argument = exp.Round(this=argument, decimals=exp.Literal.number(1))
+        for end in ("dp_interval_low", "dp_interval_high"):
+            tree.append("expressions", exp.Anonymous(this=end, expressions=[argument.copy()]))
+        return tree.sql("postgres")
+    return sql
 
 
 # A share of statements wrapped as dbt wraps a generic test's query, drawn from a stream of their own.

@@ -32,6 +32,7 @@ from dpproxy.errors import DPProxyError
 from dpproxy.policy import Policy
 from dpproxy.release import ExactGroups, post_process
 from dpproxy.sql.clock import CLOCK
+from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.released import ReleasedQuery
 from dpproxy.sql.types import PgType
@@ -313,6 +314,10 @@ def _order_of_released_rows(plan: Plan, measured: ExactGroups, where: str) -> li
     key_types = [k.type for k in query.keys]
     types = [a.result_type for a in query.aggregates]
     values = [[_stand_in(k, i, t) for i, t in enumerate(types)] for k in measured.keys]
+    # The interval ends the query reads come after the aggregates' own columns, as the release
+    # appends them (dpproxy.release.aggregates): here the aggregate's own stand-in for each end.
+    slots = interval_slots(query.post_processing)
+    values = [[*row, *(row[a] for a, _ in slots)] for row in values]
     try:
         forward = post_process(query.post_processing, key_types, types, measured.keys, values)
         backward = post_process(query.post_processing, key_types, types, measured.keys[::-1], values[::-1])
