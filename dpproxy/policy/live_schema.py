@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from dpproxy.policy.model import Policy
+from dpproxy.policy.model import Policy, TablePolicy
 from dpproxy.policy.types import ColumnType
 
 
@@ -65,8 +65,18 @@ def units_kept_not_null(policy: Policy, live: Mapping[str, Sequence[LiveColumnLi
         table.name
         for table in policy.tables
         if table.privacy_unit is not None
-        and any(c.name == table.privacy_unit and not c.nullable for c in live.get(table.name, ()))
+        and any(c.name == table.privacy_unit and not c.nullable for c in _live_columns(live, table) or ())
     )
+
+
+def _live_columns(
+    live: Mapping[str, Sequence[LiveColumnLike]], table: TablePolicy
+) -> Sequence[LiveColumnLike] | None:
+    """The live columns of a policy table: under "schema.table" when the policy names a schema, else
+    (or if absent) under its name; None when the database has no such table."""
+    qualified = f"{table.schema}.{table.name}" if table.schema else table.name
+    found = live.get(qualified)
+    return found if found is not None else live.get(table.name)
 
 
 def check_against_schema(policy: Policy, live: Mapping[str, Sequence[LiveColumnLike]]) -> list[str]:
@@ -79,9 +89,7 @@ def check_against_schema(policy: Policy, live: Mapping[str, Sequence[LiveColumnL
     for table in policy.tables:
         path = f"tables.{table.name}"
         qualified = f"{table.schema}.{table.name}" if table.schema else table.name
-        live_columns = live.get(qualified)
-        if live_columns is None:
-            live_columns = live.get(table.name)
+        live_columns = _live_columns(live, table)
         if live_columns is None:
             problems.append(
                 f"{policy.source}: {path}: the database has no table {qualified}; "

@@ -52,7 +52,7 @@ from dpproxy.release.intervals import (
     interval_column,
     quantile_interval_column,
 )
-from dpproxy.release.requests import selectors
+from dpproxy.release.requests import Selectors, selectors
 from dpproxy.release.spans import (
     CEILING,
     FLOOR,
@@ -188,7 +188,7 @@ def release_aggregates(
     refined = refined or {}
     if query.randomized_response:
         assert responses is not None
-        return _with_intervals(query, _release_responses(groups, responses))
+        return _with_intervals(query, _release_responses(groups, responses), groups, noise, selectors(query))
     n = len(groups.keys)
     noisy = add_noise(groups, noise)
     if not isinstance(noisy, np.ndarray):  # rows from elsewhere (tests record them): exact integers
@@ -198,7 +198,8 @@ def release_aggregates(
         noisy = _to_own_grid(noisy, fine)
     # Each component's ± at the level a figure derived from 1, 2 (AVG) or 3 (VAR) of them needs.
     bounds = {k: _component_errors(noise, k, fine) for k in {1, *(_parts(a) for a in query.aggregates)}}
-    chosen_by = selectors(query).by_aggregate
+    chosen = selectors(query)
+    chosen_by = chosen.by_aggregate
     offsets = [
         centre_offsets(a) if a.kind.is_spread or a.kind is AggregateKind.AVG else None
         for a in query.aggregates
@@ -225,25 +226,21 @@ def release_aggregates(
         for a, aggregate in enumerate(query.aggregates)
     ]
     released = ReleasedGroups(groups.keys, value_columns, errors, error_columns)
-    return _with_intervals(query, released, groups, noise)
+    return _with_intervals(query, released, groups, noise, chosen)
 
 
 def _with_intervals(
-    query: PrivateQuery,
-    released: ReleasedGroups,
-    groups: ExactGroups | None = None,
-    noise: QueryNoise | None = None,
+    query: PrivateQuery, released: ReleasedGroups, groups: ExactGroups, noise: QueryNoise, chosen: Selectors
 ) -> ReleasedGroups:
     """The released groups with the interval ends the query reads appended to their columns (a
-    quantile's from its own picks over the groups' histograms, with `groups` and `noise`)."""
+    quantile's from its own picks over the groups' histograms: `chosen.interval_ends`)."""
     ends = interval_slots(query.post_processing)
     if not ends:
         return released
-    picks = selectors(query).interval_ends
+    picks = chosen.interval_ends
     extra = []
     for a, end in ends:
         if a in picks:
-            assert groups is not None and noise is not None
             spec = noise.selectors[picks[a][0 if end == "low" else 1]]
             extra.append(quantile_interval_column(query, a, end, spec, groups, released.columns[a]))
             continue

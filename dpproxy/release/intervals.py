@@ -52,8 +52,8 @@ def quantile_interval_column(
     the lower edge of the bin `spec` (the low end's pick, its target moved down by QuantileSpec.shift
     ranks) picks from the group's coarse histogram, or the upper edge of the high end's pick (the
     last bin holds only the range's upper bound: that bound). Each end lies beyond the true quantile
-    with probability >= 97.5% in a group with enough values (privacy.selectors.interval_shift); the
-    interval is widened to hold the released value, in the result type, rounded outwards."""
+    with probability >= 97.5% in every group, whatever its size (privacy.selectors.interval_shift);
+    the interval is widened to hold the released value, in the result type, rounded outwards."""
     aggregate = query.aggregates[a]
     histogram = query.histograms[aggregate.histogram]
     assert isinstance(spec, QuantileSpec) and spec.shift != 0
