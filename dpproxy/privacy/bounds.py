@@ -13,7 +13,9 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   person moves each above_j by at most 1.
   A query of averages and spreads only, none of a share (an argument in [0, 1], whose per-person
   values spread over its whole range), aims at a quarter of the persons above k instead (score
-  −|persons − 4·above_j|, which adding a person moves by 1 or 3: noised for 3; `quartile`). An
+  −max(0, 4·above_j − persons, persons − 4·above_{j−1}): how far the candidate's interval of rows
+  (k_{j−1}, k_j] is from the persons' upper quartile, which adding a person moves by at most 3:
+  noised for 3; `quartile`). An
   average is a ratio: scaling a person's rows changes it only through the weights — by little
   unless the heaviest persons' values differ from the others' — while its noise grows with k, and
   a variance's with k times the squared range. On MovieLens (bench/realdata.py; 60 runs each) k
@@ -27,8 +29,12 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
 - g, the groups a person counts in for partition selection and COUNT(DISTINCT unit) (kind
   "groups"): with partition selection, the median of the persons' group counts (its threshold
   grows with g: a person counted in fewer groups lets smaller groups through); the score of g_j is
-  −|persons − 2·wider_j|, wider_j the persons with more than g_j groups. Adding a person raises
-  `persons` by 1 and wider_j by 0 or 1: the score moves by exactly 1. Without partition selection
+  −max(0, 2·wider_j − persons, persons − 2·wider_{j−1}), wider_j the persons with more than g_j
+  groups (every person has more than "g_{−1}" = 0): how far the candidate's interval (g_{j−1}, g_j]
+  is from the median. Adding a person raises `persons` by 1 and each wider_j by 0 or 1: each term
+  moves by 1, the score by at most 1. The earlier score −|persons − 2·wider_j| tied every candidate
+  when the persons share one count (a plane flies for one airline: one group each), and the choice
+  was uniform over them: g = 120 as often as g = 1. Without partition selection
   (every key public) g only sizes COUNT(DISTINCT unit)'s noise against what it drops, as k does for
   rows: −|wider_j − m|, about m persons with more groups (`median` false). The median cut half the
   persons out of some of their groups: users per genre on MovieLens came out 22% low.
@@ -92,11 +98,21 @@ class BoundChoice:
     median: bool = True  # groups: the median of the persons' group counts; else `target` persons above g
 
     def scores(self, counts: Sequence[int], persons: int) -> list[int]:
-        if self.kind == "rows" and self.quartile:
-            return [-abs(int(persons) - 4 * int(above)) for above in counts]
-        if self.kind == "rows" or not self.median:
+        if not (self.quartile if self.kind == "rows" else self.median):
             return [-abs(int(above) - self.target) for above in counts]
-        return [-abs(int(persons) - 2 * int(wider)) for wider in counts]
+        # A quantile of the persons' rows or groups (the upper quartile: a quarter above, weight 4;
+        # the median: half, weight 2), scored as the distance from the candidate's interval
+        # (b_{j-1}, b_j] of persons' values to the quantile: −max(0, w·above_j − persons,
+        # persons − w·above_{j-1}), every person above "b_{-1}" = 0. When many persons share one
+        # value (one group each, one row each), every candidate at or above it had the same score
+        # under −|persons − w·above_j|, and the choice was uniform among them.
+        weight = 4 if self.kind == "rows" else 2
+        people = int(persons)
+        previous = [people, *(int(above) for above in counts[:-1])]
+        return [
+            -max(0, weight * int(above) - people, people - weight * before)
+            for above, before in zip(counts, previous, strict=True)
+        ]
 
     def select(self, counts: Sequence[int], persons: int) -> int:
         """The index of the chosen candidate, from the true counts per candidate (above_j or
@@ -125,7 +141,7 @@ def bound_choice(
     """The choice among `candidates`, paid for by `budget` (ε under pure accounting, ρ under zCDP)."""
     if len(candidates) == 1:
         return BoundChoice(kind, candidates, target, accounting, 0.0, 0.0, 0.0, quartile, median)
-    # persons − 4·above moves by 1 (a person at most k) or 3 (above it) when a person is added.
+    # The quartile score moves by at most 3 when a person is added (4·above_j by 0 or 4, persons by 1).
     scale, cost = _calibrate_selector(accounting, 3 if quartile else 1, budget)
     epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
     return BoundChoice(kind, candidates, target, accounting, scale, epsilon, rho, quartile, median)

@@ -38,6 +38,31 @@ def test_adding_a_person_moves_every_score_by_at_most_the_calibrated_sensitivity
     assert choice.epsilon <= 0.1 and abs(choice.scale - sensitivity * plain.scale) <= 1e-9 * choice.scale
 
 
+@given(
+    counts=st.lists(st.integers(1, 120), max_size=40),
+    added=st.integers(1, 120),
+    kind=st.sampled_from(["rows", "groups"]),
+)
+def test_the_quantile_scores_move_by_at_most_their_calibrated_sensitivity(
+    counts: list[int], added: int, kind: str
+) -> None:
+    """The median of groups (sensitivity 1) and the quartile of rows (3), in the interval form."""
+    choice = bound_choice(kind, CANDIDATES, 5, Accounting.PURE, 0.1, kind == "rows")
+    before = choice.scores(*counts_of(counts))
+    after = choice.scores(*counts_of([*counts, added]))
+    assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= (3 if kind == "rows" else 1)
+
+
+def test_persons_who_share_one_count_get_that_count_not_a_uniform_pick() -> None:
+    """One group per person (a plane flies for one airline), one row per person: every candidate at
+    or above the shared count once scored alike, and the choice was uniform among them."""
+    for kind, shared in (("groups", 1), ("rows", 1), ("groups", 4), ("rows", 16)):
+        choice = bound_choice(kind, CANDIDATES, 5, Accounting.PURE, 0.25, kind == "rows")
+        above, persons = counts_of([shared] * 3000)
+        picked = [CANDIDATES[choice.select(above, persons)] for _ in range(100)]
+        assert picked.count(shared) >= 99, (kind, shared, picked)
+
+
 def test_the_quartile_rule_lands_at_the_upper_quartile_of_the_persons_rows() -> None:
     rng = random.Random(7)
     rows = [rng.randint(1, 12) for _ in range(1500)] + [rng.randint(13, 100) for _ in range(500)]
@@ -115,5 +140,6 @@ def test_g_is_the_median_only_where_partition_selection_reads_the_counts() -> No
     ]
     # Partition selection's threshold grows with g: the median of the persons' group counts.
     selected = groups_choice("SELECT free, COUNT(*) FROM t GROUP BY free")
-    assert selected.median and selected.scores([0, 5, 9], 10) == [-10, 0, -8]
+    # Candidates (b_0, b_1, b_2) with 9, 5 and 0 of 10 persons wider: the median lies in (b_0, b_1].
+    assert selected.median and selected.scores([9, 5, 0], 10) == [-8, 0, 0]
     assert "about" in engine.explain("SELECT kind, COUNT(DISTINCT pid) FROM t GROUP BY kind").render()
