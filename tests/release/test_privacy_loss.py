@@ -97,3 +97,28 @@ def test_privacy_loss_of_a_limit_query_is_within_epsilon(loaded: Loaded) -> None
     b = outcomes(engine, sql, without, lambda rows: rows[0][0] if rows else None)
     assert len(a) >= 2  # several groups can come first: the outcome is random
     assert_loss_within_epsilon(a, b, 1.0)
+
+
+def test_privacy_loss_of_the_chosen_bounds_is_within_the_choices_epsilon(loaded: Loaded) -> None:
+    """The bounds a query chooses are released (the notice says them): over a private key, k by the
+    rule for counts and g by the median of the persons' group counts. Person 0, with the most rows
+    and zips, moves every count the choices read; what the notice says about the bounds may differ
+    between the neighbours by no more than the two choices' ε allows."""
+    policy = schema.policy_text({"patients": (8, 8), "visits": (3, 2), "visit_notes": (4, 2)})
+    # A large ε, so that each choice has ε = 2 and its outcomes differ between the neighbours.
+    policy = policy.replace("epsilon: 1.0,", "epsilon: 16.0, max_epsilon: 16.0,")
+    engine = Engine(parse_policy(policy), RawBackend(loaded))
+    sql = "SELECT zip, COUNT(*) FROM patients GROUP BY zip"
+    plan = engine.plan(sql, salt="loss")
+    assert {choice.kind for choice in plan.noise.choices} == {"rows", "groups"}
+    epsilon = sum(choice.epsilon for choice in plan.noise.choices)
+    full, without = neighbour_rows(engine, loaded, sql, 0)
+
+    def bounds(result_notes: tuple[str, ...]) -> str:
+        (said,) = [n for n in result_notes if n.startswith("contribution bounds")]
+        return said
+
+    a = Counter(bounds(engine.release(plan, full).notes) for _ in range(TRIALS))
+    b = Counter(bounds(engine.release(plan, without).notes) for _ in range(TRIALS))
+    assert len(a) >= 2  # more than one pair of bounds is drawn: the outcome is random
+    assert assert_loss_within_epsilon(a, b, epsilon) > 0.5  # the person really moves the choice
