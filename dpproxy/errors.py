@@ -294,6 +294,62 @@ class InternalError(DPProxyError):
     sqlstate = "XX000"  # internal_error
 
 
+class AdminShutdown(DPProxyError):
+    """The server closes the connection: it is stopping, or the session was idle at a reload."""
+
+    sqlstate = "57P01"  # admin_shutdown
+
+    def __init__(self) -> None:
+        super().__init__("terminating connection due to administrator command")
+
+
+class CannotConnectNow(DPProxyError):
+    sqlstate = "57P03"  # cannot_connect_now
+
+    def __init__(self) -> None:
+        super().__init__("the database system is shutting down")
+
+
+class TooManyConnections(DPProxyError):
+    sqlstate = "53300"  # too_many_connections
+
+    def __init__(self) -> None:
+        super().__init__("sorry, too many clients already")
+
+
+class IdleSessionTimeout(DPProxyError):
+    sqlstate = "57P05"  # idle_session_timeout
+
+    def __init__(self) -> None:
+        super().__init__("terminating connection due to idle-session timeout")
+
+
+class AuthenticationTimeout(BackendUnavailable):
+    """The client did not finish authenticating in time (connection_failure, as PostgreSQL says)."""
+
+    def __init__(self) -> None:
+        super().__init__("canceling authentication due to timeout")
+
+
+def _every_class(base: type[DPProxyError]) -> list[type[DPProxyError]]:
+    found = [base]
+    for sub in base.__subclasses__():
+        found += _every_class(sub)
+    return found
+
+
+# The first class defined for each SQLSTATE: what an error raised under that code elsewhere (a
+# macro's error() in the catalog, dpproxy:42P01:…) is read back as.
+_BY_SQLSTATE: dict[str, type[DPProxyError]] = {}
+for _cls in _every_class(DPProxyError):
+    _BY_SQLSTATE.setdefault(_cls.sqlstate, _cls)
+
+
+def lookup(sqlstate: str, default: type[DPProxyError]) -> type[DPProxyError]:
+    """The error class of `sqlstate` (the first defined for it), else `default`."""
+    return _BY_SQLSTATE.get(sqlstate, default)
+
+
 def failure(error: BaseException) -> str:
     """An unexpected exception as it may be logged: its type and where it was raised (the innermost
     frame of dpproxy's, else the last), never its message — a driver's message can quote data."""

@@ -15,7 +15,7 @@ from dpproxy.engine import Engine
 from dpproxy.engine.accuracy import least_epsilon
 from dpproxy.engine.plan import errors_at
 from dpproxy.sql.bounds import SessionBounds
-from tests.wire.test_protocol import Proxy, notices_of, running_proxy, write_policy
+from tests.wire.proxy import Proxy, notices_of, running_proxy, write_policy
 
 POLICY = Path(__file__).parent.parent / "policies" / "demo.yaml"
 COUNT = "SELECT department, COUNT(*) FROM visits GROUP BY department"

@@ -18,7 +18,7 @@ from dpproxy.audit import CURRENT, StatementRecord
 from dpproxy.engine import Engine
 from dpproxy.logs import configure
 from dpproxy.wire.server import BackgroundServer, ServerConfig
-from tests.wire.test_protocol import ALICE, REPO, Proxy, _start_serve, private_copy, write_policy
+from tests.wire.proxy import ALICE, REPO, Proxy, private_copy, start_serve, write_policy
 
 FIELDS = {"time", "level", "logger", "message", "process", "session_id", "statement_id"}
 
@@ -71,7 +71,7 @@ def test_serve_writes_json_lines_tagged_with_session_and_statement(demo_duckdb: 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     args = ["--policy", str(policy), "--backend", private_copy(demo_duckdb, tmp_path)]
     args += ["--ledger", str(tmp_path / "ledger.sqlite"), "--database", "demo", "--workers", "1"]
-    process, port = _start_serve([*args, "--log-format", "json", "--log-level", "info"], env)
+    process, port = start_serve([*args, "--log-format", "json", "--log-level", "info"], env)
     try:
         with psycopg.connect(Proxy(port, None, "duckdb").dsn(), autocommit=True) as conn:  # type: ignore[arg-type]
             conn.execute("SELECT COUNT(*) FROM patients WHERE age > 41").fetchall()

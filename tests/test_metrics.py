@@ -27,7 +27,7 @@ from dpproxy.engine import Engine
 from dpproxy.metrics import BudgetCollector, Metrics, start_endpoint
 from dpproxy.privacy import Cost
 from dpproxy.wire.server import BackgroundServer, ServerConfig
-from tests.wire.test_protocol import ALICE, REPO, Proxy, _start_serve, private_copy, write_policy
+from tests.wire.proxy import ALICE, REPO, Proxy, private_copy, start_serve, write_policy
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -175,7 +175,7 @@ def test_workers_metrics_are_summed_over_every_worker(demo_pg_dsn: str, tmp_path
     policy = write_policy(tmp_path / "policy.yaml")
     ledger = str(tmp_path / "ledger.sqlite")
     args = ["--policy", str(policy), "--backend", demo_pg_dsn, "--ledger", ledger, "--database", "demo"]
-    process, port = _start_serve(
+    process, port = start_serve(
         [*args, "--workers", str(WORKERS), "--shutdown-grace", "1", "--metrics-port", "0"], _env()
     )
     try:

@@ -40,7 +40,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpproxy.engine import Engine
-from dpproxy.errors import DPProxyError, ProtocolViolation, failure
+from dpproxy.errors import (
+    AdminShutdown,
+    AuthenticationTimeout,
+    CannotConnectNow,
+    DPProxyError,
+    IdleSessionTimeout,
+    ProtocolViolation,
+    TooManyConnections,
+    failure,
+)
 from dpproxy.logs import statement_logged
 from dpproxy.policy import Policy
 from dpproxy.wire import codec
@@ -323,10 +332,7 @@ class Server:
     def _terminate_idle(self) -> None:
         for connection in list(self._connections):
             if connection.idle or connection.session is None:
-                self._send_fatal(
-                    connection,
-                    ErrorResponse("FATAL", "57P01", "terminating connection due to administrator command"),
-                )
+                self._send_fatal(connection, codec.error_from(AdminShutdown(), severity="FATAL"))
                 connection.writer.close()
 
     @staticmethod
@@ -342,12 +348,8 @@ class Server:
         assert task is not None
         connection = _Connection(reader, writer)
         if self._stopping or len(self._connections) >= self.config.max_connections:
-            code, text = (
-                ("57P03", "the database system is shutting down")
-                if self._stopping
-                else ("53300", "sorry, too many clients already")
-            )
-            self._send_fatal(connection, ErrorResponse("FATAL", code, text))
+            refusal = CannotConnectNow() if self._stopping else TooManyConnections()
+            self._send_fatal(connection, codec.error_from(refusal, severity="FATAL"))
             writer.close()
             return
         self._connections.add(connection)
@@ -488,19 +490,13 @@ class Server:
                         await self._read_more(connection, decoder, timeout)
                     except TimeoutError:
                         if authenticated:
-                            out += ErrorResponse(
-                                "FATAL", "57P05", "terminating connection due to idle-session timeout"
-                            ).encode()
+                            out += codec.error_from(IdleSessionTimeout(), severity="FATAL").encode()
                         else:
-                            out += ErrorResponse(
-                                "FATAL", "08006", "canceling authentication due to timeout"
-                            ).encode()
+                            out += codec.error_from(AuthenticationTimeout(), severity="FATAL").encode()
                         break
                     except _ConnectionClosed:
                         if self._stopping:
-                            out += ErrorResponse(
-                                "FATAL", "57P01", "terminating connection due to administrator command"
-                            ).encode()
+                            out += codec.error_from(AdminShutdown(), severity="FATAL").encode()
                         break
                     continue
                 if authenticated and isinstance(message, (codec.Query, codec.Execute)):

@@ -21,7 +21,7 @@ import pytest
 
 from dpproxy.budget import open_ledger
 from tests.conftest import PgCluster, create_database, demo_database, drop_database
-from tests.wire.test_protocol import ALICE, REPO, Proxy, _start_serve, write_policy
+from tests.wire.proxy import ALICE, REPO, Proxy, start_serve, write_policy
 
 pytestmark = pytest.mark.postgres
 
@@ -71,7 +71,7 @@ def serve(tmp_path: Path, backend: str, ledger: str) -> tuple[object, Proxy]:
     policy = write_policy(tmp_path / "policy.yaml")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     args = ["--policy", str(policy), "--backend", backend, "--ledger", ledger, "--workers", "1"]
-    process, port = _start_serve(args, env)
+    process, port = start_serve(args, env)
     return process, Proxy(port, None, "postgres")  # type: ignore[arg-type]
 
 

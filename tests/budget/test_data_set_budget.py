@@ -230,12 +230,12 @@ def test_budget_show_reports_what_the_server_charged_to_the_ledger_the_policy_na
 
     import psycopg
 
-    from tests.wire.test_protocol import REPO, _start_serve
+    from tests.wire.proxy import REPO, start_serve
 
     policy, data = governed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("DPPROXY_LEDGER", None)
-    process, port = _start_serve(["--policy", str(policy), "--backend", str(data), "--database", "demo"], env)
+    process, port = start_serve(["--policy", str(policy), "--backend", str(data), "--database", "demo"], env)
     try:
         dsn = f"host=127.0.0.1 port={port} dbname=demo user=alice password=alice-demo sslmode=disable"
         with psycopg.connect(dsn, autocommit=True) as conn:

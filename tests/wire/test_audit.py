@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from dpproxy.audit import AuditEntry
-from tests.wire.test_protocol import Proxy, notices_of, private_copy, running_proxy, write_policy
+from tests.wire.proxy import Proxy, notices_of, private_copy, running_proxy, write_policy
 
 
 @pytest.fixture(params=["duckdb", "postgres"])

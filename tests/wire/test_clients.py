@@ -13,7 +13,7 @@ private query or a cursor over one is charged once.
 The server runs in this process (BackgroundServer) rather than as a `dpproxy serve` subprocess: it
 starts in a fraction of the time (no second interpreter importing sqlglot, DuckDB and OpenDP), the
 tests read the ledger through the engine, and `dpproxy serve` runs the very same Server (its
-command line and SIGTERM handling are tested in test_serve_cli.py and test_protocol.py). psql,
+command line and SIGTERM handling are tested in test_serve_cli.py and test_sigterm.py). psql,
 java and node are separate processes talking TCP either way. One server per backend per module.
 
 psql, javac/java and pgjdbc come from Debian (scripts/test.sh installs them): missing, their tests
@@ -391,7 +391,7 @@ def test_psql_raw_rows_are_refused_with_42501(served: Served) -> None:
     assert served.spent() == before
 
 
-# --- psycopg 3 (what test_protocol.py does not cover) ---------------------------------------------------
+# --- psycopg 3 (what test_psycopg_queries.py does not cover) -----------------------------------------------
 
 
 def test_psycopg_binary_parameters_and_results_through_a_prepared_statement(served: Served) -> None:

@@ -32,17 +32,8 @@ import pytest
 import yaml
 
 from tests.conftest import PgCluster, demo_database
-from tests.wire.test_protocol import (
-    Proxy,
-    RawClient,
-    bind,
-    cstr,
-    msg,
-    notices_of,
-    parse,
-    running_proxy,
-    write_policy,
-)
+from tests.wire.proxy import Proxy, notices_of, running_proxy, write_policy
+from tests.wire.raw import RawClient, bind, cstr, msg, parse
 
 # --- a public table of every type, on both backends ------------------------------------------------
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.wire.raw import SYNC, RawClient, describe, kinds, parse
 from tests.wire.test_clients import Served, Truth, compute_truth, serving
-from tests.wire.test_protocol import SYNC, RawClient, describe, kinds, parse
 
 INT4, INT8, NUMERIC, FLOAT8, VARCHAR = 23, 20, 1700, 701, 1043
 

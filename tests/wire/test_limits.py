@@ -25,7 +25,7 @@ from dpproxy.wire.catalog import SessionInfo, open_catalog
 from dpproxy.wire.catalog.interface import ShadowCatalog
 from dpproxy.wire.router import Kind, route, tokenize
 from dpproxy.wire.router.limits import checked_split, checked_tokens
-from tests.wire.test_protocol import Proxy, private_copy, running_proxy, write_policy
+from tests.wire.proxy import Proxy, private_copy, running_proxy, write_policy
 
 POLICY = Path(__file__).resolve().parents[2] / "dpproxy" / "data" / "demo.yaml"
 EXPOSED = {"patients", "visits", "zip_info"}

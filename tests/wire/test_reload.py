@@ -22,7 +22,7 @@ from dpproxy.engine import Engine
 from dpproxy.errors import PolicyError
 from dpproxy.policy import load_policy
 from dpproxy.wire.server import BackgroundServer, ServerConfig
-from tests.wire.test_protocol import ALICE, REPO, Proxy, _start_serve, private_copy, write_policy
+from tests.wire.proxy import ALICE, REPO, Proxy, private_copy, start_serve, write_policy
 
 COUNT_VISITS = "SELECT COUNT(*) FROM visits"
 
@@ -111,7 +111,7 @@ def test_sighup_reload_while_clients_are_connected(workers: int, demo_pg_dsn: st
         "--pid-file",
         str(pid_file),
     ]
-    process, port = _start_serve(args, _env())
+    process, port = start_serve(args, _env())
     try:
         assert int(pid_file.read_text()) == process.pid
         proxy = Proxy(port, None, "postgres")  # type: ignore[arg-type]

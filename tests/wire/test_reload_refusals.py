@@ -21,7 +21,7 @@ from dpproxy.engine import Engine
 from dpproxy.policy import load_policy
 from dpproxy.wire.reload import Reloads, read_status
 from dpproxy.wire.server import BackgroundServer, ServerConfig
-from tests.wire.test_protocol import ALICE, Proxy, _start_serve, private_copy, write_policy
+from tests.wire.proxy import ALICE, Proxy, private_copy, start_serve, write_policy
 from tests.wire.test_reload import _env, policy_reload, sqlstate_of
 
 UNREADABLE = {
@@ -59,7 +59,7 @@ def test_workers_refuse_a_policy_the_yaml_reader_rejects_and_keep_serving(
     pid_file = tmp_path / "dpproxy.pid"
     args = ["--policy", str(policy), "--backend", demo_pg_dsn, "--ledger", str(tmp_path / "ledger.sqlite")]
     args += ["--database", "demo", "--workers", "2", "--shutdown-grace", "1", "--pid-file", str(pid_file)]
-    process, port = _start_serve(args, _env())
+    process, port = start_serve(args, _env())
     try:
         policy.write_text(policy.read_text() + "\x00\n")
         refused = policy_reload("--pid-file", str(pid_file), "--timeout", "20")

@@ -17,21 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.wire.proxy import ALICE, Proxy, notices_of, private_copy, running_proxy, write_policy
+from tests.wire.raw import RawClient, bind, cstr, error_fields, msg, parse
 from tests.wire.test_clients import PGJDBC_JAR, compile_with_pgjdbc
-from tests.wire.test_protocol import (
-    ALICE,
-    Proxy,
-    RawClient,
-    bind,
-    cstr,
-    error_fields,
-    msg,
-    notices_of,
-    parse,
-    private_copy,
-    running_proxy,
-    write_policy,
-)
 
 PSQL = shutil.which("psql")
 

@@ -20,20 +20,8 @@ import psycopg
 import pytest
 import yaml
 
-from tests.wire.test_protocol import (
-    DEMO_POLICY,
-    SYNC,
-    Proxy,
-    RawClient,
-    bind,
-    cstr,
-    data_row,
-    execute,
-    kinds,
-    msg,
-    parse,
-    running_proxy,
-)
+from tests.wire.proxy import DEMO_POLICY, Proxy, running_proxy
+from tests.wire.raw import SYNC, RawClient, bind, cstr, data_row, execute, kinds, msg, parse
 
 GROUPS = 20_000  # zips in `people`, 3 persons each
 CROWD = 150_000  # zips in `crowd`: an answer larger than the socket buffers

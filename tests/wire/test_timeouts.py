@@ -22,15 +22,8 @@ from dpproxy.backends.duckdb import DuckDBBackend
 from dpproxy.backends.postgres import PostgresBackend
 from dpproxy.engine import Engine
 from dpproxy.wire.server import BackgroundServer, ServerConfig
-from tests.wire.test_protocol import (
-    LockablePeople,
-    Proxy,
-    RawClient,
-    cstr,
-    error_fields,
-    msg,
-    write_policy,
-)
+from tests.wire.proxy import LockablePeople, Proxy, write_policy
+from tests.wire.raw import RawClient, cstr, error_fields, msg
 
 PEOPLE_COLUMNS = {"person_id": {"type": "integer"}, "age": {"type": "integer", "lower": 0, "upper": 100}}
 
@@ -236,7 +229,7 @@ def test_serve_answers_to_the_backing_database_name_and_takes_a_backend_timeout(
     import os
     import signal
 
-    from tests.wire.test_protocol import REPO, _start_serve
+    from tests.wire.proxy import REPO, start_serve
 
     with locked_people(pg_cluster, tmp_path) as people:
         backing = psycopg.conninfo.conninfo_to_dict(people.dsn)["dbname"]
@@ -249,7 +242,7 @@ def test_serve_answers_to_the_backing_database_name_and_takes_a_backend_timeout(
             "--ledger",
             str(tmp_path / "l.sqlite"),
         ]
-        process, port = _start_serve([*args, "--backend-timeout", "0.5"], env)
+        process, port = start_serve([*args, "--backend-timeout", "0.5"], env)
         try:
             proxy = Proxy(port, None, "postgres")  # type: ignore[arg-type]
             with pytest.raises(psycopg.OperationalError, match='database "demo" does not exist'):

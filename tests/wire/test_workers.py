@@ -23,22 +23,11 @@ import yaml
 from dpproxy.engine import Engine
 from dpproxy.wire import codec
 from dpproxy.wire.server import BackgroundServer, ServerConfig
-from tests.wire import test_protocol
-from tests.wire.test_protocol import (
-    ALICE,
-    REPO,
-    LockablePeople,
-    Proxy,
-    RawClient,
-    _start_serve,
-    cstr,
-    msg,
-    write_policy,
-)
+from tests.wire.proxy import ALICE, REPO, LockablePeople, Proxy, start_serve, write_policy
+from tests.wire.raw import RawClient, cstr, msg
 
 BOB, BOB_PASSWORD = "bob", "bob-demo"  # the demo policy's second analyst
 
-people = test_protocol.people  # the fixture: a PostgreSQL table a lock makes a query wait on
 
 WORKERS = 2
 
@@ -56,7 +45,7 @@ def serving_workers(
     """`dpproxy serve --workers 2` in a subprocess (its pid appended to `supervisor`); on leaving,
     SIGTERM must stop it with status 0."""
     args = ["--policy", str(policy), "--backend", backend, "--ledger", ledger, "--database", "demo"]
-    process, port = _start_serve([*args, "--workers", str(WORKERS), "--shutdown-grace", "1", *extra], _env())
+    process, port = start_serve([*args, "--workers", str(WORKERS), "--shutdown-grace", "1", *extra], _env())
     if supervisor is not None:
         supervisor.append(process.pid)
     try:
@@ -397,7 +386,7 @@ def test_workers_stop_when_their_supervisor_is_killed(demo_pg_dsn: str, tmp_path
 
     policy = write_policy(tmp_path / "policy.yaml")
     args = ["--policy", str(policy), "--backend", demo_pg_dsn, "--ledger", str(tmp_path / "ledger.sqlite")]
-    process, port = _start_serve([*args, "--database", "demo", "--workers", str(WORKERS)], _env())
+    process, port = start_serve([*args, "--database", "demo", "--workers", str(WORKERS)], _env())
     workers: list[int] = []
     try:
         workers = _worker_pids(process.pid)

@@ -102,26 +102,18 @@ class _Compiler:
                 return (a == b) is equal
 
             return null_safe
-        if isinstance(node, exp.And):
+        if isinstance(node, (exp.And, exp.Or)):
             left, right = c(node.left), c(node.right)
+            # Three-valued logic: False decides an AND, True an OR; else NULL if either is NULL.
+            decisive = isinstance(node, exp.Or)
 
-            def conjunction(row: Sequence[object]) -> object:
+            def connective(row: Sequence[object]) -> object:
                 a, b = left(row), right(row)
-                if a is False or b is False:
-                    return False
-                return None if a is None or b is None else True
+                if a is decisive or b is decisive:
+                    return decisive
+                return None if a is None or b is None else not decisive
 
-            return conjunction
-        if isinstance(node, exp.Or):
-            left, right = c(node.left), c(node.right)
-
-            def disjunction(row: Sequence[object]) -> object:
-                a, b = left(row), right(row)
-                if a is True or b is True:
-                    return True
-                return None if a is None or b is None else False
-
-            return disjunction
+            return connective
         if isinstance(node, exp.Not):
             inner = c(node.this)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import operator
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 
 from sqlglot import exp
@@ -98,17 +99,19 @@ def to_text(value: object) -> str:
     return str(value)
 
 
+# Addition, subtraction and multiplication mean the same on ints, floats and Decimals; division and
+# the remainder differ (PostgreSQL's integer division truncates, a numeric quotient keeps its digits).
+_RING = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
+
+
 def _arith(node: exp.Expression, a: object, b: object, result: PgType) -> object:
     if a is None or b is None:
         return None
+    ring = _RING.get(type(node))
     if result.is_integer:
         x, y = int(a), int(b)  # type: ignore[call-overload]
-        if isinstance(node, exp.Add):
-            return x + y
-        if isinstance(node, exp.Sub):
-            return x - y
-        if isinstance(node, exp.Mul):
-            return x * y
+        if ring is not None:
+            return ring(x, y)
         if y == 0:
             return None
         quotient = abs(x) // abs(y)
@@ -118,24 +121,16 @@ def _arith(node: exp.Expression, a: object, b: object, result: PgType) -> object
         return remainder if x >= 0 else -remainder
     if result.is_float:
         fx, fy = float(a), float(b)  # type: ignore[arg-type]
-        if isinstance(node, exp.Add):
-            return fx + fy
-        if isinstance(node, exp.Sub):
-            return fx - fy
-        if isinstance(node, exp.Mul):
-            return fx * fy
+        if ring is not None:
+            return ring(fx, fy)
         if fy == 0:
             return None
         return fx / fy if isinstance(node, exp.Div) else math.fmod(fx, fy)
     dx, dy = _to_decimal(a), _to_decimal(b)
     with localcontext() as ctx:
         ctx.prec = 60
-        if isinstance(node, exp.Add):
-            return dx + dy
-        if isinstance(node, exp.Sub):
-            return dx - dy
-        if isinstance(node, exp.Mul):
-            return dx * dy
+        if ring is not None:
+            return ring(dx, dy)
         if dy == 0:
             return None
         if isinstance(node, exp.Mod):

@@ -39,6 +39,7 @@ from dpproxy.errors import (
     UndefinedFunction,
     UndefinedObject,
     UndefinedTable,
+    lookup,
 )
 from dpproxy.sql.positions import syntax_problem
 from dpproxy.wire.catalog.build import build_database, make_lookups, sql_string
@@ -422,14 +423,7 @@ def _translate_error(exc: duckdb.Error) -> DPProxyError:
         return refused_per_row(refused.group(1))
     mine = re.search(r"dpproxy:(\w{5}):(.*?)(?:\n|$)", text)  # raised by a macro with error()
     if mine:
-        cls = {
-            "42P01": UndefinedTable,
-            "42704": UndefinedObject,
-            "22P02": InvalidText,
-            "42883": UndefinedFunction,
-            "22023": InvalidParameter,
-        }.get(mine.group(1), NotSupported)
-        return cls(mine.group(2).strip())
+        return lookup(mine.group(1), NotSupported)(mine.group(2).strip())
     first = text.splitlines()[0] if text else ""
     found = _DUCK_MESSAGE.match(first)
     message = found.group(1) if found else first

@@ -386,12 +386,16 @@ class _Router(PreparedReader, CopyReader):
     def deallocate(self) -> Statement:
         self.expect("deallocate")
         self.accept("prepare")
+        return self._all_or_name(Kind.SESSION, "DEALLOCATE", "DEALLOCATE ALL", "deallocate")
+
+    def _all_or_name(self, kind: Kind, tag: str, tag_all: str, action: str) -> Statement:
+        """The rest of `DEALLOCATE [PREPARE]` or `CLOSE`: ALL, or one name."""
         if self.accept("all"):
             self.expect_end()
-            return Statement(Kind.SESSION, self.sql, "DEALLOCATE ALL", "deallocate", "all")
+            return Statement(kind, self.sql, tag_all, action, "all")
         name = self.name()
         self.expect_end()
-        return Statement(Kind.SESSION, self.sql, "DEALLOCATE", "deallocate", name)
+        return Statement(kind, self.sql, tag, action, name)
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -532,12 +536,7 @@ class _Router(PreparedReader, CopyReader):
 
     def close(self) -> Statement:
         self.expect("close")
-        if self.accept("all"):
-            self.expect_end()
-            return Statement(Kind.CURSOR, self.sql, "CLOSE CURSOR ALL", "close", "all")
-        name = self.name()
-        self.expect_end()
-        return Statement(Kind.CURSOR, self.sql, "CLOSE CURSOR", "close", name)
+        return self._all_or_name(Kind.CURSOR, "CLOSE CURSOR", "CLOSE CURSOR ALL", "close")
 
     # -- EXPLAIN -------------------------------------------------------------------------------
 

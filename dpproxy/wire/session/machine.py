@@ -34,6 +34,8 @@ from types import MappingProxyType
 from dpproxy.audit import CURRENT, StatementRecord, Status, new_session_id
 from dpproxy.backends import STATEMENT_TIMEOUT, Cancellation
 from dpproxy.errors import (
+    ActiveTransaction,
+    BackendUnavailable,
     DPProxyError,
     InFailedTransaction,
     InternalError,
@@ -107,8 +109,12 @@ class _EncodedRows(codec.BackendMessage):
 
 INTERNAL_ERROR = "internal error in dpproxy; the operator's log has the details"
 
+def _warning(error: DPProxyError) -> ErrorResponse:
+    return codec.error_from(error, severity="WARNING")
+
+
 # The SQLSTATE recorded for a statement whose client went away while its answer was sent.
-_CONNECTION_LOST = "08006"
+_CONNECTION_LOST = BackendUnavailable.sqlstate  # connection_failure
 
 
 def client_address(peer: object) -> str:
@@ -231,7 +237,7 @@ class Session(SessionCommands, PortalCommands):
                 self._fatal(out, InternalError(INTERNAL_ERROR))
             else:
                 # The text of an unexpected exception could hold a value: it stays in the log.
-                out.append(ErrorResponse("ERROR", "XX000", INTERNAL_ERROR))
+                out.append(codec.error_from(InternalError(INTERNAL_ERROR)))
                 if isinstance(message, codec.EXTENDED):
                     self._after_error(extended=True)
                 elif not isinstance(message, codec.Sync):
@@ -740,16 +746,11 @@ class Session(SessionCommands, PortalCommands):
                 self.status = TransactionStatus.IN_BLOCK
                 self._settings.begin()
             else:
-                outcome.notices.append(
-                    codec.notice(
-                        "there is already a transaction in progress", severity="WARNING", code="25001"
-                    )
-                )
+                already = ActiveTransaction("there is already a transaction in progress")
+                outcome.notices.append(_warning(already))
         elif action in ("commit", "rollback"):
             if status is TransactionStatus.IDLE:
-                outcome.notices.append(
-                    codec.notice("there is no transaction in progress", severity="WARNING", code="25P01")
-                )
+                outcome.notices.append(_warning(NoActiveTransaction("there is no transaction in progress")))
             else:
                 committed = action == "commit" and status is TransactionStatus.IN_BLOCK
                 self._end_transaction(committed=committed)

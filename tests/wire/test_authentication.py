@@ -1,0 +1,101 @@
+"""Authentication over the wire (one failure message for a wrong password and an unknown user,
+SCRAM by default, cleartext and md5 only when the policy enables them) and cancel requests that
+interrupt a blocked private query.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dpproxy.wire.auth import md5_password
+from tests.wire.proxy import (
+    ALICE,
+    ALICE_PASSWORD,
+    LockablePeople,
+    Proxy,
+    private_copy,
+    run_in_thread,
+    running_proxy,
+    write_policy,
+)
+from tests.wire.raw import RawClient, error_fields, msg
+
+# --- psycopg: authentication and cancel ----------------------------------------------------------------
+
+
+def _auth_error(dsn: str) -> psycopg.OperationalError:
+    with pytest.raises(psycopg.OperationalError) as caught:
+        psycopg.connect(dsn)
+    return caught.value
+
+
+def test_wrong_password_and_unknown_user_fail_identically(duck_proxy: Proxy) -> None:
+    wrong = _auth_error(duck_proxy.dsn(password="not-her-password"))
+    unknown = _auth_error(duck_proxy.dsn(user="mallory", password="whatever"))
+    assert 'password authentication failed for user "alice"' in str(wrong)
+    assert str(unknown) == str(wrong).replace('"alice"', '"mallory"')
+
+
+def test_analyst_without_password_cannot_connect(tmp_path: Path, demo_duckdb: Path) -> None:
+    policy = write_policy(tmp_path / "policy.yaml", alice={"password": None})
+    with running_proxy(policy, private_copy(demo_duckdb, tmp_path), tmp_path / "ledger.sqlite") as proxy:
+        assert 'password authentication failed for user "alice"' in str(_auth_error(proxy.dsn()))
+        with psycopg.connect(proxy.dsn(user="bob", password="bob-demo")) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_cleartext_and_md5_only_when_the_policy_enables_them(tmp_path: Path, demo_duckdb: Path) -> None:
+    md5 = md5_password(ALICE_PASSWORD, ALICE)
+    assert md5 == "md5" + __import__("hashlib").md5(b"alice-demoalice").hexdigest()
+    for methods in (["password"], ["md5", "scram-sha-256"]):
+        policy = write_policy(
+            tmp_path / "policy.yaml",
+            server={"auth_methods": methods},
+            alice={"md5_password": md5} if "md5" in methods else None,
+        )
+        backend = private_copy(demo_duckdb, tmp_path)
+        with running_proxy(policy, backend, tmp_path / f"{methods[0]}.sqlite") as proxy:
+            with RawClient(proxy.port) as raw:
+                raw.startup(ALICE)
+                kind, body = raw.read()
+                assert kind == "R" and struct.unpack("!i", body[:4])[0] == (
+                    3 if methods == ["password"] else 5
+                )
+            with psycopg.connect(proxy.dsn()) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert "password authentication failed" in str(_auth_error(proxy.dsn(password="wrong")))
+            # bob has no md5 hash: he gets the next method listed (SCRAM) and still logs in.
+            if methods[0] == "md5":
+                with psycopg.connect(proxy.dsn(user="bob", password="bob-demo")) as conn:
+                    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_default_policy_offers_only_scram(duck_proxy: Proxy) -> None:
+    with RawClient(duck_proxy.port) as raw:
+        raw.startup(ALICE)
+        kind, body = raw.read()
+        assert (kind, body) == ("R", struct.pack("!i", 10) + b"SCRAM-SHA-256\x00\x00")
+        # A client answering with a cleartext password gets a protocol error, not a session.
+        raw.send(msg("p", ALICE_PASSWORD.encode() + b"\x00"))
+        kind, body = raw.read()
+        assert kind == "E" and error_fields(body)["C"] == "08P01"
+        assert raw.closed()
+
+
+def test_cancel_interrupts_a_blocked_private_query(people: LockablePeople, tmp_path: Path) -> None:
+    with running_proxy(people.policy, people.dsn, tmp_path / "ledger.sqlite") as proxy:
+        with people.locked(), proxy.connect(autocommit=True) as conn:
+            worker, outcome = run_in_thread(conn, "SELECT COUNT(*) FROM people")
+            people.wait_until_blocked()
+            conn.cancel_safe()
+            worker.join(20)
+            assert isinstance(outcome.get("error"), psycopg.errors.QueryCanceled)
+            assert "charged" in str(outcome["error"])
+        # The query had reached the data: its cost stays spent. The session goes on.
+        assert proxy.spent() == pytest.approx(0.5)
+        with proxy.connect(autocommit=True) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0  # type: ignore[index]
