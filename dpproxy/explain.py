@@ -156,7 +156,9 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         )
     for choice in plan.noise.choices:
         if choice.kind == "rows":
-            aim = "a quarter of the persons" if choice.quartile else f"about {choice.target} person(s)"
+            aim = f"about {choice.target} person(s)"
+            if choice.quartile:
+                aim = "half the persons" if choice.half else "a quarter of the persons"
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"
             name = "k, a person's rows in the whole query"
         else:

@@ -158,7 +158,7 @@ def _query_noise(
         selection = bounds.groups[groups] if bounds is not None and bounds.groups else query.max_groups
     if bounds is not None:
         asked = tuple(
-            BoundRequest(kind, candidates, _spread(query), _averages_only(query))
+            BoundRequest(kind, candidates, _spread(query), _averages_only(query), half=bool(query.keys))
             if kind == "rows"
             else BoundRequest(kind, candidates, median=query.needs_selection)
             for kind, candidates in (("rows", bounds.rows), ("groups", bounds.groups))

@@ -301,6 +301,7 @@ def _choices(
             budget,
             a.quartile,
             a.median,
+            a.half,
         )
         for a in asked
     )

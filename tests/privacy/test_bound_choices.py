@@ -41,16 +41,21 @@ def test_adding_a_person_moves_every_score_by_at_most_the_calibrated_sensitivity
 @given(
     counts=st.lists(st.integers(1, 120), max_size=40),
     added=st.integers(1, 120),
-    kind=st.sampled_from(["rows", "groups"]),
+    kind=st.sampled_from(["rows", "half", "groups"]),
 )
 def test_the_quantile_scores_move_by_at_most_their_calibrated_sensitivity(
     counts: list[int], added: int, kind: str
 ) -> None:
-    """The median of groups (sensitivity 1) and the quartile of rows (3), in the interval form."""
-    choice = bound_choice(kind, CANDIDATES, 5, Accounting.PURE, 0.1, kind == "rows")
+    """The median of groups (sensitivity 1), the quartile of rows (3) and their median (1), in the
+    interval form; the noise is calibrated for it."""
+    choice = bound_choice("groups" if kind == "groups" else "rows", CANDIDATES, 5, Accounting.PURE, 0.1,
+                          kind != "groups", half=kind == "half")  # fmt: skip
     before = choice.scores(*counts_of(counts))
     after = choice.scores(*counts_of([*counts, added]))
-    assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= (3 if kind == "rows" else 1)
+    sensitivity = 3 if kind == "rows" else 1
+    assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= sensitivity
+    plain = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 0.1)
+    assert abs(choice.scale - sensitivity * plain.scale) <= 1e-9 * choice.scale
 
 
 def test_persons_who_share_one_count_get_that_count_not_a_uniform_pick() -> None:
@@ -96,6 +101,12 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
         return choice
 
     assert rows_choice("SELECT AVG(x), STDDEV(x) FROM t").quartile
+    assert not rows_choice("SELECT AVG(x), STDDEV(x) FROM t").half
+    # Averages per group: half the persons above k, as each group's noise weighs more beside its
+    # smaller sum than the whole query's does (the module docstring).
+    grouped = rows_choice("SELECT x, AVG(x) FROM t GROUP BY x")
+    assert grouped.quartile and grouped.half
+    assert "aiming at half the persons" in engine.explain("SELECT x, AVG(x) FROM t GROUP BY x").render()
     # A share (an argument in [0, 1]) keeps the rule for counts: its per-person values spread widely.
     assert not rows_choice("SELECT AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
     assert not rows_choice("SELECT AVG(x), AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
