@@ -106,6 +106,10 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     # smaller sum than the whole query's does (the module docstring).
     grouped = rows_choice("SELECT x, AVG(x) FROM t GROUP BY x")
     assert grouped.quartile and grouped.half
+    # …and so do shares per group, whose noise outweighs what reweighting moves.
+    shares = rows_choice("SELECT x, AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t GROUP BY x")
+    assert shares.quartile and shares.half
+    assert not rows_choice("SELECT x, COUNT(*), AVG(x) FROM t GROUP BY x").quartile
     assert "aiming at half the persons" in engine.explain("SELECT x, AVG(x) FROM t GROUP BY x").render()
     # A share (an argument in [0, 1]) keeps the rule for counts: its per-person values spread widely.
     assert not rows_choice("SELECT AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
