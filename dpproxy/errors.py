@@ -294,41 +294,42 @@ class InternalError(DPProxyError):
     sqlstate = "XX000"  # internal_error
 
 
-class AdminShutdown(DPProxyError):
+class _FixedMessage(DPProxyError):
+    """An error whose message is always the same: PostgreSQL's own words for it."""
+
+    text = ""
+
+    def __init__(self) -> None:
+        super().__init__(self.text)
+
+
+class AdminShutdown(_FixedMessage):
     """The server closes the connection: it is stopping, or the session was idle at a reload."""
 
     sqlstate = "57P01"  # admin_shutdown
-
-    def __init__(self) -> None:
-        super().__init__("terminating connection due to administrator command")
+    text = "terminating connection due to administrator command"
 
 
-class CannotConnectNow(DPProxyError):
+class CannotConnectNow(_FixedMessage):
     sqlstate = "57P03"  # cannot_connect_now
-
-    def __init__(self) -> None:
-        super().__init__("the database system is shutting down")
+    text = "the database system is shutting down"
 
 
-class TooManyConnections(DPProxyError):
+class TooManyConnections(_FixedMessage):
     sqlstate = "53300"  # too_many_connections
-
-    def __init__(self) -> None:
-        super().__init__("sorry, too many clients already")
+    text = "sorry, too many clients already"
 
 
-class IdleSessionTimeout(DPProxyError):
+class IdleSessionTimeout(_FixedMessage):
     sqlstate = "57P05"  # idle_session_timeout
-
-    def __init__(self) -> None:
-        super().__init__("terminating connection due to idle-session timeout")
+    text = "terminating connection due to idle-session timeout"
 
 
-class AuthenticationTimeout(BackendUnavailable):
-    """The client did not finish authenticating in time (connection_failure, as PostgreSQL says)."""
+class AuthenticationTimeout(_FixedMessage):
+    """The client did not finish authenticating in time."""
 
-    def __init__(self) -> None:
-        super().__init__("canceling authentication due to timeout")
+    sqlstate = BackendUnavailable.sqlstate  # connection_failure, as PostgreSQL says
+    text = "canceling authentication due to timeout"
 
 
 def _every_class(base: type[DPProxyError]) -> list[type[DPProxyError]]:

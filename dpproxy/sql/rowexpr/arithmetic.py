@@ -142,16 +142,7 @@ class ArithmeticRules:
         double = left.double or right.double or (isinstance(node, exp.Div) and not result_type.is_integer)
         interval: Interval | None = None
         if a is not None and b is not None:
-            if isinstance(node, exp.Add):
-                interval = a + b
-            elif isinstance(node, exp.Sub):
-                interval = a - b
-            elif isinstance(node, exp.Mul):
-                interval = a * b
-            elif isinstance(node, exp.Div):
-                interval = a.divide(b, integer_divisor=right.type.is_integer, truncate=result_type.is_integer)
-            else:
-                interval = a.modulo(b)
+            interval = _combine(node, a, b, right.type.is_integer, result_type.is_integer)
         # An integer operand without a declared range still lies within its type's: enough to show
         # that integer arithmetic cannot overflow bigint (year / 10, a public column's value × 12).
         # The result's range stays unknown, so nothing takes it for a bound to clip or noise by.
@@ -159,16 +150,7 @@ class ArithmeticRules:
         if checked is None and result_type.is_integer and not double:
             ca, cb = _type_range(left, a), _type_range(right, b)
             if ca is not None and cb is not None:
-                if isinstance(node, exp.Add):
-                    checked = ca + cb
-                elif isinstance(node, exp.Sub):
-                    checked = ca - cb
-                elif isinstance(node, exp.Mul):
-                    checked = ca * cb
-                elif isinstance(node, exp.Div):
-                    checked = ca.divide(cb, integer_divisor=True, truncate=True)
-                else:
-                    checked = ca.modulo(cb)
+                checked = _combine(node, ca, cb, True, True)
         uses_unit, constant = left.uses_unit or right.uses_unit, left.constant and right.constant
         if double:
             typed = self._double_arithmetic(node, left, right, result_type, interval)
@@ -532,3 +514,18 @@ def _type_range(typed: Typed, interval: Interval | None) -> Interval | None:
         lo, hi = INTEGER_RANGE[typed.type]
         return Interval(Decimal(lo), Decimal(hi))
     return None
+
+
+def _combine(
+    node: exp.Expression, a: Interval, b: Interval, integer_divisor: bool, truncate: bool
+) -> Interval:
+    """The range of `a op b`, op the arithmetic node (+, −, ×, / or %)."""
+    if isinstance(node, exp.Add):
+        return a + b
+    if isinstance(node, exp.Sub):
+        return a - b
+    if isinstance(node, exp.Mul):
+        return a * b
+    if isinstance(node, exp.Div):
+        return a.divide(b, integer_divisor=integer_divisor, truncate=truncate)
+    return a.modulo(b)
