@@ -46,6 +46,9 @@ CASES: dict[str, tuple[str, str | None, dict[str, object], str]] = {
     "per_group.chosen": ("per_group", "ranked_groups", CHOSEN, SUMS),
     # Public keys (their values restricted where the rows are read) with bounds chosen and a count
     # of persons per group (COUNT(DISTINCT unit)): the candidates of g.
+    # A refined quantile's second statement: the same bounded rows as its histogram's first pass,
+    # counted per sub-bin inside the coarse bins around the first pick (here bins 301 to 303).
+    "row_pipeline.refinement": ("refinement", None, {}, "SELECT grp, MEDIAN(y) FROM t GROUP BY grp"),
     "per_group.public_keys": (
         "per_group",
         "ranked_groups",

@@ -17,9 +17,22 @@ import pytest
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.sql.numbers import emit
-from dpproxy.sql.rewrite import RULES
+from dpproxy.sql.rewrite import RULES, rewrite
+from dpproxy.sql.rewrite.row_pipeline import refinement_select
 from dpproxy.sql.rewrite.state import RewriteContext, RewriteState
 from tests.sql.rewrite.goldens_spec import CASES, policy
+
+REFINED_WINDOW = [301, 302, 303]
+
+
+def refinement_written(case: str) -> str:
+    """The second statement of the case's refined histogram, for the coarse bins REFINED_WINDOW."""
+    _, _, kwargs, sql = CASES[case]
+    query = Engine(parse_policy(policy(**kwargs)), None).analyze(sql)
+    state = rewrite(query, salt="golden", dialect="postgres")
+    (h,) = [h for h, histogram in enumerate(query.histograms) if histogram.fine]
+    steps = {step.name: step.select for step in state.auxiliary}
+    return emit(refinement_select(steps[f"histogram_{h}"], h, REFINED_WINDOW), "postgres", pretty=True)
 
 
 def rewritten_by(case: str) -> tuple[RewriteState, RewriteState]:
@@ -52,6 +65,9 @@ GOLDENS = Path(__file__).parent / "goldens"
 @pytest.mark.parametrize("case", list(CASES))
 def test_pass_writes_its_golden_sql(case: str) -> None:
     pass_name, reads, _, _ = CASES[case]
+    if pass_name == "refinement":
+        assert refinement_written(case) == (GOLDENS / f"{case}.sql").read_text().rstrip("\n")
+        return
     before, after = rewritten_by(case)
     # The pass's input: the relation the steps before it end with (none for the first pass, and for
     # the row pipeline, which reads the tables itself).
