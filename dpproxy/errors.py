@@ -339,15 +339,17 @@ def _every_class(base: type[DPProxyError]) -> list[type[DPProxyError]]:
     return found
 
 
-# The first class defined for each SQLSTATE: what an error raised under that code elsewhere (a
-# macro's error() in the catalog, dpproxy:42P01:…) is read back as.
+# The first class defined for each SQLSTATE that takes a message as DPProxyError does: what an error
+# raised under that code elsewhere (a macro's error() in the catalog, dpproxy:42P01:…) is read back
+# as. Classes that write their own message (PolicyError, AdminShutdown, …) are not read back.
 _BY_SQLSTATE: dict[str, type[DPProxyError]] = {}
 for _cls in _every_class(DPProxyError):
-    _BY_SQLSTATE.setdefault(_cls.sqlstate, _cls)
+    if _cls.__init__ is DPProxyError.__init__:
+        _BY_SQLSTATE.setdefault(_cls.sqlstate, _cls)
 
 
 def lookup(sqlstate: str, default: type[DPProxyError]) -> type[DPProxyError]:
-    """The error class of `sqlstate` (the first defined for it), else `default`."""
+    """The error class of `sqlstate` (the first defined for it that takes a message), else `default`."""
     return _BY_SQLSTATE.get(sqlstate, default)
 
 

@@ -24,7 +24,7 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   heaviest persons answer differently, moved from 3.9% to 8.9% — what scaling does to weights, and
   outside its ± every time — so a share keeps the rule for counts. An aim at an eighth of the
   persons let the others' noise back (9.7%, 11.1%).
-  Averages per group (a GROUP BY), shares among them, aim at half the persons above k
+  Averages and spreads per group (a GROUP BY), shares among them, aim at half the persons above k
   (−max(0, 2·above_j − persons, persons − 2·above_{j−1}), sensitivity 1; `half`): a group's sum is
   smaller than the query's, so its noise, which grows with k, weighs more beside it. Over k = 1 …
   128 the error per group was
@@ -120,7 +120,7 @@ class BoundChoice:
         # under −|persons − w·above_j|, and the choice was uniform among them.
         weight = 4 if self.kind == "rows" and not self.half else 2
         people = int(persons)
-        previous = [people, *(int(above) for above in counts[:-1])]
+        previous = [people, *(int(above) for above in counts)][: len(counts)]
         return [
             -max(0, weight * int(above) - people, people - weight * before)
             for above, before in zip(counts, previous, strict=True)

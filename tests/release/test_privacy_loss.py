@@ -121,4 +121,6 @@ def test_privacy_loss_of_the_chosen_bounds_is_within_the_choices_epsilon(loaded:
     a = Counter(bounds(engine.release(plan, full).notes) for _ in range(TRIALS))
     b = Counter(bounds(engine.release(plan, without).notes) for _ in range(TRIALS))
     assert len(a) >= 2  # more than one pair of bounds is drawn: the outcome is random
-    assert assert_loss_within_epsilon(a, b, epsilon) > 0.5  # the person really moves the choice
+    # The outcomes that carry the loss are drawn ~200 times each under the neighbour: compared from
+    # 100 draws, so that the check of a real loss (> 0.5) fails well under once in 10,000 runs.
+    assert assert_loss_within_epsilon(a, b, epsilon, minimum=100) > 0.5  # the person moves the choice

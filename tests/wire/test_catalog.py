@@ -753,3 +753,19 @@ def test_crashes_and_silent_drops_a_parameter_no_bind_could_give_is_refused(
         catalog.describe("SELECT $100000000", [], SESSION)  # used to build a list of 10⁸ types
     assert caught.value.sqlstate == "42P02"
     assert catalog.describe("SELECT '$100000000' AS price", [], SESSION)[0] == []  # text, not a parameter
+
+
+def test_every_error_a_catalog_macro_raises_is_read_back_with_its_sqlstate() -> None:
+    """The macros raise `dpproxy:SQLSTATE:message`; the shadow catalog reads each code back through
+    errors.lookup as a class that takes the message (never one that writes its own)."""
+    from dpproxy import errors
+
+    data = Path(errors.__file__).parent / "wire" / "catalog" / "data"
+    codes = {code for f in data.glob("*.sql") for code in re.findall(r"dpproxy:(\w{5}):", f.read_text())}
+    assert codes  # the macros do raise some
+    for code in codes:
+        error = errors.lookup(code, errors.NotSupported)("the message")
+        assert (error.sqlstate, error.message) == (code, "the message")
+    # Codes whose classes write their own message are not read back: the default stands in.
+    assert errors.lookup(errors.AdminShutdown.sqlstate, errors.NotSupported) is errors.NotSupported
+    assert errors.lookup(errors.PolicyError.sqlstate, errors.NotSupported) is errors.NotSupported

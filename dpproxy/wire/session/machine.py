@@ -109,6 +109,7 @@ class _EncodedRows(codec.BackendMessage):
 
 INTERNAL_ERROR = "internal error in dpproxy; the operator's log has the details"
 
+
 def _warning(error: DPProxyError) -> ErrorResponse:
     return codec.error_from(error, severity="WARNING")
 
