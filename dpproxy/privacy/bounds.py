@@ -27,12 +27,12 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   Averages and spreads per group (a GROUP BY), shares among them, aim at half the persons above k
   (−max(0, 2·above_j − persons, persons − 2·above_{j−1}), sensitivity 1; `half`): a group's sum is
   smaller than the query's, so its noise, which grows with k, weighs more beside it. Over k = 1 …
-  128 the error per group was
-  flat up to about the persons' median and grew beyond (airline delays per carrier, MovieLens ratings
-  per genre, InstEval ratings per department); the median rule lowered the benchmarks' grouped
-  errors by a third (InstEval 2.4% → 1.6% per department); at the upper quartile the error per
-  group was up to twice that of any k below the median, and a share's (which the rule for counts
-  gives a k near the ceiling) up to four times (0.09 vs 0.01–0.02 for airline delays per carrier).
+  128 the error per group was flat up to about the persons' median and grew beyond (airline delays
+  per carrier, MovieLens ratings per genre, InstEval ratings per department); the median rule
+  lowered the benchmarks' grouped errors by a third (InstEval 2.4% → 1.6% per department); at the
+  upper quartile the error per group was up to twice that of any k below the median, and a share's
+  (which the rule for counts gives a k near the ceiling) up to four times (0.09 vs 0.01–0.02 for
+  airline delays per carrier).
   These are rules of thumb for where the error is least, not part of the guarantee: any candidate
   is private.
 - g, the groups a person counts in for partition selection and COUNT(DISTINCT unit) (kind
@@ -110,15 +110,14 @@ class BoundChoice:
     half: bool = False  # rows, with `quartile`: half the persons above k (averages per group)
 
     def scores(self, counts: Sequence[int], persons: int) -> list[int]:
-        if not (self.quartile if self.kind == "rows" else self.median):
+        weight = _quantile_weight(self.kind, self.quartile, self.median, self.half)
+        if weight is None:
             return [-abs(int(above) - self.target) for above in counts]
-        # A quantile of the persons' rows or groups (the upper quartile: a quarter above, weight 4;
-        # the median: half, weight 2), scored as the distance from the candidate's interval
-        # (b_{j-1}, b_j] of persons' values to the quantile: −max(0, w·above_j − persons,
+        # A quantile of the persons' rows or groups, scored as the distance from the candidate's
+        # interval (b_{j-1}, b_j] of persons' values to the quantile: −max(0, w·above_j − persons,
         # persons − w·above_{j-1}), every person above "b_{-1}" = 0. When many persons share one
         # value (one group each, one row each), every candidate at or above it had the same score
         # under −|persons − w·above_j|, and the choice was uniform among them.
-        weight = 4 if self.kind == "rows" and not self.half else 2
         people = int(persons)
         previous = [people, *(int(above) for above in counts)][: len(counts)]
         return [
@@ -140,6 +139,16 @@ class BoundChoice:
         return 0.0 if rivals <= 0 else self.scale * math.log(rivals / ERROR_ALPHA)
 
 
+def _quantile_weight(kind: str, quartile: bool, median: bool, half: bool) -> int | None:
+    """w of a choice that aims at a quantile of the persons' rows or groups (a 1/w share of them
+    above the bound: 4 for the upper quartile of rows, 2 for a median), None for one that aims at
+    `target` persons above. Adding a person moves w·above_j by 0 or w and persons by 1, so the
+    score moves by at most max(1, w − 1)."""
+    if kind == "rows":
+        return (2 if half else 4) if quartile else None
+    return 2 if median else None
+
+
 @lru_cache(maxsize=1024)
 def bound_choice(
     kind: str,
@@ -155,8 +164,7 @@ def bound_choice(
     half = half and quartile and kind == "rows"
     if len(candidates) == 1:
         return BoundChoice(kind, candidates, target, accounting, 0.0, 0.0, 0.0, quartile, median, half)
-    # The quartile score moves by at most 3 when a person is added (4·above_j by 0 or 4, persons by 1);
-    # the median's (2·above_j by 0 or 2) by 1.
-    scale, cost = _calibrate_selector(accounting, 3 if quartile and not half else 1, budget)
+    weight = _quantile_weight(kind, quartile, median, half)
+    scale, cost = _calibrate_selector(accounting, 1 if weight is None else max(1, weight - 1), budget)
     epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
     return BoundChoice(kind, candidates, target, accounting, scale, epsilon, rho, quartile, median, half)
