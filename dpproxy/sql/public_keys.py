@@ -18,6 +18,9 @@ of such values, each a function of the policy, the query text and public tables 
     `date_trunc(unit, col)` buckets, `extract(field FROM col)` / `date_part` values, and the days of
     a date column itself, enumerated from the range as PostgreSQL computes them (ISO weeks start on
     Monday; the session time zone is UTC), at most MAX_KEY_VALUES of them;
+  - **a declared integer range** (`lower`/`upper` of an integer column): the integers from lower to
+    upper when there are at most MAX_RANGE_VALUES of them (an hour 0–23, a month 1–12, a rating
+    1–5); a row whose value lies outside is read at the nearer bound, as for a sum;
   - the policy's own `public_values` of a column.
 
 A LEFT JOIN keeps protected rows without a match, whose key is then NULL: a key read from the
@@ -61,6 +64,10 @@ from dpproxy.sql.types import INTEGER_RANGE, PgType
 MAX_KEY_VALUES = 10_000
 # The most combinations of keys whose values this module derived (zero-filled groups).
 MAX_PUBLIC_GROUPS = 100_000
+# The most integers a declared integer range may hold to make its column a public key: beyond, its
+# values are as likely to be identifiers (a year of birth over 1900–2030 is 131; a departure time as
+# hhmm is 2,401) and most zero-filled groups would be empty.
+MAX_RANGE_VALUES = 1_000
 
 TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 EXTRACT_FIELDS = (
@@ -132,6 +139,8 @@ class PublicKeys:
             found = self._temporal_values(temporal, text, key_type, label)
         elif isinstance(node, exp.Column):
             found = self._joined_values(node, text, key_type, label)
+            if found.values is None and not found.fetched:
+                found = self._range_values(node, text, key_type, label) or found
         if found.values is not None:
             self.derived.add(text)
         return found
@@ -208,6 +217,23 @@ class PublicKeys:
                     if same:
                         return partner, partner_column
         return None
+
+    # -- declared integer ranges ------------------------------------------------------------------
+
+    def _range_values(self, node: exp.Column, text: str, key_type: PgType, label: str) -> KeyValues | None:
+        """The integers of an integer column's declared range (None: not such a column, or more than
+        MAX_RANGE_VALUES of them)."""
+        _, column = self.scope.resolve(node)
+        interval = column.interval
+        if not (column.clip and column.type.is_integer and key_type.is_integer and interval is not None):
+            return None
+        if not interval.finite:
+            return None
+        lo, hi = math.ceil(interval.lo), math.floor(interval.hi)
+        if hi < lo or hi - lo + 1 > MAX_RANGE_VALUES:
+            return None
+        origin = f"{label}: the {hi - lo + 1} integers of {column.name}'s declared range {lo} … {hi}"
+        return self._restricted(KeyValues(tuple(range(lo, hi + 1)), origin), text, key_type, label)
 
     # -- declared date ranges --------------------------------------------------------------------
 

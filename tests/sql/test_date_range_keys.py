@@ -160,13 +160,32 @@ def test_a_column_without_a_range_and_other_expressions_keep_partition_selection
         "SELECT extract(epoch FROM d), COUNT(*) FROM t GROUP BY 1",
         "SELECT date_trunc('month', d) + NULL, COUNT(*) FROM t GROUP BY 1",
         "SELECT ts, COUNT(*) FROM t GROUP BY 1",
-        "SELECT x, COUNT(*) FROM t GROUP BY 1",  # bounded integers are not public keys
+        "SELECT x + 1, COUNT(*) FROM t GROUP BY 1",  # the column itself only
+        "SELECT pid, COUNT(*) FROM t GROUP BY 1",  # an integer without a declared range
     ):
         try:
             query = keys_of(sql)
         except DPProxyError:
             continue
         assert query.needs_selection, sql
+
+
+# -- a declared integer range ------------------------------------------------------------------
+
+
+def test_an_integer_column_with_a_short_declared_range_is_a_public_key() -> None:
+    query = keys_of("SELECT x, COUNT(*) FROM t GROUP BY 1")
+    (key,) = query.keys
+    assert key.public_values == tuple(range(0, 11)) and not query.needs_selection
+    assert "the 11 integers of x's declared range 0 … 10" in (key.origin or "")
+    assert values("SELECT x, COUNT(*) FROM t WHERE x BETWEEN 3 AND 5 GROUP BY 1") == [3, 4, 5]
+    assert values("SELECT x, COUNT(*) FROM t WHERE x IN (2, 7, 99) GROUP BY 1") == [2, 7]
+
+
+def test_an_integer_range_of_more_than_a_thousand_values_goes_through_partition_selection() -> None:
+    assert len(values("SELECT x, COUNT(*) FROM t GROUP BY 1", policy_text().replace("upper: 10", "upper: 999"))) == 1000
+    wide = keys_of("SELECT x, COUNT(*) FROM t GROUP BY 1", policy_text().replace("upper: 10", "upper: 1000"))
+    assert wide.keys[0].public_values is None and wide.needs_selection
 
 
 # -- WHERE restricts the zero-filled keys ------------------------------------------------------
@@ -263,6 +282,29 @@ def test_values_are_clamped_into_the_declared_range_where_they_are_read(demo_eng
     )
     assert measured == raw
     assert "2018-01-01" in plan.statements[0] and "2022-12-31" in plan.statements[0]
+
+
+def test_integer_range_keys_are_released_zero_filled_and_clamped_where_read(demo_engine: Engine) -> None:
+    """GROUP BY age (integer, declared 0–120): all 121 ages, no partition selection, and the exact
+    per-group persons are the raw counts of the clamped ages."""
+    sql = "SELECT age, COUNT(*) FROM patients GROUP BY 1"
+    explained = demo_engine.explain(sql)
+    assert explained.selection is not None and "the 121 integers of age's declared range 0 … 120" in (
+        explained.selection
+    )
+    result = demo_engine.execute(sql, analyst="alice")
+    assert [row[0] for row in result.rows] == list(range(121))
+    plan = demo_engine.plan(sql)
+    backend = demo_engine.backend_or_fail()
+    exact = plan.measure(*(backend.run(statement) for statement in plan.statements))
+    measured = {k[0]: units for k, units in zip(exact.keys, exact.units, strict=True) if units}
+    raw = dict(
+        backend.run(
+            "SELECT LEAST(GREATEST(age, 0), 120), COUNT(DISTINCT patient_id) FROM patients "
+            "WHERE age IS NOT NULL GROUP BY 1"
+        )
+    )
+    assert measured == raw
 
 
 def test_refusals_keep_their_sqlstates(demo_engine: Engine) -> None:
