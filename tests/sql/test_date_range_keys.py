@@ -183,7 +183,10 @@ def test_an_integer_column_with_a_short_declared_range_is_a_public_key() -> None
 
 
 def test_an_integer_range_of_more_than_a_thousand_values_goes_through_partition_selection() -> None:
-    assert len(values("SELECT x, COUNT(*) FROM t GROUP BY 1", policy_text().replace("upper: 10", "upper: 999"))) == 1000
+    assert (
+        len(values("SELECT x, COUNT(*) FROM t GROUP BY 1", policy_text().replace("upper: 10", "upper: 999")))
+        == 1000
+    )
     wide = keys_of("SELECT x, COUNT(*) FROM t GROUP BY 1", policy_text().replace("upper: 10", "upper: 1000"))
     assert wide.keys[0].public_values is None and wide.needs_selection
 
