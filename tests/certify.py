@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 
 from dpproxy.engine import Plan
@@ -115,6 +116,7 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
             if moved or any(moved_histograms):
                 changed += 1
         assert changed <= max(bounds.group_cap, query.max_groups), (query.text, unit, changed)
+        _certify_histograms_per_candidate(plan, measured, neighbour_measured, unit)
         for j, g in enumerate(bounds.groups):
             assert units_changed[j] <= g, (query.text, unit, "units in groups", g, units_changed[j])
         for i, component in enumerate(query.components):
@@ -122,6 +124,36 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
                 continue
             for j, k in enumerate(bounds.rows):
                 assert l1[i][j] <= FINE * component.sensitivity(k), (query.text, unit, i, k, l1[i][j])
+
+
+def _certify_histograms_per_candidate(plan: Plan, a: ExactGroups, b: ExactGroups, unit: int) -> None:
+    """At every candidate k, each histogram of a group moves by at most k counts (L1 over its bins:
+    a person keeps k of their rows in a group, row_pipeline.histogram_rows), in no more groups than
+    the ceiling allows."""
+    query = plan.query
+    assert query.bounds is not None
+    if not query.histograms:
+        return
+    groups = -1 if query.bounds.groups else None
+    # Not vacuous: at the ceiling, the histograms are those measured; with fewer rows, fewer counts.
+    assert a.resolve(query, -1, groups).histograms == a.histograms, query.text
+    totals = [
+        [sum(map(sum, histograms)) for histograms in a.resolve(query, j, groups).histograms]
+        for j in range(len(query.bounds.rows))
+    ]
+    for fewer, more in itertools.pairwise(totals):
+        assert all(x <= y for x, y in zip(fewer, more, strict=True)), query.text
+    for j, k in enumerate(query.bounds.rows):
+        at_a, at_b = by_key(a.resolve(query, j, groups)), by_key(b.resolve(query, j, groups))
+        empty = [[0] * h.candidates for h in query.histograms]
+        changed = 0
+        for key in set(at_a) | set(at_b):
+            ha, hb = at_a[key][2] if key in at_a else empty, at_b[key][2] if key in at_b else empty
+            for h, (p, q) in enumerate(zip(ha, hb, strict=True)):
+                moved = sum(abs(x - y) for x, y in zip(p, q, strict=True))
+                assert moved <= k, (query.text, unit, key, "histogram", h, "at k", k, moved)
+            changed += ha != hb
+        assert changed <= query.max_groups, (query.text, unit, "histogram groups at k", k, changed)
 
 
 def _candidates_by_key(

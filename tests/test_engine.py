@@ -38,6 +38,7 @@ from dpproxy.errors import (
     UnknownAnalyst,
 )
 from dpproxy.policy import load_policy, parse_policy
+from dpproxy.sql.bounds import SessionBounds
 from dpproxy.sql.types import PgType
 
 POLICY = Path(__file__).parent.parent / "policies" / "demo.yaml"
@@ -284,16 +285,20 @@ def test_same_released_structure_on_both_backends(
 
 
 def test_a_median_over_public_keys_runs_the_row_pipeline_alone(engine: Engine) -> None:
-    # No value needs per-person sums and no group is selected by its units: one statement, and the
-    # groups and histograms it measures are those of the same plan with a per-person COUNT beside.
+    # No value needs per-person sums, no group is selected by its units and the session sets k (no
+    # count of persons per candidate is needed to choose it): one statement, and the groups and
+    # histograms it measures are those of the same plan with a per-person COUNT beside.
     sql = (
         "SELECT department, MEDIAN(duration_minutes) FROM visits "
         "WHERE visit_date > DATE '2021-06-01' GROUP BY 1"
     )
-    alone = engine.plan(sql, salt="s")
-    beside = engine.plan(sql.replace(") FROM", "), COUNT(*) FROM"), salt="s")
+    session = SessionBounds(rows=3)
+    alone = engine.plan(sql, salt="s", bounds=session)
+    beside = engine.plan(sql.replace(") FROM", "), COUNT(*) FROM"), salt="s", bounds=session)
     assert len(alone.statements) == 1 and len(beside.statements) == 2
-    assert "no per-person sums statement" in engine.explain(sql).render()
+    assert "no per-person sums statement" in engine.explain(sql, bounds=session).render()
+    # Chosen per query, k needs the persons' counts per candidate: the per-person statement runs.
+    assert len(engine.plan(sql, salt="s").statements) == 2
     measured = [plan.measure(*[engine.backend.run(s) for s in plan.statements]) for plan in (alone, beside)]
     by_key = [dict(zip(m.keys, m.histograms, strict=True)) for m in measured]
     assert len(by_key[0]) == 8 and by_key[0] == by_key[1]
@@ -308,7 +313,8 @@ def test_without_a_main_statement_only_public_keys_are_released() -> None:
     from dpproxy.release import choose_groups
 
     engine = Engine(load_policy(POLICY), None, dialect="duckdb")
-    plan = engine.plan("SELECT department, MEDIAN(duration_minutes) FROM visits GROUP BY 1", salt="s")
+    sql = "SELECT department, MEDIAN(duration_minutes) FROM visits GROUP BY 1"
+    plan = engine.plan(sql, salt="s", bounds=SessionBounds(rows=3))
     assert not plan.query.needs_main_statement
     measured = plan.measure([("cardiology", 3, 7), ("a patient's secret", 4, 1)])
     released = choose_groups(plan.query, measured, plan.noise)

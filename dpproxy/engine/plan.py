@@ -124,11 +124,19 @@ def plan_private(
     return Plan(query, state, dialect, noise, epsilon, defaults.delta, None, settings)
 
 
+def _mixes(aggregate: Aggregate) -> bool:
+    """An AVG, VAR or STDDEV: a mean of the persons' scaled rows, which scaling reweights but does not
+    shrink. Not a quantile: its histogram keeps each person's first k rows in the group, and on the
+    flights data (regional jets fly short legs many times) the median distance at the persons' upper
+    quartile of rows was 7.5% above the rows' median, against 0.8% at the rule for counts' k."""
+    return aggregate.kind is AggregateKind.AVG or aggregate.kind.is_spread
+
+
 def _spread(query: PrivateQuery) -> int:
     """How many times m the persons left above k may be (dpproxy.privacy.bounds): twice for an
     average or a spread (scaling a person's rows moves a weighted mean far less than it removes
     rows), once otherwise."""
-    return 2 if any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates) else 1
+    return 2 if any(_mixes(a) for a in query.aggregates) else 1
 
 
 def _averages_only(query: PrivateQuery) -> bool:
@@ -140,8 +148,7 @@ def _averages_only(query: PrivateQuery) -> bool:
     more, and a share's error at the median's k was a quarter of its error at the rule for counts'
     (airline delays per carrier, InstEval's share of top ratings per department)."""
     return bool(query.aggregates) and all(
-        (a.kind is AggregateKind.AVG or a.kind.is_spread) and (bool(query.keys) or not _share(a))
-        for a in query.aggregates
+        _mixes(a) and (bool(query.keys) or not _share(a)) for a in query.aggregates
     )
 
 
@@ -174,7 +181,7 @@ def _query_noise(
         component_bounds(query, rows, groups),
         selection,
         accounting=accounting,
-        selectors=selectors(query).requests,
+        selectors=selectors(query, rows).requests,
         choices=asked,
         allocated=bounds is not None,
     )

@@ -10,11 +10,13 @@ only. `exact_groups` is also the seam the sensitivity certificates test (through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from dpproxy.sql.query import ComponentKind, PrivateQuery
+from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class Candidates:
     above: list[int]  # [candidate j of k]: units whose rows in all exceed k (each unit once)
     wider: list[int]  # [candidate j of g]: units with more groups than g (each unit once)
     persons: int  # units with a row in the query, each once
+    # The row pipeline's histogram statements' rows: a count per candidate k of each (group, bin).
+    histogram_rows: tuple[Sequence[Sequence[object]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,9 @@ class ExactGroups:
     # Bounds chosen per query: every candidate's values; `components` and `units` then hold the
     # ceiling's until `resolve` keeps the chosen ones.
     candidates: Candidates | None = None
+    # Which count of the histogram statements `histograms` holds: candidate j of k (the chosen one
+    # once resolved; the ceiling's before), 0 when they have one count (row_pipeline.histogram_rows).
+    counted_at: int = 0
 
     def subset(self, indexes: Sequence[int]) -> ExactGroups:
         assert self.candidates is None, "groups are chosen once the bounds are"
@@ -48,6 +55,7 @@ class ExactGroups:
             [self.components[i] for i in indexes],
             [self.units[i] for i in indexes],
             [self.histograms[i] for i in indexes] if self.histograms else [],
+            counted_at=self.counted_at,
         )
 
     def resolve(self, query: PrivateQuery, rows: int, groups: int | None) -> ExactGroups:
@@ -67,7 +75,19 @@ class ExactGroups:
                     for i, kind in enumerate(counted)
                 ]
             )
-        return ExactGroups(self.keys, components, units, self.histograms)
+        histograms, counted_at = self.histograms, self.counted_at
+        if found.histogram_rows:  # the histograms' counts at the chosen k
+            index = {key: g for g, key in enumerate(self.keys)}
+            n_keys = len(query.keys)
+            histograms = _empty_histograms(query, len(self.keys))
+            assert query.bounds is not None
+            counted_at = range(len(query.bounds.rows))[rows]  # -1: the ceiling's
+
+            def group(row: Sequence[object]) -> int | None:
+                return index.get(canonical_values(row[:n_keys]))
+
+            _count(query, found.histogram_rows, group, histograms, counted_at)
+        return ExactGroups(self.keys, components, units, histograms, counted_at=counted_at)
 
 
 def _as_int(value: object) -> int:
@@ -158,7 +178,7 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
             candidates = Candidates([[[0] * j_rows for _ in range(n_components)]], [[0] * j_groups],
                                     [0] * j_rows, [0] * j_groups, 0)  # fmt: skip
     index = {key: i for i, key in enumerate(keys)}
-    histograms = [[[0] * h.candidates for h in query.histograms] for _ in keys]
+    histograms = _empty_histograms(query, len(keys))
 
     def group(row: Sequence[object]) -> int | None:
         """The group of a row pipeline's row. With a main statement, every group the bounded rows
@@ -170,7 +190,7 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
             keys.append(key)
             components.append([0] * n_components)
             units.append(0)
-            histograms.append([[0] * h.candidates for h in query.histograms])
+            histograms.extend(_empty_histograms(query, 1))
         return index.get(key)
 
     distinct = [i for i, c in enumerate(query.components) if c.kind.row_pipeline]
@@ -180,12 +200,35 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
             if g is not None:
                 for offset, i in enumerate(distinct):
                     components[g][i] = _as_int(row[n_keys + offset])
+    # Histograms with a count per candidate k hold the ceiling's until the bounds are chosen.
+    ranks = histogram_rows(query)
+    counted_at = len(ranks) - 1 if ranks is not None else 0
+    _count(query, statements, group, histograms, counted_at)
+    if candidates is not None and ranks is not None:
+        candidates = dataclasses.replace(candidates, histogram_rows=tuple(statements))
+    histograms = histograms if query.histograms else []
+    return ExactGroups(keys, components, units, histograms, candidates, counted_at)
+
+
+def _empty_histograms(query: PrivateQuery, groups: int) -> list[list[list[int]]]:
+    return [[[0] * h.candidates for h in query.histograms] for _ in range(groups)]
+
+
+def _count(
+    query: PrivateQuery,
+    statements: Sequence[Sequence[Sequence[object]]],
+    group: Callable[[Sequence[object]], int | None],
+    histograms: list[list[list[int]]],
+    counted_at: int,
+) -> None:
+    """Add each histogram statement's rows (keys, bin, counts) to `histograms`, reading the count
+    `counted_at` of each row (candidate j of k; 0 when there is one)."""
+    n_keys = len(query.keys)
     for h, statement in enumerate(statements):
         for row in statement:
             g = group(row)
             if g is not None:
-                histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1])
-    return ExactGroups(keys, components, units, histograms if query.histograms else [], candidates)
+                histograms[g][h][_as_int(row[n_keys])] += _as_int(row[n_keys + 1 + counted_at])
 
 
 def _candidate_columns(

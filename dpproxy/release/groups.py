@@ -38,7 +38,8 @@ def choose_groups(query: PrivateQuery, exact: ExactGroups, noise: QueryNoise) ->
             components.append(exact.components[i] if i is not None else zeros)
             units.append(exact.units[i] if i is not None else 0)
             histograms.append(exact.histograms[i] if i is not None and exact.histograms else empty)
-        groups = ExactGroups(keys, components, units, histograms if query.histograms else [])
+        histograms = histograms if query.histograms else []
+        groups = ExactGroups(keys, components, units, histograms, counted_at=exact.counted_at)
     else:
         assert noise.selection is not None
         groups = exact.subset(noise.selection.select(exact.units))

@@ -80,7 +80,9 @@ def refine_quantiles(
             g = index.get(canonical_values(row[:n_keys]))
             if g is None:
                 continue
-            coarse, sub, count = (int(v) for v in row[n_keys : n_keys + 3])  # type: ignore[call-overload]
+            # …, the coarse bin, the sub-bin, the count at the k the histograms hold (ExactGroups).
+            coarse, sub = int(row[n_keys]), int(row[n_keys + 1])  # type: ignore[call-overload]
+            count = int(row[n_keys + 2 + groups.counted_at])  # type: ignore[call-overload]
             counts.setdefault((g, coarse), [0] * histogram.fine)[sub] += count
     values: dict[tuple[int, int], object] = {}
     for (g, a), centre in picks.items():

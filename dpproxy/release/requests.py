@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dpproxy.privacy import ModeRequest, QuantileRequest, SelectorRequest, TopKRequest
 from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import AggregateKind, PrivateQuery
+from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,16 @@ class Selectors:
     interval_ends: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
-def selectors(query: PrivateQuery) -> Selectors:
-    """The selector requests of a query, in a fixed order the plan and the release share."""
+def selectors(query: PrivateQuery, rows: int = -1) -> Selectors:
+    """The selector requests of a query, in a fixed order the plan and the release share. With
+    bounds chosen per query, quantiles and modes count the rows a person keeps at candidate `rows`
+    of k in each group (dpproxy.sql.rewrite.row_pipeline.histogram_rows; -1: the ceiling, as the
+    plan reserves): that many is what one person moves in one group's histogram."""
     requests: list[SelectorRequest] = []
     by_aggregate: dict[int, int] = {}
-    r, g = query.max_rows, query.max_groups
+    g = query.max_groups
+    ranks = histogram_rows(query)
+    r = ranks[rows] if ranks is not None else query.max_rows
     for a, aggregate in enumerate(query.aggregates):
         if aggregate.kind is AggregateKind.QUANTILE:
             assert aggregate.alpha is not None
@@ -49,10 +55,10 @@ def selectors(query: PrivateQuery) -> Selectors:
     if query.top_k is not None:
         component_index, k = query.top_k
         component = query.components[component_index]
-        lo, _hi = component.contribution_range(r)
+        lo, _hi = component.contribution_range(query.max_rows)
         top_k = len(requests)
         # Counts, and sums of non-negative values, only grow when a person is added.
-        requests.append(TopKRequest(k, component.sensitivity(r), monotonic=lo >= 0))
+        requests.append(TopKRequest(k, component.sensitivity(query.max_rows), monotonic=lo >= 0))
     # Last, so that the indexes above are those of a query that reads no interval.
     interval_ends: dict[int, tuple[int, int]] = {}
     for a in sorted({a for a, _ in interval_slots(query.post_processing)}):

@@ -331,12 +331,14 @@ class PrivateQuery:
 
     @property
     def needs_main_statement(self) -> bool:
-        """The per-person sums statement: not when every value comes from the row pipeline and no
-        group needs selecting (its count of units) — a MEDIAN over public keys, say."""
+        """The per-person sums statement: not when every value comes from the row pipeline, no
+        group needs selecting (its count of units) and no bound is chosen (from its counts of
+        persons per candidate) — a MEDIAN over public keys with fixed limits, say."""
         return (
             not self.needs_row_pipeline
             or self.needs_selection
             or any(not c.kind.row_pipeline for c in self.components)
+            or (self.bounds is not None and self.bounds.choose_rows and bool(self.histograms))
         )
 
     @property

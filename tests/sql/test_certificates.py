@@ -14,6 +14,7 @@ Both backends run the same plans.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections import defaultdict
 from decimal import Decimal
 
@@ -330,3 +331,45 @@ def test_rows_without_a_person_are_left_out(loader: Loader, fixed: bool) -> None
         ("b",): [fine, 4 * fine],
     }
     assert "IS NULL" in plan.statements[0]
+
+
+# -- histograms at every candidate k -------------------------------------------------------------
+
+MANY_ROWS = [[("a", "a", v, None) for v in range(6)] + [("b", "b", 3, None)], [("a", "c", 1, None)] * 3]
+
+
+def test_a_histogram_counts_the_first_k_rows_of_each_person_at_every_candidate() -> None:
+    """Exact semantics: at candidate k a person adds min(k, their non-null rows) to a group's
+    histogram (row_pipeline.histogram_rows), and the release calibrates its pick for that k."""
+    loader = Loader("duckdb")
+    loader.load(flatten(MANY_ROWS))
+    engine = Engine(parse_policy(policy_text(rows=8, groups=2)), None, dialect="duckdb")
+    plan = engine.plan_private(engine.analyze("SELECT grp, MEDIAN(x) FROM t GROUP BY grp"), 1.0, salt="k")
+    measured = plan.measure(*(loader.run(sql) for sql in plan.statements))
+    query = plan.query
+    assert query.bounds is not None and query.bounds.rows == (1, 2, 4, 8)
+    totals = {
+        k: {key: sum(h[0]) for key, (_, _, h) in by_key(measured.resolve(query, j, -1)).items()}
+        for j, k in enumerate(query.bounds.rows)
+    }
+    # Person 0: 6 rows in a, 1 in b; person 1: 3 rows in a.
+    assert totals == {
+        1: {("a",): 2, ("b",): 1},
+        2: {("a",): 4, ("b",): 1},
+        4: {("a",): 7, ("b",): 1},
+        8: {("a",): 9, ("b",): 1},
+    }
+    assert measured.resolve(query, 1, -1).counted_at == 1
+    scores = [plan.noise_at(j, 0).selectors[0].sensitivity for j in range(4)]
+    assert scores == [1, 2, 4, 8]  # a median's rank moves by the rows a person keeps
+
+
+def test_the_certificate_catches_a_histogram_that_keeps_more_rows_than_its_k(monkeypatch) -> None:
+    row_pipeline = importlib.import_module("dpproxy.sql.rewrite.row_pipeline")
+    counts = row_pipeline._counts
+    monkeypatch.setattr(row_pipeline, "_counts", lambda ranks, within: counts(ranks, lambda k: within(k + 1)))
+    loader = Loader("duckdb")
+    loader.load(flatten(MANY_ROWS))
+    engine = Engine(parse_policy(policy_text(rows=8, groups=2)), None, dialect="duckdb")
+    with pytest.raises(AssertionError, match="at k"):
+        certify(engine, "SELECT grp, MEDIAN(x) FROM t GROUP BY grp", loader, MANY_ROWS)

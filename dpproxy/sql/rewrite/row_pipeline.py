@@ -19,13 +19,13 @@ an integer from the argument clipped to its range on its grid: ((v − lo)·(K �
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from dpproxy.sql.numbers import emit, grid_integer
-from dpproxy.sql.query import Histogram
+from dpproxy.sql.query import Histogram, PrivateQuery
 from dpproxy.sql.rewrite.bound_rows import keep_first, keep_rows_of_first_groups
 from dpproxy.sql.rewrite.select_rows import public_value_literal, read_relation
 from dpproxy.sql.rewrite.state import (
@@ -81,8 +81,9 @@ def refinement_select(histogram_step: exp.Select, h: int, bins: list[int] | exp.
     select = histogram_step.copy()
     name, sub = histogram_column(h), sub_bin_column(h)
     projections = select.expressions
-    # …, the coarse bin, the sub-bin, the count.
-    select.set("expressions", [*projections[:-1], col(sub), projections[-1]])
+    # …, the coarse bin, the sub-bin, the count (one per candidate k: histogram_rows).
+    at = 1 + next(i for i, p in enumerate(projections) if p.alias_or_name == name)
+    select.set("expressions", [*projections[:at], col(sub), *projections[at:]])
     listed = [bins] if isinstance(bins, exp.Expression) else [exp.Literal.number(b) for b in bins]
     inside = exp.In(this=col(name), expressions=listed)
     select = select.where(inside, append=True, copy=False).group_by(col(sub), append=True, copy=False)
@@ -143,6 +144,34 @@ def bin_sql(histogram: Histogram) -> exp.Expression:
     return exp.IntDiv(this=numerator, expression=exp.Literal.number(hi - lo))
 
 
+def histogram_rows(query: PrivateQuery) -> tuple[int, ...] | None:
+    """With bounds chosen per query, the rows a person keeps per group in a histogram, one count
+    column each: the candidates for k (the release keeps the chosen one's counts and calibrates the
+    pick for that k: dpproxy.release.exact, dpproxy.release.requests). None: one count, of the rows
+    within the policy's limit."""
+    bounds = query.bounds
+    return bounds.rows if bounds is not None and query.histograms else None
+
+
+def _counts(ranks: tuple[int, ...] | None, within: Callable[[int], exp.Expression]) -> list[exp.Expression]:
+    """COUNT(*), or one count per candidate k of the rows a person keeps at k (`within(k)`: the
+    rows of the first k of their salted order in the group)."""
+    if ranks is None:
+        return [exp.alias_(exp.Count(this=exp.Star()), "__count", quoted=True)]
+    return [
+        exp.alias_(
+            exp.Sum(
+                this=exp.Case(
+                    ifs=[exp.If(this=within(k), true=exp.Literal.number(1))], default=exp.Literal.number(0)
+                )
+            ),
+            f"__count{j}",
+            quoted=True,
+        )
+        for j, k in enumerate(ranks)
+    ]
+
+
 def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     if not query.needs_row_pipeline:
@@ -172,12 +201,26 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     chain: list[tuple[str, exp.Select]] = [("rows_selected", read_relation(ctx, projections))]
     current = RewriteState(steps=(Step("rows_selected", "", chain[0][1]),))
     keep = [UNIT, *ctx.keys, *values] if ctx.per_unit else [*ctx.keys, *values]
-    if ctx.per_unit and query.bounds_groups:
-        bounded = keep_rows_of_first_groups(current, ctx, values, query.max_rows, query.max_groups, keep)
+    ranks = histogram_rows(query) if ctx.per_unit else None
+
+    grouped = ctx.per_unit and query.bounds_groups
+
+    def within(k: int) -> exp.Expression:
+        """A row among the first k of its person's in its group (keep_rows_of_first_groups numbers
+        a person's rows in all: __rn − __gstart is the row's place in its group, from 0)."""
+        if grouped:
+            offset = exp.Sub(this=col("__rn"), expression=col("__gstart"))
+            return exp.LT(this=offset, expression=exp.Literal.number(k))
+        return exp.LTE(this=col("__rn"), expression=exp.Literal.number(k))
+
+    if grouped:
+        kept = [*keep, "__rn", "__gstart"] if ranks else keep
+        bounded = keep_rows_of_first_groups(current, ctx, values, query.max_rows, query.max_groups, kept)
         chain.append(("rows_bounded", bounded))
     elif ctx.per_unit:
+        kept = [*keep, "__rn"] if ranks else keep
         sampled = keep_first(
-            current, ctx, [UNIT, *ctx.keys], values, ctx.salt + ":rows", query.max_rows, keep, "__rn"
+            current, ctx, [UNIT, *ctx.keys], values, ctx.salt + ":rows", query.max_rows, kept, "__rn"
         )
         chain.append(("rows_sampled", sampled))
     source = chain[-1][0]
@@ -202,9 +245,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     for h in range(len(query.histograms)):
         name = histogram_column(h)
         final = (
-            exp.select(
-                *keys, col(name), exp.alias_(exp.Count(this=exp.Star()), "__count", quoted=True), copy=False
-            )
+            exp.select(*keys, col(name), *_counts(ranks, within), copy=False)
             .from_(source, copy=False)
             .where(exp.Not(this=exp.Is(this=col(name), expression=exp.Null())), copy=False)
             .group_by(*[col(k) for k in ctx.keys], col(name), copy=False)

@@ -49,6 +49,13 @@ CASES: dict[str, tuple[str, str | None, dict[str, object], str]] = {
     # A refined quantile's second statement: the same bounded rows as its histogram's first pass,
     # counted per sub-bin inside the coarse bins around the first pick (here bins 301 to 303).
     "row_pipeline.refinement": ("refinement", None, {}, "SELECT grp, MEDIAN(y) FROM t GROUP BY grp"),
+    # Bounds chosen per query: a histogram counts the rows each person keeps at every candidate k
+    # (their first k in the group's salted order), one column each; the release keeps the chosen
+    # one's. Per group (rows_bounded numbers a person's rows in all), over the whole table
+    # (rows_sampled), and in a refinement's second statement.
+    "row_pipeline.chosen": ("row_pipeline", None, CHOSEN, "SELECT grp, MEDIAN(x) FROM t GROUP BY grp"),
+    "row_pipeline.chosen_scalar": ("row_pipeline", None, CHOSEN, "SELECT MEDIAN(x) FROM t"),
+    "row_pipeline.refinement_chosen": ("refinement", None, CHOSEN, "SELECT grp, MEDIAN(y) FROM t GROUP BY grp"),
     "per_group.public_keys": (
         "per_group",
         "ranked_groups",
