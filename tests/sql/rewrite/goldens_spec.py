@@ -55,7 +55,12 @@ CASES: dict[str, tuple[str, str | None, dict[str, object], str]] = {
     # (rows_sampled), and in a refinement's second statement.
     "row_pipeline.chosen": ("row_pipeline", None, CHOSEN, "SELECT grp, MEDIAN(x) FROM t GROUP BY grp"),
     "row_pipeline.chosen_scalar": ("row_pipeline", None, CHOSEN, "SELECT MEDIAN(x) FROM t"),
-    "row_pipeline.refinement_chosen": ("refinement", None, CHOSEN, "SELECT grp, MEDIAN(y) FROM t GROUP BY grp"),
+    "row_pipeline.refinement_chosen": (
+        "refinement",
+        None,
+        CHOSEN,
+        "SELECT grp, MEDIAN(y) FROM t GROUP BY grp",
+    ),
     "per_group.public_keys": (
         "per_group",
         "ranked_groups",
