@@ -44,7 +44,8 @@ def second_pass(plan: Plan, run, without: int | None, window: list[int]) -> dict
     fine: dict[tuple, dict[int, list[int]]] = defaultdict(dict)
     for row in run(sql, without):
         key = tuple(row[:n_keys])
-        coarse, sub, count = (int(v) for v in row[n_keys : n_keys + 3])
+        # …, the coarse bin, the sub-bin, the count at the k the first pass's histograms hold.
+        coarse, sub, count = (int(v) for v in (*row[n_keys : n_keys + 2], row[n_keys + 2 + first.counted_at]))
         assert coarse in window, (sql, coarse)
         fine[key].setdefault(coarse, [0] * histogram.fine)[sub] += count
     partitions = {}

@@ -278,6 +278,17 @@ class ArithmeticRules:
         if not 0 <= digits <= 9:
             raise NotSupported("round() digits must be between 0 and 9")
         interval = inner.interval.widen_to_digits(digits) if inner.interval is not None else None
+        if inner.type.is_integer and decimals is None:
+            # PostgreSQL resolves round(integer) to round(double precision), its numbers' preferred
+            # type (round(integer, n) has only the numeric candidate): an integer, as a double.
+            return dataclasses.replace(
+                inner,
+                sql=typed_node(self._double(inner), PgType.FLOAT8),
+                type=PgType.FLOAT8,
+                interval=interval,
+                double=True,
+                smallest=Decimal(1),
+            )
         if inner.double:
             if decimals is not None:
                 raise UndefinedFunction(
@@ -291,7 +302,7 @@ class ArithmeticRules:
         args: dict[str, exp.Expression] = {"this": inner.sql}
         if decimals is not None:
             args["decimals"] = exp.Literal.number(digits)
-        # round(int) and round(numeric) are numeric in PostgreSQL, halves away from zero on both.
+        # round(int, n) and round(numeric[, n]) are numeric in PostgreSQL, halves away from zero on both.
         return Typed(
             typed_node(exp.Round(**args), PgType.NUMERIC),
             PgType.NUMERIC,
