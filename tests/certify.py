@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Sequence
 
 from dpproxy.engine import Plan
 from dpproxy.release import ExactGroups
 from dpproxy.release.aggregates import fine_components
 from dpproxy.sql.query import FINE
+from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
 # Runs one statement on D (without=None) or on D minus one person.
 Runner = Callable[[str, "int | None"], Sequence[tuple]]
@@ -127,24 +127,34 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
 
 
 def _certify_histograms_per_candidate(plan: Plan, a: ExactGroups, b: ExactGroups, unit: int) -> None:
-    """At every candidate k, each histogram of a group moves by at most k counts (L1 over its bins:
-    a person keeps k of their rows in a group, row_pipeline.histogram_rows), in no more groups than
-    the ceiling allows."""
+    """At every pair of candidates (k, g) the histograms count (row_pipeline.histogram_rows), each
+    histogram of a group moves by at most k counts (L1 over its bins: a person keeps k of their rows
+    in a group), in at most g groups (the ceiling when g is not chosen there)."""
     query = plan.query
-    assert query.bounds is not None
-    if not query.histograms:
+    ranks = histogram_rows(query)
+    if ranks is None:
         return
-    groups = -1 if query.bounds.groups else None
-    # Not vacuous: at the ceiling, the histograms are those measured; with fewer rows, fewer counts.
-    assert a.resolve(query, -1, groups).histograms == a.histograms, query.text
-    totals = [
-        [sum(map(sum, histograms)) for histograms in a.resolve(query, j, groups).histograms]
-        for j in range(len(query.bounds.rows))
-    ]
-    for fewer, more in itertools.pairwise(totals):
-        assert all(x <= y for x, y in zip(fewer, more, strict=True)), query.text
-    for j, k in enumerate(query.bounds.rows):
-        at_a, at_b = by_key(a.resolve(query, j, groups)), by_key(b.resolve(query, j, groups))
+    assert query.bounds is not None
+    g_indexes: list[int | None] = list(range(len(ranks.groups))) if ranks.groups else [None]
+    ceiling_g = -1 if query.bounds.groups else None  # the units' candidate g when not a pair's
+
+    def at(m: ExactGroups, j: int, i: int | None) -> ExactGroups:
+        return m.resolve(query, j, ceiling_g if i is None else i)
+
+    # Not vacuous: at the ceilings, the histograms are those measured; fewer rows or groups, fewer counts.
+    assert at(a, -1, g_indexes[-1]).histograms == a.histograms, query.text
+    totals = {
+        (j, i): [sum(map(sum, histograms)) for histograms in at(a, j, i).histograms]
+        for j in range(len(ranks.rows))
+        for i in g_indexes
+    }
+    for (j, i), total in totals.items():
+        for smaller in ((j - 1, i), (j, i - 1) if i is not None else (j - 1, i)):
+            if smaller in totals:
+                assert all(x <= y for x, y in zip(totals[smaller], total, strict=True)), query.text
+    for j, i in totals:
+        k, g = ranks.at(j, i)
+        at_a, at_b = by_key(at(a, j, i)), by_key(at(b, j, i))
         empty = [[0] * h.candidates for h in query.histograms]
         changed = 0
         for key in set(at_a) | set(at_b):
@@ -153,7 +163,8 @@ def _certify_histograms_per_candidate(plan: Plan, a: ExactGroups, b: ExactGroups
                 moved = sum(abs(x - y) for x, y in zip(p, q, strict=True))
                 assert moved <= k, (query.text, unit, key, "histogram", h, "at k", k, moved)
             changed += ha != hb
-        assert changed <= query.max_groups, (query.text, unit, "histogram groups at k", k, changed)
+        most = g if g is not None else query.max_groups
+        assert changed <= most, (query.text, unit, "histogram groups at k, g", k, g, changed)
 
 
 def _candidates_by_key(

@@ -44,8 +44,9 @@ class ExactGroups:
     # Bounds chosen per query: every candidate's values; `components` and `units` then hold the
     # ceiling's until `resolve` keeps the chosen ones.
     candidates: Candidates | None = None
-    # Which count of the histogram statements `histograms` holds: candidate j of k (the chosen one
-    # once resolved; the ceiling's before), 0 when they have one count (row_pipeline.histogram_rows).
+    # Which count of the histogram statements `histograms` holds: the pair of candidates for k and g
+    # (the chosen one once resolved; the ceilings' before), 0 when they have one count
+    # (row_pipeline.histogram_rows).
     counted_at: int = 0
 
     def subset(self, indexes: Sequence[int]) -> ExactGroups:
@@ -76,12 +77,13 @@ class ExactGroups:
                 ]
             )
         histograms, counted_at = self.histograms, self.counted_at
-        if found.histogram_rows:  # the histograms' counts at the chosen k
+        if found.histogram_rows:  # the histograms' counts at the chosen k (and g)
             index = {key: g for g, key in enumerate(self.keys)}
             n_keys = len(query.keys)
             histograms = _empty_histograms(query, len(self.keys))
-            assert query.bounds is not None
-            counted_at = range(len(query.bounds.rows))[rows]  # -1: the ceiling's
+            ranks = histogram_rows(query)
+            assert ranks is not None
+            counted_at = ranks.column(rows, groups)  # -1: the ceiling's
 
             def group(row: Sequence[object]) -> int | None:
                 return index.get(canonical_values(row[:n_keys]))
@@ -202,7 +204,7 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
                     components[g][i] = _as_int(row[n_keys + offset])
     # Histograms with a count per candidate k hold the ceiling's until the bounds are chosen.
     ranks = histogram_rows(query)
-    counted_at = len(ranks) - 1 if ranks is not None else 0
+    counted_at = ranks.column(-1, -1) if ranks is not None else 0
     _count(query, statements, group, histograms, counted_at)
     if candidates is not None and ranks is not None:
         candidates = dataclasses.replace(candidates, histogram_rows=tuple(statements))

@@ -30,16 +30,19 @@ class Selectors:
     interval_ends: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
-def selectors(query: PrivateQuery, rows: int = -1) -> Selectors:
+def selectors(query: PrivateQuery, rows: int = -1, groups: int = -1) -> Selectors:
     """The selector requests of a query, in a fixed order the plan and the release share. With
     bounds chosen per query, quantiles and modes count the rows a person keeps at candidate `rows`
-    of k in each group (dpproxy.sql.rewrite.row_pipeline.histogram_rows; -1: the ceiling, as the
-    plan reserves): that many is what one person moves in one group's histogram."""
+    of k in each of their first `groups` of g (dpproxy.sql.rewrite.row_pipeline.histogram_rows; -1:
+    the ceilings, as the plan reserves): what one person moves in one group's histogram, and in how
+    many groups."""
     requests: list[SelectorRequest] = []
     by_aggregate: dict[int, int] = {}
-    g = query.max_groups
+    r, g = query.max_rows, query.max_groups
     ranks = histogram_rows(query)
-    r = ranks[rows] if ranks is not None else query.max_rows
+    if ranks is not None:
+        r, chosen_g = ranks.at(rows, groups)
+        g = chosen_g if chosen_g is not None else g
     for a, aggregate in enumerate(query.aggregates):
         if aggregate.kind is AggregateKind.QUANTILE:
             assert aggregate.alpha is not None

@@ -359,17 +359,33 @@ def test_a_histogram_counts_the_first_k_rows_of_each_person_at_every_candidate()
         4: {("a",): 7, ("b",): 1},
         8: {("a",): 9, ("b",): 1},
     }
-    assert measured.resolve(query, 1, -1).counted_at == 1
-    scores = [plan.noise_at(j, 0).selectors[0].sensitivity for j in range(4)]
-    assert scores == [1, 2, 4, 8]  # a median's rank moves by the rows a person keeps
+    assert query.bounds.groups == (1, 2) and measured.resolve(query, 1, -1).counted_at == 3  # (k, g) = (2, 2)
+    # At g = 1 each person keeps their first group by the salted hash: person 0's a or b, person 1's a.
+    first_groups = sum(sum(h[0]) for _, _, h in by_key(measured.resolve(query, 3, 0)).values())
+    assert first_groups in (3 + 6, 3 + 1)
+    picks = [plan.noise_at(j, i).selectors[0] for j in range(4) for i in range(2)]
+    # A median's rank moves by the rows a person keeps, in as many groups as they keep.
+    assert [(p.sensitivity, p.max_groups) for p in picks] == [(k, g) for k in (1, 2, 4, 8) for g in (1, 2)]
 
 
-def test_the_certificate_catches_a_histogram_that_keeps_more_rows_than_its_k(monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("wider", "caught"),
+    [((1, 0), "'at k'"), ((0, 1), "'histogram groups at k, g'")],
+    ids=["a row more than k", "a group more than g"],
+)
+def test_the_certificate_catches_a_histogram_that_keeps_more_than_its_bounds(
+    monkeypatch: pytest.MonkeyPatch, wider: tuple[int, int], caught: str
+) -> None:
     row_pipeline = importlib.import_module("dpproxy.sql.rewrite.row_pipeline")
     counts = row_pipeline._counts
-    monkeypatch.setattr(row_pipeline, "_counts", lambda ranks, within: counts(ranks, lambda k: within(k + 1)))
+    more_rows, more_groups = wider
+
+    def wrong(ranks, within):  # counts at (k + 1, g) or (k, g + 1), claims (k, g)
+        return counts(ranks, lambda k, g: within(k + more_rows, g + more_groups if g is not None else g))
+
+    monkeypatch.setattr(row_pipeline, "_counts", wrong)
     loader = Loader("duckdb")
     loader.load(flatten(MANY_ROWS))
     engine = Engine(parse_policy(policy_text(rows=8, groups=2)), None, dialect="duckdb")
-    with pytest.raises(AssertionError, match="at k"):
+    with pytest.raises(AssertionError, match=caught):
         certify(engine, "SELECT grp, MEDIAN(x) FROM t GROUP BY grp", loader, MANY_ROWS)

@@ -81,7 +81,7 @@ def refinement_select(histogram_step: exp.Select, h: int, bins: list[int] | exp.
     select = histogram_step.copy()
     name, sub = histogram_column(h), sub_bin_column(h)
     projections = select.expressions
-    # …, the coarse bin, the sub-bin, the count (one per candidate k: histogram_rows).
+    # …, the coarse bin, the sub-bin, the count (one per pair of candidates: histogram_rows).
     at = 1 + next(i for i, p in enumerate(projections) if p.alias_or_name == name)
     select.set("expressions", [*projections[:at], col(sub), *projections[at:]])
     listed = [bins] if isinstance(bins, exp.Expression) else [exp.Literal.number(b) for b in bins]
@@ -144,31 +144,59 @@ def bin_sql(histogram: Histogram) -> exp.Expression:
     return exp.IntDiv(this=numerator, expression=exp.Literal.number(hi - lo))
 
 
-def histogram_rows(query: PrivateQuery) -> tuple[int, ...] | None:
-    """With bounds chosen per query, the rows a person keeps per group in a histogram, one count
-    column each: the candidates for k (the release keeps the chosen one's counts and calibrates the
-    pick for that k: dpproxy.release.exact, dpproxy.release.requests). None: one count, of the rows
-    within the policy's limit."""
+@dataclass(frozen=True)
+class HistogramBounds:
+    """With bounds chosen per query, what a histogram statement counts: for every candidate k the
+    rows each person keeps per group (their first k in the group's salted order) and, when the row
+    pipeline ranks a person's groups and g is chosen, for every candidate g those in the person's
+    first g groups (the same salted order as partition selection's): one count column per pair, k
+    major. The release keeps the chosen pair's counts (dpproxy.release.exact) and calibrates each
+    pick for k rows in each of g groups (dpproxy.release.requests)."""
+
+    rows: tuple[int, ...]
+    groups: tuple[int, ...]  # (): no choice of g here; the pipeline's groups are the ceiling's
+
+    def pairs(self) -> list[tuple[int, int | None]]:
+        return [(k, g) for k in self.rows for g in (self.groups or (None,))]
+
+    def column(self, rows: int, groups: int | None) -> int:
+        """The count column of candidate `rows` of k and `groups` of g (-1: the ceiling)."""
+        j = range(len(self.rows))[rows]
+        if not self.groups:
+            return j
+        return j * len(self.groups) + range(len(self.groups))[-1 if groups is None else groups]
+
+    def at(self, rows: int, groups: int | None) -> tuple[int, int | None]:
+        return self.pairs()[self.column(rows, groups)]
+
+
+def histogram_rows(query: PrivateQuery) -> HistogramBounds | None:
+    """The pairs a query's histograms are counted at (HistogramBounds). None: one count, of the rows
+    within the policy's limits."""
     bounds = query.bounds
-    return bounds.rows if bounds is not None and query.histograms else None
+    if bounds is None or not query.histograms:
+        return None
+    return HistogramBounds(bounds.rows, bounds.groups if query.bounds_groups else ())
 
 
-def _counts(ranks: tuple[int, ...] | None, within: Callable[[int], exp.Expression]) -> list[exp.Expression]:
-    """COUNT(*), or one count per candidate k of the rows a person keeps at k (`within(k)`: the
-    rows of the first k of their salted order in the group)."""
+def _counts(
+    ranks: HistogramBounds | None, within: Callable[[int, int | None], exp.Expression]
+) -> list[exp.Expression]:
+    """COUNT(*), or one count per pair of candidates of the rows a person keeps at them
+    (`within(k, g)`)."""
     if ranks is None:
         return [exp.alias_(exp.Count(this=exp.Star()), "__count", quoted=True)]
     return [
         exp.alias_(
             exp.Sum(
                 this=exp.Case(
-                    ifs=[exp.If(this=within(k), true=exp.Literal.number(1))], default=exp.Literal.number(0)
+                    ifs=[exp.If(this=within(k, g), true=exp.Literal.number(1))], default=exp.Literal.number(0)
                 )
             ),
             f"__count{j}",
             quoted=True,
         )
-        for j, k in enumerate(ranks)
+        for j, (k, g) in enumerate(ranks.pairs())
     ]
 
 
@@ -205,16 +233,20 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
 
     grouped = ctx.per_unit and query.bounds_groups
 
-    def within(k: int) -> exp.Expression:
+    def within(k: int, g: int | None) -> exp.Expression:
         """A row among the first k of its person's in its group (keep_rows_of_first_groups numbers
-        a person's rows in all: __rn − __gstart is the row's place in its group, from 0)."""
-        if grouped:
-            offset = exp.Sub(this=col("__rn"), expression=col("__gstart"))
-            return exp.LT(this=offset, expression=exp.Literal.number(k))
-        return exp.LTE(this=col("__rn"), expression=exp.Literal.number(k))
+        a person's rows in all: __rn − __gstart is the row's place in its group, from 0), in one of
+        the person's first g groups (__gn, its rank among them)."""
+        if not grouped:
+            return exp.LTE(this=col("__rn"), expression=exp.Literal.number(k))
+        offset = exp.Sub(this=col("__rn"), expression=col("__gstart"))
+        row = exp.LT(this=offset, expression=exp.Literal.number(k))
+        if g is None:
+            return row
+        return exp.and_(row, exp.LTE(this=col("__gn"), expression=exp.Literal.number(g)), copy=False)
 
     if grouped:
-        kept = [*keep, "__rn", "__gstart"] if ranks else keep
+        kept = [*keep, "__rn", "__gstart", *(["__gn"] if ranks and ranks.groups else [])] if ranks else keep
         bounded = keep_rows_of_first_groups(current, ctx, values, query.max_rows, query.max_groups, kept)
         chain.append(("rows_bounded", bounded))
     elif ctx.per_unit:

@@ -69,7 +69,8 @@ WITH rows_selected AS (
     "__k0",
     "__h0",
     "__rn",
-    "__gstart"
+    "__gstart",
+    "__gn"
   FROM (
     SELECT
       *,
@@ -105,9 +106,12 @@ WITH rows_selected AS (
 SELECT
   "__k0",
   "__h0",
-  SUM(CASE WHEN "__rn" - "__gstart" < 1 THEN 1 ELSE 0 END) AS "__count0",
-  SUM(CASE WHEN "__rn" - "__gstart" < 2 THEN 1 ELSE 0 END) AS "__count1",
-  SUM(CASE WHEN "__rn" - "__gstart" < 4 THEN 1 ELSE 0 END) AS "__count2"
+  SUM(CASE WHEN "__rn" - "__gstart" < 1 AND "__gn" <= 1 THEN 1 ELSE 0 END) AS "__count0",
+  SUM(CASE WHEN "__rn" - "__gstart" < 1 AND "__gn" <= 2 THEN 1 ELSE 0 END) AS "__count1",
+  SUM(CASE WHEN "__rn" - "__gstart" < 2 AND "__gn" <= 1 THEN 1 ELSE 0 END) AS "__count2",
+  SUM(CASE WHEN "__rn" - "__gstart" < 2 AND "__gn" <= 2 THEN 1 ELSE 0 END) AS "__count3",
+  SUM(CASE WHEN "__rn" - "__gstart" < 4 AND "__gn" <= 1 THEN 1 ELSE 0 END) AS "__count4",
+  SUM(CASE WHEN "__rn" - "__gstart" < 4 AND "__gn" <= 2 THEN 1 ELSE 0 END) AS "__count5"
 FROM rows_bounded
 WHERE
   NOT "__h0" IS NULL
