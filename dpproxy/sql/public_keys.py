@@ -225,9 +225,9 @@ class PublicKeys:
         MAX_RANGE_VALUES of them)."""
         _, column = self.scope.resolve(node)
         interval = column.interval
-        if not (column.clip and column.type.is_integer and key_type.is_integer and interval is not None):
+        if not (column.clip and column.type.is_integer and key_type.is_integer):
             return None
-        if not interval.finite:
+        if interval is None or not interval.finite:
             return None
         lo, hi = math.ceil(interval.lo), math.floor(interval.hi)
         if hi < lo or hi - lo + 1 > MAX_RANGE_VALUES:

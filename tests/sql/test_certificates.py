@@ -67,6 +67,8 @@ QUERIES = [
     "SELECT grp, AVG(x), COUNT(DISTINCT pid) FROM t WHERE y > 10 OR y IS NULL GROUP BY grp",
     "SELECT pub, COUNT(*), AVG(y) FROM t GROUP BY pub",
     "SELECT x % 3, COUNT(*) FROM t GROUP BY 1",
+    # x is an integer declared −5 … 10: its 16 integers are public keys, values outside read at a bound.
+    "SELECT x, COUNT(*), SUM(y) FROM t GROUP BY x",
     "SELECT VAR_POP(x), STDDEV_SAMP(y), AVG(y) FROM t",
     "SELECT grp, VARIANCE(y), STDDEV(x) FROM t WHERE x IS NOT NULL GROUP BY grp",
     "SELECT grp, MIN(x), MAX(y), MEDIAN(y), COUNT(DISTINCT pub) FROM t GROUP BY grp",

@@ -230,7 +230,6 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     current = RewriteState(steps=(Step("rows_selected", "", chain[0][1]),))
     keep = [UNIT, *ctx.keys, *values] if ctx.per_unit else [*ctx.keys, *values]
     ranks = histogram_rows(query) if ctx.per_unit else None
-
     grouped = ctx.per_unit and query.bounds_groups
 
     def within(k: int, g: int | None) -> exp.Expression:
@@ -246,7 +245,8 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         return exp.and_(row, exp.LTE(this=col("__gn"), expression=exp.Literal.number(g)), copy=False)
 
     if grouped:
-        kept = [*keep, "__rn", "__gstart", *(["__gn"] if ranks and ranks.groups else [])] if ranks else keep
+        ranked = ["__rn", "__gstart", *(["__gn"] if ranks.groups else [])] if ranks else []
+        kept = [*keep, *ranked]
         bounded = keep_rows_of_first_groups(current, ctx, values, query.max_rows, query.max_groups, kept)
         chain.append(("rows_bounded", bounded))
     elif ctx.per_unit:
