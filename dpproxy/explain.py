@@ -157,6 +157,11 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
     for choice in plan.noise.choices:
         if choice.kind == "rows":
             aim = f"about {choice.target} person(s)"
+            if choice.capped:
+                aim += (
+                    " (so many per public group released, at most a tenth of the persons,"
+                    " k at least a quarter of the ceiling)"
+                )
             if choice.quartile:
                 aim = "half the persons" if choice.half else "a quarter of the persons"
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"

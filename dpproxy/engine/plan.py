@@ -173,8 +173,13 @@ def _query_noise(
     if query.needs_selection:
         selection = bounds.groups[groups] if bounds is not None and bounds.groups else query.max_groups
     if bounds is not None:
+        # Counts and sums over public keys aim k at m persons above per released group (their
+        # errors summed over the groups; dpproxy.privacy.bounds). Not g: untried.
+        cells = query.key_domain_size or 1
         asked = tuple(
-            BoundRequest(kind, candidates, _spread(query), _averages_only(query), half=bool(query.keys))
+            BoundRequest(
+                kind, candidates, _spread(query), _averages_only(query), half=bool(query.keys), cells=cells
+            )
             if kind == "rows"
             else BoundRequest(kind, candidates, median=query.needs_selection)
             for kind, candidates in (("rows", bounds.rows), ("groups", bounds.groups))

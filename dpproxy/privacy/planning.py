@@ -296,12 +296,13 @@ def _choices(
         bound_choice(
             a.kind,
             a.candidates,
-            max(1, round(unit_error * a.spread)),
+            max(1, round(unit_error * a.spread * a.cells)),
             accounting,
             budget,
             a.quartile,
             a.median,
             a.half,
+            a.cells > 1,
         )
         for a in asked
     )

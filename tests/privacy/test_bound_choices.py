@@ -158,3 +158,74 @@ def test_g_is_the_median_only_where_partition_selection_reads_the_counts() -> No
     # Candidates (b_0, b_1, b_2) with 9, 5 and 0 of 10 persons wider: the median lies in (b_0, b_1].
     assert selected.median and selected.scores([9, 5, 0], 10) == [-8, 0, 0]
     assert "about" in engine.explain("SELECT kind, COUNT(DISTINCT pid) FROM t GROUP BY kind").render()
+
+
+@given(rows=st.lists(st.integers(1, 120), max_size=40), added=st.integers(1, 120), target=st.integers(1, 60))
+def test_the_rule_per_public_group_moves_every_score_by_at_most_ten(
+    rows: list[int], added: int, target: int
+) -> None:
+    """−|10·above_j − min(10·m·G, persons)|, candidates below a quarter of the ceiling at a
+    constant: adding a person moves a score by at most 10, and the noise is calibrated for 10."""
+    choice = bound_choice("rows", CANDIDATES, target, Accounting.PURE, 0.1, capped=True)
+    before = choice.scores(*counts_of(rows))
+    after = choice.scores(*counts_of([*rows, added]))
+    assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= 10
+    plain = bound_choice("rows", CANDIDATES, target, Accounting.PURE, 0.1)
+    assert choice.epsilon <= 0.1 and abs(choice.scale - 10 * plain.scale) <= 1e-9 * choice.scale
+
+
+def test_the_rule_per_public_group_stays_within_a_tenth_of_the_persons_and_a_quarter_of_the_ceiling() -> None:
+    rng = random.Random(11)
+    # 2,000 persons, rows spread from 1 to 100: 20 above 98, about 200 above 90, 720 above 64.
+    rows = [rng.randint(1, 100) for _ in range(2000)]
+    above, persons = counts_of(rows)
+
+    def picks(target: int) -> list[int]:
+        choice = bound_choice("rows", CANDIDATES, target, Accounting.PURE, 1.0, capped=True)
+        return [CANDIDATES[choice.select(above, persons)] for _ in range(100)]
+
+    # About 100 persons above: k = 100 leaves none, 64 leaves 720 (more than a tenth): 100.
+    assert picks(100).count(100) >= 95
+    # 700 persons aimed at: 64 has about as many above but more than a tenth of the persons: 100.
+    assert picks(700).count(100) >= 95
+    # With fewer heavy persons a lower bound is reached, but never one below 100 / 4.
+    light = [rng.randint(1, 20) for _ in range(1900)] + [rng.randint(21, 100) for _ in range(100)]
+    above, persons = counts_of(light)
+    choice = bound_choice("rows", CANDIDATES, 2000, Accounting.PURE, 1.0, capped=True)
+    picked = [CANDIDATES[choice.select(above, persons)] for _ in range(100)]
+    assert picked.count(32) >= 95, picked  # 16 is below a quarter of 100 however many it leaves above
+
+
+RANGED = """
+version: 1
+defaults: {epsilon: 1.0, delta: 1.0e-6}
+tables:
+  t:
+    privacy_unit: pid
+    max_rows_per_unit: 100
+    columns:
+      pid: {type: integer}
+      x: {type: integer, lower: 0, upper: 10}
+      name: {type: text}
+"""
+
+
+def test_counts_over_public_keys_aim_at_m_persons_above_per_group() -> None:
+    engine = Engine(parse_policy(RANGED), None)
+
+    def rows_choice(sql: str):
+        (choice,) = [c for c in engine.plan(sql).noise.choices if c.kind == "rows"]
+        return choice
+
+    whole = rows_choice("SELECT COUNT(*) FROM t")
+    per_x = rows_choice("SELECT x, COUNT(*) FROM t GROUP BY x")  # 11 public keys
+    assert not whole.capped and per_x.capped
+    # The same share of ε, so the same m: m per group for each of the 11 groups.
+    assert per_x.target == round(11 * per_x.target / 11) and abs(per_x.target - 11 * whole.target) <= 11
+    narrowed = rows_choice("SELECT x, SUM(x) FROM t WHERE x BETWEEN 1 AND 3 GROUP BY x")
+    assert narrowed.capped and abs(narrowed.target - 3 * whole.target) <= 3
+    # A private key (partition selection) releases an unknown number of groups: the plain rule.
+    assert not rows_choice("SELECT name, COUNT(*) FROM t GROUP BY name").capped
+    assert (
+        "so many per public group released" in engine.explain("SELECT x, COUNT(*) FROM t GROUP BY x").render()
+    )
