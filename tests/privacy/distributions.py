@@ -11,13 +11,16 @@ import numpy as np
 import opendp.prelude as dp
 
 from dpproxy.policy import Mechanism
+from tests.tolerance import normal_slack
 
 dp.enable_features("contrib")
 
 LAPLACE = Mechanism.LAPLACE
 GAUSSIAN = Mechanism.GAUSSIAN
 I64_VECTORS = dp.vector_domain(dp.atom_domain(T="i64"))
-SIGMAS = 6.0  # tolerance of the statistical checks, in standard errors
+# The tolerance of the σ-checks, in standard errors: the suite's one rule (tests/tolerance.py) for a
+# test of up to 500 of them (6.0).
+SIGMAS = normal_slack(500)
 
 
 def threshold_measurement(scale: float, threshold: int) -> dp.Measurement:

@@ -5,10 +5,10 @@ fresh noise (Engine.release, which charges nothing), each draw giving per group 
 and its interval columns, read from the answer's rows as an analyst reads them. Groups' noise is
 independent within and across draws, so each (draw, group) is one Bernoulli trial of coverage.
 
-The tolerance: with N trials of a true coverage of exactly 95%, the empirical coverage falls below
-95% − 5σ (σ = √(0.95·0.05/N)) with probability below 1e-6, so the test fails only with tiny
-probability while an interval of the wrong level fails it (half the width covers ~80% for counts,
-checked below so that the test is seen to have the power to fail).
+The tolerance is the suite's one rule (tests/tolerance.py): a true coverage of exactly 95% fails a
+test, over all its checks, with probability at most one in a million, while an interval of the wrong
+level fails it (half the width covers ~80% for counts, checked below so that the test is seen to have
+the power to fail).
 
 Two regimes: the whole table by diagnosis (groups of 130–1400 persons), and patients of 85 and over
 (groups of a few to ~50 persons, where AVG's ± depends on its noisy count and the bounds clamp).
@@ -16,7 +16,6 @@ Two regimes: the whole table by diagnosis (groups of 130–1400 persons), and pa
 
 from __future__ import annotations
 
-import math
 import shutil
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +24,7 @@ import duckdb
 import pytest
 
 from dpproxy.engine import Engine
+from tests.tolerance import binomial_floor
 
 POLICY = Path(__file__).parent.parent.parent / "policies" / "demo.yaml"
 RUNS = 1500
@@ -37,8 +37,8 @@ QUERY = (
 REGIMES = {"every patient": "", "patients of 85 and over": "WHERE age >= 85"}
 
 
-def floor(trials: int) -> float:
-    return 0.95 - 5 * math.sqrt(0.95 * 0.05 / trials)
+def floor(trials: int, checks: int = 1) -> float:
+    return binomial_floor(0.95, trials, checks)
 
 
 def true_values(path: Path, where: str) -> dict[str, tuple[int, Decimal | None]]:
@@ -89,8 +89,8 @@ def test_interval_columns_cover_the_truth_95_percent_of_the_time(
                     average_trials += 1
                     averages_in += mean_low <= true_mean <= mean_high
     assert trials == RUNS * len(DIAGNOSES)
-    assert counts_in / trials >= floor(trials), f"COUNT covered {counts_in / trials:.4f}"
-    assert averages_in / average_trials >= floor(average_trials), (
+    assert counts_in / trials >= floor(trials, 2), f"COUNT covered {counts_in / trials:.4f}"
+    assert averages_in / average_trials >= floor(average_trials, 2), (
         f"AVG covered {averages_in / average_trials:.4f}"
     )
     # The test has power: half the ± covers far less than 95% (about 78% for this noise).
@@ -115,7 +115,7 @@ def test_a_medians_interval_covers_it_95_percent_of_the_time(
 ) -> None:
     """MEDIAN's ends are picks of their own (dpproxy.privacy.selectors.interval_shift), each on the
     wrong side with probability <= 2.5%: redrawn MEDIAN_RUNS times per group, both ends hold the
-    true median in at least 95% of the trials (within the module's 5σ rule); the released value
+    true median in at least 95% of the trials (within the suite's tolerance rule); the released value
     alone, as a zero-width interval, does not (the test's power)."""
     truth = true_medians(truth_copy)
     sql = (
