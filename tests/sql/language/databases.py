@@ -2,7 +2,11 @@
 
 `Loaded.run(sql, without)` runs one statement on the database D, or on D minus one person (their
 rows deleted inside a transaction that is rolled back: their rows in each protected table, and the
-notes of their visits), which is how the sensitivity certificate walks the neighbours. Spark has no
+notes of their visits), which is how the sensitivity certificate walks the neighbours. The
+transaction stays open while the statements asked of that neighbour follow one another (a
+certificate runs every statement of a plan on it), and is rolled back before anything else runs;
+the rows of a query already run on the same database (D or a neighbour) are answered again from
+memory, as the database never changes once loaded. Spark has no
 transactions: a database is loaded into a Spark database of its own (`lang_<name>`), and the
 session reads it through temporary views named like the tables (unqualified names resolve to a
 temporary view first), which leave out the rows of the person a session variable names (none: D
@@ -64,6 +68,12 @@ def _person_rows(table: str, value: str) -> str:
     return f"{_unit_column(table)} = {value}"
 
 
+# Statements whose rows may be answered again from memory: queries, never a statement with effects.
+_QUERY = re.compile(r"\s*(SELECT|WITH|\(|VALUES)\b", re.IGNORECASE)
+# The most answers kept in memory; all are forgotten at once when it is reached.
+_ANSWERED = 20_000
+
+
 class Loaded:
     """One database in one engine (for Spark, `conn` is a Spark Connect session of its own)."""
 
@@ -71,13 +81,15 @@ class Loaded:
         self.kind = kind
         self.conn = conn
         self.db: Database | None = None
-        self._without: int | None = None  # the person the Spark views leave out
+        self._without: int | None = None  # the person the Spark views or the open transaction leave out
+        self._answered: dict[tuple[str, int | None], list[tuple]] = {}  # (query, without) → its rows
 
     @property
     def mark(self) -> str:
         return "%s" if self.kind == "postgres" else "?"
 
     def load(self, db: Database) -> None:
+        self._answered.clear()
         if self.kind == "spark":
             self._load_spark(db)
             return
@@ -169,30 +181,45 @@ class Loaded:
 
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         """Rows of `sql` on D, or on D minus person `without` (a patient id or a survey rid)."""
+        key = (sql, without)
+        if key in self._answered:
+            return list(self._answered[key])
         if self.kind == "spark":
             from dpproxy.backends.spark import arrow_rows
 
             self._spark_views(without)
-            return [tuple(_normalise(v) for v in row) for row in arrow_rows(self.conn.sql(sql).toArrow())]
-        if without is None:
-            return [tuple(_normalise(v) for v in row) for row in self.conn.execute(sql).fetchall()]
-        deletes = [
-            (f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", without) for table in PROTECTED
-        ]
-        if self.kind == "postgres":
-            with self.conn.transaction(force_rollback=True):
-                for statement, value in deletes:
-                    self.conn.execute(statement, (value,))
-                rows = self.conn.execute(sql).fetchall()
+            rows = [tuple(_normalise(v) for v in row) for row in arrow_rows(self.conn.sql(sql).toArrow())]
         else:
-            self.conn.execute("BEGIN")
+            self._leave_out(without)
             try:
-                for statement, value in deletes:
-                    self.conn.execute(statement, [value])
-                rows = self.conn.execute(sql).fetchall()
-            finally:
-                self.conn.execute("ROLLBACK")
-        return [tuple(_normalise(v) for v in row) for row in rows]
+                rows = [tuple(_normalise(v) for v in row) for row in self.conn.execute(sql).fetchall()]
+            except Exception:
+                self._leave_out(None)  # a failed statement aborts the neighbour's transaction
+                raise
+        if _QUERY.match(sql):
+            if len(self._answered) >= _ANSWERED:
+                self._answered.clear()
+            self._answered[key] = rows
+        return list(rows)
+
+    def _leave_out(self, without: int | None) -> None:
+        """Make the connection read D minus person `without` (D itself for None): the open
+        neighbour's transaction rolled back, and a new one that deletes the person's rows."""
+        if without == self._without:
+            return
+        if self._without is not None:
+            self._without = None
+            self.conn.execute("ROLLBACK")
+        if without is None:
+            return
+        self.conn.execute("BEGIN")
+        try:
+            for table in PROTECTED:
+                self.conn.execute(f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", [without])
+        except Exception:
+            self.conn.execute("ROLLBACK")
+            raise
+        self._without = without
 
 
 class RawBackend(Backend):
