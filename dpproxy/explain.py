@@ -164,6 +164,8 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                 )
             if choice.quartile:
                 aim = "half the persons" if choice.half else "a quarter of the persons"
+            if choice.decile:
+                aim = "a tenth of the persons (k at least a quarter of the ceiling)"
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"
             name = "k, a person's rows in the whole query"
         else:

@@ -158,6 +158,23 @@ def _averages_only(query: PrivateQuery) -> bool:
     )
 
 
+def _quantiles_of_the_whole(query: PrivateQuery) -> bool:
+    """Every aggregate is a quantile and there is no GROUP BY: k then aims at a tenth of the persons
+    above it, and at least a quarter of the ceiling (dpproxy.privacy.bounds). A quantile's rank noise
+    grows with k, while keeping each person's first k rows moves it little once few persons are
+    above; the rule for counts (about m persons above) left k at the ceiling, and the persons'
+    upper quartile moved the flights' median distance by 7.5% (see _mixes). Median errors over 20
+    runs, three or four runs each: the flights' 90th percentile of departure delays 6.2–10% at the
+    rule for counts, 2.9–5.7% at a tenth; their median distance 1.4–3.6%, 1.1–1.9%; MovieLens'
+    median rating and 90th percentile of release years moved within their run-to-run spread
+    (2.5–7.5% and 0.05–0.22% either way)."""
+    return (
+        bool(query.aggregates)
+        and not query.keys
+        and all(a.kind is AggregateKind.QUANTILE for a in query.aggregates)
+    )
+
+
 def _share(aggregate: Aggregate) -> bool:
     interval = aggregate.interval
     return interval is not None and interval.lo == 0 and interval.hi == 1
@@ -178,7 +195,13 @@ def _query_noise(
         cells = query.key_domain_size or 1
         asked = tuple(
             BoundRequest(
-                kind, candidates, _spread(query), _averages_only(query), half=bool(query.keys), cells=cells
+                kind,
+                candidates,
+                _spread(query),
+                _averages_only(query),
+                half=bool(query.keys),
+                cells=cells,
+                decile=_quantiles_of_the_whole(query),
             )
             if kind == "rows"
             else BoundRequest(kind, candidates, median=query.needs_selection)

@@ -46,6 +46,16 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   data owner's statement of the most rows a person has) and leaves at most a tenth of the persons
   above: unbounded, MovieLens ratings per genre went to k = 512 of 2,400, which removes 15% of the
   ratings, and the ± covered 77% of the genres' truths instead of 95%.
+  Quantiles of a whole table (every aggregate a quantile, no GROUP BY) aim at a tenth of the persons
+  above k, and never below a quarter of the ceiling (score −|10·above_j − persons|, the same
+  sensitivity of 10 and the same out-of-reach candidates; `decile`): a quantile's rank noise grows
+  with k, while keeping each person's first k rows moves it little once few persons are above.
+  The rule for counts left k at the ceiling (a 90th percentile of the flights' departure delays:
+  rank ±38,420 of 336,776 rows, 6.2–10% off in the median of 20 runs);
+  the persons' upper quartile reweights them enough to move a median by 7.5% where the heavy
+  persons differ (the flights' median distance). At a tenth: k = 256 of 600, rank ±16,393,
+  2.9–5.7% off; the
+  median distance 1.1–1.9% (1.4–3.6% before); MovieLens' quantiles within their run-to-run spread.
   These are rules of thumb for where the error is least, not part of the guarantee: any candidate
   is private.
 - g, the groups a person counts in for partition selection and COUNT(DISTINCT unit) (kind
@@ -108,6 +118,9 @@ class BoundRequest:
     # k: the public groups the answer releases (every key public), else 1: the rule that aims at m
     # persons above aims at m per group, at most a tenth of the persons (the module docstring).
     cells: int = 1
+    # k for a query of quantiles only, without GROUP BY: a tenth of the persons above k, k at least a
+    # quarter of the ceiling (the module docstring).
+    decile: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,14 +139,17 @@ class BoundChoice:
     half: bool = False  # rows, with `quartile`: half the persons above k (averages per group)
     # `target` is m per public group: never more than a tenth of the persons above (CAPPED_SHARE).
     capped: bool = False
+    # rows, with `capped`: a tenth of the persons above k whatever `target` is (quantiles of a whole
+    # table).
+    decile: bool = False
 
     def scores(self, counts: Sequence[int], persons: int) -> list[int]:
         weight = _quantile_weight(self.kind, self.quartile, self.median, self.half)
         if weight is None and self.capped:
-            # −|10·above_j − min(10·target, persons)|: adding a person moves 10·above_j by 0 or 10
-            # and the aim by 0 or 1. Candidates below a quarter of the ceiling are out of reach (a
-            # constant score, whatever the data).
-            aim = min(CAPPED_SHARE * self.target, int(persons))
+            # −|10·above_j − min(10·target, persons)| (−|10·above_j − persons| for `decile`):
+            # adding a person moves 10·above_j by 0 or 10 and the aim by 0 or 1. Candidates below a
+            # quarter of the ceiling are out of reach (a constant score, whatever the data).
+            aim = int(persons) if self.decile else min(CAPPED_SHARE * self.target, int(persons))
             return [
                 -abs(CAPPED_SHARE * int(above) - aim) if 4 * bound >= self.candidates[-1] else -OUT_OF_REACH
                 for above, bound in zip(counts, self.candidates, strict=True)
@@ -193,20 +209,23 @@ def bound_choice(
     median: bool = True,
     half: bool = False,
     capped: bool = False,
+    decile: bool = False,
 ) -> BoundChoice:
     """The choice among `candidates`, paid for by `budget` (ε under pure accounting, ρ under zCDP);
     `capped`: `target` is m per public group, never more than a tenth of the persons above, nor a
+    bound below a quarter of the ceiling; `decile`: k aims at a tenth of the persons above, nor a
     bound below a quarter of the ceiling."""
     half = half and quartile and kind == "rows"
     weight = _quantile_weight(kind, quartile, median, half)
-    capped = capped and weight is None
+    decile = decile and kind == "rows" and weight is None
+    capped = (capped or decile) and weight is None
     if len(candidates) == 1:
         return BoundChoice(
-            kind, candidates, target, accounting, 0.0, 0.0, 0.0, quartile, median, half, capped
+            kind, candidates, target, accounting, 0.0, 0.0, 0.0, quartile, median, half, capped, decile
         )
     sensitivity = CAPPED_SHARE if capped else 1 if weight is None else max(1, weight - 1)
     scale, cost = _calibrate_selector(accounting, sensitivity, budget)
     epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
     return BoundChoice(
-        kind, candidates, target, accounting, scale, epsilon, rho, quartile, median, half, capped
+        kind, candidates, target, accounting, scale, epsilon, rho, quartile, median, half, capped, decile
     )

@@ -303,6 +303,7 @@ def _choices(
             a.median,
             a.half,
             a.cells > 1,
+            a.decile,
         )
         for a in asked
     )

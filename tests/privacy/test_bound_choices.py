@@ -1,7 +1,7 @@
 """The private choice of a query's bounds (dpproxy.privacy.bounds): every score moves by at most the
 sensitivity the noise is calibrated for when one person is added, for each rule (k for counts, k at
-the persons' upper quartile for averages and spreads, g at the median); which rule a query gets; and
-the quartile rule lands at the upper quartile of the persons' rows.
+the persons' upper quartile for averages and spreads, k per public group, k at a tenth of the persons
+for quantiles of a whole table, g at the median); which rule a query gets; and where the rules land.
 """
 
 from __future__ import annotations
@@ -218,4 +218,55 @@ def test_counts_over_public_keys_aim_at_m_persons_above_per_group() -> None:
     assert not rows_choice("SELECT name, COUNT(*) FROM t GROUP BY name").capped
     assert (
         "so many per public group released" in engine.explain("SELECT x, COUNT(*) FROM t GROUP BY x").render()
+    )
+
+
+@given(rows=st.lists(st.integers(1, 120), max_size=40), added=st.integers(1, 120))
+def test_the_rule_for_quantiles_of_a_whole_table_moves_every_score_by_at_most_ten(
+    rows: list[int], added: int
+) -> None:
+    """−|10·above_j − persons|, candidates below a quarter of the ceiling at a constant: adding a
+    person moves a score by at most 10, and the noise is calibrated for 10."""
+    choice = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 0.1, decile=True)
+    before = choice.scores(*counts_of(rows))
+    after = choice.scores(*counts_of([*rows, added]))
+    assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= 10
+    plain = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 0.1)
+    assert choice.epsilon <= 0.1 and abs(choice.scale - 10 * plain.scale) <= 1e-9 * choice.scale
+
+
+def test_the_rule_for_quantiles_of_a_whole_table_aims_at_a_tenth_of_the_persons() -> None:
+    rng = random.Random(12)
+    # 2,000 persons, a tenth of them heavy (33 to 100 rows), the others 1 to 32: k = 32 leaves
+    # the tenth above, whatever m is (the target is not read).
+    rows = [rng.randint(1, 32) for _ in range(1800)] + [rng.randint(33, 100) for _ in range(200)]
+    above, persons = counts_of(rows)
+    for target in (1, 5, 5000):
+        choice = bound_choice("rows", CANDIDATES, target, Accounting.PURE, 1.0, decile=True)
+        picked = [CANDIDATES[choice.select(above, persons)] for _ in range(100)]
+        assert picked.count(32) >= 95, picked
+    # Light persons all: never below a quarter of the ceiling (100 / 4), however few are above (the
+    # candidates from 32 up then tie: none leaves anyone above).
+    light = [rng.randint(1, 4) for _ in range(2000)]
+    choice = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0, decile=True)
+    assert all(CANDIDATES[choice.select(*counts_of(light))] >= 32 for _ in range(100))
+
+
+def test_quantiles_of_a_whole_table_aim_at_a_tenth_of_the_persons() -> None:
+    engine = Engine(parse_policy(POLICY), None)
+
+    def rows_choice(sql: str):
+        return chosen(engine, sql)
+
+    assert rows_choice("SELECT MEDIAN(x) FROM t").decile
+    assert rows_choice("SELECT MEDIAN(x), percentile_cont(0.9) WITHIN GROUP (ORDER BY x) FROM t").decile
+    assert rows_choice("SELECT MEDIAN(x) FROM t WHERE x > 2").decile
+    # Per group, the persons' median rows (as averages); beside a count or an average, their rules.
+    assert not rows_choice("SELECT x, MEDIAN(x) FROM t GROUP BY x").decile
+    assert not rows_choice("SELECT name, MEDIAN(x) FROM t GROUP BY name").decile
+    assert not rows_choice("SELECT MEDIAN(x), COUNT(*) FROM t").decile
+    assert not rows_choice("SELECT MEDIAN(x), AVG(x) FROM t").decile
+    assert not rows_choice("SELECT COUNT(*) FROM t").decile
+    assert "aiming at a tenth of the persons (k at least a quarter of the ceiling)" in (
+        engine.explain("SELECT MEDIAN(x) FROM t").render()
     )
