@@ -51,11 +51,10 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   sensitivity of 10 and the same out-of-reach candidates; `decile`): a quantile's rank noise grows
   with k, while keeping each person's first k rows moves it little once few persons are above.
   The rule for counts left k at the ceiling (a 90th percentile of the flights' departure delays:
-  rank ±38,420 of 336,776 rows, 6.2–10% off in the median of 20 runs);
-  the persons' upper quartile reweights them enough to move a median by 7.5% where the heavy
-  persons differ (the flights' median distance). At a tenth: k = 256 of 600, rank ±16,393,
-  2.9–5.7% off; the
-  median distance 1.1–1.9% (1.4–3.6% before); MovieLens' quantiles within their run-to-run spread.
+  rank ±38,420 of 336,776 rows, 6.2–10% off in the median of 20 runs); the persons' upper quartile
+  reweights them enough to move a median by 7.5% where the heavy persons differ (the flights'
+  median distance). At a tenth: k = 256 of 600, rank ±16,393, 2.9–5.7% off; the median distance
+  1.1–1.9% (1.4–3.6% before); MovieLens' quantiles within their run-to-run spread.
   These are rules of thumb for where the error is least, not part of the guarantee: any candidate
   is private.
 - g, the groups a person counts in for partition selection and COUNT(DISTINCT unit) (kind
