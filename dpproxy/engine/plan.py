@@ -145,7 +145,8 @@ def _averages_only(query: PrivateQuery) -> bool:
     rows (dpproxy.privacy.bounds), as no count or sum loses what scaling removes. Per group a
     quantile's rank noise outweighs what keeping heavy persons' first k rows moves (the flights'
     median arrival delay per airport: 1–2 minutes off at the median's k, up to 200 at the count
-    rule's, ±9,115 ranks against ±85,447); over a whole table it does not (see _mixes). Over the
+    rule's, ±9,115 ranks against ±85,447); over a whole table it does not (see _mixes; quantiles
+    alone there aim at a tenth of the persons instead, _quantiles_of_the_whole). Over the
     whole table a share's per-person values spread over its whole range, so reweighting persons
     moves it by a good part of that range (9.6% on the MovieLens benchmark, never inside its ±),
     more than its noise; per group the noise weighs more, and a share's error at the median's k was
