@@ -115,14 +115,16 @@ class Backends:
 
 
 def _candidates_scale_with_limits(plan: object, high: DPProxyError) -> bool:
-    """MODE over a per-person count has one candidate per count up to the ceiling: accepted under
-    the small limits, it may have too many candidates under the high ones. That refusal depends on
-    the policy, not on the database, and is the same on every backend."""
-    return (
-        plan is not None
-        and not isinstance(plan, DPProxyError)
-        and high.sqlstate == "0A000"
-        and "possible values; at most" in str(high)
+    """A refusal that only the high limits bring, the same on every database and backend because it
+    depends on the policy and the statement alone: MODE over a per-person count has one candidate
+    per count up to the ceiling, too many under the high limits (0A000); a sum whose sensitivity
+    at the high limits is past what noise can be calibrated for (22023, e.g. SUM(strpos(…) * x) with
+    a row ceiling of thousands). Accepted under the small limits, the statement is certified there."""
+    if plan is None or isinstance(plan, DPProxyError):
+        return False
+    text = str(high)
+    return (high.sqlstate == "0A000" and "possible values; at most" in text) or (
+        high.sqlstate == "22023" and "is too large to calibrate noise for" in text
     )
 
 

@@ -78,3 +78,5 @@ WITH d AS (SELECT zip, COUNT(*) AS n FROM patients GROUP BY zip) SELECT CAST(cei
 SELECT CASE WHEN smoker THEN -0.0::float8 ELSE 0.0::float8 END AS k, MEDIAN(age), COUNT(*) FROM patients GROUP BY 1
 -- numeric 30 and 30.00: one key, two texts on PostgreSQL; the released key was an int or a Decimal by which row came first (seed 7 #478).
 SELECT CASE WHEN smoker THEN 30 ELSE 30.00 END AS k, COUNT(*), SUM(age) FROM patients GROUP BY 1
+-- Accepted under the small limits, refused under the high ones (22023: SUM(strpos(…) * duration)'s sensitivity at a row ceiling of thousands is past what noise can be calibrated for); the harness took that policy-only refusal for a database-dependent one (seed 1525375103 #78).
+SELECT date_trunc('month', visit_date) AS k0, COALESCE(SUM((strpos(b.topic, 'a') * a.duration)), 0), VAR_POP(100) AS a1, mode() WITHIN GROUP (ORDER BY b.topic) AS n FROM public.visits a LEFT JOIN visit_notes b ON a.visit_id = b.visit_id WHERE temperature IS NULL GROUP BY 1
