@@ -28,6 +28,7 @@ import duckdb
 import psycopg
 
 from dpproxy.backends import Backend, BackendError, Cancellation, LiveColumn, normalise_type
+from dpproxy.lru import LRU
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema
 from tests.sql.language.schema import PROTECTED, TABLES, Database
@@ -70,7 +71,7 @@ def _person_rows(table: str, value: str) -> str:
 
 # Statements whose rows may be answered again from memory: queries, never a statement with effects.
 _QUERY = re.compile(r"\s*(SELECT|WITH|\(|VALUES)\b", re.IGNORECASE)
-# The most answers kept in memory; all are forgotten at once when it is reached.
+# The most answers kept in memory (the least recently used go first).
 _ANSWERED = 20_000
 
 
@@ -82,7 +83,7 @@ class Loaded:
         self.conn = conn
         self.db: Database | None = None
         self._without: int | None = None  # the person the Spark views or the open transaction leave out
-        self._answered: dict[tuple[str, int | None], list[tuple]] = {}  # (query, without) → its rows
+        self._answered: LRU[tuple[str, int | None], list[tuple]] = LRU(_ANSWERED)  # (query, without) → rows
 
     @property
     def mark(self) -> str:
@@ -182,8 +183,9 @@ class Loaded:
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         """Rows of `sql` on D, or on D minus person `without` (a patient id or a survey rid)."""
         key = (sql, without)
-        if key in self._answered:
-            return list(self._answered[key])
+        answered = self._answered.get(key)
+        if answered is not None:
+            return list(answered)
         if self.kind == "spark":
             from dpproxy.backends.spark import arrow_rows
 
@@ -197,9 +199,7 @@ class Loaded:
                 self._leave_out(None)  # a failed statement aborts the neighbour's transaction
                 raise
         if _QUERY.match(sql):
-            if len(self._answered) >= _ANSWERED:
-                self._answered.clear()
-            self._answered[key] = rows
+            self._answered.put(key, rows)
         return list(rows)
 
     def _leave_out(self, without: int | None) -> None:

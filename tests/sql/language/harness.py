@@ -114,7 +114,7 @@ class Backends:
         return [*db.patient_ids, *db.survey_ids]
 
 
-def _candidates_scale_with_limits(plan: object, high: DPProxyError) -> bool:
+def _refused_by_the_high_limits_alone(plan: object, high: DPProxyError) -> bool:
     """A refusal that only the high limits bring, the same on every database and backend because it
     depends on the policy and the statement alone: MODE over a per-person count has one candidate
     per count up to the ceiling, too many under the high limits (0A000); a sum whose sensitivity
@@ -231,7 +231,7 @@ def _check(query: Generated, databases: Sequence[Backends], certify_on: Sequence
                 # No private plan on this database: a public subquery's answer made the WHERE
                 # never true (an EmptyQuery, answered from public data alone, touching nothing).
                 continue
-            if isinstance(high, DPProxyError) and _candidates_scale_with_limits(plan, high):
+            if isinstance(high, DPProxyError) and _refused_by_the_high_limits_alone(plan, high):
                 continue
             if (
                 plan is None
