@@ -156,16 +156,17 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         )
     for choice in plan.noise.choices:
         if choice.kind == "rows":
-            aim = f"about {choice.target} person(s)"
-            if choice.capped:
-                aim += (
-                    " (so many per public group released, at most a tenth of the persons,"
-                    " k at least a quarter of the ceiling)"
-                )
             if choice.quartile:
                 aim = "half the persons" if choice.half else "a quarter of the persons"
-            if choice.decile:
+            elif choice.decile:
                 aim = "a tenth of the persons (k at least a quarter of the ceiling)"
+            elif choice.capped:
+                aim = (
+                    f"about {choice.target} person(s) (so many per public group released, at most a"
+                    " tenth of the persons, k at least a quarter of the ceiling)"
+                )
+            else:
+                aim = f"about {choice.target} person(s)"
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"
             name = "k, a person's rows in the whole query"
         else:
