@@ -147,13 +147,6 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             f"candidates per group, their target ranks moved by ∓{abs(spec.shift)} (noise scale "
             f"{spec.scale:.6g}, half a share each)"
         )
-    if chosen.top_k is not None and query.top_k is not None:
-        spec = plan.noise.selectors[chosen.top_k]
-        choices.append(
-            f"top {query.top_k[1]} groups by report-noisy-top-k on "
-            f"{query.components[query.top_k[0]].kind.value} (score sensitivity {spec.sensitivity}, "
-            f"noise scale {spec.scale:.6g})"
-        )
     for choice in plan.noise.choices:
         if choice.kind == "rows":
             if choice.quartile:

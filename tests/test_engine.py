@@ -153,6 +153,19 @@ def test_private_keys_only_through_partition_selection(engine: Engine, truth_db:
     assert result.cost.delta > 0  # selection spends delta
 
 
+def test_the_k_largest_groups_are_the_first_k_by_their_released_values(engine: Engine) -> None:
+    # `ORDER BY n DESC LIMIT k` is post-processing of the released groups: it spends nothing on
+    # choosing them (the same noise as the whole answer: every share goes to the values and to
+    # partition selection), and its rows are the largest noisy counts, each with the whole answer's ±.
+    whole = "SELECT substr(zip, 1, 1) AS area, COUNT(*) AS n FROM patients GROUP BY 1"  # 9 areas
+    top = whole + " ORDER BY n DESC LIMIT 3"
+    assert engine.plan(top, epsilon=1.0).noise == engine.plan(whole, epsilon=1.0).noise
+    result = engine.execute(top, analyst="alice", epsilon=1.0)
+    counts = [n for _zip, n in result.rows]
+    assert len(counts) == 3 and counts == sorted(counts, reverse=True)
+    assert result.columns[1].error95 == engine.execute(whole, analyst="alice", epsilon=1.0).columns[1].error95
+
+
 def test_post_processing_runs_on_released_values(engine: Engine) -> None:
     result = engine.execute(
         "SELECT department AS d, COUNT(*) AS n, COUNT(*) * 2 AS twice, ROUND(AVG(cost), 1) AS avg_cost "

@@ -2,7 +2,7 @@
 
 This package owns how a query's (ε, δ) is split over the values it releases, the noise scale each of
 them gets, the threshold of DP partition selection, the selections made by the exponential mechanism
-(quantiles, MIN/MAX, MODE, top-k), randomized response, how costs compose under pure or zCDP
+(quantiles, MIN/MAX, MODE), randomized response, how costs compose under pure or zCDP
 accounting, the error bounds shown to analysts, and the draws themselves. It never sees SQL, policies
 or data rows: only sensitivities, group limits and the numeric vectors handed to it (unit counts for
 partition selection, per-group histograms and scores for the selectors, tallies of bits).
@@ -25,7 +25,7 @@ One module per job:
   sampling     the exact discrete Laplace / Gaussian draws: the float stage, slots, bits
   exact_stages the draws' double-double and `decimal` decisions, with their error bounds
   selection    DP partition selection of group keys that are not public
-  selectors    report-noisy-max: quantiles, MIN/MAX, MODE, top-k
+  selectors    report-noisy-max: quantiles, MIN/MAX, MODE
   responses    randomized response
   planning     one query's noise and cost (plan_query_noise, QueryNoise)
 
@@ -58,11 +58,8 @@ from dpproxy.privacy.selectors import (
     QuantileSpec,
     SelectorRequest,
     SelectorSpec,
-    TopKRequest,
-    TopKSpec,
     mode_mechanism,
     quantile_mechanism,
-    top_k_mechanism,
 )
 
 __all__ = [
@@ -83,8 +80,6 @@ __all__ = [
     "SelectionSpec",
     "SelectorRequest",
     "SelectorSpec",
-    "TopKRequest",
-    "TopKSpec",
     "component_alpha",
     "converted_epsilon",
     "gaussian_noise",
@@ -96,6 +91,5 @@ __all__ = [
     "quantile_mechanism",
     "randomized_response",
     "randomized_response_count_plan",
-    "top_k_mechanism",
     "zcdp_to_approx_dp",
 ]

@@ -37,7 +37,6 @@ from dpproxy.privacy.selectors import (
     QuantileRequest,
     SelectorRequest,
     SelectorSpec,
-    TopKRequest,
     selector_for,
 )
 
@@ -85,7 +84,7 @@ def plan_query_noise(
 
     `components` holds (sensitivity, max_groups) per released aggregate component, in grid units;
     `selection_groups` is g for partition selection, None when every key is public or there is no
-    GROUP BY; `selectors` the quantiles, modes and top-k selections the query releases.
+    GROUP BY; `selectors` the quantiles and modes the query releases.
 
     Rules:
     * ε is split equally over the k components, the s selectors, and one share for partition
@@ -136,7 +135,7 @@ def plan_query_noise(
         check_unit_limits(sensitivity, max_groups)
     requests = tuple(selectors)
     for request in requests:
-        if not isinstance(request, QuantileRequest | ModeRequest | TopKRequest):
+        if not isinstance(request, QuantileRequest | ModeRequest):
             raise InvalidParameter(f"unknown selection request {request!r}")
     if selection_groups is not None:
         check_unit_limits(1, selection_groups)

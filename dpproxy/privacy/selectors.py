@@ -1,5 +1,5 @@
-"""Releases chosen by report-noisy-max (the exponential mechanism's family): quantiles, MIN/MAX,
-MODE and top-k.
+"""Releases chosen by report-noisy-max (the exponential mechanism's family): quantiles, MIN/MAX
+and MODE.
 
 Every selector scores its candidates with integers whose L∞ sensitivity (add/remove one unit) is
 proven in its spec, and hands them to OpenDP's report-noisy-max (exact exponential or Gumbel noise),
@@ -9,7 +9,7 @@ exponential noise (permute-and-flip) j is kept, when reached, with exactly that 
 over at most K − 1 candidates this gives the 95% bounds: P(picked score <= q* − x) <= (K − 1)·exp(−x/scale).
 
 This module owns the scores, their sensitivities, each selector's calibration and cost, the requests
-a query makes of them (QuantileRequest, ModeRequest, TopKRequest) and the rank and count bounds shown
+a query makes of them (QuantileRequest, ModeRequest) and the rank and count bounds shown
 to analysts. It never sees candidate values or SQL: it scores the histograms and score vectors it is
 handed and returns indexes into a candidate list the caller owns.
 """
@@ -50,19 +50,17 @@ COARSE_SHARE = 0.25
 
 
 @lru_cache(maxsize=4096)
-def _noisy_max_measurement(accounting: Accounting, scale: float, monotonic: bool, k: int) -> dp.Measurement:
-    """Report-noisy-max (k = 1) or one-shot report-noisy-top-k over an i64 score vector.
+def _noisy_max_measurement(accounting: Accounting, scale: float, monotonic: bool) -> dp.Measurement:
+    """Report-noisy-max over an i64 score vector.
 
     Pure: exponential noise (report-noisy-max with exponential noise is permute-and-flip, McKenna &
-    Sheldon 2020), map ε = k·2Δ/scale (k·Δ/scale for monotonic scores). zCDP: Gumbel noise (the
-    exponential mechanism; Durfee & Rogers 2019 for top-k), map ρ = k·(2Δ/scale)²/8, the bounded-range
+    Sheldon 2020), map ε = 2Δ/scale (Δ/scale for monotonic scores). zCDP: Gumbel noise (the
+    exponential mechanism), map ρ = (2Δ/scale)²/8, the bounded-range
     bound of Cesar & Rogers 2021 (a quarter of the ε²/2 that make_pureDP_to_zCDP would charge).
     """
     space = (I64_VECTORS, dp.linf_distance(T="i64", monotonic=monotonic))
     measure = dp.max_divergence() if accounting == Accounting.PURE else dp.zero_concentrated_divergence()
-    if k == 1:
-        return dp.m.make_noisy_max(*space, measure, scale=scale)
-    return dp.m.make_noisy_top_k(*space, measure, k=k, scale=scale)
+    return dp.m.make_noisy_max(*space, measure, scale=scale)
 
 
 def _selection_tail(scale: float, candidates: int, picks: int = 1) -> float:
@@ -74,9 +72,9 @@ def _selection_tail(scale: float, candidates: int, picks: int = 1) -> float:
 
 
 def _calibrate_selector(
-    accounting: Accounting, d_in: int, budget: float, *, monotonic: bool = False, k: int = 1
+    accounting: Accounting, d_in: int, budget: float, *, monotonic: bool = False
 ) -> tuple[float, float]:
-    """(scale, cost) of noisy max/top-k over scores of L∞ sensitivity d_in whose map is <= budget.
+    """(scale, cost) of noisy max over scores of L∞ sensitivity d_in whose map is <= budget.
 
     Pure maps are proportional to 1/scale and zCDP maps to 1/scale², so the map at scale 1 gives the
     starting point exactly; the usual nudging absorbs OpenDP's upward rounding.
@@ -86,12 +84,12 @@ def _calibrate_selector(
             f"score sensitivity {d_in} is too large to calibrate a selection for",
             hint="tighten max_rows_per_unit in the policy or use a simpler quantile",
         )
-    unit = _noisy_max_measurement(accounting, 1.0, monotonic, k).map(d_in)
+    unit = _noisy_max_measurement(accounting, 1.0, monotonic).map(d_in)
     start = unit / budget if accounting == Accounting.PURE else math.sqrt(unit / budget)
     scale = calibrate_scale(
-        start, lambda s: _noisy_max_measurement(accounting, s, monotonic, k).map(d_in), budget
+        start, lambda s: _noisy_max_measurement(accounting, s, monotonic).map(d_in), budget
     )
-    return scale, _noisy_max_measurement(accounting, scale, monotonic, k).map(d_in)
+    return scale, _noisy_max_measurement(accounting, scale, monotonic).map(d_in)
 
 
 def _budget_arguments(epsilon: float | None, rho: float | None) -> tuple[Accounting, float]:
@@ -236,7 +234,7 @@ class QuantileSpec:
         scores = self.scores(bin_counts)
         if len(scores) == 1:
             return 0
-        measurement = _noisy_max_measurement(self.accounting, self.scale, False, 1)
+        measurement = _noisy_max_measurement(self.accounting, self.scale, False)
         return int(measurement(scores))
 
     def rank_error95(self, n: int | None = None) -> float:
@@ -390,7 +388,7 @@ class ModeSpec:
         values = check_histogram(counts, self.candidates, "mode counts")
         if len(values) == 1:
             return 0
-        return int(_noisy_max_measurement(self.accounting, self.scale, True, 1)(_i64_scores(values)))
+        return int(_noisy_max_measurement(self.accounting, self.scale, True)(_i64_scores(values)))
 
     def count_error95(self) -> float:
         """With probability >= 95%, the released candidate's count is within this of the top count."""
@@ -427,67 +425,6 @@ def mode_mechanism(
 
 
 @dataclass(frozen=True)
-class TopKSpec:
-    """The k best-scoring candidates by one-shot report-noisy-top-k (Durfee & Rogers 2019; OpenDP
-    make_noisy_top_k), for scores with L∞ sensitivity `sensitivity`: one unit changes any number of
-    scores (e.g. the counts of all g groups it is in) by at most that much each. `monotonic` scores
-    (counts: adding a unit never lowers one) halve the cost. Charged k·(per-pick cost), as the map says.
-    """
-
-    k: int
-    sensitivity: int
-    epsilon: float
-    rho: float
-    accounting: Accounting
-    scale: float
-    monotonic: bool
-
-    def select(self, scores: Sequence[int]) -> list[int]:
-        """Indexes of the chosen candidates, best first (k, or all when there are fewer)."""
-        values = [int(s) for s in scores]
-        if not values:
-            return []
-        if len(values) == 1:
-            return [0]
-        # Fewer picks at the same scale cost less than k picks: the charged cost covers them.
-        picks = min(self.k, len(values))
-        measurement = _noisy_max_measurement(self.accounting, self.scale, self.monotonic, picks)
-        chosen = measurement(_i64_scores(values))
-        return [int(chosen)] if picks == 1 else [int(i) for i in chosen]
-
-    def score_error95(self, candidates: int) -> float:
-        """With probability >= 95%, every chosen candidate's score is within this of the true k-th best.
-
-        A chosen c below the k-th best by x leaves out some true top-k candidate d whose noisy score it
-        beat: noise_c − noise_d > x, probability <= exp(−x/scale) for exponential or Gumbel noise;
-        union over the k·(K − 1) pairs.
-        """
-        return _selection_tail(self.scale, candidates, self.k)
-
-
-@lru_cache(maxsize=1024)
-def _top_k(k: int, sensitivity: int, monotonic: bool, accounting: Accounting, budget: float) -> TopKSpec:
-    check_count("k of a top-k selection", k)
-    check_count("the sensitivity of top-k scores", sensitivity)
-    scale, cost = _calibrate_selector(accounting, sensitivity, budget, monotonic=monotonic, k=k)
-    epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
-    return TopKSpec(k, sensitivity, epsilon, rho, accounting, scale, monotonic)
-
-
-def top_k_mechanism(
-    k: int,
-    sensitivity: int,
-    epsilon: float | None = None,
-    *,
-    rho: float | None = None,
-    monotonic: bool = False,
-) -> TopKSpec:
-    """Top-k by one-shot report-noisy-top-k, costing at most epsilon (pure) or rho (zCDP)."""
-    accounting, budget = _budget_arguments(epsilon, rho)
-    return _top_k(k, sensitivity, monotonic, accounting, budget)
-
-
-@dataclass(frozen=True)
 class QuantileRequest:
     """A quantile (MIN α = 0, MAX α = 1) per group that a query releases; see QuantileSpec."""
 
@@ -511,17 +448,8 @@ class ModeRequest:
     max_groups: int
 
 
-@dataclass(frozen=True)
-class TopKRequest:
-    """A top-k selection a query releases (e.g. ORDER BY COUNT(*) DESC LIMIT k); see TopKSpec."""
-
-    k: int
-    sensitivity: int
-    monotonic: bool = False
-
-
-SelectorRequest = QuantileRequest | ModeRequest | TopKRequest
-SelectorSpec = QuantileSpec | ModeSpec | TopKSpec
+SelectorRequest = QuantileRequest | ModeRequest
+SelectorSpec = QuantileSpec | ModeSpec
 
 
 def selector_for(request: SelectorRequest, accounting: Accounting, budget: float) -> SelectorSpec:
@@ -539,6 +467,4 @@ def selector_for(request: SelectorRequest, accounting: Accounting, budget: float
         )
     if isinstance(request, ModeRequest):
         return _mode(request.candidates, request.max_contributions, request.max_groups, accounting, budget)
-    if isinstance(request, TopKRequest):
-        return _top_k(request.k, request.sensitivity, request.monotonic, accounting, budget)
     raise InvalidParameter(f"unknown selection request {request!r}")

@@ -4,7 +4,8 @@ Order of operations, which is what makes the answer differentially private:
   1. `exact_groups` (exact): read the per-group components the rewritten SQL computed (exact integers).
   2. `choose_groups` (groups): choose the released groups *without looking at values*: every
      combination of public keys (zero-filled), or DP partition selection on the noisy count of units
-     per group; then a top-k selection if the query has one.
+     per group (`ORDER BY <count> DESC LIMIT k` is no exception: its k groups are the first k by
+     their noisy values, in step 5).
   3. `release_aggregates` (aggregates): add noise to every component of every released group
      (dpproxy.privacy owns the samplers), and
   4. compute COUNT/SUM/AVG… from noisy components (rounding, clamping into bounds), with their 95% ±.

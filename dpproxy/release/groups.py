@@ -1,9 +1,9 @@
 """Which groups are released, chosen without looking at their values.
 
 Every combination of public keys is released (zero-filled where no row has it); keys that are not
-public go through DP partition selection on each group's noisy count of units; a top-k query then
-keeps the groups its report-noisy-top-k selection picks. The groups come out with their true values,
-in no meaningful order: post_process puts released rows in canonical order.
+public go through DP partition selection on each group's noisy count of units. The groups come out
+with their true values, in no meaningful order: post_process puts released rows in canonical order
+(and ORDER BY … LIMIT k keeps the k first by their noisy values: post-processing).
 
 This module never adds noise to values and never orders or shows groups: it only chooses them. What
 the notice says about the groups not shown (`hidden_groups_notes`) is a function of the plan and of
@@ -16,7 +16,6 @@ import itertools
 
 from dpproxy.privacy import NoiseSpec, QueryNoise, SelectionSpec
 from dpproxy.release.exact import ExactGroups
-from dpproxy.release.requests import selectors
 from dpproxy.results import hidden_groups_note
 from dpproxy.sql.query import PrivateQuery
 
@@ -43,11 +42,6 @@ def choose_groups(query: PrivateQuery, exact: ExactGroups, noise: QueryNoise) ->
     else:
         assert noise.selection is not None
         groups = exact.subset(noise.selection.select(exact.units))
-    plan = selectors(query)
-    if plan.top_k is not None and query.top_k is not None:
-        component_index, _k = query.top_k
-        spec = noise.selectors[plan.top_k]
-        groups = groups.subset(spec.select([row[component_index] for row in groups.components]))
     return groups
 
 

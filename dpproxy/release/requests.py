@@ -1,8 +1,8 @@
 """What a query asks of the exponential mechanism: its selector requests, in one fixed order.
 
-This module owns the order in which a query's quantiles, modes and top-k selection are requested:
-plan_query_noise returns one selector per request in that order (QueryNoise.selectors), and the
-release finds each aggregate's selector, and the top-k one, by its place in it.
+This module owns the order in which a query's quantiles and modes are requested: plan_query_noise
+returns one selector per request in that order (QueryNoise.selectors), and the release finds each
+aggregate's selector by its place in it.
 
 It never sees rows, values or noise: only the query's declared aggregates and limits.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dpproxy.privacy import ModeRequest, QuantileRequest, SelectorRequest, TopKRequest
+from dpproxy.privacy import ModeRequest, QuantileRequest, SelectorRequest
 from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
@@ -24,7 +24,6 @@ class Selectors:
 
     requests: tuple[SelectorRequest, ...]
     by_aggregate: dict[int, int]  # aggregate index -> selector index
-    top_k: int | None  # selector index of the top-k selection
     # aggregate index -> selector indexes of its interval's (low, high) ends: quantiles whose
     # dp_interval_low/high the query reads, each end a pick of its own (QuantileSpec.shift)
     interval_ends: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
@@ -54,14 +53,6 @@ def selectors(query: PrivateQuery, rows: int = -1, groups: int = -1) -> Selector
             histogram = query.histograms[aggregate.histogram]
             by_aggregate[a] = len(requests)
             requests.append(ModeRequest(histogram.candidates, r, g))
-    top_k = None
-    if query.top_k is not None:
-        component_index, k = query.top_k
-        component = query.components[component_index]
-        lo, _hi = component.contribution_range(query.max_rows)
-        top_k = len(requests)
-        # Counts, and sums of non-negative values, only grow when a person is added.
-        requests.append(TopKRequest(k, component.sensitivity(query.max_rows), monotonic=lo >= 0))
     # Last, so that the indexes above are those of a query that reads no interval.
     interval_ends: dict[int, tuple[int, int]] = {}
     for a in sorted({a for a, _ in interval_slots(query.post_processing)}):
@@ -73,4 +64,4 @@ def selectors(query: PrivateQuery, rows: int = -1, groups: int = -1) -> Selector
         interval_ends[a] = (len(requests), len(requests) + 1)
         for end in (-1, 1):
             requests.append(QuantileRequest(aggregate.alpha, histogram.candidates, r, g, end=end))
-    return Selectors(tuple(requests), by_aggregate, top_k, interval_ends)
+    return Selectors(tuple(requests), by_aggregate, interval_ends)

@@ -10,7 +10,7 @@ checked to come strictly after the one before, and an answer whose backend broke
 (StreamOrderError) instead of releasing rows in an order that depends on the backend.
 
 Only queries whose release is per group qualify (`streamable`): keys chosen by partition selection,
-one statement, no ORDER BY over released values, no top-k, quantile, MODE or randomized response.
+one statement, no ORDER BY over released values, no quantile, MODE or randomized response.
 Like the rest of `release/`, nothing here returns a true value: only released rows and the 95%
 figures over the groups released so far.
 """
@@ -63,7 +63,6 @@ def streamable(query: PrivateQuery, statements: int) -> bool:
         and not query.randomized_response
         and not query.histograms
         and not requests.requests
-        and query.top_k is None
         and query.bounds is None  # chosen bounds need every group's counts first
         and not query.post_processing.order_by
         and all(k.type in STREAMABLE_KEY_TYPES for k in query.keys)

@@ -135,7 +135,6 @@ class PrivateAnalyzer(AggregateRules):
         post = PostProcessing(
             typed_outputs, having, tuple(order_by), limit_of(tree, "limit"), limit_of(tree, "offset") or 0
         )
-        top_k = self._top_k(post)
         if self._answered_by_randomized_response(where_sql):
             return self._randomized_response(where_sql, post)
         return PrivateQuery(
@@ -147,7 +146,6 @@ class PrivateAnalyzer(AggregateRules):
             post_processing=post,
             text=self.text,
             histograms=tuple(self.histograms),
-            top_k=top_k,
         )
 
     def _answered_by_randomized_response(self, where: exp.Expression | None) -> bool:
@@ -196,29 +194,6 @@ class PrivateAnalyzer(AggregateRules):
             text=self.text,
             randomized_response=True,
         )
-
-    def _top_k(self, post: PostProcessing) -> tuple[int, int] | None:
-        """`GROUP BY … ORDER BY <count or sum> DESC LIMIT k`: the k groups by report-noisy-top-k."""
-        if not self.keys or post.limit is None or post.offset or not post.order_by:
-            return None
-        first = post.order_by[0]
-        if not first.descending or not isinstance(first.expression, exp.Column):
-            return None
-        name = first.expression.name
-        if name.startswith("__out_"):
-            output = post.outputs[int(name.removeprefix("__out_"))].expression
-            name = output.name if isinstance(output, exp.Column) else ""
-        if not name.startswith("__agg_"):
-            return None
-        aggregate = self.aggregates[int(name.removeprefix("__agg_"))]
-        if aggregate.kind not in (
-            AggregateKind.COUNT,
-            AggregateKind.COUNT_UNITS,
-            AggregateKind.COUNT_VALUES,
-            AggregateKind.SUM,
-        ):
-            return None
-        return aggregate.components[0], post.limit
 
     def _reject_unsupported_clauses(self) -> None:
         tree = self.tree

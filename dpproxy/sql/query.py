@@ -303,9 +303,6 @@ class PrivateQuery:
     post_processing: PostProcessing
     text: str  # the statement, normalised (parameters bound)
     histograms: tuple[Histogram, ...] = ()
-    # ORDER BY <aggregate> DESC LIMIT k over groups: the k groups are chosen by report-noisy-top-k on
-    # that aggregate's component (its index), then released as usual.
-    top_k: tuple[int, int] | None = None  # (component index, k)
     randomized_response: bool = False  # the one aggregate is COUNT_RESPONSES (see AggregateKind)
     # The database enforces one row per unit (PRIMARY KEY, or UNIQUE and NOT NULL, through the
     # joins): no per-unit bounding is needed, and each unit touches one row of one group.

@@ -13,7 +13,7 @@ and each inner key `<column>__`):
 
 Run as one SQL statement, the join would let the inner query's exact ranking decide which rows
 the outer one reads. dpproxy splits it (`series_limit`): the inner query is a private query of its
-own (report-noisy-top-k for `ORDER BY <count or sum> DESC LIMIT k`), and the main query is then
+own (its groups' noisy values sorted and cut at k, as any ORDER BY … LIMIT), and the main query is then
 asked with the join replaced by a condition on the released keys, inlined as constants
 (`SeriesLimit.restricted`), as subqueries over public tables are (dpproxy.sql.subqueries). The
 keys are a DP release, so the second query's text depends on the data only through it. The engine

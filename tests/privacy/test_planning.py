@@ -23,8 +23,6 @@ from dpproxy.privacy import (
     QuantileSpec,
     QueryNoise,
     SelectorRequest,
-    TopKRequest,
-    TopKSpec,
     converted_epsilon,
     plan_query_noise,
 )
@@ -205,31 +203,20 @@ selector_requests = st.lists(
             st.integers(min_value=1, max_value=5),
             st.integers(min_value=1, max_value=4),
         ),
-        st.builds(
-            TopKRequest,
-            st.integers(min_value=1, max_value=10),
-            st.integers(min_value=1, max_value=10),
-            st.booleans(),
-        ),
     ),
     max_size=3,
 )
 
 
-def selector_map(spec: QuantileSpec | ModeSpec | TopKSpec) -> float:
+def selector_map(spec: QuantileSpec | ModeSpec) -> float:
     """The selector's cost from an OpenDP measurement built here, independently of the module."""
     measure = dp.max_divergence() if spec.accounting == Accounting.PURE else dp.zero_concentrated_divergence()
-    if isinstance(spec, TopKSpec):
-        metric = dp.linf_distance(T="i64", monotonic=spec.monotonic)
-        return dp.m.make_noisy_top_k(I64_VECTORS, metric, measure, k=spec.k, scale=spec.scale).map(
-            spec.sensitivity
-        )
     metric = dp.linf_distance(T="i64", monotonic=isinstance(spec, ModeSpec))
     per_group = dp.m.make_noisy_max(I64_VECTORS, metric, measure, scale=spec.scale).map(spec.sensitivity)
     return spec.max_groups * per_group  # a unit changes at most g groups' draws
 
 
-def request_matches(request: SelectorRequest, spec: QuantileSpec | ModeSpec | TopKSpec) -> bool:
+def request_matches(request: SelectorRequest, spec: QuantileSpec | ModeSpec) -> bool:
     if isinstance(request, QuantileRequest):
         return isinstance(spec, QuantileSpec) and (
             spec.alpha,
@@ -237,16 +224,10 @@ def request_matches(request: SelectorRequest, spec: QuantileSpec | ModeSpec | To
             spec.max_contributions,
             spec.max_groups,
         ) == (request.alpha, request.candidates, request.max_contributions, request.max_groups)
-    if isinstance(request, ModeRequest):
-        return isinstance(spec, ModeSpec) and (spec.candidates, spec.max_contributions, spec.max_groups) == (
-            request.candidates,
-            request.max_contributions,
-            request.max_groups,
-        )
-    return isinstance(spec, TopKSpec) and (spec.k, spec.sensitivity, spec.monotonic) == (
-        request.k,
-        request.sensitivity,
-        request.monotonic,
+    return isinstance(spec, ModeSpec) and (spec.candidates, spec.max_contributions, spec.max_groups) == (
+        request.candidates,
+        request.max_contributions,
+        request.max_groups,
     )
 
 
@@ -348,13 +329,14 @@ def test_zcdp_plans_never_exceed_the_request_once_converted(
 
 
 def test_zcdp_selectors_are_charged_the_bounded_range_rho_not_the_pure_conversion() -> None:
-    noise = plan_query_noise(GAUSSIAN, 1.0, 1e-6, [], None, accounting="zcdp", selectors=[TopKRequest(1, 1)])
+    median = QuantileRequest(Fraction(1, 2), 10, 1, 1)
+    noise = plan_query_noise(GAUSSIAN, 1.0, 1e-6, [], None, accounting="zcdp", selectors=[median])
     spec = noise.selectors[0]
     pure_epsilon = 2 * spec.sensitivity / spec.scale  # the same noise, as a pure ε-DP mechanism
     assert spec.rho == pytest.approx(pure_epsilon**2 / 8, rel=1e-9)  # Cesar & Rogers 2021
     converted = dp.c.make_pureDP_to_zCDP(
         dp.m.make_noisy_max(I64_VECTORS, dp.linf_distance(T="i64"), dp.max_divergence(), scale=spec.scale)
-    ).map(1)
+    ).map(spec.sensitivity)
     assert converted == pytest.approx(4 * spec.rho, rel=1e-9)  # what the generic conversion would charge
 
 

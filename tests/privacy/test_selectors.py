@@ -1,4 +1,4 @@
-"""Selections by report-noisy-max (quantiles, MIN/MAX, MODE, top-k): their scores have the
+"""Selections by report-noisy-max (quantiles, MIN/MAX, MODE): their scores have the
 sensitivity they declare, their costs are OpenDP's maps, neighbouring inputs are as
 indistinguishable as the charged ε says (exactly, from the distributions, and empirically, from
 OpenDP's draws), and their answers are as accurate as the error bounds shown to analysts promise.
@@ -23,10 +23,8 @@ from dpproxy.privacy import (
     Accounting,
     ModeSpec,
     QuantileSpec,
-    TopKSpec,
     mode_mechanism,
     quantile_mechanism,
-    top_k_mechanism,
 )
 from tests.privacy.distributions import I64_VECTORS, SIGMAS, assert_privacy_loss_within
 
@@ -383,60 +381,6 @@ def test_mode_draws_between_neighbours_show_a_privacy_loss_within_epsilon() -> N
     assert_privacy_loss_within(counts[0], counts[1], spec.epsilon)
 
 
-@pytest.mark.parametrize("accounting", [Accounting.PURE, Accounting.ZCDP])
-@pytest.mark.parametrize("monotonic", [False, True])
-def test_top_k_cost_is_the_opendp_map_for_k_picks(accounting: Accounting, monotonic: bool) -> None:
-    if accounting == Accounting.PURE:
-        spec = top_k_mechanism(5, 3, 1.0, monotonic=monotonic)
-        total, measure = spec.epsilon, dp.max_divergence()
-    else:
-        spec = top_k_mechanism(5, 3, rho=0.1, monotonic=monotonic)
-        total, measure = spec.rho, dp.zero_concentrated_divergence()
-    metric = dp.linf_distance(T="i64", monotonic=monotonic)
-    measurement = dp.m.make_noisy_top_k(I64_VECTORS, metric, measure, k=5, scale=spec.scale)
-    assert measurement.map(3) == total
-    per_pick = (1 if monotonic else 2) * 3 / spec.scale  # Δ/scale or 2Δ/scale per pick
-    expected = 5 * per_pick if accounting == Accounting.PURE else 5 * per_pick**2 / 8
-    assert total == pytest.approx(expected, rel=1e-9)
-
-
-def test_top_k_returns_the_true_top_k_best_first_when_gaps_are_large() -> None:
-    spec = top_k_mechanism(3, 1, 1.0, monotonic=True)
-    # A miss needs one noise draw to beat another by `gap`: chance < 50·3·1e-12 per draw.
-    gap = math.ceil(spec.scale * math.log(1 / 1e-12))
-    scores = [0] * 50
-    scores[17], scores[3], scores[42] = 3 * gap, 2 * gap, gap
-    for _ in range(50):
-        assert spec.select(scores) == [17, 3, 42]
-    assert spec.select([]) == []
-    assert spec.select([4]) == [0]
-    assert sorted(spec.select([4, 9])) == [0, 1]
-    # Huge scores (sums on a fine grid) keep their order: shifted, not saturated.
-    assert top_k_mechanism(1, 1, 1.0).select([2**70, 2**70 + 10**6, -(2**70)]) == [1]
-
-
-def test_top_k_picks_are_within_score_error95_of_the_kth_best() -> None:
-    spec = top_k_mechanism(3, 2, 0.5)
-    rng = np.random.default_rng(9)
-    scores = [int(v) for v in rng.integers(0, 200, 40)]
-    kth_best = sorted(scores, reverse=True)[2]
-    bound = spec.score_error95(len(scores))
-    draws = 200
-    misses = sum(any(scores[j] < kth_best - bound for j in spec.select(scores)) for _ in range(draws))
-    assert misses <= 0.05 * draws
-
-
-def test_top_k_draws_between_neighbours_show_a_privacy_loss_within_epsilon() -> None:
-    # Counts of 4 groups; the added unit is in 2 of them with one row each (monotonic, L∞ = 1).
-    spec = top_k_mechanism(2, 1, 1.0, monotonic=True)
-    without_unit, with_unit = [5, 5, 4, 5], [5, 6, 4, 6]
-    draws = 8_000
-    counts = [Counter(tuple(spec.select(h)) for _ in range(draws)) for h in (without_unit, with_unit)]
-    assert all(len(outcome) == 2 and len(set(outcome)) == 2 for c in counts for outcome in c)
-    assert_privacy_loss_within(counts[0], counts[1], spec.epsilon, minimum=200)
-
-
 def test_selector_specs_are_the_types_the_engine_dispatches_on() -> None:
     assert isinstance(quantile_mechanism(0.5, 3, 1, 1, 1.0), QuantileSpec)
     assert isinstance(mode_mechanism(3, 1, 1, 1.0), ModeSpec)
-    assert isinstance(top_k_mechanism(2, 1, 1.0), TopKSpec)

@@ -300,7 +300,7 @@ def test_rejections_never_depend_on_data_because_no_backend_is_needed(engine: En
         "SELECT sex, COUNT(*) AS n FROM patients GROUP BY sex HAVING sex = 'F' AND COUNT(*) > '3' ORDER BY n",
         "SELECT visit_date, COUNT(*) FROM visits GROUP BY 1 HAVING visit_date > '2023-01-01T00:00:00Z'",
         "SELECT 1 + 1 AS two",
-        # aggregates by the exponential mechanism, spreads, distinct counts, top-k
+        # aggregates by the exponential mechanism, spreads, distinct counts, the k largest counts
         "SELECT sex, MIN(age), MAX(income), MEDIAN(income), STDDEV(age), VAR_SAMP(income) FROM patients GROUP BY sex",
         "SELECT percentile_disc(0.9) WITHIN GROUP (ORDER BY cost DESC), COUNT(DISTINCT zip) FROM visits JOIN patients USING (patient_id)",
         "SELECT department, mode() WITHIN GROUP (ORDER BY duration_minutes) FROM visits GROUP BY department",
