@@ -95,10 +95,12 @@ from dpproxy.privacy.selectors import _calibrate_selector, _i64_scores, _noisy_m
 def value_parts(values: int, choices: int) -> int:
     """A query's budget is split in parts: each released value (component, selector, partition
     selection) gets this many of them, each choice of a bound one, so that the choices together take
-    about a quarter of the budget (a quarter for one choice beside one or three values, a fifth beside
-    two), and never more than one value's share each. A choice spent too little picks a bound far
-    from its aim often enough to cost more than its share (docs/privacy.md §3)."""
-    return max(1, math.ceil(3 * choices / max(values, 1)))
+    about a sixth of the budget (one choice: a sixth beside one value or five, a seventh beside two
+    or three; k and g together: a sixth beside one value, a seventh beside three), and never more
+    than one value's share each. A choice spent too little picks a bound far from its aim often
+    enough to cost more than its share; one spent a quarter left the values less than they could
+    have (docs/privacy.md §3)."""
+    return max(1, math.ceil(5 * choices / max(values, 1)))
 
 
 @dataclass(frozen=True)

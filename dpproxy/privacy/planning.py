@@ -89,7 +89,8 @@ def plan_query_noise(
     Rules:
     * ε is split equally over the k components, the s selectors, and one share for partition
       selection if present, except that each choice of a contribution bound (`choices`,
-      dpproxy.privacy.bounds) gets a quarter of one such share. Shares are rounded down so that
+      dpproxy.privacy.bounds) gets one part where a value gets `value_parts` of them (the choices
+      together about a sixth of ε). Shares are rounded down so that
       their upward-rounded sum is within ε. The choice of k aims at leaving ln(20)/ε_share persons
       above it (under zCDP, the 95% error of a unit-sensitivity value at the share, in units).
     * Selectors (pure accounting) get ε_i = share, as their map says (per group share/g for

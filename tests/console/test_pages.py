@@ -90,9 +90,9 @@ def test_the_planner_reports_the_proxys_error_bars_without_data(client):
     assert count["sql"] == 'SELECT COUNT(*) FROM "patients"' and count["error"] == 31.0
     assert plan(table="patients", column="*", aggregate="COUNT", epsilon="1")["error"] == 4.0
     total = plan(table="visits", column="cost", aggregate="SUM", epsilon="1")
-    # At the ceiling (the demo's limits are ceilings; a query's chosen k is at most 5), with a quarter
+    # At the ceiling (the demo's limits are ceilings; a query's chosen k is at most 5), with a sixth
     # of ε spent on choosing k (privacy/bounds.value_parts).
-    assert total["error_text"] == "±3.994e+05" and total["cost_epsilon"] == pytest.approx(1.0)
+    assert total["error_text"] == "±3.595e+05" and total["cost_epsilon"] == pytest.approx(1.0)
     small, large = (
         plan(table="patients", column="age", aggregate="AVG", epsilon="0.5", rows=rows)["error"]
         for rows in ("100", "10000")
@@ -103,7 +103,7 @@ def test_the_planner_reports_the_proxys_error_bars_without_data(client):
     outside = plan(table="patients", column="age", aggregate="AVG", epsilon="5")
     assert outside["problem"].startswith("22023: per-query epsilon 5 is outside the range")
     page = client.request("/planner?table=visits&column=cost&aggregate=SUM&epsilon=1").body
-    assert "±3.994e+05" in page and 'value="cost" selected' in page
+    assert "±3.595e+05" in page and 'value="cost" selected' in page
 
 
 def test_the_audit_page_checks_its_filters(client):

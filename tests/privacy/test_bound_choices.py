@@ -125,9 +125,10 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     assert "aiming at a quarter of the persons" in engine.explain("SELECT AVG(x) FROM t").render()
 
 
-def test_choices_take_about_a_quarter_of_the_budget() -> None:
-    assert [value_parts(values, 1) for values in (1, 2, 3, 6)] == [3, 2, 1, 1]
-    assert value_parts(1, 2) == 6  # k and g beside one value: an eighth each
+def test_choices_take_about_a_sixth_of_the_budget() -> None:
+    assert [value_parts(values, 1) for values in (1, 2, 3, 5, 6)] == [5, 3, 2, 1, 1]
+    assert value_parts(1, 2) == 10  # k and g beside one value: a twelfth each
+    assert value_parts(3, 2) == 4  # k and g beside an AVG's two values and partition selection
 
 
 GROUPED = """
