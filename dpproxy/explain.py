@@ -149,14 +149,15 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         )
     for choice in plan.noise.choices:
         if choice.kind == "rows":
+            floor = ", k at least a quarter of the ceiling" if choice.floor else ", no floor under a WHERE"
             if choice.quartile:
                 aim = "half the persons" if choice.half else "a quarter of the persons"
             elif choice.decile:
-                aim = "a tenth of the persons (k at least a quarter of the ceiling)"
+                aim = f"a tenth of the persons ({floor.removeprefix(', ')})"
             elif choice.capped:
                 aim = (
                     f"about {choice.target} person(s) (so many per public group released, at most a"
-                    " tenth of the persons, k at least a quarter of the ceiling)"
+                    f" tenth of the persons{floor})"
                 )
             else:
                 aim = f"about {choice.target} person(s)"

@@ -212,6 +212,7 @@ def _query_noise(
                 half=bool(query.keys),
                 cells=cells,
                 decile=_aims_at_a_tenth(query),
+                floor=query.where is None,
             )
             if kind == "rows"
             else BoundRequest(kind, candidates, median=query.needs_selection)

@@ -304,6 +304,7 @@ def _choices(
             a.half,
             a.cells > 1,
             a.decile,
+            a.floor,
         )
         for a in asked
     )

@@ -206,6 +206,18 @@ def test_the_rule_per_public_group_stays_within_a_tenth_of_the_persons_and_a_qua
     choice = bound_choice("rows", CANDIDATES, 2000, Accounting.PURE, 1.0, capped=True)
     picked = [CANDIDATES[choice.select(above, persons)] for _ in range(100)]
     assert picked.count(32) >= 95, picked  # 16 is below a quarter of 100 however many it leaves above
+    # Under a WHERE the ceiling does not say how many rows a person has in the query: no floor.
+    # A tenth of the persons with 17 to 20 rows, the others 1 to 16; the aim at 2000 persons above
+    # capped at a tenth of them.
+    few = [rng.randint(1, 16) for _ in range(1800)] + [rng.randint(17, 20) for _ in range(200)]
+    above, persons = counts_of(few)
+    floored, unfloored = (
+        bound_choice("rows", CANDIDATES, 2000, Accounting.PURE, 1.0, capped=True, floor=floor)
+        for floor in (True, False)
+    )
+    assert {CANDIDATES[floored.select(above, persons)] for _ in range(100)} <= {32, 64, 100}
+    # 16 leaves the tenth above, 8 more than half of them, 32 none: 16.
+    assert [CANDIDATES[unfloored.select(above, persons)] for _ in range(100)].count(16) >= 95
 
 
 def test_counts_over_public_keys_aim_at_m_persons_above_per_group() -> None:
@@ -221,6 +233,8 @@ def test_counts_over_public_keys_aim_at_m_persons_above_per_group() -> None:
     assert abs(per_x.target - 11 * whole.target) <= 11
     narrowed = rows_choice("SELECT x, SUM(x) FROM t WHERE x BETWEEN 1 AND 3 GROUP BY x")
     assert narrowed.capped and abs(narrowed.target - 3 * whole.target) <= 3
+    # The floor at a quarter of the ceiling holds where the query reads every row of the table.
+    assert per_x.floor and not narrowed.floor
     assert (
         "so many per public group released" in engine.explain("SELECT x, COUNT(*) FROM t GROUP BY x").render()
     )
@@ -266,4 +280,7 @@ def test_quantiles_of_a_whole_table_and_private_groups_aim_at_a_tenth_of_the_per
     assert not rows_choice("SELECT COUNT(*) FROM t").decile
     assert "aiming at a tenth of the persons (k at least a quarter of the ceiling)" in (
         engine.explain("SELECT MEDIAN(x) FROM t").render()
+    )
+    assert "aiming at a tenth of the persons (no floor under a WHERE)" in (
+        engine.explain("SELECT MEDIAN(x) FROM t WHERE x > 2").render()
     )
