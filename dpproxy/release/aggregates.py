@@ -430,6 +430,8 @@ def _average_column(
     else:
         values = [Decimal(m).scaleb(-digits) for m in released.tolist()]
     group_errors: list[float | None] = distance.tolist()
+    for g in np.flatnonzero(counts < 1).tolist():  # as _average: NULL below one value
+        values[g], group_errors[g] = None, None
     if not every:
         offsets = centre_offsets(aggregate)
         row_errors = list(errors)
@@ -567,13 +569,16 @@ def _sum(aggregate: Aggregate, noisy: Sequence[int]) -> object:
 
 def _average(
     aggregate: Aggregate, offsets: Span, noisy: Sequence[int], errors: Sequence[float]
-) -> tuple[object, float]:
+) -> tuple[object, float | None]:
     """AVG of one group, c + S/N from its noisy centred sum S and count N (grid units), clamped into
     the column's bounds, and its ± at 95% (`errors`: each component's ± at level 1 − 5%/2;
-    `offsets`: the range of a value's offset from the centre c)."""
+    `offsets`: the range of a value's offset from the centre c). NULL when the noisy count is below
+    1, as PostgreSQL's AVG over no values is (a zero-filled public key no row has, mostly)."""
     assert aggregate.interval is not None
     centred_index, count_index = aggregate.components
-    count = max(noisy[count_index], 1)
+    if noisy[count_index] < 1:
+        return None, None
+    count = noisy[count_index]
     mean_grid = Decimal(aggregate.centre) + Decimal(noisy[centred_index]) / Decimal(count)
     value = _from_grid(mean_grid, aggregate.scale)
     value = min(max(value, aggregate.interval.lo), aggregate.interval.hi)
