@@ -160,9 +160,9 @@ def _averages_only(query: PrivateQuery) -> bool:
 
 
 def _aims_at_a_tenth(query: PrivateQuery) -> bool:
-    """k aims at a tenth of the persons above it, and at least a quarter of the ceiling
-    (dpproxy.privacy.bounds), for quantiles of a whole table and for queries grouped by a key that is
-    not public; averages and spreads per group keep their own rule (_averages_only).
+    """k aims at a tenth of the persons above it, and (without a WHERE) at least a quarter of the
+    ceiling (dpproxy.privacy.bounds), for quantiles of a whole table and for queries grouped by a key
+    that is not public; averages and spreads per group keep their own rule (_averages_only).
 
     Per group that goes through partition selection, the count rule (about m persons above) is the
     public keys' rule for one group: as there, every released group's noise grows with k while the

@@ -130,8 +130,8 @@ class BoundRequest:
     # persons above aims at m per group, at most a tenth of the persons (the module docstring).
     cells: int = 1
     # k for a query of quantiles only without GROUP BY, or grouped by a key that is not public (but
-    # averages and spreads): a tenth of the persons above k, k at least a quarter of the ceiling (the
-    # module docstring).
+    # averages and spreads): a tenth of the persons above k, k at least a quarter of the ceiling with
+    # `floor` (the module docstring).
     decile: bool = False
     # k, with `cells` > 1 or `decile`: no candidate below a quarter of the ceiling. False when a WHERE
     # narrows the rows read (the ceiling says how many rows a person has in the whole table).
@@ -231,20 +231,18 @@ def bound_choice(
     floor: bool = True,
 ) -> BoundChoice:
     """The choice among `candidates`, paid for by `budget` (ε under pure accounting, ρ under zCDP);
-    `capped`: `target` is m per public group, never more than a tenth of the persons above, nor a
-    bound below a quarter of the ceiling; `decile`: k aims at a tenth of the persons above, nor a
-    bound below a quarter of the ceiling."""
+    `capped`: `target` is m per public group, never more than a tenth of the persons above, nor (with
+    `floor`) a bound below a quarter of the ceiling; `decile`: k aims at a tenth of the persons
+    above, nor (with `floor`) a bound below a quarter of the ceiling."""
     half = half and quartile and kind == "rows"
     weight = _quantile_weight(kind, quartile, median, half)
     decile = decile and kind == "rows" and weight is None
     capped = (capped or decile) and weight is None
-    if len(candidates) == 1:
-        return BoundChoice(
-            kind, candidates, target, accounting, 0.0, 0.0, 0.0, quartile, median, half, capped, decile, floor
-        )
-    sensitivity = CAPPED_SHARE if capped else 1 if weight is None else max(1, weight - 1)
-    scale, cost = _calibrate_selector(accounting, sensitivity, budget)
-    epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
+    scale, epsilon, rho = 0.0, 0.0, 0.0
+    if len(candidates) > 1:
+        sensitivity = CAPPED_SHARE if capped else 1 if weight is None else max(1, weight - 1)
+        scale, cost = _calibrate_selector(accounting, sensitivity, budget)
+        epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
     return BoundChoice(
         kind,
         candidates,
