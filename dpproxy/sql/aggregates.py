@@ -453,9 +453,14 @@ class AggregateRules:
         for column_node in arg.find_all(exp.Column):
             source, column = scope.resolve(column_node)
             if not getattr(column, "summable", True):
+                why = (
+                    "(summable: false in the policy)"
+                    if source.policy is not None
+                    else "(a MIN or MAX of a column with summable: false in the policy)"
+                )
+                kind = "table" if source.policy is not None else "subquery"
                 raise PolicyViolation(
-                    f'column "{column.name}" of table "{source.label}" may not be summed or averaged '
-                    "(summable: false in the policy)",
+                    f'column "{column.name}" of {kind} "{source.label}" may not be summed or averaged {why}',
                     hint="it can still be filtered on, grouped by and counted",
                 )
 

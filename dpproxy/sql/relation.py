@@ -598,6 +598,17 @@ def _derived_aggregate(
         raise GroupingError(f"{node.key.upper()} needs a number: {arg.sql('postgres')}")
     if typed.uses_unit:
         raise PolicyViolation("the privacy unit cannot be aggregated")
+    # A person's MIN or MAX of a column that may not be summed (an identifier: no bounds) is one of
+    # its values, and may not be summed, averaged or ranked either; SUM and AVG of it are refused
+    # here, as in the outer query (dpproxy.sql.aggregates).
+    unsummable = [c for c in arg.find_all(exp.Column) if not scope.resolve(c)[1].summable]
+    if unsummable and isinstance(node, (exp.Sum, exp.Avg)):
+        source, column = scope.resolve(unsummable[0])
+        raise PolicyViolation(
+            f'column "{column.name}" of table "{source.label}" may not be summed or averaged '
+            "(summable: false in the policy)",
+            hint="it can still be filtered on, grouped by and counted",
+        )
     scale = DEFAULT_GRID_SCALE if typed.type.is_float or typed.type is PgType.NUMERIC else 0
     fractional = scale > 0
     interval = typed.interval if typed.interval is not None and typed.interval.finite else None
@@ -638,4 +649,7 @@ def _derived_aggregate(
             exp.Avg(this=argument),
         )
     aggregate = exp.Min(this=typed.sql) if isinstance(node, exp.Min) else exp.Max(this=typed.sql)
-    return SourceColumn(column_name, typed.type, interval, grid_scale=scale, fractional=fractional), aggregate
+    column = SourceColumn(
+        column_name, typed.type, interval, summable=not unsummable, grid_scale=scale, fractional=fractional
+    )
+    return column, aggregate

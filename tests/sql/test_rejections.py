@@ -155,6 +155,18 @@ REJECTIONS = [
     ),
     ("SELECT percentile_cont(1.5) WITHIN GROUP (ORDER BY age) FROM patients", "22023", ["between 0 and 1"]),
     ("SELECT MEDIAN(visit_id) FROM visits", "42501", ['"visit_id"', "summable: false"]),
+    # A person's MAX of an identifier is one of its values: not ranked, summed or averaged either
+    # (it reached the backend as a full-bigint-range histogram that overflowed: seed 1229641267 #23).
+    (
+        "SELECT MEDIAN(top) FROM (SELECT patient_id, MAX(visit_id) AS top FROM visits GROUP BY patient_id) d",
+        "42501",
+        ['column "top" of subquery "d"', "a MIN or MAX of a column with summable: false"],
+    ),
+    (
+        "SELECT SUM(t) FROM (SELECT patient_id, SUM(visit_id) AS t FROM visits GROUP BY patient_id) d",
+        "42501",
+        ['"visit_id"', "summable: false"],
+    ),
     ("SELECT lower(zip) FILTER (WHERE age > 3) FROM patients", "0A000", ["FILTER", "CASE WHEN"]),
     ("SELECT MAX(enrolled) FROM patients", "42501", ['"enrolled"', "declared range", "lower: 2000-01-01"]),
     (

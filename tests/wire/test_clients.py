@@ -500,7 +500,9 @@ def test_asyncpg_connects_and_answers_in_binary(served: Served) -> None:
             assert [r["sex"] for r in rows] == ["F", "M", "X"]
             for r in rows:
                 assert_close(r["n"], served.truth.older(50, r["sex"]), notices[-1], "n")
-                assert isinstance(r["mean_income"], Decimal)
+                # NULL only where the noisy count is below 1: rare for the ~24 patients of sex X over 50.
+                assert r["mean_income"] is None or isinstance(r["mean_income"], Decimal)
+            assert any(isinstance(r["mean_income"], Decimal) for r in rows)
             statement = await conn.prepare("SELECT COUNT(*) AS n FROM patients WHERE age > $1 AND sex = $2")
             assert [t.name for t in statement.get_parameters()] == ["int4", "varchar"]
             assert [(a.name, a.type.name) for a in statement.get_attributes()] == [("n", "int8")]

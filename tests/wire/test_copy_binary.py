@@ -301,7 +301,9 @@ def test_arrow_tools_read_public_and_private_answers(proxy: Proxy, tool: str) ->
         (s, b) for s in "FMX" for b in (False, True)
     ]
     assert sum(private["n"]) == pytest.approx(3000, abs=300)  # type: ignore[arg-type]
-    assert all(isinstance(Decimal(str(v)), Decimal) for v in private["total"] + private["mean_age"])
+    # An AVG is NULL where its noisy count is below 1 (the few patients of sex X may give one).
+    assert all(isinstance(Decimal(str(v)), Decimal) for v in private["total"])
+    assert all(v is None or isinstance(Decimal(str(v)), Decimal) for v in private["mean_age"])
     # Raw rows of a protected table are refused, the tool's error carrying dpproxy's message.
     with pytest.raises(Exception, match="raw rows of the protected table"):
         _read(tool, "SELECT age, sex FROM patients", _uri(proxy))

@@ -92,7 +92,9 @@ def test_binary_results_match_text_results(proxy: Proxy) -> None:
         )
         rows = cur.fetchall()
         assert [(r[0], r[1]) for r in rows] == [(s, b) for s in "FMX" for b in (False, True)]
-        assert all(isinstance(r[2], int) and isinstance(r[3], Decimal) for r in rows)
+        # An AVG is NULL where its noisy count is below 1 (the few patients of sex X may give one).
+        assert all(isinstance(r[2], int) and (r[3] is None or isinstance(r[3], Decimal)) for r in rows)
+        assert sum(isinstance(r[3], Decimal) for r in rows) >= 4
         assert [d.type_code for d in cur.description] == [1043, 16, 20, 1700, 20]  # type: ignore[union-attr]
 
 
