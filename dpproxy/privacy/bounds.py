@@ -24,7 +24,9 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   heaviest persons answer differently, moved from 3.9% to 8.9% — what scaling does to weights, and
   outside its ± every time — so a share keeps the rule for counts. An aim at an eighth of the
   persons let the others' noise back (9.7%, 11.1%).
-  Averages and spreads per group (a GROUP BY), shares among them, aim at half the persons above k
+  Averages and spreads per group (a GROUP BY over more than 4 groups or private keys; over at most 4
+  public groups a group's sum is a quarter of the query's or more, and they keep the quarter), shares
+  among them, aim at half the persons above k
   (−max(0, 2·above_j − persons, persons − 2·above_{j−1}), sensitivity 1; `half`): a group's sum is
   smaller than the query's, so its noise, which grows with k, weighs more beside it. Over k = 1 …
   128 the error per group was flat up to about the persons' median and grew beyond (airline delays

@@ -112,6 +112,12 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     # smaller sum than the whole query's does (the module docstring).
     grouped = rows_choice("SELECT x, AVG(x) FROM t GROUP BY x")
     assert grouped.quartile and grouped.half
+    assert rows_choice("SELECT name, AVG(x) FROM t GROUP BY name").half  # private keys
+    # …but over at most 4 public groups each group's sum is a large share of the query's: the
+    # whole table's aim, a quarter of the persons.
+    few = rows_choice("SELECT x, AVG(x) FROM t WHERE x BETWEEN 1 AND 4 GROUP BY x")
+    assert few.quartile and not few.half
+    assert rows_choice("SELECT x, AVG(x) FROM t WHERE x BETWEEN 1 AND 5 GROUP BY x").half
     # …and so do shares per group, whose noise outweighs what reweighting moves.
     shares = rows_choice("SELECT x, AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t GROUP BY x")
     assert shares.quartile and shares.half
