@@ -149,15 +149,15 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         )
     for choice in plan.noise.choices:
         if choice.kind == "rows":
-            floor = ", k at least a quarter of the ceiling" if choice.floor else ", no floor under a WHERE"
+            floor = "k at least a quarter of the ceiling" if choice.floor else "no floor under a WHERE"
             if choice.quartile:
                 aim = "half the persons" if choice.half else "a quarter of the persons"
             elif choice.decile:
-                aim = f"a tenth of the persons ({floor.removeprefix(', ')})"
+                aim = f"a tenth of the persons ({floor})"
             elif choice.capped:
                 aim = (
                     f"about {choice.target} person(s) (so many per public group released, at most a"
-                    f" tenth of the persons{floor})"
+                    f" tenth of the persons, {floor})"
                 )
             else:
                 aim = f"about {choice.target} person(s)"

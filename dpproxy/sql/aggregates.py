@@ -449,20 +449,7 @@ class AggregateRules:
         )
 
     def _check_summable(self, arg: exp.Expression, name: str) -> None:
-        scope = self.scope.in_clause(f"{name} argument")
-        for column_node in arg.find_all(exp.Column):
-            source, column = scope.resolve(column_node)
-            if not getattr(column, "summable", True):
-                why = (
-                    "(summable: false in the policy)"
-                    if source.policy is not None
-                    else "(a MIN or MAX of a column with summable: false in the policy)"
-                )
-                kind = "table" if source.policy is not None else "subquery"
-                raise PolicyViolation(
-                    f'column "{column.name}" of {kind} "{source.label}" may not be summed or averaged {why}',
-                    hint="it can still be filtered on, grouped by and counted",
-                )
+        self.scope.in_clause(f"{name} argument").check_summable(arg)
 
     def _centred_scale(self, typed: Typed, interval: Interval, scale: int) -> int:
         """The grid a centred sum is computed on: `scale`, or one digit finer when the bounds' midpoint

@@ -601,14 +601,8 @@ def _derived_aggregate(
     # A person's MIN or MAX of a column that may not be summed (an identifier: no bounds) is one of
     # its values, and may not be summed, averaged or ranked either; SUM and AVG of it are refused
     # here, as in the outer query (dpproxy.sql.aggregates).
-    unsummable = [c for c in arg.find_all(exp.Column) if not scope.resolve(c)[1].summable]
-    if unsummable and isinstance(node, (exp.Sum, exp.Avg)):
-        source, column = scope.resolve(unsummable[0])
-        raise PolicyViolation(
-            f'column "{column.name}" of table "{source.label}" may not be summed or averaged '
-            "(summable: false in the policy)",
-            hint="it can still be filtered on, grouped by and counted",
-        )
+    if isinstance(node, (exp.Sum, exp.Avg)):
+        scope.check_summable(arg)
     scale = DEFAULT_GRID_SCALE if typed.type.is_float or typed.type is PgType.NUMERIC else 0
     fractional = scale > 0
     interval = typed.interval if typed.interval is not None and typed.interval.finite else None
@@ -650,6 +644,11 @@ def _derived_aggregate(
         )
     aggregate = exp.Min(this=typed.sql) if isinstance(node, exp.Min) else exp.Max(this=typed.sql)
     column = SourceColumn(
-        column_name, typed.type, interval, summable=not unsummable, grid_scale=scale, fractional=fractional
+        column_name,
+        typed.type,
+        interval,
+        summable=not scope.unsummable(arg),
+        grid_scale=scale,
+        fractional=fractional,
     )
     return column, aggregate

@@ -97,6 +97,26 @@ class RowScope:
     def in_clause(self, clause: str) -> RowScope:
         return RowScope(self.sources, clause)
 
+    def unsummable(self, expression: exp.Expression) -> bool:
+        """Whether `expression` reads a column that may not be summed; `check_summable` says which."""
+        return any(not self.resolve(c)[1].summable for c in expression.find_all(exp.Column))
+
+    def check_summable(self, expression: exp.Expression) -> None:
+        """Refuses (42501) an `expression` to be summed, averaged or ranked when it reads a column
+        with summable: false, or a per-person subquery's MIN or MAX of one."""
+        for node in expression.find_all(exp.Column):
+            source, column = self.resolve(node)
+            if column.summable:
+                continue
+            if source.policy is not None:
+                where, why = "table", "summable: false in the policy"
+            else:
+                where, why = "subquery", "a MIN or MAX of a column with summable: false in the policy"
+            raise PolicyViolation(
+                f'column "{column.name}" of {where} "{source.label}" may not be summed or averaged ({why})',
+                hint="it can still be filtered on, grouped by and counted",
+            )
+
     def resolve(self, node: exp.Column) -> tuple[Source, SourceColumn]:
         qualifier = node.table.lower() if node.table else None
         if node.args.get("db") or node.args.get("catalog"):
