@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from dpproxy.errors import DPProxyError, InternalError
 from dpproxy.privacy.accounting import Cost
 
 __all__ = [
@@ -139,6 +140,14 @@ class StatementRecord:
         self.sqlstate = sqlstate
         if message is not None:
             self.message = message
+
+    def failed(self, error: BaseException) -> None:
+        """The statement ends with `error`: its SQLSTATE and message when it is one of ours (they
+        never hold protected values), else only the internal error's SQLSTATE."""
+        if isinstance(error, DPProxyError):
+            self.error(error.sqlstate, error.message)
+        else:
+            self.error(InternalError.sqlstate)
 
     def parameters_json(self) -> str:
         """The parameters as JSON text: numbers, strings, booleans and NULL as such, anything else

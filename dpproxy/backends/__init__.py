@@ -29,7 +29,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 # The one table of type names: a live column's type means what the same name means in a policy.
 from dpproxy import watchdog
@@ -266,12 +265,7 @@ class Backend(ABC):
     def __enter__(self) -> Backend:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -23,7 +23,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from dpproxy.audit import (
@@ -423,12 +422,7 @@ class Ledger(ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- The implementation, once for both stores ---------------------------------------------------

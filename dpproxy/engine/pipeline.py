@@ -47,7 +47,6 @@ from dpproxy.engine.series import SeriesStatement, execute_series, series_parts,
 from dpproxy.errors import (
     BackendUnavailable,
     DPProxyError,
-    InternalError,
     InvalidParameter,
     PolicyError,
     PublicSubqueryFailed,
@@ -530,11 +529,8 @@ class Engine:
         timed_before = given.stages.get("backend", 0.0) + given.stages.get("noise", 0.0)
         try:
             result = self._execute(sql, params, analyst, epsilon, cancel, stream, given, bounds)
-        except DPProxyError as error:
-            given.error(error.sqlstate, error.message)
-            raise
-        except BaseException:
-            given.error(InternalError.sqlstate)
+        except BaseException as error:
+            given.failed(error)
             raise
         finally:
             timed = given.stages.get("backend", 0.0) + given.stages.get("noise", 0.0) - timed_before

@@ -42,12 +42,7 @@ class EngineLike(Protocol):
     ) -> AnalyzedQuery | EmptyQuery | ReleasedQuery: ...
 
     def plan_private(
-        self,
-        query: PrivateQuery,
-        epsilon: float,
-        *,
-        salt: str | None = None,
-        bounds: SessionBounds | None = None,
+        self, query: PrivateQuery, epsilon: float, *, salt: str | None = None, bounds: SessionBounds | None
     ) -> Plan: ...
 
     def backend_or_fail(self) -> Backend: ...
@@ -57,8 +52,8 @@ class EngineLike(Protocol):
         plan: Plan,
         *,
         analyst: AnalystPolicy,
-        cancel: Cancellation | None = None,
-        record: StatementRecord | None = None,
+        cancel: Cancellation | None,
+        record: StatementRecord | None,
     ) -> Result: ...
 
     def charge(

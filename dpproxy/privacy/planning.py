@@ -316,8 +316,8 @@ def _plan_zcdp(
     components: tuple[tuple[int, int], ...],
     selection_groups: int | None,
     requests: tuple[SelectorRequest, ...],
-    asked: tuple[BoundRequest, ...] = (),
-    allocated: bool = False,
+    asked: tuple[BoundRequest, ...],
+    allocated: bool,
 ) -> QueryNoise:
     values = len(components) + _request_shares(requests) + (1 if selection_groups is not None else 0)
     if values == 0:

@@ -63,10 +63,12 @@ def post_process(
     return [processor.output(row) for row in produced[post.offset : end]]
 
 
+_Columns = Sequence[Sequence[object]]
+_Rows = list[tuple[object, ...]]
 # PostProcessor.project: (keys, aggregate columns, offset, end) → the answer's rows.
-_Projection = Callable[
-    [Sequence[Sequence[object]], Sequence[Sequence[object]], int, int | None], list[tuple[object, ...]]
-]
+_Projection = Callable[[_Columns, _Columns, int, int | None], _Rows]
+# PostProcessor.emit: (typed key columns, aggregate columns, which groups) → their rows.
+_Emission = Callable[[_Columns, _Columns, Sequence[int]], _Rows]
 
 
 class PostProcessor:
@@ -107,17 +109,18 @@ class PostProcessor:
         # … GROUP BY k`, the commonest shape) are taken a column at a time (`project`).
         columns = [o.expression for o in post.outputs]
         self.project: _Projection | None = None
+        self._layout: list[tuple[int, PgType]] = []  # each output's released slot and type
         # The same for groups already in canonical order, their keys typed: (key columns, aggregate
         # columns, which groups) → rows (a streamed batch, dpproxy.release.stream).
-        self.emit: Callable[..., list[tuple[object, ...]]] | None = None
+        self.emit: _Emission | None = None
         if (
             self.having is None
             and not self.sort_keys
             and all(isinstance(c, exp.Column) and c.name in types for c in columns)
         ):
-            indices, out_types = [slots[c.name] for c in columns], [o.type for o in post.outputs]
-            self.project = functools.partial(self._project, indices, out_types)
-            self.emit = functools.partial(self._emit, indices, out_types)
+            self._layout = [(slots[c.name], o.type) for c, o in zip(columns, post.outputs, strict=True)]
+            self.project = self._project
+            self.emit = self._emit
 
     def released(self, key: Sequence[object], values: Sequence[object]) -> list[object]:
         """A released group as a row: its aggregates, then its key values as their columns' types."""
@@ -155,15 +158,7 @@ class PostProcessor:
             columns = [[] for _ in self.key_types]
         return [_converted(c, t) for c, t in zip(columns, self.key_types, strict=True)]
 
-    def _project(
-        self,
-        indices: Sequence[int],
-        out_types: Sequence[PgType],
-        keys: Sequence[Sequence[object]],
-        columns: Sequence[Sequence[object]],
-        offset: int,
-        end: int | None,
-    ) -> list[tuple[object, ...]]:
+    def _project(self, keys: _Columns, columns: _Columns, offset: int, end: int | None) -> _Rows:
         """What `released`, the canonical sort, `produce` and `output` give row by row, a column
         at a time, when each output is a released column: key columns converted to their types,
         rows in canonical order (by the values when `plain_columns`, else by `canonical_key`), then
@@ -177,20 +172,13 @@ class PostProcessor:
             rows = list(zip(*key_columns, strict=True))
             sort_key = rows.__getitem__ if plain_columns(key_columns) else lambda i: canonical_key(rows[i])
             order = sorted(order, key=sort_key)
-        return self._emit(indices, out_types, key_columns, columns, order[offset:end])
+        return self._emit(key_columns, columns, order[offset:end])
 
-    def _emit(
-        self,
-        indices: Sequence[int],
-        out_types: Sequence[PgType],
-        key_columns: Sequence[Sequence[object]],
-        columns: Sequence[Sequence[object]],
-        order: Sequence[int],
-    ) -> list[tuple[object, ...]]:
+    def _emit(self, key_columns: _Columns, columns: _Columns, order: Sequence[int]) -> _Rows:
         """The output rows of the groups at `order` (key columns already typed): each output column
         converted to the output's type where a value is not of it already."""
         outputs = []
-        for index, pg_type in zip(indices, out_types, strict=True):
+        for index, pg_type in self._layout:
             first_key = self.n_aggregates
             source = columns[index] if index < first_key else key_columns[index - first_key]
             outputs.append(_converted([source[i] for i in order], pg_type))

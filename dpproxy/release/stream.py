@@ -144,7 +144,7 @@ class StreamedRelease:
         skip = min(self._skip, len(typed))
         self._skip -= skip
         end = len(typed) if self._left is None else min(len(typed), skip + self._left)
-        out = processor.emit(key_columns, columns, range(skip, end))  # type: ignore[misc]
+        out = processor.emit(key_columns, columns, range(skip, end))
         if self._left is not None:
             self._left -= len(out)
         self.rows += len(out)
