@@ -13,7 +13,7 @@ EXECUTE and LOCK (prepared.py) and COPY with its options (copy_to.py) live in th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from dpproxy.errors import (
     NotSupported,
@@ -351,15 +351,11 @@ class _Router(PreparedReader, CopyReader):
 
     def reset(self) -> Statement:
         self.expect("reset")
-        name = self.spoken_setting()
-        self.expect_end()
-        return Statement(Kind.SESSION, self.sql, "RESET", "reset", name)
+        return self._last(Kind.SESSION, "RESET", "reset", self.spoken_setting())
 
     def show(self) -> Statement:
         self.expect("show")
-        name = self.spoken_setting()
-        self.expect_end()
-        return Statement(Kind.SESSION, self.sql, "SHOW", "show", name)
+        return self._last(Kind.SESSION, "SHOW", "show", self.spoken_setting())
 
     def spoken_setting(self) -> str:
         """The setting SHOW and RESET name: TIME ZONE, SESSION AUTHORIZATION and TRANSACTION
@@ -380,8 +376,7 @@ class _Router(PreparedReader, CopyReader):
         self.expect("discard")
         what = self.expect("all", "plans", "sequences", "temp", "temporary").value
         what = "temp" if what == "temporary" else what
-        self.expect_end()
-        return Statement(Kind.SESSION, self.sql, f"DISCARD {what.upper()}", "discard", what)
+        return self._last(Kind.SESSION, f"DISCARD {what.upper()}", "discard", what)
 
     def deallocate(self) -> Statement:
         self.expect("deallocate")
@@ -391,9 +386,12 @@ class _Router(PreparedReader, CopyReader):
     def _all_or_name(self, kind: Kind, tag: str, tag_all: str, action: str) -> Statement:
         """The rest of `DEALLOCATE [PREPARE]` or `CLOSE`: ALL, or one name."""
         if self.accept("all"):
-            self.expect_end()
-            return Statement(kind, self.sql, tag_all, action, "all")
-        name = self.name()
+            return self._last(kind, tag_all, action, "all")
+        return self._last(kind, tag, action, self.name())
+
+    def _last(self, kind: Kind, tag: str, action: str, name: str) -> Statement:
+        """A command whose last word names what it acts on (a setting, a savepoint, a cursor, a
+        prepared statement, ALL): nothing may follow."""
         self.expect_end()
         return Statement(kind, self.sql, tag, action, name)
 
@@ -444,24 +442,18 @@ class _Router(PreparedReader, CopyReader):
         self.accept("work", "transaction")
         if self.accept("to"):
             self.accept("savepoint")
-            name = self.name()
-            self.expect_end()
-            return Statement(Kind.TRANSACTION, self.sql, "ROLLBACK", "rollback_to", name)
+            return self._last(Kind.TRANSACTION, "ROLLBACK", "rollback_to", self.name())
         self.no_chain()
         return Statement(Kind.TRANSACTION, self.sql, "ROLLBACK", "rollback")
 
     def savepoint(self) -> Statement:
         self.expect("savepoint")
-        name = self.name()
-        self.expect_end()
-        return Statement(Kind.TRANSACTION, self.sql, "SAVEPOINT", "savepoint", name)
+        return self._last(Kind.TRANSACTION, "SAVEPOINT", "savepoint", self.name())
 
     def release(self) -> Statement:
         self.expect("release")
         self.accept("savepoint")
-        name = self.name()
-        self.expect_end()
-        return Statement(Kind.TRANSACTION, self.sql, "RELEASE", "release", name)
+        return self._last(Kind.TRANSACTION, "RELEASE", "release", self.name())
 
     # -- cursors -------------------------------------------------------------------------------
 
@@ -547,17 +539,11 @@ class _Router(PreparedReader, CopyReader):
         analyze = False
         token = self.peek()
         if token is not None and token.kind is TokenKind.OP and token.text == "(":
-            depth = 0
             options: list[list[str]] = [[]]
-            while (token := self.peek()) is not None:
-                self.pos += 1
-                if token.kind is TokenKind.OP and token.text == "(":
-                    depth += 1
-                elif token.kind is TokenKind.OP and token.text == ")":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                elif token.kind is TokenKind.OP and token.text == "," and depth == 1:
+            for token, depth in self._parenthesized_tokens():
+                if token.kind is TokenKind.OP and token.text in ("(", ")"):
+                    continue
+                if token.kind is TokenKind.OP and token.text == "," and depth == 1:
                     options.append([])
                 else:
                     options[-1].append(token.value.lower())
@@ -586,10 +572,10 @@ class _Router(PreparedReader, CopyReader):
 
     # -- helpers shared with the PREPARE and COPY readers --------------------------------------
 
-    def _parenthesized_text(self) -> str:
-        """The text between a '(' at the current token and its matching ')', which is consumed."""
-        opening = self.peek()
-        assert opening is not None
+    def _parenthesized_tokens(self) -> Iterator[tuple[Token, int]]:
+        """Reads from the '(' at the current token to its matching ')', or to the end when none
+        comes: each token, consumed, with the depth of the parentheses around it once read (1
+        directly inside, 0 for the matching ')', which ends the walk)."""
         depth = 0
         while (token := self.peek()) is not None:
             self.pos += 1
@@ -597,17 +583,19 @@ class _Router(PreparedReader, CopyReader):
                 depth += 1
             elif token.kind is TokenKind.OP and token.text == ")":
                 depth -= 1
-                if depth == 0:
-                    return self.sql[opening.end : token.start].strip()
+            yield token, depth
+            if depth == 0:
+                return
+
+    def _parenthesized_text(self) -> str:
+        """The text between a '(' at the current token and its matching ')', which is consumed."""
+        opening = self.peek()
+        assert opening is not None
+        for token, depth in self._parenthesized_tokens():
+            if depth == 0:
+                return self.sql[opening.end : token.start].strip()
         self.syntax_error(None)
         raise AssertionError("unreachable")
-
-    def _accept_op(self, op: str) -> bool:
-        token = self.peek()
-        if token is not None and token.kind is TokenKind.OP and token.text == op:
-            self.pos += 1
-            return True
-        return False
 
     # -- queries -------------------------------------------------------------------------------
 

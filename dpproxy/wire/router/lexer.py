@@ -373,6 +373,14 @@ class TokenReader:
         self.pos += 1
         return token  # type: ignore[return-value]
 
+    def _accept_op(self, op: str) -> bool:
+        """Step over the operator or punctuation `op` ("(", ",", "::" …) if it comes next."""
+        token = self.peek()
+        if token is not None and token.kind is TokenKind.OP and token.text == op:
+            self.pos += 1
+            return True
+        return False
+
     def at_end(self) -> bool:
         return self.pos >= len(self.tokens)
 

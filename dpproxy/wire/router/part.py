@@ -18,6 +18,3 @@ class ClassifierPart(TokenReader):
 
     def _parenthesized_text(self) -> str:
         raise NotImplementedError
-
-    def _accept_op(self, op: str) -> bool:
-        raise NotImplementedError

@@ -44,13 +44,6 @@ class SettingCallReader(TokenReader):
             return None  # current_setting alone reads, and the catalog answers it
         return tuple(calls)
 
-    def _accept_op(self, text: str) -> bool:
-        token = self.peek()
-        if token is not None and token.kind is TokenKind.OP and token.text == text:
-            self.pos += 1
-            return True
-        return False
-
     def _function_name(self) -> str | None:
         """set_config or current_setting, optionally qualified by pg_catalog."""
         token, dot = self.peek(), self.peek(1)
