@@ -54,9 +54,10 @@ class AuthExchange(ABC):
 
     method: AuthMethod
 
-    def __init__(self, user: str) -> None:
+    def __init__(self, user: str, *, mock: bool) -> None:
         self.user = user
         self.authenticated = False
+        self._mock = mock  # against a mock credential: the exchange runs in full and always fails
 
     @abstractmethod
     def start(self) -> BackendMessage: ...
@@ -68,15 +69,21 @@ class AuthExchange(ABC):
         return AuthenticationFailed(self.user)
 
 
-class ScramExchange(AuthExchange):
+class _VerifierExchange(AuthExchange):
+    """An exchange checked against the analyst's SCRAM verifier (SCRAM-SHA-256 and cleartext)."""
+
+    def __init__(self, user: str, verifier: ScramVerifier, *, mock: bool) -> None:
+        super().__init__(user, mock=mock)
+        self._verifier = verifier
+
+
+class ScramExchange(_VerifierExchange):
     """SCRAM-SHA-256 without channel binding, as PostgreSQL's auth-scram.c does it."""
 
     method = AuthMethod.SCRAM_SHA_256
 
     def __init__(self, user: str, verifier: ScramVerifier, *, mock: bool) -> None:
-        super().__init__(user)
-        self._verifier = verifier
-        self._mock = mock
+        super().__init__(user, verifier, mock=mock)
         self._stage = 0
         self._gs2_header = ""
         self._client_first_bare = ""
@@ -170,15 +177,10 @@ class ScramExchange(AuthExchange):
         return AuthStep(codec.AuthenticationSASLFinal(f"v={_b64(server_signature)}".encode()), finished=True)
 
 
-class CleartextExchange(AuthExchange):
+class CleartextExchange(_VerifierExchange):
     """The `password` method: the password travels in clear (use TLS), checked against the verifier."""
 
     method = AuthMethod.PASSWORD
-
-    def __init__(self, user: str, verifier: ScramVerifier, *, mock: bool) -> None:
-        super().__init__(user)
-        self._verifier = verifier
-        self._mock = mock
 
     def start(self) -> BackendMessage:
         return codec.AuthenticationCleartextPassword()
@@ -199,9 +201,8 @@ class Md5Exchange(AuthExchange):
     method = AuthMethod.MD5
 
     def __init__(self, user: str, md5_password: str, *, mock: bool) -> None:
-        super().__init__(user)
+        super().__init__(user, mock=mock)
         self._stored = md5_password.removeprefix("md5")
-        self._mock = mock
         self._salt = os.urandom(4)
 
     def start(self) -> BackendMessage:

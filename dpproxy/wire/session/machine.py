@@ -218,7 +218,9 @@ class Session(SessionCommands, PortalCommands):
     async def handle(self, message: codec.FrontendMessage) -> list[BackendMessage]:
         out: list[BackendMessage] = []
         try:
-            if self.phase is Phase.AUTHENTICATING:
+            if isinstance(message, codec.Terminate) and self.phase in (Phase.AUTHENTICATING, Phase.READY):
+                self._close()
+            elif self.phase is Phase.AUTHENTICATING:
                 await self._authenticate(message, out)
             elif self.phase is Phase.READY:
                 await self._ready(message, out)
@@ -248,17 +250,18 @@ class Session(SessionCommands, PortalCommands):
 
     def _fatal(self, out: list[BackendMessage], error: DPProxyError) -> list[BackendMessage]:
         out.append(codec.error_from(error, severity="FATAL"))
+        self._close()
+        return out
+
+    def _close(self) -> None:
+        """The session is over (Terminate, or a FATAL error): the server closes the connection once
+        it has sent what this message answered."""
         self.closing = True
         self.phase = Phase.CLOSED
-        return out
 
     # -- authentication -------------------------------------------------------------------------
 
     async def _authenticate(self, message: codec.FrontendMessage, out: list[BackendMessage]) -> None:
-        if isinstance(message, codec.Terminate):
-            self.closing = True
-            self.phase = Phase.CLOSED
-            return
         if not isinstance(message, codec.AuthenticationResponse):
             raise ProtocolViolation(f"expected password response, got {type(message).__name__}")
         exchange = self._exchange
@@ -311,10 +314,6 @@ class Session(SessionCommands, PortalCommands):
     # -- dispatch -------------------------------------------------------------------------------
 
     async def _ready(self, message: codec.FrontendMessage, out: list[BackendMessage]) -> None:
-        if isinstance(message, codec.Terminate):
-            self.closing = True
-            self.phase = Phase.CLOSED
-            return
         if isinstance(message, codec.Sync):
             self._sync(out)
             return
