@@ -21,6 +21,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,21 +121,27 @@ class Reloads:
         self.ledger = ledger  # where reloads are audited (None or ":memory:": not audited)
         self.generation = 0
         self._lock = threading.Lock()
-        self._status = ReloadStatus(
-            0, True, str(policy_file), tables=len(policy.tables), analysts=len(policy.analysts)
-        )
+        self._status = self._outcome(True, tables=len(policy.tables), analysts=len(policy.analysts))
         self._save()
+
+    def _outcome(
+        self, accepted: bool, *, tables: int, analysts: int, problems: Sequence[str] = ()
+    ) -> ReloadStatus:
+        """The status of this generation: accepted or refused (with its problems), and the size of
+        the policy serving now."""
+        return ReloadStatus(
+            self.generation,
+            accepted,
+            str(self.policy_file),
+            list(problems),
+            tables=tables,
+            analysts=analysts,
+        )
 
     def accepted(self, policy: Policy) -> None:
         with self._lock:
             self.generation += 1
-            self._status = ReloadStatus(
-                self.generation,
-                True,
-                str(self.policy_file),
-                tables=len(policy.tables),
-                analysts=len(policy.analysts),
-            )
+            self._status = self._outcome(True, tables=len(policy.tables), analysts=len(policy.analysts))
             log.info(
                 "policy %s reloaded (generation %d): %d table(s), %d analyst(s); new connections use it",
                 self.policy_file,
@@ -152,13 +159,8 @@ class Reloads:
     def refused(self, problems: list[str]) -> None:
         with self._lock:
             self.generation += 1
-            self._status = ReloadStatus(
-                self.generation,
-                False,
-                str(self.policy_file),
-                problems=list(problems),
-                tables=self._status.tables,
-                analysts=self._status.analysts,
+            self._status = self._outcome(
+                False, tables=self._status.tables, analysts=self._status.analysts, problems=problems
             )
             log.error(
                 "policy %s refused (generation %d): %d problem(s); the running policy stays",
