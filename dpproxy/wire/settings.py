@@ -21,6 +21,7 @@ import zoneinfo
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeVar
 
 from dpproxy import __version__
 from dpproxy.errors import (
@@ -64,10 +65,20 @@ TRANSACTION_MODES = ("transaction_deferrable", "transaction_isolation", "transac
 # 'utf-8', "UTF8", Unicode and asyncpg's quoted "'utf-8'" all name UTF8.
 _UTF8_NAMES = {"utf8", "unicode", "sqlascii"}
 _DATE_ORDERS = ("MDY", "DMY", "YMD")
+_Number = TypeVar("_Number", int, float)
 
 
-def _invalid_value(name: str, value: str, hint: str | None = None) -> InvalidParameter:
+def invalid_value(name: str, value: str, hint: str | None = None) -> InvalidParameter:
+    """PostgreSQL's 22023 for a value a setting cannot take, naming the setting as SHOW spells it."""
     return InvalidParameter(f'invalid value for parameter "{canonical(name)}": "{value}"', hint=hint)
+
+
+def number_value(name: str, value: str, parse: Callable[[str], _Number], hint: str) -> _Number:
+    """A setting's value read as a number by `parse` (int, float), else invalid_value's error."""
+    try:
+        return parse(value.strip())
+    except ValueError:
+        raise invalid_value(name, value, hint=hint) from None
 
 
 def _check_client_encoding(value: str) -> str:
@@ -124,17 +135,12 @@ def _check_timezone(value: str) -> str:
     try:
         tz = zone(value)
     except ValueError:
-        raise _invalid_value("timezone", value) from None
+        raise invalid_value("timezone", value) from None
     return "UTC" if tz is dt.UTC else value.strip()
 
 
 def _check_extra_float_digits(value: str) -> str:
-    try:
-        digits = int(value.strip())
-    except ValueError:
-        raise InvalidParameter(
-            f'invalid value for parameter "extra_float_digits": "{value}"', hint="write an integer"
-        ) from None
+    digits = number_value("extra_float_digits", value, int, "write an integer")
     if not -15 <= digits <= 3:
         raise InvalidParameter(
             f'{digits} is outside the valid range for parameter "extra_float_digits" (-15 .. 3)'
@@ -164,7 +170,7 @@ def _check_isolation(name: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         level = " ".join(value.lower().split())
         if level not in _ISOLATION_LEVELS:
-            raise _invalid_value(name, value, hint="write " + ", ".join(_ISOLATION_LEVELS))
+            raise invalid_value(name, value, hint="write " + ", ".join(_ISOLATION_LEVELS))
         return level
 
     return check
@@ -177,7 +183,7 @@ def _check_boolean(name: str) -> Callable[[str], str]:
             return "on"
         if word in ("off", "false", "no", "0", "f", "n"):
             return "off"
-        raise _invalid_value(name, value, hint="write on or off")
+        raise invalid_value(name, value, hint="write on or off")
 
     return check
 
@@ -203,7 +209,7 @@ def _check_client_min_messages(value: str) -> str:
     level = value.strip().lower()
     level = _MESSAGE_LEVEL_ALIASES.get(level, level)
     if level not in CLIENT_MESSAGE_LEVELS:
-        raise _invalid_value(
+        raise invalid_value(
             "client_min_messages", value, hint="Available values: " + ", ".join(CLIENT_MESSAGE_LEVELS) + "."
         )
     return level
@@ -240,8 +246,9 @@ def _check_bound(name: str) -> Callable[[str], str]:
             return "chosen"
         if text.isdigit() and 1 <= int(text) <= 100_000:
             return str(int(text))
-        raise InvalidParameter(
-            f'invalid value for parameter "{name}": "{value}"',
+        raise invalid_value(
+            name,
+            value,
             hint="write a whole number from 1 (the policy's ceiling caps it), or chosen: each query "
             "chooses its bound privately",
         )
@@ -258,8 +265,9 @@ def _check_target(value: str) -> str:
     except ValueError:
         target = math.nan
     if not (math.isfinite(target) and target > 0):
-        raise InvalidParameter(
-            f'invalid value for parameter "{TARGET_SETTING}": "{value}"',
+        raise invalid_value(
+            TARGET_SETTING,
+            value,
             hint="write the largest ± at 95% you accept on each COUNT and SUM (a number > 0), or off",
         )
     return f"{target:g}"
@@ -287,7 +295,7 @@ def _check_timeout(name: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         match = _TIME_VALUE.fullmatch(value)
         if match is None or (match[2] and match[2] not in _TIME_UNITS_MS):
-            raise _invalid_value(
+            raise invalid_value(
                 name, value, hint='Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".'
             )
         milliseconds = round(float(match[1]) * _TIME_UNITS_MS[match[2] or "ms"])

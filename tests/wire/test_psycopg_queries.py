@@ -170,6 +170,14 @@ def test_set_and_show_dpproxy_settings(duck_proxy: Proxy) -> None:
         with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
             conn.execute("SET dpproxy.epsilon = 5")
         assert "outside the range the policy allows" in str(caught.value)
+        for text, hint in (("lots", "write a number such as 0.2"), ("infinity", None)):
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+                conn.execute(f"SET dpproxy.epsilon = '{text}'")
+            assert (
+                caught.value.diag.message_primary
+                == f'invalid value for parameter "dpproxy.epsilon": "{text}"'
+            )
+            assert caught.value.diag.message_hint == hint
         assert conn.execute("SHOW dpproxy.epsilon").fetchone() == ("0.2",)
         conn.execute("RESET dpproxy.epsilon")
         assert conn.execute("SHOW dpproxy.epsilon").fetchone() == ("0.5",)

@@ -18,7 +18,6 @@ from dpproxy.errors import (
     ActiveTransaction,
     DPProxyError,
     InvalidName,
-    InvalidParameter,
     InvalidStatementName,
     InvalidText,
     NoActiveTransaction,
@@ -36,7 +35,9 @@ from dpproxy.wire.settings import (
     EPSILON_SETTING,
     SessionSettings,
     canonical,
+    invalid_value,
     is_setting_name,
+    number_value,
 )
 from dpproxy.wire.types import TEXT_OID, WireColumn, float_text
 
@@ -157,14 +158,9 @@ class SessionCommands:
         self._settings.reset_setting(name, local=local, in_block=self.status is not TransactionStatus.IDLE)
 
     def _check_epsilon(self, value: str) -> str:
-        try:
-            epsilon = float(value.strip())
-        except ValueError:
-            raise InvalidParameter(
-                f'invalid value for parameter "dpproxy.epsilon": "{value}"', hint="write a number such as 0.2"
-            ) from None
+        epsilon = number_value(EPSILON_SETTING, value, float, "write a number such as 0.2")
         if not math.isfinite(epsilon):
-            raise InvalidParameter(f'invalid value for parameter "dpproxy.epsilon": "{value}"')
+            raise invalid_value(EPSILON_SETTING, value)
         return float_text(self.engine.query_epsilon(epsilon, self.analyst))
 
     async def _show(self, name: str, tag: str) -> Outcome:
