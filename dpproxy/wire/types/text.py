@@ -10,6 +10,7 @@ Errors quote the client's own parameter text, never a result value.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -258,28 +259,25 @@ def _syntax(type_name: str, text: str) -> InvalidText:
     return InvalidText(f'invalid input syntax for type {type_name}: "{text}"')
 
 
+def _integer(text: str, sql_name: str, low: int, high: int) -> int:
+    """An integer parameter of the type `sql_name`: 22P02 if it is not an integer, 22003 outside
+    [low, high]."""
+    if not _INTEGER_TEXT.fullmatch(text):
+        raise _syntax(sql_name, text)
+    number = int(text)
+    if not low <= number <= high:
+        raise ValueOutOfRange(f'value "{text.strip()}" is out of range for type {sql_name}')
+    return number
+
+
 def int_from_text(type_name: str) -> Callable[[str], object]:
     low, high = INT_RANGES[type_name]
-    sql_name = INT_NAMES[type_name]
-
-    def decode(text: str) -> object:
-        if not _INTEGER_TEXT.fullmatch(text):
-            raise _syntax(sql_name, text)
-        number = int(text)
-        if not low <= number <= high:
-            raise ValueOutOfRange(f'value "{text.strip()}" is out of range for type {sql_name}')
-        return number
-
-    return decode
+    return functools.partial(_integer, sql_name=INT_NAMES[type_name], low=low, high=high)
 
 
 def uint4_from_text(text: str) -> object:
-    if not _INTEGER_TEXT.fullmatch(text):
-        raise _syntax("oid", text)
-    number = int(text)
-    if not -(2**31) <= number <= 2**32 - 1:
-        raise ValueOutOfRange(f'value "{text.strip()}" is out of range for type oid')
-    return number & 0xFFFFFFFF
+    # As PostgreSQL's oidin: a negative number down to -2**31 stands for its unsigned 32-bit value.
+    return _integer(text, "oid", -(2**31), 2**32 - 1) & 0xFFFFFFFF
 
 
 def float_from_text(type_name: str) -> Callable[[str], object]:
