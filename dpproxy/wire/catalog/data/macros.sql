@@ -153,23 +153,19 @@ CREATE MACRO __proc_oid(s) AS
     (SELECT __x16.__oid FROM main.__prockey __x16
      WHERE __x16.__key = __relation_key(regexp_replace(CAST(s AS VARCHAR), '\(.*$', '')));
 
--- ::regclass and friends: an OID from an OID, a number or a name (PostgreSQL's errors otherwise).
-CREATE MACRO __missing(x, message) AS CASE WHEN x IS NOT NULL THEN error(message) END;
-CREATE MACRO __to_regclass(x) AS
-    coalesce(TRY_CAST(x AS UINTEGER), __relation_oid(x),
-             __missing(x, 'dpproxy:42P01:relation "' || CAST(x AS VARCHAR) || '" does not exist'));
-CREATE MACRO __to_regtype(x) AS
-    coalesce(TRY_CAST(x AS UINTEGER), __type_oid(x),
-             __missing(x, 'dpproxy:42704:type "' || CAST(x AS VARCHAR) || '" does not exist'));
-CREATE MACRO __to_regnamespace(x) AS
-    coalesce(TRY_CAST(x AS UINTEGER), __namespace_oid(x),
-             __missing(x, 'dpproxy:42704:schema "' || CAST(x AS VARCHAR) || '" does not exist'));
-CREATE MACRO __to_regrole(x) AS
-    coalesce(TRY_CAST(x AS UINTEGER), __role_oid(x),
-             __missing(x, 'dpproxy:42704:role "' || CAST(x AS VARCHAR) || '" does not exist'));
-CREATE MACRO __to_regproc(x) AS
-    coalesce(TRY_CAST(x AS UINTEGER), __proc_oid(x),
-             __missing(x, 'dpproxy:42883:function "' || CAST(x AS VARCHAR) || '" does not exist'));
+-- ::regclass and friends: an OID from an OID, a number or a name (PostgreSQL's errors otherwise):
+-- `found` is the OID the name looks up; `sqlstate` and `what` make PostgreSQL's error for a name
+-- that names nothing.
+CREATE MACRO __to_oid(x, found, sqlstate, what) AS
+    coalesce(TRY_CAST(x AS UINTEGER), found,
+             CASE WHEN x IS NOT NULL
+                  THEN error('dpproxy:' || sqlstate || ':' || what || ' "' || CAST(x AS VARCHAR) || '" does not exist')
+             END);
+CREATE MACRO __to_regclass(x) AS __to_oid(x, __relation_oid(x), '42P01', 'relation');
+CREATE MACRO __to_regtype(x) AS __to_oid(x, __type_oid(x), '42704', 'type');
+CREATE MACRO __to_regnamespace(x) AS __to_oid(x, __namespace_oid(x), '42704', 'schema');
+CREATE MACRO __to_regrole(x) AS __to_oid(x, __role_oid(x), '42704', 'role');
+CREATE MACRO __to_regproc(x) AS __to_oid(x, __proc_oid(x), '42883', 'function');
 CREATE MACRO __to_regprocedure(x) AS TRY_CAST(x AS UINTEGER);
 
 -- …and back to text, as ::regclass::text prints them ("-" for OID 0).

@@ -94,16 +94,10 @@ CREATE VIEW information_schema.table_privileges AS SELECT
     'YES' AS with_hierarchy
 FROM main.pg_class c WHERE c.relnamespace = ${public_namespace_oid};
 
+-- The grants to the roles the analyst holds: its own role's, so table_privileges' rows.
 CREATE VIEW information_schema.role_table_grants AS SELECT
-    '${owner}' AS grantor,
-    getvariable('dp_user') AS grantee,
-    getvariable('dp_database') AS table_catalog,
-    'public' AS table_schema,
-    c.relname AS table_name,
-    'SELECT' AS privilege_type,
-    'NO' AS is_grantable,
-    'YES' AS with_hierarchy
-FROM main.pg_class c WHERE c.relnamespace = ${public_namespace_oid};
+    p.*
+FROM pg_information_schema.table_privileges p;
 
 -- @macros
 
