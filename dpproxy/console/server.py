@@ -11,32 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 from collections.abc import Callable
 from typing import Self
 
 from aiohttp import web
 
 from dpproxy.console.app import Console
+from dpproxy.wire.loop_thread import LoopThread
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6433
 
 
-class BackgroundConsole:
-    """The console served on a thread of its own until `close`.
+class BackgroundConsole(LoopThread):
+    """The console served on a thread of its own until `stop`.
 
     >>> with BackgroundConsole(Console(policy, ledger), port=0) as console:   # doctest: +SKIP
     ...     urllib.request.urlopen(f"{console.url}login")
     """
 
     def __init__(self, console: Console, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+        super().__init__("dpproxy-console")
         self.console = console
         self.host = host
         self.port = port
-        self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, name="dpproxy-console", daemon=True)
 
     @property
     def url(self) -> str:
@@ -50,8 +49,7 @@ class BackgroundConsole:
         try:
             self.port = future.result(timeout=30)
         except BaseException:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
+            self._end_loop(timeout=5)
             raise
         return self
 
@@ -62,20 +60,13 @@ class BackgroundConsole:
         await site.start()
         return _bound_port(self._runner, self.port)
 
-    def close(self) -> None:
+    def stop(self) -> None:
         if not self._thread.is_alive():
             return
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        self._end_loop(timeout=10)
         self._loop.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def run_console(

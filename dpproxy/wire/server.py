@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from dpproxy.engine import Engine
 from dpproxy.errors import (
@@ -59,6 +59,7 @@ from dpproxy.wire.codec import (
     ErrorResponse,
     FrontendDecoder,
 )
+from dpproxy.wire.loop_thread import LoopThread
 from dpproxy.wire.reload import Reloads, policy_text, problems_of
 from dpproxy.wire.session import EngineCatalogAuth, Session
 from dpproxy.wire.session.machine import client_address
@@ -680,7 +681,7 @@ def run_server(
     return 0
 
 
-class BackgroundServer:
+class BackgroundServer(LoopThread):
     """A server on its own event loop thread: for tests, benchmarks and embedding.
 
     >>> with BackgroundServer(engine, ServerConfig(port=0)) as server:   # doctest: +SKIP
@@ -697,11 +698,10 @@ class BackgroundServer:
         forward_cancel: CancelForward | None = None,
         metrics: Metrics | None = None,
     ) -> None:
+        super().__init__("dpproxy-server", target=self._run)
         self.server = Server(
             engine, config, catalog=catalog, slot=slot, forward_cancel=forward_cancel, metrics=metrics
         )
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="dpproxy-server", daemon=True)
         self._started = threading.Event()
         self._error: BaseException | None = None
 
@@ -716,7 +716,7 @@ class BackgroundServer:
         self._started.set()
         self._loop.run_forever()
 
-    def start(self) -> BackgroundServer:
+    def start(self) -> Self:
         self._thread.start()
         self._started.wait()
         if self._error is not None:
@@ -749,15 +749,8 @@ class BackgroundServer:
             try:
                 future.result(timeout=60)
             finally:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=10)
+                self._end_loop(timeout=10)
         self.server.close_engine()
-
-    def __enter__(self) -> BackgroundServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 __all__ = [
