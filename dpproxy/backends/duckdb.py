@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import duckdb
 import sqlglot
@@ -57,6 +57,7 @@ LOCKDOWN: dict[str, bool | str] = {
 }
 
 T = TypeVar("T")
+S = TypeVar("S")  # what a pooled cursor carries (CursorPool)
 
 DEFAULT_STATEMENT_TIMEOUT_MS = round(DEFAULT_STATEMENT_TIMEOUT_S * 1000)
 
@@ -138,6 +139,56 @@ class InterruptGuard:
             self._finished = True
 
 
+class CursorPool(Generic[S]):
+    """The cursors of one DuckDB database's concurrent calls: DuckDB connections are not safe to
+    share between threads, so each call checks out a cursor of its own (another connection to the
+    same database) and idle ones are kept for the next. Each cursor carries a state of its user's
+    (`fresh` gives a new cursor's; the shadow catalog's is whose session variables it holds).
+    Closing closes the idle cursors and the database; a cursor checked in after that is closed.
+    The backend's pool and the shadow catalog's (dpproxy.wire.catalog.shadow)."""
+
+    def __init__(
+        self, conn: duckdb.DuckDBPyConnection, fresh: Callable[[], S], closed: Callable[[], Exception]
+    ) -> None:
+        self._conn = conn
+        self._fresh = fresh
+        self._closed_error = closed  # what a checkout after close raises
+        self._lock = threading.Lock()
+        self._idle: list[tuple[duckdb.DuckDBPyConnection, S]] = []
+        self._busy = 0  # cursors checked out (usage)
+        self._closed = False
+
+    def checkout(self) -> tuple[duckdb.DuckDBPyConnection, S]:
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._busy += 1
+            return self._idle.pop() if self._idle else (self._conn.cursor(), self._fresh())
+
+    def checkin(self, cursor: duckdb.DuckDBPyConnection, state: S) -> None:
+        with self._lock:
+            self._busy -= 1
+            if not self._closed:
+                self._idle.append((cursor, state))
+                return
+        cursor.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for cursor, _ in idle:
+            cursor.close()
+        self._conn.close()
+
+    def usage(self) -> dict[str, int]:
+        """Cursors running a call, and idle ones kept."""
+        with self._lock:
+            return {"in_use": self._busy, "idle": len(self._idle), "waiting": 0}
+
+
 def _single_select(cursor: duckdb.DuckDBPyConnection, sql: str) -> duckdb.Statement:
     statements = cursor.extract_statements(sql)
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
@@ -184,10 +235,9 @@ class DuckDBBackend(Backend):
                 self._conn.close()
                 raise
         self._statement_timeout_ms = statement_timeout_ms
-        self._lock = threading.Lock()
-        self._idle_cursors: list[duckdb.DuckDBPyConnection] = []
-        self._busy = 0  # cursors checked out (usage)
-        self._closed = False
+        self._cursors: CursorPool[None] = CursorPool(
+            self._conn, lambda: None, lambda: BackendUnreachable("the DuckDB backend is closed")
+        )
 
     @classmethod
     def from_statements(
@@ -372,37 +422,17 @@ class DuckDBBackend(Backend):
         return tables
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            idle, self._idle_cursors = self._idle_cursors, []
-        for cursor in idle:
-            cursor.close()
-        self._conn.close()
+        self._cursors.close()
 
     def usage(self) -> dict[str, int]:
         """Cursors (DuckDB connections to the one database) running a query, and idle ones kept."""
-        with self._lock:
-            return {"in_use": self._busy, "idle": len(self._idle_cursors), "waiting": 0}
+        return self._cursors.usage()
 
     def _checkout(self) -> duckdb.DuckDBPyConnection:
-        with self._lock:
-            if self._closed:
-                raise BackendUnreachable("the DuckDB backend is closed")
-            # cursor() opens another connection to the same database: DuckDB connections are not
-            # safe to share between threads, so each concurrent query gets its own.
-            cursor = self._idle_cursors.pop() if self._idle_cursors else self._conn.cursor()
-            self._busy += 1
-            return cursor
+        return self._cursors.checkout()[0]
 
     def _checkin(self, cursor: duckdb.DuckDBPyConnection) -> None:
-        with self._lock:
-            self._busy -= 1
-            if not self._closed:
-                self._idle_cursors.append(cursor)
-                return
-        cursor.close()
+        self._cursors.checkin(cursor, None)
 
 
 def _plain_index_columns(sql: str | None) -> tuple[str, ...]:

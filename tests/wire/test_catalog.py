@@ -535,14 +535,14 @@ def test_statistics_describe_nothing(catalog: DuckDBShadowCatalog) -> None:
 
 
 def test_the_shadow_tables_hold_no_rows(catalog: DuckDBShadowCatalog) -> None:
-    cursor = catalog._conn.cursor()  # the shadow database itself, not through the translation
+    cursor, state = catalog._cursors.checkout()  # the shadow database itself, not through the translation
     try:
         for name in EXPOSED_NAMES:
             assert cursor.execute(f'SELECT count(*) FROM public."{name}"').fetchone() == (0,)
         count = cursor.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'public'").fetchone()
         assert count == (len(EXPOSED_NAMES),)
     finally:
-        cursor.close()
+        catalog._cursors.checkin(cursor, state)
 
 
 def test_open_catalog_shows_the_engine_policy(demo_duckdb: Path) -> None:

@@ -27,7 +27,7 @@ import sqlglot
 from sqlglot.errors import ParseError
 
 from dpproxy import watchdog
-from dpproxy.backends.duckdb import InterruptGuard
+from dpproxy.backends.duckdb import CursorPool, InterruptGuard
 from dpproxy.errors import (
     DPProxyError,
     InvalidParameter,
@@ -115,17 +115,19 @@ class DuckDBShadowCatalog(ShadowCatalog):
         self._translator = Translator(self.data, self._relation_index())
         self._statement_timeout_s = statement_timeout_s
         self._cache: OrderedDict[str, Translation] = OrderedDict()
-        self._lock = threading.Lock()  # guards the cache, the idle cursors and _closed
-        self._idle: list[tuple[duckdb.DuckDBPyConnection, list[tuple[object, ...] | None]]] = []
-        self._closed = False
+        self._lock = threading.Lock()  # guards the cache
         self._started = datetime.datetime.now(datetime.UTC).isoformat()
-        self._conn = duckdb.connect(":memory:", config=dict(_LOCKDOWN))
+        conn = duckdb.connect(":memory:", config=dict(_LOCKDOWN))
         try:
-            build_database(self._conn, self.data, self.tables, self.lookups, self.structure)
-            self._conn.execute("SET GLOBAL lock_configuration = true")
+            build_database(conn, self.data, self.tables, self.lookups, self.structure)
+            conn.execute("SET GLOBAL lock_configuration = true")
         except BaseException:
-            self._conn.close()
+            conn.close()
             raise
+        # Each cursor carries the key of the session whose variables it holds ([None]: none yet).
+        self._cursors: CursorPool[list[tuple[object, ...] | None]] = CursorPool(
+            conn, lambda: [None], lambda: NotSupported("the shadow catalog is closed")
+        )
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -155,14 +157,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
         return oids, self._columns(translation, names, types)
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for cursor, _ in idle:
-            cursor.close()
-        self._conn.close()
+        self._cursors.close()
 
     def translation(self, sql: str) -> Translation:
         """The statement's translation, cached: clients send the same catalog queries again and again."""
@@ -232,7 +227,7 @@ class DuckDBShadowCatalog(ShadowCatalog):
         describe: bool = False,
     ) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
         """(column names, DuckDB column types, rows); `describe` binds the query without running it."""
-        cursor, applied = self._checkout()
+        cursor, applied = self._cursors.checkout()
         guard = InterruptGuard(cursor)
         timer: watchdog.Deadline | None = None
         try:
@@ -259,25 +254,8 @@ class DuckDBShadowCatalog(ShadowCatalog):
             guard.finish()
             if timer is not None:
                 timer.cancel()
-            self._checkin(cursor, applied)
+            self._cursors.checkin(cursor, applied)
         return [d[0] for d in description], [str(d[1]) for d in description], rows
-
-    def _checkout(self) -> tuple[duckdb.DuckDBPyConnection, list[tuple[object, ...] | None]]:
-        """A cursor of its own for this call (DuckDB connections are not shared between threads),
-        with the key of the session whose variables it holds."""
-        with self._lock:
-            if self._closed:
-                raise NotSupported("the shadow catalog is closed")
-            if self._idle:
-                return self._idle.pop()
-            return self._conn.cursor(), [None]
-
-    def _checkin(self, cursor: duckdb.DuckDBPyConnection, applied: list[tuple[object, ...] | None]) -> None:
-        with self._lock:
-            if not self._closed:
-                self._idle.append((cursor, applied))
-                return
-        cursor.close()
 
     # -- results -------------------------------------------------------------------------------
 

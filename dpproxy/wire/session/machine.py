@@ -390,11 +390,8 @@ class Session(SessionCommands, PortalCommands):
         clock = CLOCK.set(self._clock)
         try:
             yield record
-        except DPProxyError as error:
-            record.error(error.sqlstate, error.message)
-            raise
-        except BaseException:
-            record.error(InternalError.sqlstate)
+        except BaseException as error:
+            record.failed(error)
             raise
         finally:
             CLOCK.reset(clock)
