@@ -1,7 +1,8 @@
 """What every `dpproxy` command shares: the default ledger, how an error is rendered (once: a
 DPProxyError becomes "ERROR <SQLSTATE>: message" and its hint on stderr, exit status 1), --param
-values, the psql-style table, the --policy, --ledger and --backend options, and how a listening
-address and the number of processes are written in messages.
+values, the psql-style table, the --policy, --ledger and --backend options, the shape of an option
+of seconds or of a port, and how a listening address and the number of processes are written in
+messages.
 """
 
 from __future__ import annotations
@@ -100,6 +101,29 @@ ledger_option = click.option(
     help="Budget ledger: a SQLite file or a postgresql:// DSN [default: the policy's server.ledger, "
     f"else ${DEFAULT_LEDGER_ENV}, else ~/.local/share/dpproxy/ledger.sqlite].",
 )
+
+
+# What click.option returns: a decorator adding the option to a command.
+OptionDecorator = Callable[[Callable[..., None]], Callable[..., None]]
+
+
+def seconds_option(name: str, default: float, help_text: str) -> OptionDecorator:
+    """An option of seconds: a number, 0 or more, its default shown (--backend-timeout, --idle-timeout
+    and --shutdown-grace of serve and demo, --timeout of `policy reload`)."""
+    return click.option(
+        name, type=click.FloatRange(min=0), default=default, show_default=True, help=help_text
+    )
+
+
+def port_option(default: int) -> OptionDecorator:
+    """--port, the TCP port a server listens on (serve and demo: the wire protocol; console)."""
+    return click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=default,
+        show_default=True,
+        help="TCP port to listen on.",
+    )
 
 
 def _ledger_spec(ledger: str | None, policy_path: Path | None = None, *, create: bool = True) -> str:

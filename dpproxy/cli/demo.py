@@ -16,7 +16,7 @@ import click
 
 from dpproxy import __version__
 from dpproxy.backends import BackendError
-from dpproxy.cli.common import _address, _processes, fail
+from dpproxy.cli.common import _address, _processes, fail, port_option
 from dpproxy.cli.dsn import mask_dsn, mask_password
 from dpproxy.cli.serve import (
     _metrics_line,
@@ -101,9 +101,7 @@ def demo_policy_path() -> Iterator[Path]:
     help="With --spark: the Spark database the demo tables are loaded into (replaced if present).",
 )
 @host_option
-@click.option(
-    "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
-)
+@port_option(6432)
 @backend_timeout_option
 @workers_option("the number of cores")
 @click.option(

@@ -12,11 +12,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dpproxy.cli.common import _run
+from dpproxy.cli.common import OptionDecorator, _run, seconds_option
 from dpproxy.cli.dsn import _shown_backend
 
 if TYPE_CHECKING:
     from dpproxy.backends import Backend
+
+
+def _backend_option(purpose: str, *, required: bool) -> OptionDecorator:
+    """--backend of `policy check` and `policy init`: the database whose schema they read."""
+    return click.option("--backend", required=required, help=f"{purpose} (a DSN, DuckDB file or sc://… URL).")
 
 
 @click.group()
@@ -26,11 +31,7 @@ def policy() -> None:
 
 @policy.command("check")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--backend",
-    default=None,
-    help="Also check tables, columns and types against this database (a DSN, DuckDB file or sc://… URL).",
-)
+@_backend_option("Also check tables, columns and types against this database", required=False)
 def policy_check(file: Path, backend: str | None) -> None:
     """Validate a policy file (and, with --backend, against the live schema)."""
     from dpproxy.backends import open_backend
@@ -102,11 +103,7 @@ def policy_passwd(password_stdin: bool, md5_user: str | None) -> None:
 
 
 @policy.command("init")
-@click.option(
-    "--backend",
-    required=True,
-    help="Database to read tables and columns from (a DSN, DuckDB file or sc://… URL).",
-)
+@_backend_option("Database to read tables and columns from", required=True)
 @click.option(
     "--schema",
     default=None,
@@ -153,13 +150,7 @@ def _foreign_keys(db: Backend, schema: str | None) -> dict[str, list[tuple[str, 
     help="The file `dpproxy serve --pid-file` wrote.",
 )
 @click.option("--pid", type=click.IntRange(min=1), default=None, help="The process id of `dpproxy serve`.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0),
-    default=120.0,
-    show_default=True,
-    help="Seconds to wait for the server's answer.",
-)
+@seconds_option("--timeout", 120.0, "Seconds to wait for the server's answer.")
 def policy_reload(pid_file: Path | None, pid: int | None, timeout: float) -> None:
     """Make a running `dpproxy serve` re-read its policy file (SIGHUP) and say whether it took it.
 

@@ -17,12 +17,15 @@ from dpproxy import __version__
 from dpproxy.backends import BackendError
 from dpproxy.cli.common import (
     BACKEND_HELP,
+    OptionDecorator,
     _address,
     _ledger_spec,
     _processes,
     fail,
     ledger_option,
     policy_option,
+    port_option,
+    seconds_option,
 )
 from dpproxy.cli.dsn import served_database
 from dpproxy.errors import BackendUnavailable, DPProxyError
@@ -113,7 +116,7 @@ def _serve(
     sys.exit(status)
 
 
-def workers_option(default_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def workers_option(default_help: str) -> OptionDecorator:
     return click.option(
         "--workers",
         type=click.IntRange(min=1),
@@ -136,12 +139,10 @@ def _worker_count(workers: int | None, ledger: str) -> int:
     return workers or default_workers()
 
 
-backend_timeout_option = click.option(
+backend_timeout_option = seconds_option(
     "--backend-timeout",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="Seconds one backend query may run before it is stopped (57014; a private query that had started "
+    30.0,
+    "Seconds one backend query may run before it is stopped (57014; a private query that had started "
     "stays charged). 0: no limit. Clients can set a shorter statement_timeout.",
 )
 
@@ -221,9 +222,7 @@ def _metrics_line(metrics_host: str, metrics_port: int | None) -> str | None:
 @policy_option
 @click.option("--backend", required=True, help=BACKEND_HELP)
 @host_option
-@click.option(
-    "--port", type=click.IntRange(0, 65535), default=6432, show_default=True, help="TCP port to listen on."
-)
+@port_option(6432)
 @ledger_option
 @click.option(
     "--tls-cert",
@@ -237,19 +236,11 @@ def _metrics_line(metrics_host: str, metrics_port: int | None) -> str | None:
     default=None,
     help="PEM private key of --tls-cert.",
 )
-@click.option(
-    "--idle-timeout",
-    type=click.FloatRange(min=0),
-    default=3600.0,
-    show_default=True,
-    help="Seconds a connection may stay silent before it is closed (0: never).",
+@seconds_option(
+    "--idle-timeout", 3600.0, "Seconds a connection may stay silent before it is closed (0: never)."
 )
-@click.option(
-    "--shutdown-grace",
-    type=click.FloatRange(min=0),
-    default=10.0,
-    show_default=True,
-    help="On SIGTERM, seconds running queries get to finish before they are cancelled.",
+@seconds_option(
+    "--shutdown-grace", 10.0, "On SIGTERM, seconds running queries get to finish before they are cancelled."
 )
 @backend_timeout_option
 @click.option(
@@ -401,12 +392,8 @@ def _start_console(
 @click.command("console")
 @policy_option
 @ledger_option
-@click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all)."
-)
-@click.option(
-    "--port", type=click.IntRange(0, 65535), default=6433, show_default=True, help="TCP port to listen on."
-)
+@host_option
+@port_option(6433)
 def console_command(policy_path: Path, ledger: str | None, host: str, port: int) -> None:
     """Serve the data owners' console alone: budgets over time, the audit log, the policy and the
     accuracy planner, read-only, behind a login from the policy's `console:` section.
