@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from typing import Any
 
 from dpproxy.policy.columns import read_columns
 from dpproxy.policy.marked_yaml import Node
@@ -42,8 +43,8 @@ from dpproxy.policy.readers import (
 # ceilings, and generous ones cost little (each query chooses its bounds below them).
 MAX_CONTRIBUTIONS = 100_000
 
-_PROTECTED_TABLE_KEYS = (
-    "public",
+# Who is in a row and how much each person contributes: a protected table's keys, refused on a public one.
+_PRIVACY_KEYS = (
     "privacy_unit",
     "max_groups_per_unit",
     "max_rows_per_unit",
@@ -51,9 +52,8 @@ _PROTECTED_TABLE_KEYS = (
     "contribution_bounds",
     "randomized_response",
     "unit_unique",
-    "schema",
-    "columns",
 )
+_PROTECTED_TABLE_KEYS = ("public", *_PRIVACY_KEYS, "schema", "columns")
 _PUBLIC_TABLE_KEYS = ("public", "schema", "columns")
 
 
@@ -213,15 +213,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
     if public:
         privacy_keys = {
             key: "a public table has no privacy unit or contribution limits (set public: false to protect it)"
-            for key in (
-                "privacy_unit",
-                "max_groups_per_unit",
-                "max_rows_per_unit",
-                "row_bounding",
-                "contribution_bounds",
-                "randomized_response",
-                "unit_unique",
-            )
+            for key in _PRIVACY_KEYS
         }
         check_keys(node, path, p, _PUBLIC_TABLE_KEYS, refused=privacy_keys)
         columns: tuple[ColumnPolicy, ...] = ()
@@ -254,74 +246,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
             p,
             fix="name a column of this table, write row, or {references: <table>, on: <column>}",
         )
-    limits = {}
-    for key in ("max_groups_per_unit", "max_rows_per_unit"):
-        limits[key] = 1
-        if key not in entries:
-            continue
-        child = entries[key]
-        value = read_integer(child, f"{path}.{key}", p)
-        if value is None:
-            continue
-        if unit_text == "row" and value != 1:
-            p.add(
-                child.line,
-                f"{path}.{key}",
-                "must be 1 when the privacy unit is `row` (each row is one person)",
-                f"remove `{key}`, or name the column identifying the person as privacy_unit",
-            )
-        elif not 1 <= value <= MAX_CONTRIBUTIONS:
-            p.add(
-                child.line,
-                f"{path}.{key}",
-                f"must be between 1 and {MAX_CONTRIBUTIONS}",
-                "give the most a single person may contribute (a ceiling: each query chooses its "
-                "bounds below it); a larger value is almost certainly a mistake",
-            )
-        else:
-            limits[key] = value
-
-    randomized = False
-    if "randomized_response" in entries:
-        randomized = bool(read_boolean(entries["randomized_response"], f"{path}.randomized_response", p))
-    unit_unique = False
-    if "unit_unique" in entries:
-        unit_unique = bool(read_boolean(entries["unit_unique"], f"{path}.unit_unique", p))
-    row_bounding = "clamp"
-    if "row_bounding" in entries:
-        row_bounding = (
-            read_choice(
-                entries["row_bounding"],
-                f"{path}.row_bounding",
-                p,
-                ROW_BOUNDING,
-                what="a row bounding",
-                fix="write clamp or sample",
-            )
-            or row_bounding
-        )
-    # Sampling rows is a way of enforcing fixed limits: asking for it fixes them.
-    bounds = "fixed" if row_bounding == "sample" else "chosen"
-    if "contribution_bounds" in entries:
-        child = entries["contribution_bounds"]
-        value_text = read_choice(
-            child,
-            f"{path}.contribution_bounds",
-            p,
-            CONTRIBUTION_BOUNDS,
-            what="a way of bounding contributions",
-            fix="write chosen (each query chooses its bounds within the limits) or fixed (the limits)",
-        )
-        if value_text == "chosen" and row_bounding == "sample":
-            p.add(
-                child.line,
-                f"{path}.contribution_bounds",
-                "row_bounding: sample keeps max_rows_per_unit rows per person and group: "
-                "the limits are fixed",
-                "remove row_bounding: sample, or write contribution_bounds: fixed",
-            )
-        elif value_text is not None:
-            bounds = value_text
+    contributions = _read_contributions(entries, path, unit_text, p)
 
     columns_node = entries.get("columns")
     if columns_node is None or (columns_node.kind == "scalar" and columns_node.value is None):
@@ -361,6 +286,7 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
     columns = read_columns(
         columns_node, f"{path}.columns", p, public=False, unit=unit, unit_known=unit_text is not None
     )
+    unit_unique = contributions["unit_unique"]
     if unit_unique and reference is not None:
         p.add(
             entries["unit_unique"].line,
@@ -377,15 +303,86 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
         columns=columns,
         public=False,
         privacy_unit=unit,
-        max_groups_per_unit=limits["max_groups_per_unit"],
-        max_rows_per_unit=limits["max_rows_per_unit"],
+        **contributions,
         schema=schema,
-        row_bounding=row_bounding,
-        contribution_bounds=bounds,
-        randomized_response=randomized,
-        unit_unique=unit_unique,
         unit_reference=reference,
     )
+
+
+def _read_contributions(
+    entries: dict[str, Node], path: str, unit_text: str | None, p: Problems
+) -> dict[str, Any]:
+    """How much each person of a protected table contributes and how that is enforced, keyed by the
+    `TablePolicy` fields, which are the policy's keys: max_groups_per_unit and max_rows_per_unit
+    (1..MAX_CONTRIBUTIONS, 1 with `privacy_unit: row`; 1 when absent or refused), randomized_response,
+    unit_unique, row_bounding and contribution_bounds (fixed when rows are sampled)."""
+    settings: dict[str, Any] = {}
+    for key in ("max_groups_per_unit", "max_rows_per_unit"):
+        settings[key] = 1
+        if key not in entries:
+            continue
+        child = entries[key]
+        value = read_integer(child, f"{path}.{key}", p)
+        if value is None:
+            continue
+        if unit_text == "row" and value != 1:
+            p.add(
+                child.line,
+                f"{path}.{key}",
+                "must be 1 when the privacy unit is `row` (each row is one person)",
+                f"remove `{key}`, or name the column identifying the person as privacy_unit",
+            )
+        elif not 1 <= value <= MAX_CONTRIBUTIONS:
+            p.add(
+                child.line,
+                f"{path}.{key}",
+                f"must be between 1 and {MAX_CONTRIBUTIONS}",
+                "give the most a single person may contribute (a ceiling: each query chooses its "
+                "bounds below it); a larger value is almost certainly a mistake",
+            )
+        else:
+            settings[key] = value
+
+    for key in ("randomized_response", "unit_unique"):
+        settings[key] = key in entries and bool(read_boolean(entries[key], f"{path}.{key}", p))
+    row_bounding = "clamp"
+    if "row_bounding" in entries:
+        row_bounding = (
+            read_choice(
+                entries["row_bounding"],
+                f"{path}.row_bounding",
+                p,
+                ROW_BOUNDING,
+                what="a row bounding",
+                fix="write clamp or sample",
+            )
+            or row_bounding
+        )
+    # Sampling rows is a way of enforcing fixed limits: asking for it fixes them.
+    bounds = "fixed" if row_bounding == "sample" else "chosen"
+    if "contribution_bounds" in entries:
+        child = entries["contribution_bounds"]
+        value_text = read_choice(
+            child,
+            f"{path}.contribution_bounds",
+            p,
+            CONTRIBUTION_BOUNDS,
+            what="a way of bounding contributions",
+            fix="write chosen (each query chooses its bounds within the limits) or fixed (the limits)",
+        )
+        if value_text == "chosen" and row_bounding == "sample":
+            p.add(
+                child.line,
+                f"{path}.contribution_bounds",
+                "row_bounding: sample keeps max_rows_per_unit rows per person and group: "
+                "the limits are fixed",
+                "remove row_bounding: sample, or write contribution_bounds: fixed",
+            )
+        elif value_text is not None:
+            bounds = value_text
+    settings["row_bounding"] = row_bounding
+    settings["contribution_bounds"] = bounds
+    return settings
 
 
 def _check_unit_unique(entries: dict[str, Node], path: str, unit_text: str | None, p: Problems) -> None:
