@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import TypedDict
 
 from dpproxy import scram
 from dpproxy.policy.marked_yaml import Node
@@ -35,6 +36,22 @@ _ANALYST_KEYS = ("password", "epsilon", "delta", "max_epsilon_per_query", "md5_p
 _BUDGET_KEYS = ("epsilon", "delta", "refresh")
 _MD5_HASH = re.compile(r"md5[0-9a-f]{32}")
 _PASSWD_FIX = "run `dpproxy policy passwd` and paste its output"
+
+
+class _Credentials(TypedDict):
+    """How an analyst logs in, keyed by their `AnalystPolicy` fields."""
+
+    password: str | None
+    md5_password: str | None
+
+
+class _Budget(TypedDict):
+    """What an analyst may spend, keyed by their `AnalystPolicy` fields."""
+
+    epsilon: float
+    delta: float
+    max_epsilon_per_query: float | None
+    refresh: Refresh
 
 
 def read_server(node: Node | None, p: Problems) -> ServerPolicy:
@@ -119,6 +136,16 @@ def _read_analyst(name: str, node: Node, defaults: Defaults, p: Problems) -> Ana
     if entries is None:
         return None
     check_keys(node, path, p, _ANALYST_KEYS)
+    credentials = _read_credentials(entries, path, name, p)
+    budget = _read_analyst_budget(node, entries, path, defaults, p)
+    if budget is None:
+        return None
+    return AnalystPolicy(name=name, **credentials, **budget)
+
+
+def _read_credentials(entries: dict[str, Node], path: str, name: str, p: Problems) -> _Credentials:
+    """`password` (a SCRAM-SHA-256 verifier) and `md5_password` (PostgreSQL's md5 hash), each None when
+    absent or malformed; a problem never echoes the value."""
     password = None
     if "password" in entries and not (
         entries["password"].kind == "scalar" and entries["password"].value is None
@@ -163,6 +190,14 @@ def _read_analyst(name: str, node: Node, defaults: Defaults, p: Problems) -> Ana
                 'not an md5 hash in PostgreSQL\'s form "md5" followed by 32 lowercase hex digits',
                 f"run `dpproxy policy passwd --md5-user {name}` and paste its output",
             )
+    return {"password": password, "md5_password": md5_password}
+
+
+def _read_analyst_budget(
+    node: Node, entries: dict[str, Node], path: str, defaults: Defaults, p: Problems
+) -> _Budget | None:
+    """The analyst's total epsilon and delta (None without both), the per-query cap within the total
+    and above defaults.min_epsilon, and when the budget is spent afresh (`refresh`)."""
     epsilon = delta = max_per_query = None
     for key in ("epsilon", "delta"):
         if key not in entries:
@@ -225,15 +260,7 @@ def _read_analyst(name: str, node: Node, defaults: Defaults, p: Problems) -> Ana
     refresh = _read_refresh(entries.get("refresh"), f"{path}.refresh", p)
     if epsilon is None or delta is None:
         return None
-    return AnalystPolicy(
-        name=name,
-        password=password,
-        epsilon=epsilon,
-        delta=delta,
-        max_epsilon_per_query=max_per_query,
-        md5_password=md5_password,
-        refresh=refresh,
-    )
+    return {"epsilon": epsilon, "delta": delta, "max_epsilon_per_query": max_per_query, "refresh": refresh}
 
 
 def read_budget(node: Node | None, defaults: Defaults, p: Problems) -> DataSetBudget | None:
