@@ -9,6 +9,8 @@ COPY's text, CSV or binary format (session/copyout.py).
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from dpproxy.errors import InvalidParameter, NotSupported, PolicyViolation, SyntaxProblem
 from dpproxy.wire.router.lexer import TokenKind, quote_identifier
 from dpproxy.wire.router.part import ClassifierPart
@@ -215,6 +217,27 @@ def _copy_options(given: dict[str, object]) -> CopyOptions:
         raise InvalidParameter(f'COPY delimiter cannot be "{delimiter}"')
     if delimiter in null_value:
         raise InvalidParameter("COPY delimiter must not appear in the NULL specification")
+    return CopyOptions(
+        format=fmt,
+        delimiter=delimiter,
+        null=null_value,
+        header=header,
+        **_csv_quoting(given, csv=csv, delimiter=delimiter, null_value=null_value),
+    )
+
+
+class _Quoting(TypedDict):
+    """CSV's quoting options, keyed by their `CopyOptions` fields."""
+
+    quote: str
+    escape: str
+    force_quote: tuple[str, ...]
+    force_quote_all: bool
+
+
+def _csv_quoting(given: dict[str, object], *, csv: bool, delimiter: str, null_value: str) -> _Quoting:
+    """QUOTE, ESCAPE and FORCE_QUOTE, which only CSV takes, checked against the delimiter and the NULL
+    text as ProcessCopyOptions checks them (after the other options)."""
     for option in ("quote", "escape", "force_quote"):
         if option in given and not csv:
             raise NotSupported(f"COPY {option.upper()} requires CSV mode", hint="add FORMAT csv")
@@ -225,13 +248,9 @@ def _copy_options(given: dict[str, object]) -> CopyOptions:
     if csv and quote in null_value:
         raise InvalidParameter("CSV quote character must not appear in the NULL specification")
     force = given.get("force_quote", ())
-    return CopyOptions(
-        format=fmt,
-        delimiter=delimiter,
-        null=null_value,
-        header=header,
-        quote=quote,
-        escape=escape,
-        force_quote=force if isinstance(force, tuple) else (),
-        force_quote_all=force == "*",
-    )
+    return {
+        "quote": quote,
+        "escape": escape,
+        "force_quote": force if isinstance(force, tuple) else (),
+        "force_quote_all": force == "*",
+    }
