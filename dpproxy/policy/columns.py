@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+from collections.abc import Callable
 from decimal import Decimal
 from typing import TypeVar
 
@@ -95,26 +96,14 @@ def _read_column(
     if public:
         return ColumnPolicy(name=name, type=column_type)
 
-    scale = None
-    if "scale" in entries:
-        child = entries["scale"]
-        value = read_integer(child, f"{path}.scale", p)
-        if value is not None:
-            if not column_type.is_fractional:
-                p.add(
-                    child.line,
-                    f"{path}.scale",
-                    f"applies only to numeric, real and double precision columns, not {column_type}",
-                    "remove `scale`",
-                )
-            elif not 0 <= value <= MAX_SCALE:
-                p.add(
-                    child.line, f"{path}.scale", f"must be between 0 and {MAX_SCALE}", "write e.g. scale: 2"
-                )
-            else:
-                scale = value
-    elif type_scale is not None:
-        scale = min(type_scale, MAX_SCALE)
+    given_scale = _read_type_setting(entries, "scale", path, p, read_integer, column_type)
+    scale = min(type_scale, MAX_SCALE) if type_scale is not None and "scale" not in entries else None
+    if given_scale is not None:
+        child, value = given_scale
+        if 0 <= value <= MAX_SCALE:
+            scale = value
+        else:
+            p.add(child.line, f"{path}.scale", f"must be between 0 and {MAX_SCALE}", "write e.g. scale: 2")
 
     lower, upper = _read_bounds(entries, path, p, column_type, scale, is_unit=is_unit)
 
@@ -132,26 +121,16 @@ def _read_column(
             public_values = _read_public_values(child, f"{path}.public_values", p, column_type)
 
     summable = True
-    if "summable" in entries:
-        child = entries["summable"]
-        value = read_boolean(child, f"{path}.summable", p)
-        if value is not None:
-            if not column_type.is_number:
-                p.add(
-                    child.key_line,
-                    f"{path}.summable",
-                    f"applies only to number columns, not {column_type}",
-                    "remove `summable`",
-                )
-            elif is_unit and value:
-                p.add(
-                    child.key_line,
-                    f"{path}.summable",
-                    "the privacy unit column cannot be summed",
-                    "remove `summable`",
-                )
-            else:
-                summable = value
+    given_summable = _read_type_setting(entries, "summable", path, p, read_boolean, column_type)
+    if given_summable is not None:
+        child, summable = given_summable
+        if is_unit and summable:
+            p.add(
+                child.key_line,
+                f"{path}.summable",
+                "the privacy unit column cannot be summed",
+                "remove `summable`",
+            )
     bounds_given = "lower" in entries or "upper" in entries  # if malformed, that is reported already
     if unit_known and not is_unit and column_type.is_number and summable and not bounds_given:
         p.add(
@@ -170,6 +149,44 @@ def _read_column(
         scale=scale,
         summable=summable,
     )
+
+
+_Setting = TypeVar("_Setting", int, bool)
+
+# The keys only some column types take: which types (the test, and their name in a problem), and
+# whether a problem points at the key's line or at its value's.
+_TYPE_SETTINGS: dict[str, tuple[Callable[[ColumnType], bool], str, bool]] = {
+    "scale": (lambda t: t.is_fractional, "numeric, real and double precision", False),
+    "summable": (lambda t: t.is_number, "number", True),
+}
+
+
+def _read_type_setting(
+    entries: dict[str, Node],
+    key: str,
+    path: str,
+    p: Problems,
+    read: Callable[[Node, str, Problems], _Setting | None],
+    column_type: ColumnType,
+) -> tuple[Node, _Setting] | None:
+    """A key of `_TYPE_SETTINGS` (`scale`, `summable`): its node and value, or None when it is absent,
+    malformed (`read` says why) or on a column whose type does not take it (said here)."""
+    child = entries.get(key)
+    if child is None:
+        return None
+    value = read(child, f"{path}.{key}", p)
+    if value is None:
+        return None
+    takes_it, kinds, at_key = _TYPE_SETTINGS[key]
+    if not takes_it(column_type):
+        p.add(
+            child.key_line if at_key else child.line,
+            f"{path}.{key}",
+            f"applies only to {kinds} columns, not {column_type}",
+            f"remove `{key}`",
+        )
+        return None
+    return child, value
 
 
 def _read_bounds(
@@ -405,22 +422,12 @@ def _read_public_value(node: Node, path: str, p: Problems, column_type: ColumnTy
     if column_type is ColumnType.BOOLEAN:
         return read_boolean(node, path, p)
     if column_type is ColumnType.DATE:
-        value = node.value
-        if isinstance(value, str):
-            try:
-                value = datetime.date.fromisoformat(value)
-            except ValueError:
-                value = None
+        value = _iso_value(node.value, datetime.date.fromisoformat)
         if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
             return value
         p.add(node.line, path, "expected a date", "write it as YYYY-MM-DD, e.g. 2024-01-31")
         return None
-    value = node.value
-    if isinstance(value, str):
-        try:
-            value = datetime.datetime.fromisoformat(value)
-        except ValueError:
-            value = None
+    value = _iso_value(node.value, datetime.datetime.fromisoformat)
     wants_zone = column_type is ColumnType.TIMESTAMPTZ
     if isinstance(value, datetime.datetime) and (value.tzinfo is not None) == wants_zone:
         return value
@@ -428,6 +435,17 @@ def _read_public_value(node: Node, path: str, p: Problems, column_type: ColumnTy
     zone = "with a UTC offset" if wants_zone else "without a time zone"
     p.add(node.line, path, f"expected a timestamp {zone}", f"write it like {example}")
     return None
+
+
+def _iso_value(value: object, parse: Callable[[str], datetime.date]) -> object:
+    """A public value of a date or time column as YAML read it (a date or datetime already), or its
+    text read by `parse` (None when that fails)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse(value)
+    except ValueError:
+        return None
 
 
 def _decimal_places(value: Decimal) -> int:
