@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
 
 from dpproxy.policy.refresh import Refresh
 from dpproxy.policy.types import ColumnType
@@ -99,8 +100,31 @@ class UnitReference:
     key_unique: bool = False
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_Column = TypeVar("_Column", bound=_Named)
+
+
+class NamedColumns(Generic[_Column]):
+    """A frozen dataclass's `columns` looked up by name: `column(name)`, None when it has none of that
+    name, from an index built once after __init__ (not a field: outside repr and comparisons).
+    `TablePolicy` holds one, and so does the SQL scope's `Source` (dpproxy.sql.scope)."""
+
+    columns: tuple[_Column, ...]
+    _by_name: dict[str, _Column]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {c.name: c for c in self.columns})
+
+    def column(self, name: str) -> _Column | None:
+        return self._by_name.get(name)
+
+
 @dataclass(frozen=True)
-class TablePolicy:
+class TablePolicy(NamedColumns[ColumnPolicy]):
     name: str
     columns: tuple[ColumnPolicy, ...]
     public: bool = False
@@ -128,13 +152,6 @@ class TablePolicy:
     # `privacy_unit` then holds the unit column's name at the end of the chain, which this table does
     # not have: the rewrite reads it by joining up the chain (dpproxy.sql.relation).
     unit_reference: UnitReference | None = None
-    _by_name: dict[str, ColumnPolicy] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_name", {c.name: c for c in self.columns})
-
-    def column(self, name: str) -> ColumnPolicy | None:
-        return self._by_name.get(name)
 
     @property
     def unit_is_row(self) -> bool:

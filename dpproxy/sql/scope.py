@@ -10,13 +10,13 @@ Nothing here reads data.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 
 from sqlglot import exp
 
 from dpproxy.errors import AmbiguousColumn, PolicyViolation, UndefinedTable
-from dpproxy.policy import ColumnPolicy, TablePolicy
+from dpproxy.policy import ColumnPolicy, NamedColumns, TablePolicy
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.types import INTEGER_RANGE, PgType, from_column_type
 
@@ -66,7 +66,7 @@ class SourceColumn:
 
 
 @dataclass(frozen=True)
-class Source:
+class Source(NamedColumns[SourceColumn]):
     alias: str  # the alias rewritten SQL reads it under (t0, t1, …)
     names: frozenset[str]  # what the query may qualify its columns with
     label: str  # for messages: the table's name, or the subquery's alias
@@ -74,13 +74,6 @@ class Source:
     columns: tuple[SourceColumn, ...]
     item: exp.Expression  # the FROM item as emitted: a table or a subquery, under `alias`
     policy: TablePolicy | None = None  # for tables of the policy
-    _by_name: dict[str, SourceColumn] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_name", {c.name: c for c in self.columns})
-
-    def column(self, name: str) -> SourceColumn | None:
-        return self._by_name.get(name)
 
     @property
     def unit(self) -> SourceColumn | None:
