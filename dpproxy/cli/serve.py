@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
@@ -37,9 +37,16 @@ if TYPE_CHECKING:
     from dpproxy.wire.server import Operations, ServerConfig
 
 
-def _tls_options(tls_cert: Path | None, tls_key: Path | None) -> None:
+class _Tls(TypedDict):
+    tls_cert: Path | None
+    tls_key: Path | None
+
+
+def _tls_options(tls_cert: Path | None, tls_key: Path | None) -> _Tls:
+    """--tls-cert and --tls-key as their ServerConfig fields, once checked: both or neither."""
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
+    return {"tls_cert": tls_cert, "tls_key": tls_key}
 
 
 def open_served_engine(
@@ -301,12 +308,10 @@ def serve(
 
     from dpproxy.wire.server import ServerConfig
 
-    _tls_options(tls_cert, tls_key)
     config = ServerConfig(
         host=host,
         port=port,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
+        **_tls_options(tls_cert, tls_key),
         idle_timeout=idle_timeout,
         shutdown_grace=shutdown_grace,
         database=database or served_database(backend),
