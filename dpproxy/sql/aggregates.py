@@ -4,9 +4,10 @@ the exponential mechanism), with the grid their sums are exact on. Nothing here 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from sqlglot import exp
 
@@ -24,24 +25,29 @@ SUPPORTED_AGGREGATES = (
     "MIN, MAX, MEDIAN, PERCENTILE_CONT/PERCENTILE_DISC(f) WITHIN GROUP (ORDER BY x), MODE() WITHIN GROUP"
 )
 
+T = TypeVar("T")
+
+
+def _index_of(items: list[T], item: T, key: Callable[[T], object]) -> int:
+    """The index of the first of `items` with `item`'s key, `item` appended when there is none: equal
+    components and histograms are computed (and charged) once, equal aggregates released once."""
+    wanted = key(item)
+    for i, existing in enumerate(items):
+        if key(existing) == wanted:
+            return i
+    items.append(item)
+    return len(items) - 1
+
 
 class AggregateRules:
     """The aggregate part of the private-query analyzer (a mixin: `scope`, `relation`, `components`,
     `aggregates` and `histograms` are the analyzer's)."""
 
     def _component(self, component: Component) -> int:
-        for i, existing in enumerate(self.components):
-            if existing.identity == component.identity:
-                return i
-        self.components.append(component)
-        return len(self.components) - 1
+        return _index_of(self.components, component, lambda c: c.identity)
 
     def _add_aggregate(self, aggregate: Aggregate) -> int:
-        for i, existing in enumerate(self.aggregates):
-            if existing.text == aggregate.text and existing.kind == aggregate.kind:
-                return i
-        self.aggregates.append(aggregate)
-        return len(self.aggregates) - 1
+        return _index_of(self.aggregates, aggregate, lambda a: (a.text, a.kind))
 
     def _aggregate(self, node: exp.Expression) -> int:
         if isinstance(node, exp.Filter):
@@ -113,11 +119,7 @@ class AggregateRules:
         )
 
     def _histogram(self, histogram: Histogram) -> int:
-        for i, existing in enumerate(self.histograms):
-            if existing.identity == histogram.identity:
-                return i
-        self.histograms.append(histogram)
-        return len(self.histograms) - 1
+        return _index_of(self.histograms, histogram, lambda h: h.identity)
 
     def _within_group(self, node: exp.WithinGroup) -> int:
         function = node.this
@@ -328,66 +330,72 @@ class AggregateRules:
         name = "SUM" if isinstance(node, exp.Sum) else "AVG"
         arg = node.this
         typed, interval, scale, within = self._bounded_argument(arg, name)
-        text = typed.sql.sql("postgres")
         if isinstance(node, exp.Sum):
-            component = self._component(
-                Component(
-                    ComponentKind.SUM,
-                    typed.sql,
-                    interval,
-                    scale,
-                    identity=f"sum:{scale}:{text}",
-                    within_interval=within,
-                    double=typed.double,
-                    exact_integer=typed.exact_integer,
-                )
-            )
-            return self._add_aggregate(
-                Aggregate(
-                    AggregateKind.SUM,
-                    (component,),
-                    sum_result(typed.type),
-                    f"sum({arg.sql('postgres')})",
-                    interval,
-                    scale,
-                )
+            component = self._clipped_sum(ComponentKind.SUM, typed, interval, scale, within)
+            return self._bounded_aggregate(
+                AggregateKind.SUM, (component,), sum_result(typed.type), "sum", arg, interval, scale
             )
         scale = self._centred_scale(typed, interval, scale)
         lo, hi = interval.on_grid(scale)
         centre = (lo + hi) // 2
         values, centred = self._values_and_centred_sum(typed, interval, scale, centre, within)
-        return self._add_aggregate(
-            Aggregate(
-                AggregateKind.AVG,
-                (centred, values),
-                avg_result(typed.type),
-                f"avg({arg.sql('postgres')})",
-                interval,
-                scale,
-                centre,
-            )
+        return self._bounded_aggregate(
+            AggregateKind.AVG, (centred, values), avg_result(typed.type), "avg", arg, interval, scale, centre
         )
 
-    def _values_and_centred_sum(
-        self, typed: Typed, interval: Interval, scale: int, centre: int, within: bool
-    ) -> tuple[int, int]:
-        """The count of non-null values and their sum centred on `centre` (on the grid of `scale`)."""
-        sql = typed.sql
-        text = sql.sql("postgres")
-        values = self._component(Component(ComponentKind.VALUES, sql, identity=f"values:{text}"))
-        centred = self._component(
+    # The identity prefix of each kind of clipped sum: equal identities are one component.
+    _SUM_IDENTITIES: ClassVar[dict[ComponentKind, str]] = {
+        ComponentKind.SUM: "sum",
+        ComponentKind.CENTRED_SUM: "centred",
+        ComponentKind.CENTRED_SQUARES: "squares",
+    }
+
+    def _clipped_sum(
+        self, kind: ComponentKind, typed: Typed, interval: Interval, scale: int, within: bool, centre: int = 0
+    ) -> int:
+        """The component of a sum of `typed` clipped to `interval` on the grid of `scale`: the values
+        themselves (SUM), their offsets from `centre` (CENTRED_SUM) or the squares of those
+        (CENTRED_SQUARES). Owns their identity (the centre is part of it for the centred ones) and
+        tells the backend how the argument is computed (double, exact integer)."""
+        text = typed.sql.sql("postgres")
+        grid = f"{scale}:" if kind is ComponentKind.SUM else f"{scale}:{centre}:"
+        return self._component(
             Component(
-                ComponentKind.CENTRED_SUM,
-                sql,
+                kind,
+                typed.sql,
                 interval,
                 scale,
                 centre,
-                identity=f"centred:{scale}:{centre}:{text}",
+                identity=f"{self._SUM_IDENTITIES[kind]}:{grid}{text}",
                 within_interval=within,
                 double=typed.double,
                 exact_integer=typed.exact_integer,
             )
         )
+
+    def _bounded_aggregate(
+        self,
+        kind: AggregateKind,
+        components: tuple[int, ...],
+        result_type: PgType,
+        name: str,
+        arg: exp.Expression,
+        interval: Interval,
+        scale: int,
+        centre: int = 0,
+    ) -> int:
+        """A SUM, AVG, VAR or STDDEV of `arg` from its components, released clamped into `interval`
+        on the grid of `scale` (centred at `centre`), its text `name(arg)` as written."""
+        text = f"{name}({arg.sql('postgres')})"
+        return self._add_aggregate(Aggregate(kind, components, result_type, text, interval, scale, centre))
+
+    def _values_and_centred_sum(
+        self, typed: Typed, interval: Interval, scale: int, centre: int, within: bool
+    ) -> tuple[int, int]:
+        """The count of non-null values and their sum centred on `centre` (on the grid of `scale`)."""
+        text = typed.sql.sql("postgres")
+        values = self._component(Component(ComponentKind.VALUES, typed.sql, identity=f"values:{text}"))
+        centred = self._clipped_sum(ComponentKind.CENTRED_SUM, typed, interval, scale, within, centre)
         return values, centred
 
     _SPREADS: ClassVar[dict[type[exp.Expression], tuple[AggregateKind, str]]] = {
@@ -421,32 +429,11 @@ class AggregateRules:
         lo, hi = interval.on_grid(finer)
         if self.relation.max_rows * ((hi - lo) // 2) ** 2 < 2**52:
             scale, centre, half_width = finer, (lo + hi) // 2, (hi - lo) // 2
-        text = typed.sql.sql("postgres")
         values, centred = self._values_and_centred_sum(typed, interval, scale, centre, within)
-        squares = self._component(
-            Component(
-                ComponentKind.CENTRED_SQUARES,
-                typed.sql,
-                interval,
-                scale,
-                centre,
-                identity=f"squares:{scale}:{centre}:{text}",
-                within_interval=within,
-                double=typed.double,
-                exact_integer=typed.exact_integer,
-            )
-        )
-        return self._add_aggregate(
-            Aggregate(
-                kind,
-                (squares, centred, values),
-                PgType.FLOAT8 if typed.type.is_float else PgType.NUMERIC,
-                f"{name}({arg.sql('postgres')})",
-                interval,
-                scale,
-                centre,
-            )
-        )
+        squares = self._clipped_sum(ComponentKind.CENTRED_SQUARES, typed, interval, scale, within, centre)
+        result = PgType.FLOAT8 if typed.type.is_float else PgType.NUMERIC
+        components = (squares, centred, values)
+        return self._bounded_aggregate(kind, components, result, name, arg, interval, scale, centre)
 
     def _check_summable(self, arg: exp.Expression, name: str) -> None:
         self.scope.in_clause(f"{name} argument").check_summable(arg)
