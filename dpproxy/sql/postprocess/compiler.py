@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from sqlglot import exp
 
@@ -68,29 +70,14 @@ class _Compiler:
         if isinstance(node, exp.Paren):
             return c(node.this)
         if isinstance(node, exp.Neg):
-            inner = c(node.this)
-
-            def negate(row: Sequence[object]) -> object:
-                value = inner(row)
-                return None if value is None else -value  # type: ignore[operator]
-
-            return negate
+            return _strict(c(node.this), operator.neg)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
             result = infer_type(node, self.types)
             left, right = c(node.left), c(node.right)
             return lambda row: _arith(node, left(row), right(row), result)
         if type(node) in _COMPARISONS:
             compare = _COMPARISONS[type(node)]
-            left, right = c(node.left), c(node.right)
-
-            def comparison(row: Sequence[object]) -> object:
-                a, b = left(row), right(row)
-                if a is None or b is None:
-                    return None
-                a, b = _compare(a, b)
-                return compare(a, b)
-
-            return comparison
+            return _strict_pair(c(node.left), c(node.right), lambda a, b: compare(*_compare(a, b)))
         if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):
             left, right = c(node.left), c(node.right)
             equal = isinstance(node, exp.NullSafeEQ)
@@ -115,13 +102,7 @@ class _Compiler:
 
             return connective
         if isinstance(node, exp.Not):
-            inner = c(node.this)
-
-            def negation(row: Sequence[object]) -> object:
-                value = inner(row)
-                return None if value is None else not value
-
-            return negation
+            return _strict(c(node.this), operator.not_)
         if isinstance(node, exp.Is):
             inner = c(node.this)
             target = node.expression
@@ -170,60 +151,26 @@ class _Compiler:
 
             return nullif
         if isinstance(node, exp.Abs):
-            inner = c(node.this)
-            return lambda row: None if (v := inner(row)) is None else abs(v)  # type: ignore[arg-type]
+            return _strict(c(node.this), abs)
         if isinstance(node, exp.Sign):
-            inner = c(node.this)
             result_type = infer_type(node, self.types)
-
-            def sign(row: Sequence[object]) -> object:
-                value = inner(row)
-                if value is None:
-                    return None
-                return convert((value > 0) - (value < 0), result_type)  # type: ignore[operator]
-
-            return sign
+            return _strict(c(node.this), lambda v: convert((v > 0) - (v < 0), result_type))
         if isinstance(node, exp.Round):
             return self._round(node)
         if isinstance(node, (exp.Floor, exp.Ceil)):
-            inner = c(node.this)
-            down = isinstance(node, exp.Floor)
-
-            def floor_ceil(row: Sequence[object]) -> object:
-                value = inner(row)
-                if value is None:
-                    return None
-                if isinstance(value, float):
-                    return float(math.floor(value) if down else math.ceil(value))
-                d = _to_decimal(value)
-                return Decimal(math.floor(d) if down else math.ceil(d))
-
-            return floor_ceil
+            to_integer = math.floor if isinstance(node, exp.Floor) else math.ceil
+            return _strict(c(node.this), lambda v: _integral(v, to_integer))
         if isinstance(node, exp.Cast):
             inner = c(node.this)
             return lambda row: _cast(node, inner(row))
-        if isinstance(node, (exp.Lower, exp.Upper)):
-            inner = c(node.this)
-            lower = isinstance(node, exp.Lower)
-
-            def case_fold(row: Sequence[object]) -> object:
-                value = inner(row)
-                if value is None:
-                    return None
-                return to_text(value).lower() if lower else to_text(value).upper()
-
-            return case_fold
+        if isinstance(node, exp.Lower):
+            return _strict(c(node.this), lambda v: to_text(v).lower())
+        if isinstance(node, exp.Upper):
+            return _strict(c(node.this), lambda v: to_text(v).upper())
         if isinstance(node, exp.Length):
-            inner = c(node.this)
-            return lambda row: None if (v := inner(row)) is None else len(to_text(v))
+            return _strict(c(node.this), lambda v: len(to_text(v)))
         if isinstance(node, exp.DPipe):
-            left, right = c(node.this), c(node.expression)
-
-            def pipe(row: Sequence[object]) -> object:
-                a, b = left(row), right(row)
-                return None if a is None or b is None else to_text(a) + to_text(b)
-
-            return pipe
+            return _strict_pair(c(node.this), c(node.expression), lambda a, b: to_text(a) + to_text(b))
         if isinstance(node, exp.Concat):
             parts = [c(a) for a in node.expressions]
             return lambda row: "".join(to_text(v) for v in (p(row) for p in parts) if v is not None)
@@ -330,6 +277,34 @@ class _Compiler:
             return _to_decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
 
         return rounding
+
+
+def _strict(inner: Compiled, function: Callable[[Any], object]) -> Compiled:
+    """`function` of one value, NULL when the value is NULL: PostgreSQL's strict functions and
+    operators (-x, NOT, abs, sign, floor, lower, length, …) over released values."""
+
+    def strict(row: Sequence[object]) -> object:
+        value = inner(row)
+        return None if value is None else function(value)
+
+    return strict
+
+
+def _strict_pair(left: Compiled, right: Compiled, function: Callable[[Any, Any], object]) -> Compiled:
+    """`function` of two values, NULL when either is NULL (comparisons, ||)."""
+
+    def strict(row: Sequence[object]) -> object:
+        a, b = left(row), right(row)
+        return None if a is None or b is None else function(a, b)
+
+    return strict
+
+
+def _integral(value: object, to_integer: Callable[[Any], int]) -> object:
+    """floor or ceil of a released number, in its own kind: a double stays a double, else numeric."""
+    if isinstance(value, float):
+        return float(to_integer(value))
+    return Decimal(to_integer(_to_decimal(value)))
 
 
 def _decimal_math(kind: type[exp.Expression], values: list[Decimal]) -> Decimal:
