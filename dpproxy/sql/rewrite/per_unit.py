@@ -83,33 +83,18 @@ def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     if ctx.chosen:
         return _scaled_per_unit(state, ctx)
     r = query.max_rows
-    group = [UNIT, *ctx.keys]
-    projections: list[exp.Expression] = [col(c) for c in group]
-    rows = exp.Least(this=exp.Count(this=exp.Star()), expressions=[exp.Literal.number(r)], ignore_nulls=True)
-    projections.append(exp.alias_(rows, ROWS, quoted=True))
+    values: list[exp.Expression] = []
     for i in ctx.valued_components:
         component = query.components[i]
-        name = component_column(i)
-        total: exp.Expression = exp.Sum(this=summable_integer(col(name)))
+        total: exp.Expression = exp.Sum(this=summable_integer(col(component_column(i))))
         lo, hi = component.contribution_range(r)
         if component.kind is ComponentKind.VALUES:
-            value: exp.Expression = exp.Least(
-                this=total, expressions=[exp.Literal.number(hi)], ignore_nulls=True
-            )
+            values.append(exp.Least(this=total, expressions=[exp.Literal.number(hi)], ignore_nulls=True))
         else:
             # A unit whose values are all NULL adds nothing (0 lies in every contribution range).
-            value = clamp(exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), lo, hi)
-        projections.append(exp.alias_(value, name, quoted=True))
-    select = (
-        exp.select(*projections, copy=False)
-        .from_(state.current, copy=False)
-        .group_by(*[col(c) for c in group], copy=False)
-    )
-    return state.then(
-        "per_unit",
-        f"one row per unit and group, its contribution clamped to what {r} row(s) can add",
-        select,
-    )
+            values.append(clamp(exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), lo, hi))
+    description = f"one row per unit and group, its contribution clamped to what {r} row(s) can add"
+    return _one_row_per_unit(state, ctx, r, values, description)
 
 
 def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
@@ -118,17 +103,12 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     assert query.bounds is not None
     r = query.bounds.row_cap
-    group = [UNIT, *ctx.keys]
     rows = exp.Count(this=exp.Star())
     cap = exp.Literal.number(r)
-    projections: list[exp.Expression] = [col(c) for c in group]
-    projections.append(
-        exp.alias_(exp.Least(this=rows, expressions=[cap], ignore_nulls=True), ROWS, quoted=True)
-    )
+    values: list[exp.Expression] = []
     for i in ctx.valued_components:
-        name = component_column(i)
         total = exp.Coalesce(
-            this=exp.Sum(this=summable_integer(col(name))), expressions=[exp.Literal.number(0)]
+            this=exp.Sum(this=summable_integer(col(component_column(i)))), expressions=[exp.Literal.number(0)]
         )
         over = exp.GT(this=rows.copy(), expression=cap.copy())
         never_negative = query.components[i].contribution_range(1)[0] >= 0
@@ -139,15 +119,28 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         # At most row_cap rows' worth of values each under 2^52 / row_cap (dpproxy.sql.aggregates
         # sizes the grid so): a bigint, whatever type the engine summed in, so that every
         # candidate's arithmetic stays in 64-bit integers.
-        value = exp.Cast(this=capped, to=exp.DataType.build("BIGINT"))
-        projections.append(exp.alias_(value, name, quoted=True))
+        values.append(exp.Cast(this=capped, to=exp.DataType.build("BIGINT")))
+    description = (
+        f"one row per unit and group, its rows capped at {r} and its sums scaled by {r}/n beyond that"
+    )
+    return _one_row_per_unit(state, ctx, r, values, description)
+
+
+def _one_row_per_unit(
+    state: RewriteState, ctx: RewriteContext, r: int, values: list[exp.Expression], description: str
+) -> RewriteState:
+    """The step both kinds of bounds take: the rows so far grouped by unit and group keys, each
+    group's row count capped at `r` and one column per valued component (`values`, in the order of
+    ctx.valued_components)."""
+    group = [UNIT, *ctx.keys]
+    projections: list[exp.Expression] = [col(c) for c in group]
+    rows = exp.Least(this=exp.Count(this=exp.Star()), expressions=[exp.Literal.number(r)], ignore_nulls=True)
+    projections.append(exp.alias_(rows, ROWS, quoted=True))
+    for i, value in zip(ctx.valued_components, values, strict=True):
+        projections.append(exp.alias_(value, component_column(i), quoted=True))
     select = (
         exp.select(*projections, copy=False)
         .from_(state.current, copy=False)
         .group_by(*[col(c) for c in group], copy=False)
     )
-    return state.then(
-        "per_unit",
-        f"one row per unit and group, its rows capped at {r} and its sums scaled by {r}/n beyond that",
-        select,
-    )
+    return state.then("per_unit", description, select)
