@@ -55,6 +55,8 @@ from dpproxy.sql.datetimes import parse_temporal
 from dpproxy.sql.query import GroupKey, OutputColumn, PublicQuery
 from dpproxy.sql.relation import Relation
 from dpproxy.sql.rowexpr import Typed, row_expression
+from dpproxy.sql.rowexpr.dates import DATE_TRUNC_UNITS
+from dpproxy.sql.rowexpr.dates import EXTRACT_FIELDS as ROW_EXTRACT_FIELDS
 from dpproxy.sql.scope import RowScope, Source, SourceColumn
 from dpproxy.sql.subqueries import PublicRunner
 from dpproxy.sql.types import INTEGER_RANGE, PgType
@@ -69,20 +71,10 @@ MAX_PUBLIC_GROUPS = 100_000
 # hhmm is 2,401) and most zero-filled groups would be empty.
 MAX_RANGE_VALUES = 1_000
 
-TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
-EXTRACT_FIELDS = (
-    "year",
-    "isoyear",
-    "quarter",
-    "month",
-    "week",
-    "day",
-    "doy",
-    "dow",
-    "isodow",
-    "hour",
-    "minute",
-)
+# The parts a key over a declared date range may take: every date_trunc unit, and every extract
+# field but the epoch (a continuous value, not a bucket).
+TRUNC_UNITS = DATE_TRUNC_UNITS
+EXTRACT_FIELDS = frozenset(ROW_EXTRACT_FIELDS) - {"epoch"}
 
 
 @dataclass(frozen=True)
