@@ -44,7 +44,7 @@ from typing import TypeVar
 from sqlglot import exp
 
 from dpproxy.errors import DatetimeFieldOverflow, DPProxyError, InvalidDatetime, NotSupported
-from dpproxy.sql.datetimes import parse_temporal
+from dpproxy.sql.datetimes import field_overflow, parse_temporal
 from dpproxy.sql.select_list import output_name
 from dpproxy.sql.types import PgType, from_sqlglot
 
@@ -142,13 +142,11 @@ def _made_date(node: exp.Expression) -> dt.date:
     year, month, day = (int(a.name) for a in _make_date_parts(node) or ())
     if not 1 <= year <= 9999:
         raise _NotConstant  # year 0 is an error in PostgreSQL, later years are not dates dpproxy holds
-    try:
+    with field_overflow(
+        f"date field value out of range: {year}-{month:02d}-{day:02d}",
+        "make_date(year, month, day) takes a day that exists in that month",
+    ):
         return dt.date(year, month, day)
-    except ValueError:
-        raise DatetimeFieldOverflow(
-            f"date field value out of range: {year}-{month:02d}-{day:02d}",
-            hint="make_date(year, month, day) takes a day that exists in that month",
-        ) from None
 
 
 def reads_clock(tree: exp.Expression) -> bool:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from sqlglot import exp
@@ -59,6 +61,18 @@ def _zone_offset(zone: str) -> dt.timedelta:
     return sign * dt.timedelta(hours=hours, minutes=minutes, seconds=seconds)
 
 
+@contextmanager
+def field_overflow(
+    message: str, hint: str, *, catching: tuple[type[Exception], ...] = (ValueError,)
+) -> Iterator[None]:
+    """A date or time that Python refuses to build inside the block (a day its month does not have,
+    a year outside 1–9999, …: `catching`) refused as PostgreSQL refuses it: 22008 with `message`."""
+    try:
+        yield
+    except catching:
+        raise DatetimeFieldOverflow(message, hint=hint) from None
+
+
 def parse_temporal(text: str, target: PgType) -> dt.date | dt.datetime:
     """The value of `text` read as a date, timestamp or timestamptz, as PostgreSQL's input function
     reads it (see the module docstring); a timestamptz is aware, in UTC. 22007 otherwise."""
@@ -66,7 +80,9 @@ def parse_temporal(text: str, target: PgType) -> dt.date | dt.datetime:
     if match is None:
         raise _invalid(text, target)
     g = match.groupdict()
-    try:
+    message = f"date/time field value out of range: {text!r} (for type {target.value})"
+    hint = f"dates and times must lie within years 1–9999 and be valid ({EXAMPLE})"
+    with field_overflow(message, hint, catching=(ValueError, OverflowError)):
         if g["compact"]:
             year, month, day = int(g["compact"][:4]), int(g["compact"][4:6]), int(g["compact"][6:])
         else:
@@ -95,11 +111,6 @@ def parse_temporal(text: str, target: PgType) -> dt.date | dt.datetime:
         if not 1 <= value.year <= 9999:
             raise ValueError(text)
         return value
-    except (ValueError, OverflowError):
-        raise DatetimeFieldOverflow(
-            f"date/time field value out of range: {text!r} (for type {target.value})",
-            hint=f"dates and times must lie within years 1–9999 and be valid ({EXAMPLE})",
-        ) from None
 
 
 def temporal_text(value: dt.date | dt.datetime) -> str:
@@ -206,7 +217,10 @@ def parse_with_pattern(text: str, pattern: str, function: str) -> dt.datetime:
                 )
             values[token] = digits
             i = j
-    try:
+    with field_overflow(
+        f'date/time field value out of range: {text!r} ({function}() with the pattern "{pattern}")',
+        "dates and times must lie within years 1–9999 and be valid",
+    ):
         micros = 0
         if "US" in values:
             micros = int(values["US"].ljust(6, "0"))
@@ -221,11 +235,6 @@ def parse_with_pattern(text: str, pattern: str, function: str) -> dt.datetime:
             int(values.get("SS", "0")),
             micros,
         )
-    except ValueError:
-        raise DatetimeFieldOverflow(
-            f'date/time field value out of range: {text!r} ({function}() with the pattern "{pattern}")',
-            hint="dates and times must lie within years 1–9999 and be valid",
-        ) from None
 
 
 def _pattern_text(node: exp.Expression) -> str:
@@ -273,14 +282,14 @@ def _fold(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.UnixToTime):
         written = node.sql("postgres")
         inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
-        try:
+        with field_overflow(
+            f"timestamp out of range: {written}",
+            "to_timestamp(seconds) must give years 1–9999",
+            catching=(ArithmeticError, ValueError, OverflowError),
+        ):
             seconds = -Decimal(inner.this.name) if isinstance(inner, exp.Neg) else Decimal(inner.name)
             micros = int((seconds * 1_000_000).to_integral_value(ROUND_HALF_EVEN))
             value = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
-        except (ArithmeticError, ValueError, OverflowError):
-            raise DatetimeFieldOverflow(
-                f"timestamp out of range: {written}", hint="to_timestamp(seconds) must give years 1–9999"
-            ) from None
         return _cast(temporal_text(value), "TIMESTAMPTZ")
     function = "to_date" if isinstance(node, exp.StrToDate) else "to_timestamp"
     pattern = _pattern_text(node.args["format"])
