@@ -86,6 +86,11 @@ def _refuse(message: str, hint: str) -> StatementTooComplex:
     return StatementTooComplex(f"statement too complex: {message}", hint=hint)
 
 
+def _more_than(limit: int, what: str, hint: str) -> StatementTooComplex:
+    """The refusal of a statement that counts more than `limit` of `what` (tokens, words, list items)."""
+    return _refuse(f"the statement has more than {limit} {what}; dpproxy accepts at most {limit}", hint)
+
+
 def check_length(sql: str) -> None:
     """Refuse a text longer than MAX_LENGTH characters, before it is read."""
     if len(sql) > MAX_LENGTH:
@@ -174,10 +179,7 @@ class TokenMeter:
     def add(self, kind: int) -> None:
         self.tokens += 1
         if self.tokens > MAX_TOKENS:
-            raise _refuse(
-                f"the statement has more than {MAX_TOKENS} tokens; dpproxy accepts at most {MAX_TOKENS}",
-                _SPLIT,
-            )
+            raise _more_than(MAX_TOKENS, "tokens", _SPLIT)
         previous, self._previous = self._previous, kind
         free = kind in _FREE or (
             # A sign before a constant is part of it (IN (-1, -2)), and so is a cast of a constant
@@ -191,9 +193,9 @@ class TokenMeter:
         if not free:
             self.words += 1
             if self.words > MAX_WORDS:
-                raise _refuse(
-                    f"the statement has more than {MAX_WORDS} words and operators (names, keywords and "
-                    f"operators); dpproxy accepts at most {MAX_WORDS}",
+                raise _more_than(
+                    MAX_WORDS,
+                    "words and operators (names, keywords and operators)",
                     f"{_SPLIT}; a list of values costs no words as IN (…) of constants",
                 )
         frame = self._frames[-1] if self._frames else self._top
@@ -205,9 +207,9 @@ class TokenMeter:
         if kind == COMMA:
             frame.items += 1
             if frame.items > MAX_LIST_ITEMS:
-                raise _refuse(
-                    f"the statement has more than {MAX_LIST_ITEMS} {frame.label}; dpproxy accepts at most "
-                    f"{MAX_LIST_ITEMS}",
+                raise _more_than(
+                    MAX_LIST_ITEMS,
+                    frame.label,
                     f"{_SPLIT}, each with a shorter list, or filter on a coarser column",
                 )
         elif kind == OPEN:
