@@ -16,6 +16,7 @@ analyser checks what results as if the analyst had written the list.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -34,17 +35,17 @@ def expand_subquery_stars(
     if not any(isinstance(node, exp.Star) for node in tree.walk()):
         return tree
     tree = tree.copy()
-    ctes: dict[str, list[str]] = {}
+    expander = _Expander(policy, public_columns, database)
     with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None:
         for cte in with_.expressions:
             if isinstance(cte.this, exp.Select):
-                _expand(cte.this, policy, public_columns, database, ctes)
-                ctes[cte.alias.lower()] = _output_names(cte.this)
+                expander.expand(cte.this)
+                expander.ctes[cte.alias.lower()] = _output_names(cte.this)
     if isinstance(tree, exp.Select):
         for item in _from_items(tree):
             if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
-                _expand(item.this, policy, public_columns, database, ctes)
+                expander.expand(item.this)
     return tree
 
 
@@ -54,64 +55,62 @@ def _from_items(select: exp.Select) -> list[exp.Expression]:
     return items + [join.this for join in select.args.get("joins") or []]
 
 
-def _expand(
-    select: exp.Select,
-    policy: Policy,
-    public_columns: Mapping[str, Sequence[tuple[str, PgType]]],
-    database: str | None,
-    ctes: Mapping[str, list[str]],
-) -> None:
-    """Expand the stars of `select` (and, first, of the subqueries in its FROM), in place."""
-    for item in _from_items(select):
+@dataclass
+class _Expander:
+    """What the expansion knows of the sources a star may name: the policy's tables, the public
+    tables' live columns, and the output names of the CTEs expanded so far."""
+
+    policy: Policy
+    public_columns: Mapping[str, Sequence[tuple[str, PgType]]]
+    database: str | None
+    ctes: dict[str, list[str]] = field(default_factory=dict)
+
+    def expand(self, select: exp.Select) -> None:
+        """Expand the stars of `select` (and, first, of the subqueries in its FROM), in place."""
+        for item in _from_items(select):
+            if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
+                self.expand(item.this)
+        if not any(_is_star(e) for e in select.expressions):
+            return
+        sources: list[tuple[str, list[str]]] = []
+        for item in _from_items(select):
+            names = self.source_columns(item)
+            if names is None:
+                return  # a source whose columns are unknown here: left for the analyser to refuse
+            sources.append((item.alias_or_name, names))
+        expanded: list[exp.Expression] = []
+        for e in select.expressions:
+            if isinstance(e, exp.Star):
+                chosen = sources
+            elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
+                chosen = [s for s in sources if s[0].lower() == e.table.lower()]
+                if not chosen:
+                    return  # `x.*` of no source: the analyser's 42P01
+            else:
+                expanded.append(e)
+                continue
+            for alias, names in chosen:
+                for name in names:
+                    column = exp.column(name, table=alias, quoted=True)
+                    expanded.append(exp.alias_(column, name, quoted=True))
+        select.set("expressions", expanded)
+
+    def source_columns(self, item: exp.Expression) -> list[str] | None:
+        """The columns `*` stands for in the FROM item `item`, in order; None when unknown here."""
         if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
-            _expand(item.this, policy, public_columns, database, ctes)
-    if not any(_is_star(e) for e in select.expressions):
-        return
-    sources: list[tuple[str, list[str]]] = []
-    for item in _from_items(select):
-        names = _source_columns(item, policy, public_columns, database, ctes)
-        if names is None:
-            return  # a source whose columns are unknown here: left for the analyser to refuse
-        sources.append((item.alias_or_name, names))
-    expanded: list[exp.Expression] = []
-    for e in select.expressions:
-        if isinstance(e, exp.Star):
-            chosen = sources
-        elif isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
-            chosen = [s for s in sources if s[0].lower() == e.table.lower()]
-            if not chosen:
-                return  # `x.*` of no source: the analyser's 42P01
-        else:
-            expanded.append(e)
-            continue
-        for alias, names in chosen:
-            for name in names:
-                column = exp.column(name, table=alias, quoted=True)
-                expanded.append(exp.alias_(column, name, quoted=True))
-    select.set("expressions", expanded)
+            return _output_names(item.this)
+        if not isinstance(item, exp.Table) or not isinstance(item.this, exp.Identifier):
+            return None
+        if item.args.get("db") is None and item.name.lower() in self.ctes:
+            return list(self.ctes[item.name.lower()])
+        table = exposed_table(item, self.policy, self.database)
+        if table.columns:
+            return [c.name for c in table.columns]
+        return [name for name, _ in self.public_columns.get(table.name, ())] or None
 
 
 def _is_star(e: exp.Expression) -> bool:
     return isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
-
-
-def _source_columns(
-    item: exp.Expression,
-    policy: Policy,
-    public_columns: Mapping[str, Sequence[tuple[str, PgType]]],
-    database: str | None,
-    ctes: Mapping[str, list[str]],
-) -> list[str] | None:
-    if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):
-        return _output_names(item.this)
-    if not isinstance(item, exp.Table) or not isinstance(item.this, exp.Identifier):
-        return None
-    if item.args.get("db") is None and item.name.lower() in ctes:
-        return list(ctes[item.name.lower()])
-    table = exposed_table(item, policy, database)
-    if table.columns:
-        return [c.name for c in table.columns]
-    return [name for name, _ in public_columns.get(table.name, ())] or None
 
 
 def _output_names(select: exp.Select) -> list[str]:
