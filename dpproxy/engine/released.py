@@ -37,27 +37,11 @@ _DUCKDB_TYPES = {**SQLGLOT_SCHEMA_TYPE, PgType.NUMERIC: "DOUBLE", PgType.UNKNOWN
 
 @dataclass(frozen=True)
 class ReleasedPlan:
-    """The plan of a query over released rows: the inner one's plan, and the outer query."""
+    """The plan of a query over released rows: the plan of the private aggregate at the bottom, and
+    the statement's outer query (whose `layers` are the outer queries to run over its answer)."""
 
-    inner: Plan | ReleasedPlan
+    private: Plan
     query: ReleasedQuery
-
-    @property
-    def private(self) -> Plan:
-        inner = self.inner
-        while isinstance(inner, ReleasedPlan):
-            inner = inner.inner
-        return inner
-
-
-def outer_queries(plan: ReleasedPlan) -> list[ReleasedQuery]:
-    """The outer queries from the innermost (run first) to the statement's own."""
-    queries = [plan.query]
-    inner = plan.inner
-    while isinstance(inner, ReleasedPlan):
-        queries.append(inner.query)
-        inner = inner.inner
-    return queries[::-1]
 
 
 def post_process_released(plan: ReleasedPlan, answer: Result) -> Result:
@@ -65,7 +49,7 @@ def post_process_released(plan: ReleasedPlan, answer: Result) -> Result:
     the previous one's rows. Cost, budget and notes stay the aggregate's; a column the outer query
     passes through unchanged keeps its ±, any other has none."""
     columns, rows = answer.columns, answer.rows
-    for query in outer_queries(plan):
+    for query in plan.query.layers():
         rows = run_over_rows(query, rows)
         columns = tuple(
             dataclasses.replace(columns[source], name=output.name, type=output.type)
@@ -138,7 +122,5 @@ def plan_released(
     engine: EngineLike, query: ReleasedQuery, epsilon: float, bounds: SessionBounds | None
 ) -> ReleasedPlan:
     """The plan of a query over released rows: its private aggregate planned as if sent alone."""
-    inner = query.inner
-    if isinstance(inner, ReleasedQuery):
-        return ReleasedPlan(plan_released(engine, inner, epsilon, bounds), query)
-    return ReleasedPlan(engine.plan_private(inner, epsilon, salt=engine.new_salt(), bounds=bounds), query)
+    private = engine.plan_private(query.private, epsilon, salt=engine.new_salt(), bounds=bounds)
+    return ReleasedPlan(private, query)

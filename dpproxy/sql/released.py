@@ -63,10 +63,17 @@ class ReleasedQuery:
     @property
     def private(self) -> PrivateQuery:
         """The private aggregate at the bottom, whose plan is charged."""
-        inner = self.inner
-        while isinstance(inner, ReleasedQuery):
-            inner = inner.inner
+        inner = self.layers()[0].inner
+        assert isinstance(inner, PrivateQuery)
         return inner
+
+    def layers(self) -> list[ReleasedQuery]:
+        """This query and the outer queries it reads through, from the innermost (run first, over
+        the private aggregate's answer) to this one."""
+        layers = [self]
+        while isinstance(layers[-1].inner, ReleasedQuery):
+            layers.append(layers[-1].inner)
+        return layers[::-1]
 
 
 def split_released(tree: exp.Expression, units: Collection[str] = ()) -> ReleasedSplit | None:
