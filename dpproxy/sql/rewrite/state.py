@@ -13,8 +13,18 @@ from dpproxy.sql.types import PgType
 UNIT = "__unit"
 
 
-def key_column(j: int) -> str:
-    return f"__k{j}"
+@dataclass(frozen=True)
+class NumberedColumn:
+    """A family of columns, one per component i or per candidate j: `family(i)` names the i-th."""
+
+    prefix: str
+
+    def __call__(self, number: int) -> str:
+        return f"{self.prefix}{number}"
+
+
+key_column = NumberedColumn("__k")  # the j-th GROUP BY key
+component_column = NumberedColumn("__c")  # the i-th component's value
 
 
 def key_value(key: GroupKey, dialect: str) -> exp.Expression:
@@ -35,10 +45,6 @@ def key_value(key: GroupKey, dialect: str) -> exp.Expression:
     return value
 
 
-def component_column(i: int) -> str:
-    return f"__c{i}"
-
-
 ROWS = "__rows"  # per unit and group: rows kept
 UNITS = "__units"  # per group: units present (partition selection, COUNT(DISTINCT unit))
 # Bounds chosen per query (PrivateQuery.bounds), per unit and group:
@@ -53,34 +59,17 @@ def candidate_column(i: int, j: int) -> str:
     return f"__c{i}_{j}"
 
 
-def quotient_column(i: int) -> str:
-    """Per unit and group: component i's value (its magnitude, when it may be negative) div TOTAL."""
-    return f"__q{i}"
-
-
-def remainder_column(i: int) -> str:
-    """…and mod TOTAL."""
-    return f"__m{i}"
-
-
-def sign_column(i: int) -> str:
-    """…and its sign (-1 or 1), for a component whose values may be negative."""
-    return f"__sign{i}"
-
-
-def above_column(j: int) -> str:
-    """Per group: units whose first group it is and whose TOTAL exceeds the j-th candidate of k."""
-    return f"__above{j}"
-
-
-def units_column(j: int) -> str:
-    """Per group: units present that count it among their first g groups, g the j-th candidate."""
-    return f"__units{j}"
-
-
-def wider_column(j: int) -> str:
-    """Per group: units whose first group it is and who have more groups than the j-th candidate of g."""
-    return f"__wider{j}"
+# Per unit and group, component i's value (its magnitude, when it may be negative) div TOTAL, its
+# mod TOTAL, and its sign (-1 or 1) for a component whose values may be negative.
+quotient_column = NumberedColumn("__q")
+remainder_column = NumberedColumn("__m")
+sign_column = NumberedColumn("__sign")
+# Per group, for the j-th candidate: the units whose first group it is and whose TOTAL exceeds the
+# j-th candidate of k; the units present that count it among their first g groups, g the j-th
+# candidate; the units whose first group it is and who have more groups than the j-th candidate of g.
+above_column = NumberedColumn("__above")
+units_column = NumberedColumn("__units")
+wider_column = NumberedColumn("__wider")
 
 
 def col(name: str, table: str | None = None) -> exp.Column:
