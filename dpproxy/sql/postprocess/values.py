@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import operator
+from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
+from typing import Any
 
 from sqlglot import exp
 
@@ -107,38 +109,48 @@ _RING = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
 def _arith(node: exp.Expression, a: object, b: object, result: PgType) -> object:
     if a is None or b is None:
         return None
-    ring = _RING.get(type(node))
     if result.is_integer:
-        x, y = int(a), int(b)  # type: ignore[call-overload]
-        if ring is not None:
-            return ring(x, y)
-        if y == 0:
-            return None
-        quotient = abs(x) // abs(y)
-        if isinstance(node, exp.Div):
-            return quotient if (x >= 0) == (y > 0) else -quotient
-        remainder = abs(x) % abs(y)
-        return remainder if x >= 0 else -remainder
+        return _operate(node, int(a), int(b), _integer_quotient)  # type: ignore[call-overload]
     if result.is_float:
-        fx, fy = float(a), float(b)  # type: ignore[arg-type]
-        if ring is not None:
-            return ring(fx, fy)
-        if fy == 0:
-            return None
-        return fx / fy if isinstance(node, exp.Div) else math.fmod(fx, fy)
-    dx, dy = _to_decimal(a), _to_decimal(b)
+        return _operate(node, float(a), float(b), _float_quotient)  # type: ignore[arg-type]
     with localcontext() as ctx:
         ctx.prec = 60
-        if ring is not None:
-            return ring(dx, dy)
-        if dy == 0:
-            return None
-        if isinstance(node, exp.Mod):
-            return dx % dy
-        quotient = dx / dy
-        # PostgreSQL shows at least 16 significant digits of a numeric quotient.
-        digits = max(_scale(dx), _scale(dy), 16 - max(quotient.adjusted() + 1, 0), 0)
-        return quotient.quantize(Decimal(1).scaleb(-min(digits, 40)), rounding=ROUND_HALF_UP)
+        return _operate(node, _to_decimal(a), _to_decimal(b), _numeric_quotient)
+
+
+def _operate(
+    node: exp.Expression, x: Any, y: Any, divide: Callable[[exp.Expression, Any, Any], object]
+) -> object:
+    """x + y, x − y, x · y alike on every kind of number; x / y and x % y by `divide`, of the
+    result's kind, and NULL for a zero divisor (over released values, not an error)."""
+    ring = _RING.get(type(node))
+    if ring is not None:
+        return ring(x, y)
+    if y == 0:
+        return None
+    return divide(node, x, y)
+
+
+def _integer_quotient(node: exp.Expression, x: int, y: int) -> int:
+    """Integer division and remainder truncate towards zero, as PostgreSQL's do."""
+    quotient = abs(x) // abs(y)
+    if isinstance(node, exp.Div):
+        return quotient if (x >= 0) == (y > 0) else -quotient
+    remainder = abs(x) % abs(y)
+    return remainder if x >= 0 else -remainder
+
+
+def _float_quotient(node: exp.Expression, x: float, y: float) -> float:
+    return x / y if isinstance(node, exp.Div) else math.fmod(x, y)
+
+
+def _numeric_quotient(node: exp.Expression, x: Decimal, y: Decimal) -> Decimal:
+    if isinstance(node, exp.Mod):
+        return x % y
+    quotient = x / y
+    # PostgreSQL shows at least 16 significant digits of a numeric quotient.
+    digits = max(_scale(x), _scale(y), 16 - max(quotient.adjusted() + 1, 0), 0)
+    return quotient.quantize(Decimal(1).scaleb(-min(digits, 40)), rounding=ROUND_HALF_UP)
 
 
 def _scale(value: Decimal) -> int:
