@@ -52,6 +52,7 @@ from sqlglot import exp
 
 from dpproxy.errors import DPProxyError
 from dpproxy.sql.datetimes import parse_temporal
+from dpproxy.sql.nodes import conjuncts, strip_parens
 from dpproxy.sql.query import GroupKey, OutputColumn, PublicQuery
 from dpproxy.sql.relation import Relation
 from dpproxy.sql.rowexpr import Typed, row_expression
@@ -111,14 +112,14 @@ class PublicKeys:
         self.fetch = fetch
         self.scope = relation.scope("WHERE")
         where = tree.args.get("where")
-        self.conjuncts = _conjuncts(where.this) if where is not None else []
+        self.conjuncts = conjuncts(where.this) if where is not None else []
         self.derived: set[str] = set()  # texts of the keys whose values this module found
 
     # -- one key ---------------------------------------------------------------------------------
 
     def values(self, node: exp.Expression, typed: Typed, text: str) -> KeyValues:
         """The public values of the key written `node` (its typed form and normalised text)."""
-        node = _bare(node)
+        node = strip_parens(node)
         label = node.sql("postgres")
         key_type = PgType.TEXT if typed.type is PgType.UNKNOWN else typed.type
         if isinstance(node, exp.Column):
@@ -238,7 +239,7 @@ class PublicKeys:
             kind, part, inner = "day", "day", node
         else:
             return None
-        inner = _bare(inner)
+        inner = strip_parens(inner)
         if not isinstance(inner, exp.Column):
             return None
         source, column = self.scope.resolve(inner)
@@ -299,7 +300,7 @@ class PublicKeys:
         return _aware(lo, column_type), _aware(hi, column_type)
 
     def _is_column(self, node: exp.Expression, key: _Temporal) -> bool:
-        node = _bare(node)
+        node = strip_parens(node)
         if not isinstance(node, exp.Column):
             return False
         try:
@@ -332,7 +333,7 @@ class PublicKeys:
         return replace(found, values=tuple(values), origin=origin)
 
     def _is_key(self, node: exp.Expression, text: str) -> bool:
-        if isinstance(_bare(node), (exp.Literal, exp.Null, exp.Boolean)):
+        if isinstance(strip_parens(node), (exp.Literal, exp.Null, exp.Boolean)):
             return False
         try:
             return row_expression(node, self.scope).sql.sql("postgres") == text
@@ -344,9 +345,9 @@ class PublicKeys:
     ) -> list[tuple[str, object]]:
         """The conjunct as (operator, normalised constant) tests on the matched expression; [] when it
         does not compare it with constants; _Unreadable when it does, in a way not read here."""
-        node = _bare(conjunct)
-        if isinstance(node, exp.Not) and isinstance(_bare(node.this), exp.In):
-            inner = _bare(node.this)
+        node = strip_parens(conjunct)
+        if isinstance(node, exp.Not) and isinstance(strip_parens(node.this), exp.In):
+            inner = strip_parens(node.this)
             if not matches(inner.this):
                 return []
             return [("<>", _constant(v, value_type)) for v in _in_list(inner)]
@@ -387,19 +388,6 @@ _OPERATORS: dict[type, str] = {
 _REVERSED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def _bare(node: exp.Expression) -> exp.Expression:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
-
-
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    node = _bare(node)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
 def _name(node: exp.Expression | None) -> str:
     if isinstance(node, (exp.Var, exp.Literal, exp.Identifier)):
         return str(node.name).lower()
@@ -429,10 +417,10 @@ def _equalities(
     on = join.args.get("on")
     if on is None:
         return
-    for term in _conjuncts(on):
+    for term in conjuncts(on):
         if not isinstance(term, exp.EQ):
             continue
-        a, b = _bare(term.this), _bare(term.expression)
+        a, b = strip_parens(term.this), strip_parens(term.expression)
         if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
             continue
         try:
@@ -486,20 +474,20 @@ def _fetched(rows: Sequence[Sequence[object]], key_type: PgType) -> tuple[object
 def _constant(node: exp.Expression, value_type: PgType) -> object:
     """A constant of the WHERE as a normalised Python value compared with values of `value_type`
     (an untyped string takes that type, as in PostgreSQL)."""
-    node = _bare(node)
+    node = strip_parens(node)
     try:
         if isinstance(node, exp.Boolean):
             return bool(node.this)
         if isinstance(node, exp.Literal) and not node.is_string:
             return Decimal(node.this)
-        if isinstance(node, exp.Neg) and isinstance(_bare(node.this), exp.Literal):
-            inner = _bare(node.this)
+        if isinstance(node, exp.Neg) and isinstance(strip_parens(node.this), exp.Literal):
+            inner = strip_parens(node.this)
             if not inner.is_string:
                 return -Decimal(inner.this)
         if isinstance(node, exp.Literal) and node.is_string:
             return _normal(_from_text(node.this, value_type))
-        if isinstance(node, exp.Cast) and isinstance(_bare(node.this), exp.Literal):
-            text, target = _bare(node.this).this, _cast_type(node.to)
+        if isinstance(node, exp.Cast) and isinstance(strip_parens(node.this), exp.Literal):
+            text, target = strip_parens(node.this).this, _cast_type(node.to)
             if target is not None:
                 return _normal(_from_text(str(text), target))
     except (DPProxyError, ValueError, InvalidOperation, ArithmeticError):

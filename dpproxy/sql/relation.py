@@ -32,6 +32,7 @@ from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViol
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.nodes import conjuncts, strip_parens
 from dpproxy.sql.public import exposed_table
 from dpproxy.sql.rowexpr import Typed, row_expression
 from dpproxy.sql.rowexpr.typed import clip_sql
@@ -310,20 +311,6 @@ def _check_nullable_side(
     )
 
 
-def _split_and(node: exp.Expression) -> list[exp.Expression]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _split_and(node.left) + _split_and(node.right)
-    return [node]
-
-
-def _bare(node: exp.Expression) -> exp.Expression:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
-
-
 def _join_condition(
     join: exp.Join, sources: list[Source]
 ) -> tuple[exp.Expression, list[tuple[tuple[int, str], tuple[int, str]]]]:
@@ -345,17 +332,17 @@ def _join_condition(
                 )
             )
     else:
-        terms = _split_and(join.args["on"])
+        terms = conjuncts(join.args["on"])
     links = []
     for term in terms:
-        bare = _bare(term)
+        bare = strip_parens(term)
         if (
             isinstance(bare, exp.EQ)
-            and isinstance(_bare(bare.left), exp.Column)
-            and isinstance(_bare(bare.right), exp.Column)
+            and isinstance(strip_parens(bare.left), exp.Column)
+            and isinstance(strip_parens(bare.right), exp.Column)
         ):
-            (a_source, a_column) = scope.resolve(_bare(bare.left))
-            (b_source, b_column) = scope.resolve(_bare(bare.right))
+            (a_source, a_column) = scope.resolve(strip_parens(bare.left))
+            (b_source, b_column) = scope.resolve(strip_parens(bare.right))
             if a_source is not b_source:
                 links.append(
                     ((sources.index(a_source), a_column.name), (sources.index(b_source), b_column.name))
@@ -506,9 +493,13 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     scope = relation.scope(f"subquery {name}")
     group = inner.args.get("group")
     keys = group.expressions if group is not None else []
-    unit_keys = [k for k in keys if isinstance(_bare(k), exp.Column) and scope.resolve(_bare(k))[1].is_unit]
+    unit_keys = [
+        k
+        for k in keys
+        if isinstance(strip_parens(k), exp.Column) and scope.resolve(strip_parens(k))[1].is_unit
+    ]
     for key in unit_keys:
-        _check_person_column(scope.resolve(_bare(key))[0], relation, name)
+        _check_person_column(scope.resolve(strip_parens(key))[0], relation, name)
     if len(keys) != 1 or len(unit_keys) != 1:
         raise NotSupported(
             f'subquery {name} aggregates rows: it must GROUP BY the privacy unit "{relation.unit_name}" '
@@ -520,7 +511,7 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     columns: list[SourceColumn] = []
     for item in inner.expressions:
         expression = item.this if isinstance(item, exp.Alias) else item
-        bare = _bare(expression)
+        bare = strip_parens(expression)
         if isinstance(bare, exp.Column) and scope.resolve(bare)[1].is_unit:
             _check_person_column(scope.resolve(bare)[0], relation, name)
             unit_typed = row_expression(bare, scope)

@@ -31,6 +31,7 @@ from sqlglot import exp
 
 from dpproxy.errors import NotSupported
 from dpproxy.sql import literals
+from dpproxy.sql.nodes import conjuncts, strip_parens
 from dpproxy.sql.types import PgType
 
 __all__ = ["SeriesLimit", "series_limit"]
@@ -99,7 +100,7 @@ def series_limit(tree: exp.Expression) -> SeriesLimit | None:
     if on is None or join.args.get("using"):
         return None
     links = []
-    for condition in _conjuncts(on):
+    for condition in conjuncts(on):
         if not isinstance(condition, exp.EQ):
             return None
         sides = [condition.this, condition.expression]
@@ -126,19 +127,10 @@ def _output_name(item: exp.Expression) -> str:
     return item.alias_or_name.lower()
 
 
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
 def _inner_column(node: exp.Expression, alias: str, names: dict[str, exp.Expression]) -> bool:
     """A column of the top-k subquery: qualified by its alias, or a name only it has (Superset writes
     `department = department__`, the `__` suffix making the name the subquery's own)."""
-    while isinstance(node, exp.Paren):
-        node = node.this
+    node = strip_parens(node)
     if not isinstance(node, exp.Column) or node.name.lower() not in names:
         return False
     if node.table:
