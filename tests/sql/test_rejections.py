@@ -219,6 +219,12 @@ REJECTIONS = [
         "42883",
         ["operator does not exist: character varying > integer"],
     ),
+    # LIKE reads text as the text functions do (dpproxy.sql.rowexpr.text)
+    (
+        "SELECT COUNT(*) FROM patients WHERE age LIKE '1%'",
+        "42883",
+        ["LIKE needs text, but age is integer (WHERE)"],
+    ),
     # one comparison rule in every clause, PostgreSQL's: text = integer has no operator (42883)
     (
         "SELECT COUNT(*) FROM patients WHERE sex = 1",

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported, UndefinedFunction
+from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported
 from dpproxy.sql.intervals import hull
 from dpproxy.sql.rowexpr.arithmetic import extreme_interval
 from dpproxy.sql.rowexpr.constants import check_castable_text, string_argument, typed_constant
@@ -137,13 +137,7 @@ class PredicateRules:
         return Typed(sql, PgType.BOOL, None, inner.uses_unit or low.uses_unit or high.uses_unit)
 
     def _like(self, node: exp.Expression, escape: exp.Expression | None = None) -> Typed:
-        inner = self.check(node.this)
-        if not (inner.type.is_text):
-            raise UndefinedFunction(
-                f"LIKE needs text, but {node.this.sql('postgres')} is {inner.type.value} "
-                f"({self.scope.clause})",
-                hint="CAST the value to text first",
-            )
+        inner = self._text(node.this, "LIKE")  # dpproxy.sql.rowexpr.text
         pattern = node.expression
         if not (isinstance(pattern, exp.Literal) and pattern.is_string):
             raise NotSupported(
