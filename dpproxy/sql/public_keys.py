@@ -569,33 +569,40 @@ def _cut(
         return _cut("<=", max(constant), lo, hi, column_type)
     if not isinstance(constant, dt.datetime):
         raise _Unreadable
-    tick = dt.timedelta(days=1) if column_type is PgType.DATE else dt.timedelta(microseconds=1)
     try:
-        if column_type is PgType.DATE:
-            midnight = constant.time() == dt.time()
-            floor = dt.datetime.combine(constant.date(), dt.time())
-            ceiling = floor if midnight else floor + tick
-            below = floor - tick if midnight else floor  # the last midnight before the constant
-            if op in (">=", "="):
-                lo = max(lo, ceiling)
-            if op == ">":
-                lo = max(lo, floor + tick)
-            if op in ("<=", "="):
-                hi = min(hi, floor)
-            if op == "<":
-                hi = min(hi, below)
-        else:
-            if op in (">=", "="):
-                lo = max(lo, constant)
-            if op == ">":
-                lo = max(lo, constant + tick)
-            if op in ("<=", "="):
-                hi = min(hi, constant)
-            if op == "<":
-                hi = min(hi, constant - tick)
+        least, greatest = _admitted(op, constant, column_type)
     except OverflowError:
         raise _Unreadable from None
+    if least is not None:
+        lo = max(lo, least)
+    if greatest is not None:
+        hi = min(hi, greatest)
     return lo, hi
+
+
+def _admitted(
+    op: str, constant: dt.datetime, column_type: PgType
+) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The least and the greatest value of the column that `column op constant` admits (a date
+    column's values are midnights, a timestamp's are a microsecond apart); None where it sets no
+    bound (`<>` sets none)."""
+    if column_type is PgType.DATE:
+        day = dt.timedelta(days=1)
+        midnight = constant.time() == dt.time()
+        floor = dt.datetime.combine(constant.date(), dt.time())
+        ceiling = floor if midnight else floor + day
+        below = floor - day if midnight else floor  # the last midnight before the constant
+        if op == ">":
+            return floor + day, None
+        return {">=": (ceiling, None), "=": (ceiling, floor), "<=": (None, floor), "<": (None, below)}.get(
+            op, (None, None)
+        )
+    tick = dt.timedelta(microseconds=1)
+    if op == ">":
+        return constant + tick, None
+    if op == "<":
+        return None, constant - tick
+    return {">=": (constant, None), "=": (constant, constant), "<=": (None, constant)}.get(op, (None, None))
 
 
 def _utc(value: dt.date) -> dt.datetime:
