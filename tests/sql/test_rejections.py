@@ -225,6 +225,17 @@ REJECTIONS = [
         "42883",
         ["LIKE needs text, but age is integer (WHERE)"],
     ),
+    # date functions name the clause and the cast as the text functions do (RowExpressionChecker.argument)
+    (
+        "SELECT date_trunc('month', age), COUNT(*) FROM patients GROUP BY 1",
+        "42883",
+        ["date_trunc() needs a date or timestamp, but age is integer (GROUP BY)", "CAST the value to date or timestamp"],
+    ),
+    (
+        "SELECT COUNT(*) FROM patients WHERE EXTRACT(year FROM zip) = 2020",
+        "42883",
+        ["extract() needs a date or timestamp, but zip is character varying (WHERE)"],
+    ),
     # one comparison rule in every clause, PostgreSQL's: text = integer has no operator (42883)
     (
         "SELECT COUNT(*) FROM patients WHERE sex = 1",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
+from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation, UndefinedFunction
 from dpproxy.sql import numbers
 from dpproxy.sql.names import function_name
 from dpproxy.sql.rowexpr.arithmetic import ArithmeticRules
@@ -101,6 +101,21 @@ class RowExpressionChecker(ArithmeticRules, PredicateRules, TextRules, DateRules
         if handler is not None:
             return handler(node)
         raise self._unsupported(node)
+
+    def argument(
+        self, node: exp.Expression | None, what: str, needs: str, accepts: Callable[[PgType], bool]
+    ) -> Typed:
+        """`node` checked as the argument `what` of a function that takes `needs` (text, a date or
+        timestamp): 42883 naming the argument, its type and the clause when it is of another type."""
+        assert node is not None
+        typed = self.check(node)
+        if not accepts(typed.type):
+            written = node.sql("postgres")
+            raise UndefinedFunction(
+                f"{what} needs {needs}, but {written} is {typed.type.value} ({self.scope.clause})",
+                hint=f"CAST the value to {needs.removeprefix('a ')} first",
+            )
+        return typed
 
     def _unsupported(self, node: exp.Expression) -> DPProxyError:
         where = self.scope.clause

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import InvalidParameter, NotSupported, UndefinedFunction
+from dpproxy.errors import InvalidParameter, NotSupported
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.rowexpr.constants import string_argument
@@ -84,13 +84,7 @@ class DateRules:
     """The date and time rules of RowExpressionChecker (a mixin: `check` and `scope` are the checker's)."""
 
     def _temporal(self, node: exp.Expression | None, what: str) -> Typed:
-        assert node is not None
-        typed = self.check(node)
-        if not typed.type.is_temporal:
-            raise UndefinedFunction(
-                f"{what} needs a date or timestamp, but {node.sql('postgres')} is {typed.type.value}"
-            )
-        return typed
+        return self.argument(node, what, "a date or timestamp", lambda t: t.is_temporal)
 
     def _date_trunc(self, node: exp.Expression) -> Typed:
         unit = string_argument(node.args.get("unit"), "the unit of date_trunc()").lower()

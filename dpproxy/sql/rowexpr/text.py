@@ -37,14 +37,7 @@ class TextRules:
     """The text rules of RowExpressionChecker (a mixin: `check` and `scope` are the checker's)."""
 
     def _text(self, node: exp.Expression | None, what: str) -> Typed:
-        assert node is not None
-        typed = self.check(node)
-        if not typed.type.is_text:
-            raise UndefinedFunction(
-                f"{what} needs text, but {node.sql('postgres')} is {typed.type.value} ({self.scope.clause})",
-                hint="CAST the value to text first",
-            )
-        return typed
+        return self.argument(node, what, "text", lambda t: t.is_text)
 
     def _text_to_text(self, node: exp.Expression) -> Typed:
         name = node.sql_name().lower()
