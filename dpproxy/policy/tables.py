@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any
+from typing import TypedDict
 
 from dpproxy.policy.columns import read_columns
 from dpproxy.policy.marked_yaml import Node
@@ -309,16 +309,27 @@ def _read_table(name: str, node: Node, p: Problems) -> TablePolicy | None:
     )
 
 
+class _Contributions(TypedDict):
+    """How much each person of a protected table contributes, keyed by their `TablePolicy` fields."""
+
+    max_groups_per_unit: int
+    max_rows_per_unit: int
+    randomized_response: bool
+    unit_unique: bool
+    row_bounding: str
+    contribution_bounds: str
+
+
 def _read_contributions(
     entries: dict[str, Node], path: str, unit_text: str | None, p: Problems
-) -> dict[str, Any]:
+) -> _Contributions:
     """How much each person of a protected table contributes and how that is enforced, keyed by the
     `TablePolicy` fields, which are the policy's keys: max_groups_per_unit and max_rows_per_unit
     (1..MAX_CONTRIBUTIONS, 1 with `privacy_unit: row`; 1 when absent or refused), randomized_response,
     unit_unique, row_bounding and contribution_bounds (fixed when rows are sampled)."""
-    settings: dict[str, Any] = {}
+    limits = {}
     for key in ("max_groups_per_unit", "max_rows_per_unit"):
-        settings[key] = 1
+        limits[key] = 1
         if key not in entries:
             continue
         child = entries[key]
@@ -341,10 +352,12 @@ def _read_contributions(
                 "bounds below it); a larger value is almost certainly a mistake",
             )
         else:
-            settings[key] = value
+            limits[key] = value
 
-    for key in ("randomized_response", "unit_unique"):
-        settings[key] = key in entries and bool(read_boolean(entries[key], f"{path}.{key}", p))
+    flags = {
+        key: key in entries and bool(read_boolean(entries[key], f"{path}.{key}", p))
+        for key in ("randomized_response", "unit_unique")
+    }
     row_bounding = "clamp"
     if "row_bounding" in entries:
         row_bounding = (
@@ -380,9 +393,14 @@ def _read_contributions(
             )
         elif value_text is not None:
             bounds = value_text
-    settings["row_bounding"] = row_bounding
-    settings["contribution_bounds"] = bounds
-    return settings
+    return _Contributions(
+        max_groups_per_unit=limits["max_groups_per_unit"],
+        max_rows_per_unit=limits["max_rows_per_unit"],
+        randomized_response=flags["randomized_response"],
+        unit_unique=flags["unit_unique"],
+        row_bounding=row_bounding,
+        contribution_bounds=bounds,
+    )
 
 
 def _check_unit_unique(entries: dict[str, Node], path: str, unit_text: str | None, p: Problems) -> None:
