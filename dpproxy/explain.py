@@ -11,6 +11,7 @@ from dpproxy.privacy import (
     Cost,
     QuantileSpec,
 )
+from dpproxy.privacy.bounds import DistinctChoice
 from dpproxy.release import (
     selectors,
 )
@@ -148,7 +149,13 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             f"{spec.scale:.6g}, half a share each)"
         )
     for choice in plan.noise.choices:
-        if choice.kind == "rows":
+        if isinstance(choice, DistinctChoice):
+            what = (
+                "the generalised exponential mechanism, the most values persons can carry less their noise"
+                f" ({format_number(choice.penalty)} per unit of ℓ)"
+            )
+            name = "ℓ, the distinct values a person is counted for (COUNT(DISTINCT x))"
+        elif choice.kind == "rows":
             floor = "k at least a quarter of the ceiling" if choice.floor else "no floor under a WHERE"
             if choice.quartile:
                 aim = "half the persons" if choice.half else "a quarter of the persons"
@@ -172,7 +179,8 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             name = "g, the groups a person counts in (partition selection, COUNT(DISTINCT unit))"
         choices.append(
             f"contribution bound {name}: chosen among {', '.join(map(str, choice.candidates))} by "
-            f"report-noisy-max, {what} (noise scale {choice.scale:.6g}, "
+            f"{'' if choice.kind == 'distinct' else 'report-noisy-max, '}{what} "
+            f"(noise scale {choice.scale:.6g}, "
             f"ε={format_number(choice.epsilon)}{f', ρ={format_number(choice.rho)}' if choice.rho else ''}); "
             "the values above are shown at the ceilings, the answer's are noised for the chosen bounds"
         )

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dpproxy.engine import Plan
 from dpproxy.release import ExactGroups
 from dpproxy.release.aggregates import fine_components
+from dpproxy.sql.bounds import distinct_bounds
 from dpproxy.sql.query import FINE
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
@@ -116,6 +117,7 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
             if moved or any(moved_histograms):
                 changed += 1
         assert changed <= max(bounds.group_cap, query.max_groups), (query.text, unit, changed)
+        _certify_carried(plan, measured, neighbour_measured, unit)
         _certify_histograms_per_candidate(plan, measured, neighbour_measured, unit)
         for j, g in enumerate(bounds.groups):
             assert units_changed[j] <= g, (query.text, unit, "units in groups", g, units_changed[j])
@@ -124,6 +126,25 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
                 continue
             for j, k in enumerate(bounds.rows):
                 assert l1[i][j] <= FINE * component.sensitivity(k), (query.text, unit, i, k, l1[i][j])
+
+
+def _certify_carried(plan: Plan, a: ExactGroups, b: ExactGroups, unit: int) -> None:
+    """COUNT(DISTINCT x) per person at every candidate ℓ (ExactGroups.carried): the counts of all
+    groups together move by at most ℓ (L1) when one person goes."""
+    caps = distinct_bounds(plan.query)
+    empty = [0] * len(caps)
+
+    def by_key(m: ExactGroups) -> dict[tuple, list[int]]:
+        return {(m.keys[g], i): counts for (g, i), counts in m.carried.items()}
+
+    full, neighbour = by_key(a), by_key(b)
+    l1 = [0] * len(caps)
+    for key in set(full) | set(neighbour):
+        for j, (x, y) in enumerate(zip(full.get(key, empty), neighbour.get(key, empty), strict=True)):
+            assert abs(x - y) <= caps[j], (plan.query.text, unit, key, caps[j], x, y)
+            l1[j] += abs(x - y)
+    for j, cap in enumerate(caps):
+        assert l1[j] <= cap, (plan.query.text, unit, cap, l1[j])
 
 
 def _certify_histograms_per_candidate(plan: Plan, a: ExactGroups, b: ExactGroups, unit: int) -> None:
@@ -219,5 +240,6 @@ def certify_fixed(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None
             for h, moved in enumerate(moved_histograms):
                 assert moved <= r, (plan.query.text, key, "histogram", h, moved, r)
         assert changed <= g, (plan.query.text, unit, changed, g)
+        _certify_carried(plan, measured, measured_neighbour, unit)
         for i, sensitivity in enumerate(sensitivities):
             assert l1[i] <= g * sensitivity, (plan.query.text, i, l1[i], g, sensitivity)

@@ -58,7 +58,7 @@ from dpproxy.policy import DATASET, AnalystPolicy, Policy, check_against_schema,
 from dpproxy.policy.live_schema import units_kept_not_null
 from dpproxy.privacy import Cost
 from dpproxy.release import choose_groups, exact_groups, post_process, release_aggregates
-from dpproxy.release.bounds import choose_bounds
+from dpproxy.release.bounds import choose_bounds, choose_distinct
 from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.quantiles import refine_quantiles
 from dpproxy.results import (
@@ -76,7 +76,7 @@ from dpproxy.sql.analyze import (
     infer_parameter_types,
     parse_statement,
 )
-from dpproxy.sql.bounds import SessionBounds, with_session_bounds
+from dpproxy.sql.bounds import SessionBounds, distinct_bounds, with_session_bounds
 from dpproxy.sql.clock import reads_clock, with_statement_clock
 from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.probes import EmptyQuery
@@ -736,13 +736,19 @@ class Engine:
         run: Callable[[str], Sequence[Sequence[object]]] | None,
     ) -> Result:
         query = plan.query
-        exact = exact_groups(query, *row_sets)
+        exact = exact_groups(query, *row_sets, salt=plan.distinct_salt)
         noise = plan.noise
         notes: tuple[str, ...] = ()
+        values = -1
+        if distinct_bounds(query):  # COUNT(DISTINCT x) per person: ℓ drawn, then its values
+            exact, values, note = choose_distinct(query, exact, noise)
+            notes = (note,)
         if exact.candidates is not None:  # bounds chosen per query: k and g drawn, then their values
             exact, chosen = choose_bounds(query, exact, noise)
-            noise = plan.noise_at(chosen.rows_index, chosen.groups_index)
-            notes = (chosen.note(),)
+            noise = plan.noise_at(chosen.rows_index, chosen.groups_index, values)
+            notes = (chosen.note(), *notes)
+        elif values != -1:
+            noise = plan.noise_at(-1, -1, values)
         groups = choose_groups(query, exact, noise)
         refinements = plan.refinements if query.histograms else {}
         refined = refine_quantiles(query, refinements, groups, noise, run)

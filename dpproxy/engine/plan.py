@@ -10,6 +10,8 @@ it. `explain` renders a plan; the engine runs one; neither is imported here.
 from __future__ import annotations
 
 import functools
+import hashlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,8 +29,8 @@ from dpproxy.privacy.bounds import BoundRequest
 from dpproxy.release import ExactGroups, exact_groups, selectors
 from dpproxy.release.aggregates import column_errors, fine_components
 from dpproxy.results import ResultColumn
-from dpproxy.sql.bounds import choosing, component_bounds
-from dpproxy.sql.query import FINE, Aggregate, AggregateKind, PrivateQuery
+from dpproxy.sql.bounds import choosing, component_bounds, distinct_bounds
+from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.rewrite.row_pipeline import RefinementStatement, refinement_statement
 
@@ -46,6 +48,9 @@ class Plan:
     responses: RandomizedResponseCount | None = None  # COUNT by randomized response
     # The policy's mechanism and accounting (for the noise at chosen bounds: Plan.noise_at).
     _defaults: tuple[str, str] = ("laplace", "pure")
+    # Orders each person's values for COUNT(DISTINCT x) per group (dpproxy.release.distinct): drawn
+    # per plan, or derived from the rewrite's salt when a test fixes it.
+    distinct_salt: int = 0
 
     @functools.cached_property
     def statements(self) -> tuple[str, ...]:
@@ -84,12 +89,14 @@ class Plan:
         """Whether the release chooses k and g from every candidate's values (PrivateQuery.bounds)."""
         return choosing(self.query)
 
-    def noise_at(self, rows: int, groups: int) -> QueryNoise:
-        """The noise for the values at the chosen candidates (indexes into the query's bounds): the
-        same shares, and so the same cost, as the plan's, with sensitivities for those bounds."""
-        if not self.chooses_bounds or self.responses is not None:
+    def noise_at(self, rows: int, groups: int, values: int = -1) -> QueryNoise:
+        """The noise for the values at the chosen candidates (indexes into the query's bounds, and
+        into distinct_bounds for ℓ): the same shares, and so the same cost, as the plan's, with
+        sensitivities for those bounds."""
+        chooses = self.chooses_bounds or len(distinct_bounds(self.query)) > 1
+        if not chooses or self.responses is not None:
             return self.noise
-        noise = _query_noise(self.query, self.epsilon, self.delta, self._defaults, rows, groups)
+        noise = _query_noise(self.query, self.epsilon, self.delta, self._defaults, rows, groups, values)
         if noise.cost != self.noise.cost:  # both are the allocation: the same whatever the bounds
             raise AssertionError("the noise at a chosen bound must cost what the plan reserved")
         return noise
@@ -97,7 +104,7 @@ class Plan:
     def measure(self, *row_sets: Sequence[Sequence[object]]) -> ExactGroups:
         """True values per group from each statement's rows: the certificates' seam (see
         dpproxy.release.exact); nothing in production shows them."""
-        return exact_groups(self.query, *row_sets)
+        return exact_groups(self.query, *row_sets, salt=self.distinct_salt)
 
 
 def plan_private(
@@ -110,6 +117,9 @@ def plan_private(
     Plan.noise_at)."""
     state = rewrite(query, salt=salt, dialect=dialect)
     defaults = policy.defaults
+    distinct_salt = (
+        secrets.randbits(63) if salt is None else int(hashlib.sha256(salt.encode()).hexdigest()[:15], 16)
+    )
     if query.randomized_response:
         responses = randomized_response_count_plan(
             epsilon,
@@ -121,7 +131,7 @@ def plan_private(
         return Plan(query, state, dialect, responses.noise, epsilon, defaults.delta, responses)
     settings = (str(defaults.mechanism), str(defaults.accounting))
     noise = _query_noise(query, epsilon, defaults.delta, settings, -1, -1)
-    return Plan(query, state, dialect, noise, epsilon, defaults.delta, None, settings)
+    return Plan(query, state, dialect, noise, epsilon, defaults.delta, None, settings, distinct_salt)
 
 
 def _mixes(aggregate: Aggregate) -> bool:
@@ -210,7 +220,13 @@ def _share(aggregate: Aggregate) -> bool:
 
 
 def _query_noise(
-    query: PrivateQuery, epsilon: float, delta: float, settings: tuple[str, str], rows: int, groups: int
+    query: PrivateQuery,
+    epsilon: float,
+    delta: float,
+    settings: tuple[str, str],
+    rows: int,
+    groups: int,
+    values: int = -1,
 ) -> QueryNoise:
     mechanism, accounting = settings
     bounds = query.bounds if choosing(query) else None
@@ -238,16 +254,21 @@ def _query_noise(
             for kind, candidates in (("rows", bounds.rows), ("groups", bounds.groups))
             if len(candidates) > 1
         )
+    distinct = distinct_bounds(query)
+    if len(distinct) > 1:  # ℓ of COUNT(DISTINCT x): a person moves each one's counts by ℓ in all
+        counts = sum(1 for c in query.components if c.kind is ComponentKind.DISTINCT_VALUES)
+        cells = query.key_domain_size or 1
+        asked += (BoundRequest("distinct", distinct, cells=cells, weight=counts),)
     return plan_query_noise(
         mechanism,
         epsilon,
         delta,
-        component_bounds(query, rows, groups),
+        component_bounds(query, rows, groups, values),
         selection,
         accounting=accounting,
         selectors=selectors(query, rows, groups).requests,
         choices=asked,
-        allocated=bounds is not None,
+        allocated=bounds is not None or len(distinct) > 1,
     )
 
 

@@ -93,6 +93,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 from dpproxy.privacy.accounting import Accounting
@@ -138,6 +139,9 @@ class BoundRequest:
     # k, with `cells` > 1 or `decile`: no candidate below a quarter of the ceiling. False when a WHERE
     # narrows the rows read (the ceiling says how many rows a person has in the whole table).
     floor: bool = True
+    # ℓ (kind "distinct"): how many times ℓ a person moves the counts of distinct values (the groups
+    # they may count in, times the query's COUNT(DISTINCT …)s; DistinctChoice).
+    weight: int = 1
 
 
 @dataclass(frozen=True)
@@ -260,3 +264,70 @@ def bound_choice(
         decile,
         floor,
     )
+
+
+# COUNT(DISTINCT x)'s scores are the generalised exponential mechanism's, rationals of sensitivity 1,
+# floored on a grid this fine (sensitivity DISTINCT_GRID as integers).
+DISTINCT_GRID = 1000
+# …and its t aims at the best candidate with probability 1 − DISTINCT_BETA (Raskhodnikova & Smith).
+DISTINCT_BETA = 0.05
+
+
+@dataclass(frozen=True)
+class DistinctChoice:
+    """ℓ, the distinct values of x each person may be counted for in COUNT(DISTINCT x), chosen by the
+    generalised exponential mechanism (Raskhodnikova & Smith 2016) over the candidates' counts
+    M(ℓ_j) — the most values that can be given to persons holding them, at most ℓ_j each
+    (dpproxy.release.distinct) — as Knop & Steinke (2023) do; docs/privacy.md §3.
+
+    M(ℓ) moves by at most Δ_j = weight·ℓ_j when a person is added or removed (`weight`: the groups a
+    person may count in, times the COUNT(DISTINCT …) of the query). The score to maximise is
+    q_j = M(ℓ_j) − penalty·ℓ_j, the count less its 95% noise (penalty: that noise per unit of ℓ, data
+    independent). The mechanism scores candidate i by min_j ((q_i − tΔ_i) − (q_j − tΔ_j))/(Δ_i + Δ_j),
+    of sensitivity 1 whatever the data (each term moves by at most (Δ_i + Δ_j)/(Δ_i + Δ_j)), with
+    t = 2·ln(J/β)/ε: a candidate of larger sensitivity must win by more. M saturates at the number of
+    values as soon as there are enough persons to carry them, so the choice is the ℓ where it does."""
+
+    candidates: tuple[int, ...]
+    weight: int
+    penalty: float
+    accounting: Accounting
+    scale: float  # report-noisy-max's, for scores floored on the grid (sensitivity DISTINCT_GRID)
+    epsilon: float
+    rho: float
+    kind: str = "distinct"
+
+    def scores(self, counts: Sequence[int]) -> list[int]:
+        """floor(DISTINCT_GRID · score) of each candidate, from the true M(ℓ_j) (exact rationals: the
+        floor moves by at most DISTINCT_GRID when the score moves by at most 1)."""
+        rivals = len(self.candidates)
+        t = Fraction(self.scale) / DISTINCT_GRID * Fraction(math.log(rivals / DISTINCT_BETA))
+        penalty = Fraction(self.penalty)
+        sens = [self.weight * bound for bound in self.candidates]
+        shifted = [
+            int(m) - penalty * bound - t * s
+            for m, bound, s in zip(counts, self.candidates, sens, strict=True)
+        ]
+        return [
+            math.floor(DISTINCT_GRID * min((a - b) / (si + sj) for b, sj in zip(shifted, sens, strict=True)))
+            for a, si in zip(shifted, sens, strict=True)
+        ]
+
+    def select(self, counts: Sequence[int], persons: int = 0) -> int:
+        """The index of the chosen ℓ, from the true M(ℓ_j) summed over the groups and COUNT(DISTINCT …)s."""
+        if len(self.candidates) == 1:
+            return 0
+        measurement = _noisy_max_measurement(self.accounting, self.scale, False)
+        return int(measurement(_i64_scores(self.scores(counts))))
+
+
+@lru_cache(maxsize=1024)
+def distinct_choice(
+    candidates: tuple[int, ...], weight: int, penalty: float, accounting: Accounting, budget: float
+) -> DistinctChoice:
+    """The choice of ℓ among `candidates`, paid for by `budget` (ε under pure accounting, ρ under zCDP)."""
+    scale, epsilon, rho = 0.0, 0.0, 0.0
+    if len(candidates) > 1:
+        scale, cost = _calibrate_selector(accounting, DISTINCT_GRID, budget)
+        epsilon, rho = (cost, 0.0) if accounting == Accounting.PURE else (0.0, cost)
+    return DistinctChoice(candidates, weight, penalty, accounting, scale, epsilon, rho)

@@ -28,7 +28,14 @@ from dpproxy.privacy.accounting import (
     sum_up,
     zcdp_to_approx_dp,
 )
-from dpproxy.privacy.bounds import BoundChoice, BoundRequest, bound_choice, value_parts
+from dpproxy.privacy.bounds import (
+    BoundChoice,
+    BoundRequest,
+    DistinctChoice,
+    bound_choice,
+    distinct_choice,
+    value_parts,
+)
 from dpproxy.privacy.checks import check_positive, check_unit_limits
 from dpproxy.privacy.noise import NoiseSpec, gaussian_noise, laplace_noise
 from dpproxy.privacy.selection import SelectionSpec, gaussian_partition_selection, partition_selection
@@ -58,7 +65,7 @@ class QueryNoise:
     selectors: tuple[SelectorSpec, ...] = ()  # one per SelectorRequest, in the order requested
     accounting: Accounting = Accounting.PURE
     conversion_delta: float = 0.0  # zCDP: the δ at which cost.epsilon holds (the request's)
-    choices: tuple[BoundChoice, ...] = ()  # one per BoundRequest, in the order requested
+    choices: tuple[BoundChoice | DistinctChoice, ...] = ()  # one per BoundRequest, in the order requested
 
     @property
     def approx_dp(self) -> Cost:
@@ -289,11 +296,14 @@ def _weighted_part(total: float, values: int, choices: int) -> float:
 
 def _choices(
     asked: tuple[BoundRequest, ...], accounting: Accounting, budget: float, unit_error: float
-) -> tuple[BoundChoice, ...]:
+) -> tuple[BoundChoice | DistinctChoice, ...]:
     """The bound choices, each paid for by `budget`; k aims at leaving as many persons above it as
-    a released value of sensitivity 1 has rows of 95% error (`unit_error`)."""
+    a released value of sensitivity 1 has rows of 95% error (`unit_error`), and ℓ at the most distinct
+    values less that error per unit of ℓ in each public group."""
     return tuple(
-        bound_choice(
+        distinct_choice(a.candidates, a.weight, unit_error * a.cells, accounting, budget)
+        if a.kind == "distinct"
+        else bound_choice(
             a.kind,
             a.candidates,
             max(1, round(unit_error * a.spread * a.cells)),

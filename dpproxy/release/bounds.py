@@ -1,5 +1,5 @@
-"""Step 1½ of a release with bounds chosen per query: choose k and g privately from the candidates'
-counts (dpproxy.privacy.bounds), keep the values at those bounds, and say what was chosen.
+"""Step 1½ of a release with bounds chosen per query: choose k, g and ℓ privately from the
+candidates' counts (dpproxy.privacy.bounds), keep the values at those bounds, and say what was chosen.
 
 The choices are drawn here, from counts of persons per candidate that the main statement computed
 (ExactGroups.candidates); the chosen bounds are released (the notice says them). Nothing else of the
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from dpproxy.privacy import QueryNoise
 from dpproxy.release.exact import ExactGroups
-from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.bounds import distinct_bounds
+from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def choose_bounds(
     for choice in noise.choices:
         if choice.kind == "rows":
             rows = choice.select(found.above, found.persons)
-        else:
+        elif choice.kind == "groups":
             groups = choice.select(found.wider, found.persons)
     resolved = exact.resolve(query, rows, groups if bounds.groups else None)
     chosen = ChosenBounds(
@@ -67,3 +68,25 @@ def choose_bounds(
         bounds.choose_groups,
     )
     return resolved, chosen
+
+
+def choose_distinct(
+    query: PrivateQuery, exact: ExactGroups, noise: QueryNoise
+) -> tuple[ExactGroups, int, str]:
+    """The COUNT(DISTINCT x) values at a privately chosen ℓ (DistinctChoice, from M(ℓ_j) summed over
+    the groups and the query's COUNT(DISTINCT …)s), its index into distinct_bounds, and the notice's
+    sentence."""
+    caps = distinct_bounds(query)
+    index = len(caps) - 1
+    for choice in noise.choices:
+        if choice.kind == "distinct":
+            totals = [sum(counts[j] for counts in exact.carried.values()) for j in range(len(caps))]
+            index = choice.select(totals)
+    counted = ", ".join(a.text for a in query.aggregates if a.kind is AggregateKind.COUNT_DISTINCT)
+    said = "chosen" if len(caps) > 1 else "set"
+    ceiling = f"{said}; ceiling {caps[-1]}" if index < len(caps) - 1 else f"{said}: the ceiling"
+    note = (
+        f"{counted}: each person counted for at most {caps[index]} distinct value(s) ({ceiling}); a value is "
+        "counted when some person holding it can be given it, so the count is never above the truth"
+    )
+    return exact.carrying(index), index, note

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from dpproxy.release.distinct import carried_per_group
+from dpproxy.sql.bounds import distinct_bounds
 from dpproxy.sql.query import ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
@@ -48,9 +50,13 @@ class ExactGroups:
     # (the chosen one once resolved; the ceilings' before), 0 when they have one count
     # (row_pipeline.histogram_rows).
     counted_at: int = 0
+    # COUNT(DISTINCT x) per person: M(ℓ) of group g's component i at every candidate ℓ
+    # (dpproxy.release.distinct), by (g, i); a group without values has none. `components` holds
+    # the ceiling's until `carrying` keeps the chosen ℓ's.
+    carried: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
     def subset(self, indexes: Sequence[int]) -> ExactGroups:
-        assert self.candidates is None, "groups are chosen once the bounds are"
+        assert self.candidates is None and not self.carried, "groups are chosen once the bounds are"
         return ExactGroups(
             [self.keys[i] for i in indexes],
             [self.components[i] for i in indexes],
@@ -58,6 +64,13 @@ class ExactGroups:
             [self.histograms[i] for i in indexes] if self.histograms else [],
             counted_at=self.counted_at,
         )
+
+    def carrying(self, values: int) -> ExactGroups:
+        """The COUNT(DISTINCT x) values at candidate ℓ index `values`, no longer every candidate's."""
+        components = [list(row) for row in self.components]
+        for (g, i), counts in self.carried.items():
+            components[g][i] = counts[values]
+        return dataclasses.replace(self, components=components, carried={})
 
     def resolve(self, query: PrivateQuery, rows: int, groups: int | None) -> ExactGroups:
         """The values at the chosen candidates (indexes into the query's bounds): each component's at
@@ -147,10 +160,13 @@ def canonical_values(values: Sequence[object]) -> tuple[object, ...]:
     return tuple(canonical_value(v) for v in values)
 
 
-def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> ExactGroups:
+def exact_groups(
+    query: PrivateQuery, *row_sets: Sequence[Sequence[object]], salt: int | None = None
+) -> ExactGroups:
     """The true per-group values from the rows of each statement of the plan: the main statement's
     (when the query has one), then the row pipeline's (distinct values first, if the query has any,
-    then one statement per histogram)."""
+    then one statement per histogram). `salt` orders each person's values for COUNT(DISTINCT x)
+    (dpproxy.release.distinct; random when None)."""
     n_keys, n_components = len(query.keys), len(query.components)
     statements = list(row_sets)
     rows = statements.pop(0) if query.needs_main_statement else []
@@ -196,12 +212,30 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
         return index.get(key)
 
     distinct = [i for i, c in enumerate(query.components) if c.kind.row_pipeline]
-    if distinct:
+    carried: dict[tuple[int, int], list[int]] = {}
+    if distinct and query.row_level:  # every row its own person: COUNT(DISTINCT x) per group
         for row in statements.pop(0):
             g = group(row)
             if g is not None:
                 for offset, i in enumerate(distinct):
                     components[g][i] = _as_int(row[n_keys + offset])
+    elif distinct:  # each person's distinct values per group: M(ℓ) at every candidate ℓ
+        caps = distinct_bounds(query)
+        for i in distinct:
+            # (person, value) pairs by group; values are only compared, never shown: not respelled.
+            pairs: dict[tuple[object, ...], list[tuple[object, object]]] = {}
+            for row in statements.pop(0):
+                key = canonical_values(row[:n_keys]) if n_keys else ()
+                held = pairs.get(key)
+                if held is None:
+                    if group(key) is None:  # a group the main statement did not reach
+                        continue
+                    held = pairs[key] = []
+                held.append((row[n_keys], row[n_keys + 1]))
+            for key, counts in carried_per_group(pairs, caps, salt).items():
+                g = index[key]
+                carried[g, i] = counts
+                components[g][i] = counts[-1]  # the ceiling's until ℓ is chosen
     # Histograms with a count per candidate k hold the ceiling's until the bounds are chosen.
     ranks = histogram_rows(query)
     counted_at = ranks.column(-1, -1) if ranks is not None else 0
@@ -209,7 +243,7 @@ def exact_groups(query: PrivateQuery, *row_sets: Sequence[Sequence[object]]) -> 
     if candidates is not None and ranks is not None:
         candidates = dataclasses.replace(candidates, histogram_rows=tuple(statements))
     histograms = histograms if query.histograms else []
-    return ExactGroups(keys, components, units, histograms, candidates, counted_at)
+    return ExactGroups(keys, components, units, histograms, candidates, counted_at, carried)
 
 
 def _empty_histograms(query: PrivateQuery, groups: int) -> list[list[list[int]]]:

@@ -81,24 +81,45 @@ def with_fixed_bounds(query: PrivateQuery, rows: int | None, groups: int | None)
     )
 
 
+def distinct_bounds(query: PrivateQuery) -> tuple[int, ...]:
+    """The candidates for ℓ, the distinct values of x one person is counted for in each group by
+    COUNT(DISTINCT x) of a column that is not the unit (dpproxy.release.distinct): the powers of two
+    below the ceiling of a person's rows in a group, then it, when the bounds are chosen per query;
+    else the one bound the rows have (a person's r rows hold at most r values). () when no such
+    COUNT(DISTINCT …) is released per person (every row its own person counts its one value)."""
+    if query.row_level or not any(c.kind is ComponentKind.DISTINCT_VALUES for c in query.components):
+        return ()
+    bounds = query.bounds
+    if bounds is None:
+        return (query.max_rows,)
+    return candidates(bounds.row_cap) if bounds.choose_rows else (min(bounds.rows[0], bounds.row_cap),)
+
+
 def choosing(query: PrivateQuery) -> bool:
     """Whether the main statement computes every candidate bound's values, to choose from."""
     return query.bounds is not None and query.needs_main_statement
 
 
-def component_bounds(query: PrivateQuery, rows: int, groups: int) -> list[tuple[int, int]]:
+def component_bounds(query: PrivateQuery, rows: int, groups: int, values: int = -1) -> list[tuple[int, int]]:
     """(per-group sensitivity, groups) of each component's noise: the policy's limits, or with bounds
-    chosen per query the candidates at these indexes (the row pipeline's components keep the
-    ceilings: it bounds rows as fixed limits do)."""
+    chosen per query the candidates at these indexes; a COUNT(DISTINCT x) of a column that is not
+    the unit, ℓ at index `values` of distinct_bounds (the ceiling's by default) in all groups
+    together (each person's ℓ is shared among their groups)."""
+    distinct = distinct_bounds(query)
     bounds = query.bounds if choosing(query) else None
     if bounds is None:
-        return [(c.sensitivity(query.max_rows), query.max_groups) for c in query.components]
+        return [
+            (distinct[values], 1)  # ℓ over all groups (dpproxy.release.distinct)
+            if distinct and c.kind is ComponentKind.DISTINCT_VALUES
+            else (c.sensitivity(query.max_rows), query.max_groups)
+            for c in query.components
+        ]
     k = bounds.rows[rows]
     g = bounds.groups[groups] if bounds.groups else query.max_groups
     found = []
     for component in query.components:
         if component.kind.row_pipeline:
-            found.append((component.sensitivity(bounds.row_cap), query.max_groups))
+            found.append((distinct[values], 1))  # ℓ over all groups (dpproxy.release.distinct)
         elif component.kind is ComponentKind.UNITS:
             found.append((1, g))
         else:  # on the fine grid (dpproxy.sql.query.FINE)

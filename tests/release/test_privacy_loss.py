@@ -126,3 +126,26 @@ def test_privacy_loss_of_the_chosen_bounds_is_within_the_choices_epsilon(loaded:
     # The outcomes that carry the loss are drawn ~200 times each under the neighbour: compared from
     # 100 draws, so that the check of a real loss (> 0.5) fails well under once in 10,000 runs.
     assert assert_loss_within_epsilon(a, b, epsilon, minimum=100) > 0.5  # the person moves the choice
+
+
+def test_privacy_loss_of_a_count_of_distinct_values_is_within_epsilon(loaded: Loaded) -> None:
+    """COUNT(DISTINCT cost) of visits: ℓ, the costs one person is counted for, is chosen and said by
+    the notice, and the count is the most costs persons can carry at ℓ (dpproxy.release.distinct).
+    Person 0 holds 13 of the 25 costs; the notice's ℓ and the released count together may differ
+    between the neighbours by no more than the query's ε."""
+    policy = schema.policy_text({"patients": (8, 8), "visits": (16, 2), "visit_notes": (4, 2)})
+    policy = policy.replace("epsilon: 1.0,", "epsilon: 4.0, max_epsilon: 4.0,")
+    engine = Engine(parse_policy(policy), RawBackend(loaded))
+    sql = "SELECT COUNT(DISTINCT cost) FROM visits"
+    plan = engine.plan(sql, salt="loss")
+    assert [choice.kind for choice in plan.noise.choices] == ["distinct"]
+    full, without = neighbour_rows(engine, loaded, sql, 0)
+
+    def outcome(result) -> tuple[str, int]:  # noqa: ANN001
+        (said,) = [n for n in result.notes if n.startswith("count(distinct")]
+        return said, result.rows[0][0] // 2
+
+    a = Counter(outcome(engine.release(plan, full)) for _ in range(TRIALS))
+    b = Counter(outcome(engine.release(plan, without)) for _ in range(TRIALS))
+    assert len({said for said, _ in a}) >= 2  # more than one ℓ is drawn
+    assert assert_loss_within_epsilon(a, b, plan.cost.epsilon, minimum=100) > 0.3

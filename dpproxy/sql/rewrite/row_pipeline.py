@@ -258,7 +258,20 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     source = chain[-1][0]
     statements: list[Step] = []
     keys = [col(k) for k in ctx.keys]
-    if distinct:
+    if distinct and ctx.per_unit:
+        # Each person's distinct values, per group: the release gives each person at most ℓ of them
+        # (dpproxy.release.distinct), so one person moves a group's count by at most ℓ.
+        for j, i in enumerate(distinct):
+            value = col(component_column(i))
+            name = f"distinct_values_{j}" if len(distinct) > 1 else "distinct_values"
+            final = (
+                exp.select(*keys, col(UNIT), value, copy=False)
+                .distinct()
+                .from_(source, copy=False)
+                .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())), copy=False)
+            )
+            statements.append(Step(name, "each person's distinct values among their rows, per group", final))
+    elif distinct:
         final = exp.select(
             *keys,
             *[

@@ -102,12 +102,13 @@ WITH rows_selected AS (
   WHERE
     "__gn" <= 2 AND "__rn" - "__gstart" < 2
 )
-SELECT
+SELECT DISTINCT
   "__k0",
-  COUNT(DISTINCT "__c0") AS "__c0"
+  "__unit",
+  "__c0"
 FROM rows_bounded
-GROUP BY
-  "__k0"
+WHERE
+  NOT "__c0" IS NULL
 
 WITH rows_selected AS (
   SELECT
