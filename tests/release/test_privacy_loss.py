@@ -19,6 +19,7 @@ import pytest
 
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
+from dpproxy.results import Result
 from tests.sql.language import schema
 from tests.sql.language.databases import Loaded, RawBackend
 from tests.tolerance import normal_slack
@@ -141,7 +142,7 @@ def test_privacy_loss_of_a_count_of_distinct_values_is_within_epsilon(loaded: Lo
     assert [choice.kind for choice in plan.noise.choices] == ["distinct"]
     full, without = neighbour_rows(engine, loaded, sql, 0)
 
-    def outcome(result) -> tuple[str, int]:  # noqa: ANN001
+    def outcome(result: Result) -> tuple[str, int]:
         (said,) = [n for n in result.notes if n.startswith("count(distinct")]
         return said, result.rows[0][0] // 2
 
