@@ -229,7 +229,10 @@ REJECTIONS = [
     (
         "SELECT date_trunc('month', age), COUNT(*) FROM patients GROUP BY 1",
         "42883",
-        ["date_trunc() needs a date or timestamp, but age is integer (GROUP BY)", "CAST the value to date or timestamp"],
+        [
+            "date_trunc() needs a date or timestamp, but age is integer (GROUP BY)",
+            "CAST the value to date or timestamp",
+        ],
     ),
     (
         "SELECT COUNT(*) FROM patients WHERE EXTRACT(year FROM zip) = 2020",
