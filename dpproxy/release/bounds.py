@@ -85,8 +85,9 @@ def choose_distinct(
     counted = ", ".join(a.text for a in query.aggregates if a.kind is AggregateKind.COUNT_DISTINCT)
     said = "chosen" if len(caps) > 1 else "set"
     ceiling = f"{said}; ceiling {caps[-1]}" if index < len(caps) - 1 else f"{said}: the ceiling"
+    groups = " in all groups together" if query.keys else ""
     note = (
-        f"{counted}: each person counted for at most {caps[index]} distinct value(s) ({ceiling}); a value is "
-        "counted when some person holding it can be given it, so the count is never above the truth"
+        f"{counted}: each person counted for at most {caps[index]} distinct value(s){groups} ({ceiling}); a "
+        "value is counted when some person holding it can be given it, so the count is never above the truth"
     )
     return exact.carrying(index), index, note

@@ -82,8 +82,8 @@ def with_fixed_bounds(query: PrivateQuery, rows: int | None, groups: int | None)
 
 
 def distinct_bounds(query: PrivateQuery) -> tuple[int, ...]:
-    """The candidates for ℓ, the distinct values of x one person is counted for in each group by
-    COUNT(DISTINCT x) of a column that is not the unit (dpproxy.release.distinct): the powers of two
+    """The candidates for ℓ, the distinct values of x one person is counted for in all groups together
+    by COUNT(DISTINCT x) of a column that is not the unit (dpproxy.release.distinct): the powers of two
     below the ceiling of a person's rows in a group, then it, when the bounds are chosen per query;
     else the one bound the rows have (a person's r rows hold at most r values). () when no such
     COUNT(DISTINCT …) is released per person (every row its own person counts its one value)."""
