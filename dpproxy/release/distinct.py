@@ -102,25 +102,33 @@ def carried_per_group(
 
 
 class _Network:
-    """source → (person, group) [capacity: theirs there] → (group, value) [1] → sink [1]."""
+    """source → (person, group) [capacity: theirs there] → (group, value) [1] → sink [1], built once
+    in compressed rows (the capacities of the source's edges change with ℓ, nothing else)."""
 
     def __init__(self, pairs: np.ndarray, slots: int, cell_group: np.ndarray, groups: int) -> None:
         cells = len(cell_group)
         self.sink = slots + cells + 1
         self.slots, self.cell_group, self.groups = slots, cell_group, groups
-        first_cell = slots + 1
-        self.tails = np.concatenate(
-            [np.zeros(slots, np.int64), 1 + pairs[:, 0], first_cell + np.arange(cells)]
+        pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]  # by slot, then value: rows in order
+        # Row 0 (the source) has an edge to each slot; slot rows to their values; value rows to the sink.
+        per_row = np.concatenate(
+            [[slots], np.bincount(pairs[:, 0], minlength=slots), np.ones(cells, np.int64), [0]]
         )
-        self.heads = np.concatenate(
-            [1 + np.arange(slots), first_cell + pairs[:, 1], np.full(cells, self.sink)]
-        )
-        self.rest = np.ones(len(pairs) + cells, np.int32)
+        indptr = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32)
+        indices = np.concatenate([1 + np.arange(slots), slots + 1 + pairs[:, 1], np.full(cells, self.sink)])
+        data = np.ones(len(indices), np.int32)
+        shape = (self.sink + 1, self.sink + 1)
+        self.graph = csr_matrix((data, indices.astype(np.int32), indptr), shape=shape)
 
     def carried(self, capacity: np.ndarray) -> np.ndarray:
         """The values carried in each group at these (person, group) capacities."""
-        data = np.concatenate([capacity.astype(np.int32), self.rest])
-        graph = csr_matrix((data, (self.tails, self.heads)), shape=(self.sink + 1, self.sink + 1))
-        flow = maximum_flow(graph, 0, self.sink, method="dinic").flow
-        into_sink = np.asarray(flow[:, [self.sink]].todense()).ravel()[self.slots + 1 : self.sink]
+        self.graph.data[: self.slots] = capacity
+        result = maximum_flow(self.graph, 0, self.sink, method="dinic")
+        if self.groups == 1:
+            return np.array([result.flow_value], dtype=np.int64)
+        # The flow is antisymmetric: the sink's row holds minus what each value sends it.
+        flow = result.flow
+        row = slice(flow.indptr[self.sink], flow.indptr[self.sink + 1])
+        into_sink = np.zeros(len(self.cell_group), dtype=np.int64)
+        into_sink[flow.indices[row] - self.slots - 1] = -flow.data[row]
         return np.bincount(self.cell_group, weights=into_sink, minlength=self.groups).astype(np.int64)

@@ -108,3 +108,14 @@ def test_the_choice_stops_where_the_count_saturates() -> None:
     # Carriers: 16 values, one per plane, carried at ℓ = 1.
     picks = [choice.candidates[choice.select([16] * 6)] for _ in range(200)]
     assert picks.count(1) >= 180
+
+
+@settings(max_examples=150, deadline=None)
+@given(pairs_of, pairs_of)
+def test_groups_apart_are_counted_apart(first: set[tuple[int, str]], second: set[tuple[int, str]]) -> None:
+    # Persons of one group only (x: 0…5, y: 10…15) keep their whole ℓ there: each group's count is
+    # the one it has alone, read off the one flow of both.
+    groups = {("x",): sorted(first), ("y",): sorted((p + 10, v) for p, v in second)}
+    together = carried_per_group(groups, CAPS, salt=3)
+    assert together.get(("x",), [0] * len(CAPS)) == carried_values(sorted(first), CAPS)
+    assert together.get(("y",), [0] * len(CAPS)) == carried_values(sorted(second), CAPS)
