@@ -149,7 +149,9 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             f"{spec.scale:.6g}, half a share each)"
         )
     for choice in plan.noise.choices:
+        by = "report-noisy-max, "
         if isinstance(choice, DistinctChoice):
+            by = ""
             what = (
                 "the generalised exponential mechanism, the most values persons can carry less their noise"
                 f" ({format_number(choice.penalty)} per unit of ℓ)"
@@ -179,8 +181,7 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             name = "g, the groups a person counts in (partition selection, COUNT(DISTINCT unit))"
         choices.append(
             f"contribution bound {name}: chosen among {', '.join(map(str, choice.candidates))} by "
-            f"{'' if choice.kind == 'distinct' else 'report-noisy-max, '}{what} "
-            f"(noise scale {choice.scale:.6g}, "
+            f"{by}{what} (noise scale {choice.scale:.6g}, "
             f"ε={format_number(choice.epsilon)}{f', ρ={format_number(choice.rho)}' if choice.rho else ''}); "
             "the values above are shown at the ceilings, the answer's are noised for the chosen bounds"
         )

@@ -139,8 +139,8 @@ class BoundRequest:
     # k, with `cells` > 1 or `decile`: no candidate below a quarter of the ceiling. False when a WHERE
     # narrows the rows read (the ceiling says how many rows a person has in the whole table).
     floor: bool = True
-    # ℓ (kind "distinct"): how many times ℓ a person moves the counts of distinct values (the groups
-    # they may count in, times the query's COUNT(DISTINCT …)s; DistinctChoice).
+    # ℓ (kind "distinct"): how many times ℓ a person moves the counts of distinct values of all groups
+    # together (the query's COUNT(DISTINCT …)s; DistinctChoice).
     weight: int = 1
 
 
@@ -280,13 +280,13 @@ class DistinctChoice:
     M(ℓ_j) — the most values that can be given to persons holding them, at most ℓ_j each
     (dpproxy.release.distinct) — as Knop & Steinke (2023) do; docs/privacy.md §3.
 
-    M(ℓ) moves by at most Δ_j = weight·ℓ_j when a person is added or removed (`weight`: the groups a
-    person may count in, times the COUNT(DISTINCT …) of the query). The score to maximise is
-    q_j = M(ℓ_j) − penalty·ℓ_j, the count less its 95% noise (penalty: that noise per unit of ℓ, data
-    independent). The mechanism scores candidate i by min_j ((q_i − tΔ_i) − (q_j − tΔ_j))/(Δ_i + Δ_j),
-    of sensitivity 1 whatever the data (each term moves by at most (Δ_i + Δ_j)/(Δ_i + Δ_j)), with
-    t = 2·ln(J/β)/ε: a candidate of larger sensitivity must win by more. M saturates at the number of
-    values as soon as there are enough persons to carry them, so the choice is the ℓ where it does."""
+    M(ℓ), summed over the groups, moves by at most Δ_j = weight·ℓ_j when a person is added or removed
+    (`weight`: the query's COUNT(DISTINCT …)s; a person's ℓ is shared among their groups). The score to
+    maximise is q_j = M(ℓ_j) − penalty·ℓ_j, the count less its 95% noise (penalty: that noise per unit of
+    ℓ, data independent). The mechanism scores candidate i by min_j ((q_i − tΔ_i) − (q_j − tΔ_j))/(Δ_i +
+    Δ_j), of sensitivity 1 whatever the data (each term moves by at most (Δ_i + Δ_j)/(Δ_i + Δ_j)), with t
+    = 2·ln(J/β)/ε: a candidate of larger sensitivity must win by more. M saturates at the number of values
+    as soon as there are enough persons to carry them, so the choice is the ℓ where it does."""
 
     candidates: tuple[int, ...]
     weight: int
@@ -313,7 +313,7 @@ class DistinctChoice:
             for a, si in zip(shifted, sens, strict=True)
         ]
 
-    def select(self, counts: Sequence[int], persons: int = 0) -> int:
+    def select(self, counts: Sequence[int]) -> int:
         """The index of the chosen ℓ, from the true M(ℓ_j) summed over the groups and COUNT(DISTINCT …)s."""
         if len(self.candidates) == 1:
             return 0

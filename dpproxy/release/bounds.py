@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpproxy.privacy import QueryNoise
+from dpproxy.privacy.bounds import DistinctChoice
 from dpproxy.release.exact import ExactGroups
 from dpproxy.sql.bounds import distinct_bounds
 from dpproxy.sql.query import AggregateKind, PrivateQuery
@@ -52,9 +53,11 @@ def choose_bounds(
     assert bounds is not None and found is not None
     rows, groups = len(bounds.rows) - 1, max(0, len(bounds.groups) - 1)
     for choice in noise.choices:
+        if isinstance(choice, DistinctChoice):
+            continue  # ℓ: choose_distinct
         if choice.kind == "rows":
             rows = choice.select(found.above, found.persons)
-        elif choice.kind == "groups":
+        else:
             groups = choice.select(found.wider, found.persons)
     resolved = exact.resolve(query, rows, groups if bounds.groups else None)
     chosen = ChosenBounds(
@@ -79,7 +82,7 @@ def choose_distinct(
     caps = distinct_bounds(query)
     index = len(caps) - 1
     for choice in noise.choices:
-        if choice.kind == "distinct":
+        if isinstance(choice, DistinctChoice):
             totals = [sum(counts[j] for counts in exact.carried.values()) for j in range(len(caps))]
             index = choice.select(totals)
     counted = ", ".join(a.text for a in query.aggregates if a.kind is AggregateKind.COUNT_DISTINCT)

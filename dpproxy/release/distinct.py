@@ -14,12 +14,12 @@ person's first ℓ values by a hash needed ℓ = 32 to 256 for the same count.
 
 Per group, a person's ℓ is shared among the groups they hold values in: their (group, value) pairs
 are put in an order of their own (a salted hash of the person, the group's key and the value), and
-their capacity in a group at ℓ is how many of their
-first ℓ pairs fall in it — about in proportion to what they hold there, never more in all than ℓ,
-and growing with ℓ (so M_g grows with ℓ too). Each group's count moves by at most the person's
-capacity there, so the counts of all groups together by at most ℓ (L1), as k bounds a person's
-rows in the whole query. The groups are one flow network (each group's persons and values apart):
-a maximum flow of it is a maximum flow of each group, read off per group.
+their capacity in a group at ℓ is how many of their first ℓ pairs fall in it — about in proportion
+to what they hold there, never more in all than ℓ, and growing with ℓ (so M_g grows with ℓ too).
+Each group's count moves by at most the person's capacity there, so the counts of all groups
+together by at most ℓ (L1), as k bounds a person's rows in the whole query. The groups are one flow
+network (each group's persons and values apart): a maximum flow of it is a maximum flow of each
+group, read off per group.
 
 This module computes M_g(ℓ) for every candidate ℓ (from the row pipeline's rows: each person's
 distinct values per group); the choice of ℓ is dpproxy.privacy.bounds.DistinctChoice's. Nothing
@@ -29,7 +29,7 @@ here is shown to an analyst.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from itertools import repeat
 
 import numpy as np
@@ -37,12 +37,6 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
 Key = tuple[object, ...]
-
-
-def carried_values(pairs: Iterable[tuple[Hashable, Hashable]], caps: Sequence[int]) -> list[int]:
-    """M(ℓ) for each ℓ in `caps` (ascending) of one group: the most distinct values of the (person,
-    value) pairs that can be given to persons holding them, each person at most ℓ, each value once."""
-    return carried_per_group({(): list(pairs)}, caps).get((), [0] * len(caps))
 
 
 def carried_per_group(

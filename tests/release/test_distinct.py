@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpproxy.privacy import Accounting
 from dpproxy.privacy.bounds import DISTINCT_GRID, distinct_choice
-from dpproxy.release.distinct import carried_per_group, carried_values
+from dpproxy.release.distinct import carried_per_group
 
 CAPS = (1, 2, 3, 4, 8)
+
+
+def carried_values(pairs: Iterable[tuple[int, str]], caps: Sequence[int]) -> list[int]:
+    """M(ℓ) of one group for each ℓ in `caps`."""
+    return carried_per_group({(): list(pairs)}, caps).get((), [0] * len(caps))
+
 
 # (person, value) pairs of a handful of persons and values: small enough to check by brute force.
 pairs_of = st.sets(st.tuples(st.integers(0, 5), st.sampled_from("abcdefgh")), max_size=24)
