@@ -190,3 +190,88 @@ def test_a_query_over_a_query_over_released_rows_reads_them_and_charges_once(eng
     assert nested.rows == [(sum(1 for _, n in alone.rows if n > 0),)] and spent(engine) == pytest.approx(
         2 * cost
     )
+
+
+SHARES = (
+    "SELECT department, COUNT(*), COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS pct, "
+    "RANK() OVER (ORDER BY COUNT(*) DESC) FROM visits GROUP BY department"
+)
+
+
+def test_window_functions_over_the_aggregates_of_one_select_read_its_released_groups(engine: Engine) -> None:
+    """A share of the total, a rank: SQL computes window functions after GROUP BY, from the grouped
+    rows alone; dpproxy computes them from the released groups, at the aggregate's cost only."""
+    result = engine.execute(SHARES, analyst="alice")
+    cost = spent(engine)
+    assert result.private and cost > 0 and result.cost.epsilon == pytest.approx(cost)
+    # (pct is double precision here, numeric in PostgreSQL: outer queries type a literal 100.0 as
+    # sqlglot does, as a double.)
+    assert [(c.name, c.type.value) for c in result.columns if c.name != "pct"] == [
+        ("department", "character varying"),
+        ("count", "bigint"),
+        ("rank", "bigint"),
+    ]
+    counts = {row[0]: row[1] for row in result.rows}
+    total = sum(counts.values())
+    assert len(counts) >= 2 and total > 0
+    for _, count, pct, rank in result.rows:
+        assert float(pct) == pytest.approx(count * 100.0 / total)
+        assert rank == 1 + sum(1 for other in counts.values() if other > count)
+    # The count passes through with its ±; what the windows compute has none.
+    assert result.columns[1].error95 is not None and result.columns[2].error95 is None
+    assert "window functions were computed from the released groups" in result.notice  # type: ignore[operator]
+
+    assert [c.name for c in engine.describe(SHARES).columns] == ["department", "count", "pct", "rank"]
+    explained = engine.explain(SHARES)
+    assert "released rows of the aggregates of this query" in (explained.subqueries or "")
+    assert 'RANK() OVER (ORDER BY "aggregates"."__dp_agg_0" DESC)' in (explained.subqueries or "")
+
+    # ORDER BY and LIMIT come after the windows: the total is still that of every released group.
+    # The aggregate is the same question (replayed, free).
+    first = engine.execute(f"{SHARES} ORDER BY pct DESC LIMIT 1", analyst="alice")
+    assert spent(engine) == pytest.approx(cost) and first.replayed
+    assert first.rows == [max(result.rows, key=lambda row: row[1])]
+
+
+def test_window_functions_partition_order_and_lag_over_grouped_keys(engine: Engine) -> None:
+    result = engine.execute(
+        "SELECT sex, department AS d, COUNT(*) AS n, "
+        "SUM(COUNT(*)) OVER (PARTITION BY sex ORDER BY department) AS running, "
+        "LAG(COUNT(*)) OVER (PARTITION BY sex ORDER BY department) AS before "
+        "FROM visits v JOIN patients p ON v.patient_id = p.patient_id GROUP BY 1, d ORDER BY 1, 2",
+        analyst="alice",
+    )
+    assert [c.name for c in result.columns] == ["sex", "d", "n", "running", "before"]
+    assert result.rows == sorted(result.rows, key=lambda row: (row[0], row[1]))
+    previous: dict[str, tuple[int, int]] = {}
+    for sex, _, n, running, before in result.rows:
+        so_far, last = previous.get(sex, (0, None))
+        assert running == so_far + n and before == last
+        previous[sex] = (so_far + n, n)
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragment"),
+    [
+        # A window over rows, not over aggregates: raw values of the protected table.
+        (
+            "SELECT department, SUM(cost) OVER () FROM visits GROUP BY department",
+            "over rows of a protected table",
+        ),
+        ("SELECT cost, SUM(cost) OVER () FROM visits", "over rows of a protected table"),
+        ("SELECT COUNT(*) OVER (PARTITION BY department) FROM visits", "over rows of a protected table"),
+    ],
+)
+def test_window_functions_over_rows_stay_refused(engine: Engine, sql: str, fragment: str) -> None:
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute(sql, analyst="alice")
+    assert caught.value.sqlstate == "0A000" and fragment in str(caught.value)
+    assert spent(engine) == 0
+
+
+def test_a_window_reads_keys_and_aggregates_not_output_aliases(engine: Engine) -> None:
+    """In a select list an output alias names no column (PostgreSQL's rule): `SUM(n) OVER ()` with n
+    an alias of COUNT(*) is not lifted, and the refusal names what is not supported."""
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute("SELECT department, COUNT(*) AS n, SUM(n) OVER () FROM visits GROUP BY 1", analyst="alice")
+    assert caught.value.sqlstate == "0A000" and spent(engine) == 0

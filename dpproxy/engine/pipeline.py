@@ -421,7 +421,7 @@ class Engine:
         if isinstance(query, ReleasedQuery):
             explanation = explain_plan(self.plan_private(query.private, chosen, bounds=bounds), self.dialect)
             note = (
-                f"the outer query is computed from the released rows of subquery {query.name} "
+                f"the outer query is computed from the released rows of {query.source} "
                 f"(post-processing, no further cost): {query.outer.sql('postgres')}"
             )
             outputs = tuple((o.name, o.type.value) for o in query.outputs)

@@ -58,7 +58,9 @@ def post_process_released(plan: ReleasedPlan, answer: Result) -> Result:
             for output, source in zip(query.outputs, query.passed, strict=True)
         )
     note = (
-        f"the outer query was computed from the released rows of subquery {plan.query.name}, "
+        "the window functions were computed from the released groups, at no further cost"
+        if plan.query.lifted
+        else f"the outer query was computed from the released rows of subquery {plan.query.name}, "
         "at no further cost"
     )
     return dataclasses.replace(answer, columns=columns, rows=rows, notes=(*answer.notes, note))
@@ -83,7 +85,7 @@ def run_over_rows(
             return [tuple(row) for row in conn.execute(backend_sql(query.outer, "duckdb")).fetchall()]
         except duckdb.Error as error:
             raise InvalidParameter(
-                f"the query over the answer of subquery {query.name} failed: {str(error).splitlines()[0]}",
+                f"the query over the answer of {query.source} failed: {str(error).splitlines()[0]}",
                 hint="the answer was released and charged; compute the rest in your client"
                 if charged
                 else "nothing was read or charged; write the outer query with explicit casts",

@@ -199,8 +199,9 @@ class PrivateAnalyzer(AggregateRules):
         tree = self.tree
         if tree.find(exp.Window):
             raise NotSupported(
-                "window functions are not supported in private queries",
-                hint="use GROUP BY with aggregates instead",
+                "window functions are not supported over rows of a protected table",
+                hint="a window function may read the aggregates and GROUP BY keys of its SELECT, e.g. "
+                "SELECT k, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () FROM t GROUP BY k",
             )
         for node in tree.walk():
             if node is tree or not isinstance(node, (exp.Select, exp.Subquery, exp.Exists)):

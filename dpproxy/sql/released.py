@@ -4,12 +4,20 @@
     SELECT * FROM (SELECT department, AVG(cost) FROM visits GROUP BY 1) t LIMIT 500
     SELECT count(*) FROM (SELECT zip, SUM(income) FROM patients GROUP BY zip) AS CXTMPTAB_COUNT
     SELECT SUM(n) FROM (SELECT department, COUNT(*) AS n FROM visits GROUP BY 1) t   -- re-aggregation
+    SELECT department, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () FROM visits GROUP BY 1  -- windows
 
 Tools write these all the time: Ibis orders after aggregating, SQL editors wrap a query in a LIMIT,
 connectorx counts its rows first, DuckDB's postgres_query selects from it, dbt tests and BI
 "virtual datasets" aggregate again. The outer query reads nothing but the inner one's answer, so it
 is computed from the released (noisy) rows alone: by the post-processing property of differential
 privacy it costs nothing beyond the inner aggregate's ε, which is charged once (docs/privacy.md §6).
+
+Window functions over the aggregates of the same SELECT (a share of the total, a rank, a running
+sum) are that shape written in one SELECT: SQL computes them after GROUP BY and HAVING, from the
+grouped rows alone. `split_released` lifts them out (`_lift_windows`): the aggregate keeps its FROM,
+WHERE, GROUP BY and HAVING and returns its keys and aggregates; the select list, ORDER BY and LIMIT
+read them as the outer query. They read the released groups only, so a share is a share of what was
+released (groups hidden by partition selection are not in its total).
 
 `split_released` recognises the shape from the text: one FROM item, a subquery (a CTE reference is
 its body) whose SELECT aggregates, and nothing else read anywhere in the outer query; the engine tries
@@ -33,10 +41,25 @@ from dpproxy.sql.inline import expand_ctes
 from dpproxy.sql.names import function_name
 from dpproxy.sql.public import PUBLIC_FUNCTIONS
 from dpproxy.sql.query import OutputColumn, PrivateQuery
+from dpproxy.sql.select_list import output_name
 from dpproxy.sql.types import SQLGLOT_SCHEMA_TYPE
 
 # Window functions over released rows are post-processing too (a rank of released counts).
-_OUTER_FUNCTIONS = (*PUBLIC_FUNCTIONS, exp.Connector, exp.Window, exp.Rank, exp.DenseRank, exp.Ntile)
+_OUTER_FUNCTIONS = (
+    *PUBLIC_FUNCTIONS,
+    exp.Connector,
+    exp.Window,
+    exp.Rank,
+    exp.DenseRank,
+    exp.Ntile,
+    exp.PercentRank,
+    exp.CumeDist,
+    exp.FirstValue,
+    exp.LastValue,
+    exp.NthValue,
+)
+# The released table window functions of an aggregating SELECT read (`_lift_windows`).
+LIFTED = "aggregates"
 
 
 @dataclass(frozen=True)
@@ -46,6 +69,12 @@ class ReleasedSplit:
     inner: exp.Select
     outer: exp.Select  # FROM the table `name` (the subquery's alias), nothing else read
     name: str
+    lifted: bool = False  # window functions of one SELECT lifted over its aggregates (`_lift_windows`)
+
+    @property
+    def source(self) -> str:
+        """What the outer query reads, as messages name it."""
+        return "the aggregates of this query" if self.lifted else f"subquery {self.name}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +88,12 @@ class ReleasedQuery:
     outputs: tuple[OutputColumn, ...]
     passed: tuple[int | None, ...]  # per output, the inner column it repeats unchanged (its ±)
     text: str
+    lifted: bool = False  # ReleasedSplit.lifted
+
+    @property
+    def source(self) -> str:
+        """What the outer query reads, as messages name it."""
+        return "the aggregates of this query" if self.lifted else f"subquery {self.name}"
 
     @property
     def private(self) -> PrivateQuery:
@@ -81,12 +116,17 @@ def split_released(tree: exp.Expression, units: Collection[str] = ()) -> Release
     whose body aggregates, read by name), or None when the statement is not that shape. A subquery
     grouped by a privacy unit (`units`: their column names) is a per-person step of a private query,
     whose own refusal stands."""
-    if not isinstance(tree, exp.Select) or tree.args.get("joins"):
+    if not isinstance(tree, exp.Select):
         return None
     with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None and with_.args.get("recursive"):
         return None
     tree = expand_ctes(tree)  # a CTE read by name becomes its body as an aliased subquery
+    lifted = _lift_windows(tree)
+    if lifted is not None:
+        return lifted
+    if tree.args.get("joins"):
+        return None
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None or not isinstance(from_.this, exp.Subquery):
         return None
@@ -142,14 +182,14 @@ def released_query(split: ReleasedSplit, inner: PrivateQuery | ReleasedQuery, te
     for column in columns:
         if column.name in seen:
             raise NotSupported(
-                f'subquery {split.name} has two columns named "{column.name}"',
+                f'{split.source} has two columns named "{column.name}"',
                 hint="name each column of the subquery with AS",
             )
         seen.add(column.name)
     for node in split.outer.walk():
         if isinstance(node, exp.Func) and not isinstance(node, _OUTER_FUNCTIONS):
             raise NotSupported(
-                f"function {function_name(node)}() is not supported over the answer of subquery {split.name}",
+                f"function {function_name(node)}() is not supported over the answer of {split.source}",
                 hint="compute it from the answer in your client",
             )
     schema = {split.name: {c.name: SQLGLOT_SCHEMA_TYPE.get(c.type, "TEXT") for c in columns}}
@@ -157,14 +197,124 @@ def released_query(split: ReleasedSplit, inner: PrivateQuery | ReleasedQuery, te
         annotated, outputs = typed_select(split.outer.copy(), schema)
     except UndefinedColumn as error:
         raise UndefinedColumn(
-            f"{error.message} (subquery {split.name} has the columns of its answer only)",
+            f"{error.message} ({split.source} has the columns of its answer only)",
             hint=f"its columns: {', '.join(c.name for c in columns)}",
         ) from None
     names = [c.name for c in columns]
     passed = tuple(_passed(o.expression, names) for o in outputs)
-    return ReleasedQuery(inner, annotated, split.name, columns, outputs, passed, text)
+    return ReleasedQuery(inner, annotated, split.name, columns, outputs, passed, text, split.lifted)
 
 
 def _passed(expression: exp.Expression, names: list[str]) -> int | None:
     node = expression.this if isinstance(expression, exp.Alias) else expression
     return names.index(node.name) if isinstance(node, exp.Column) and node.name in names else None
+
+
+def _lift_windows(tree: exp.Select) -> ReleasedSplit | None:
+    """An aggregating SELECT with window functions in its select list or ORDER BY, taken apart into
+    the aggregate (its FROM, WHERE, GROUP BY and HAVING; returning its keys and aggregates) and the
+    outer query computing the select list, ORDER BY and LIMIT from those, with the windows; None
+    when `tree` is not that shape (its own refusal then stands).
+
+    Each select item without a window is an inner column the outer passes through (its ± kept);
+    an aggregate inside a window item (`SUM(COUNT(*)) OVER ()`: the COUNT(*)) and each GROUP BY key
+    such an item reads become inner columns of their own. What is left in the outer query must be
+    those columns: a raw column there (`SUM(x) OVER ()` of a column not grouped) is not lifted."""
+    order = tree.args.get("order")
+    ordered = list(order.expressions) if order is not None else []
+    if not any(e.find(exp.Window) for e in [*tree.expressions, *ordered]):
+        return None
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is None or isinstance(from_.this, exp.Subquery):
+        return None  # over a subquery: the outer query over its answer (split_released)
+    if any(tree.args.get(clause) for clause in ("distinct", "windows", "qualify", "into", "locks")):
+        return None
+    if any(isinstance(n, exp.Anonymous) and n.name.lower().startswith("dp_interval_") for n in tree.walk()):
+        return None
+    group = tree.args.get("group")
+    if not _aggregates(tree) or (group is not None and set(group.args) - {"expressions"}):
+        return None  # ROLLUP, CUBE and GROUPING SETS keep their own refusal
+    items = tree.expressions
+    plain = [i for i, item in enumerate(items) if not item.find(exp.Window)]
+    aliases = {item.alias: i for i, item in enumerate(items) if isinstance(item, exp.Alias) and i in plain}
+    inner_items: list[exp.Expression] = []
+    names: dict[int, str] = {}  # select position → its inner column
+    for i in plain:
+        item = items[i]
+        names[i] = item.alias if isinstance(item, exp.Alias) else f"__dp_{i}"
+        inner_items.append(item.copy() if isinstance(item, exp.Alias) else exp.alias_(item.copy(), names[i]))
+    # Each GROUP BY key, positions resolved, and the inner column holding its value (by its text).
+    keys: list[exp.Expression] = []
+    columns: dict[str, str] = {}
+    for key in group.expressions if group is not None else []:
+        if isinstance(key, exp.Literal) and key.is_int:
+            position = int(key.name) - 1
+            if position not in plain:
+                return None  # out of range, or a window: PostgreSQL's own error
+            item = items[position]
+            keys.append((item.this if isinstance(item, exp.Alias) else item).copy())
+            columns[keys[-1].sql()] = names[position]
+            continue
+        keys.append(key.copy())
+        if isinstance(key, exp.Column) and not key.table and key.name in aliases:  # GROUP BY alias
+            columns[key.sql()] = names[aliases[key.name]]
+            columns[items[aliases[key.name]].this.sql()] = names[aliases[key.name]]
+        else:
+            columns.setdefault(key.sql(), "")  # an inner column of its own, if read
+    aggregates: dict[str, exp.Expression] = {}
+
+    def lift(node: exp.Expression) -> exp.Expression:
+        text = node.sql()
+        if text in columns:
+            if not columns[text]:
+                columns[text] = f"__dp_key_{len([c for c in columns.values() if c.startswith('__dp_key_')])}"
+                inner_items.append(exp.alias_(node.copy(), columns[text], quoted=True))
+            return exp.column(columns[text], quoted=True)
+        window_function = isinstance(node.parent, exp.Window) and node.arg_key == "this"
+        if isinstance(node, (exp.AggFunc, exp.Filter, exp.WithinGroup)) and not window_function:
+            if text not in aggregates:
+                aggregates[text] = exp.alias_(node.copy(), f"__dp_agg_{len(aggregates)}", quoted=True)
+            return exp.column(aggregates[text].alias, quoted=True)
+        for child in list(node.iter_expressions()):
+            replacement = lift(child)
+            if replacement is not child:
+                child.replace(replacement)
+        return node
+
+    outer_items = []
+    lifted: list[exp.Expression] = []  # what the outer query computes: it may read lifted columns only
+    for i, item in enumerate(items):
+        if i in plain:
+            outer_items.append(exp.alias_(exp.column(names[i], quoted=True), output_name(item), quoted=True))
+        else:
+            lifted.append(lift((item.this if isinstance(item, exp.Alias) else item).copy()))
+            outer_items.append(exp.alias_(lifted[-1], output_name(item), quoted=True))
+    outputs = {output_name(item) for item in items}
+    outer_order = []
+    for o in ordered:
+        node = o.this
+        by_name = isinstance(node, exp.Column) and not node.table and node.name in outputs
+        by_position = isinstance(node, exp.Literal) and node.is_int
+        copied = o.copy()
+        if not (by_name or by_position):  # an output's name or position reads the outer query's own
+            lifted.append(lift(node.copy()))
+            copied.set("this", lifted[-1])
+        outer_order.append(copied)
+    inner_items += aggregates.values()
+    # A name left is no key or aggregate (an output alias is none, as in PostgreSQL's select list).
+    readable = {*columns.values(), *(a.alias for a in aggregates.values())}
+    if any(c.table or c.name not in readable for e in lifted for c in e.find_all(exp.Column)):
+        return None  # a raw column outside an aggregate: PostgreSQL's grouping error stands
+    inner = tree.copy()
+    inner.set("expressions", inner_items)
+    for clause in ("order", "limit", "offset"):
+        inner.set(clause, None)
+    if group is not None:
+        inner.set("group", exp.Group(expressions=keys))
+    outer = exp.select(*outer_items).from_(exp.Table(this=exp.to_identifier(LIFTED, quoted=True)))
+    if outer_order:
+        outer.set("order", exp.Order(expressions=outer_order))
+    for clause in ("limit", "offset"):
+        if tree.args.get(clause) is not None:
+            outer.set(clause, tree.args[clause].copy())
+    return ReleasedSplit(inner, outer, LIFTED, lifted=True)

@@ -60,6 +60,8 @@ def output_name(item: exp.Expression) -> str:
         }.get(target, "?column?")
     if isinstance(node, exp.Column):
         return node.name
+    if isinstance(node, exp.Window):  # SUM(n) OVER (), RANK() OVER (…): named after the function
+        return output_name(node.this)
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
     if isinstance(node, exp.WithinGroup):
