@@ -43,6 +43,11 @@ BI_STYLE = [
     "WHERE duration >= 15 GROUP BY department",
     "SELECT COUNT(*), SUM(income) FROM patients WHERE 20 < age",
     "SELECT department, COUNT(*) FROM visits WHERE cost > 100 GROUP BY department ORDER BY 2 DESC LIMIT 3",
+    # Window functions over the aggregates (a share of the total, a rank): lifted over the released rows.
+    "SELECT department, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS pct FROM visits WHERE cost > 100 "
+    "GROUP BY department ORDER BY pct DESC",
+    "SELECT diagnosis, AVG(income), RANK() OVER (ORDER BY AVG(income) DESC) FROM patients WHERE age >= 30 "
+    "GROUP BY diagnosis LIMIT 2",
 ]
 
 
