@@ -232,6 +232,17 @@ def test_window_functions_over_the_aggregates_of_one_select_read_its_released_gr
     assert spent(engine) == pytest.approx(cost) and first.replayed
     assert first.rows == [max(result.rows, key=lambda row: row[1])]
 
+    # Over a CTE of rows (no aggregate of its own), with HAVING: lifted the same way.
+    ranked = engine.execute(
+        "WITH v AS (SELECT * FROM visits WHERE cost > 10) SELECT department, AVG(cost) AS a, "
+        "ROW_NUMBER() OVER (ORDER BY AVG(cost)) AS r FROM v GROUP BY department HAVING COUNT(*) > 10",
+        analyst="alice",
+    )
+    assert sorted(row[2] for row in ranked.rows) == list(range(1, len(ranked.rows) + 1))
+    assert [row[2] for row in sorted(ranked.rows, key=lambda row: row[1])] == sorted(
+        row[2] for row in ranked.rows
+    )
+
 
 def test_window_functions_partition_order_and_lag_over_grouped_keys(engine: Engine) -> None:
     result = engine.execute(
@@ -273,5 +284,7 @@ def test_a_window_reads_keys_and_aggregates_not_output_aliases(engine: Engine) -
     """In a select list an output alias names no column (PostgreSQL's rule): `SUM(n) OVER ()` with n
     an alias of COUNT(*) is not lifted, and the refusal names what is not supported."""
     with pytest.raises(DPProxyError) as caught:
-        engine.execute("SELECT department, COUNT(*) AS n, SUM(n) OVER () FROM visits GROUP BY 1", analyst="alice")
+        engine.execute(
+            "SELECT department, COUNT(*) AS n, SUM(n) OVER () FROM visits GROUP BY 1", analyst="alice"
+        )
     assert caught.value.sqlstate == "0A000" and spent(engine) == 0

@@ -225,8 +225,11 @@ def _lift_windows(tree: exp.Select) -> ReleasedSplit | None:
     if not any(e.find(exp.Window) for e in [*tree.expressions, *ordered]):
         return None
     from_ = tree.args.get("from_") or tree.args.get("from")
-    if from_ is None or isinstance(from_.this, exp.Subquery):
-        return None  # over a subquery: the outer query over its answer (split_released)
+    if from_ is None:
+        return None
+    body = from_.this.this if isinstance(from_.this, exp.Subquery) else None
+    if isinstance(body, exp.Select) and _aggregates(body):
+        return None  # over an aggregating subquery: the outer query over its answer (split_released)
     if any(tree.args.get(clause) for clause in ("distinct", "windows", "qualify", "into", "locks")):
         return None
     if any(isinstance(n, exp.Anonymous) and n.name.lower().startswith("dp_interval_") for n in tree.walk()):
