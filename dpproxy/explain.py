@@ -160,7 +160,11 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         elif choice.kind == "rows":
             floor = "k at least a quarter of the ceiling" if choice.floor else "no floor under a WHERE"
             if choice.quartile:
-                aim = "half the persons" if choice.half else "a quarter of the persons"
+                aim = (
+                    ("three quarters of the persons" if choice.lower else "half the persons")
+                    if choice.half
+                    else "a quarter of the persons"
+                )
             elif choice.decile:
                 aim = f"a tenth of the persons ({floor})"
             elif choice.capped:

@@ -214,6 +214,13 @@ def _many_groups(query: PrivateQuery) -> bool:
     return cells is None or cells > FEW_GROUPS
 
 
+def _has_quantile(query: PrivateQuery) -> bool:
+    """Averages, spreads and shares per group aim k lower (three quarters of the persons above it)
+    than quantiles per group (half): scaling a person's rows reweights an average, while a quantile
+    keeps each person's first k rows (dpproxy.privacy.bounds)."""
+    return any(a.kind is AggregateKind.QUANTILE for a in query.aggregates)
+
+
 def _share(aggregate: Aggregate) -> bool:
     interval = aggregate.interval
     return interval is not None and interval.lo == 0 and interval.hi == 1
@@ -245,6 +252,7 @@ def _query_noise(
                 _spread(query),
                 _averages_only(query),
                 half=_many_groups(query),
+                lower=_many_groups(query) and not _has_quantile(query),
                 cells=cells,
                 decile=_aims_at_a_tenth(query),
                 floor=query.where is None,

@@ -315,6 +315,7 @@ def _choices(
             a.cells > 1,
             a.decile,
             a.floor,
+            a.lower,
         )
         for a in asked
     )

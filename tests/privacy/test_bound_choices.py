@@ -41,18 +41,18 @@ def test_adding_a_person_moves_every_score_by_at_most_the_calibrated_sensitivity
 @given(
     counts=st.lists(st.integers(1, 120), max_size=40),
     added=st.integers(1, 120),
-    kind=st.sampled_from(["rows", "half", "groups"]),
+    kind=st.sampled_from(["rows", "half", "lower", "groups"]),
 )
 def test_the_quantile_scores_move_by_at_most_their_calibrated_sensitivity(
     counts: list[int], added: int, kind: str
 ) -> None:
-    """The median of groups (sensitivity 1), the quartile of rows (3) and their median (1), in the
-    interval form; the noise is calibrated for it."""
+    """The median of groups (sensitivity 1), the upper quartile of rows (3), their median (1) and
+    their lower quartile (3), in the interval form; the noise is calibrated for it."""
     choice = bound_choice("groups" if kind == "groups" else "rows", CANDIDATES, 5, Accounting.PURE, 0.1,
-                          kind != "groups", half=kind == "half")  # fmt: skip
+                          kind != "groups", half=kind in ("half", "lower"), lower=kind == "lower")  # fmt: skip
     before = choice.scores(*counts_of(counts))
     after = choice.scores(*counts_of([*counts, added]))
-    sensitivity = 3 if kind == "rows" else 1
+    sensitivity = 3 if kind in ("rows", "lower") else 1
     assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= sensitivity
     plain = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 0.1)
     assert abs(choice.scale - sensitivity * plain.scale) <= 1e-9 * choice.scale
@@ -78,6 +78,22 @@ def test_the_quartile_rule_lands_at_the_upper_quartile_of_the_persons_rows() -> 
     assert sum(k in (8, 16) for k in picked) >= 190
     counts = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0)
     assert [CANDIDATES[counts.select(above, persons)] for _ in range(50)].count(100) >= 45
+
+
+def test_the_lower_quartile_rule_lands_at_the_lower_quartile_of_the_persons_rows() -> None:
+    """Averages per group: three quarters of the persons above k."""
+    rng = random.Random(7)
+    small, middle, large = (
+        [rng.randint(a, b) for _ in range(n)] for a, b, n in ((1, 3, 450), (10, 14, 300), (40, 60, 1250))
+    )
+    above, persons = counts_of([*small, *middle, *large])
+    choice = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0, True, half=True, lower=True)
+    picked = [CANDIDATES[choice.select(above, persons)] for _ in range(200)]
+    # 1,550 of 2,000 persons have more than 8 rows, 1,250 more than 16: the lower quartile is in (8, 16].
+    assert picked.count(16) >= 190
+    # Half of them have more than 32 rows, none more than 64: the median rule picks 64.
+    median = bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0, True, half=True)
+    assert sum(CANDIDATES[median.select(above, persons)] == 64 for _ in range(50)) >= 45
 
 
 POLICY = """
@@ -108,10 +124,12 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
 
     assert rows_choice("SELECT AVG(x), STDDEV(x) FROM t").quartile
     assert not rows_choice("SELECT AVG(x), STDDEV(x) FROM t").half
-    # Averages per group: half the persons above k, as each group's noise weighs more beside its
-    # smaller sum than the whole query's does (the module docstring).
+    # Averages per group: three quarters of the persons above k, as each group's noise weighs more
+    # beside its smaller sum than the whole query's does (the module docstring); quantiles per group,
+    # which keep each person's first k rows instead of reweighting them, half.
     grouped = rows_choice("SELECT x, AVG(x) FROM t GROUP BY x")
-    assert grouped.quartile and grouped.half
+    assert grouped.quartile and grouped.half and grouped.lower
+    assert not rows_choice("SELECT x, AVG(x), MEDIAN(x) FROM t GROUP BY x").lower
     assert rows_choice("SELECT name, AVG(x) FROM t GROUP BY name").half  # private keys
     # …but over at most 4 public groups each group's sum is a large share of the query's: the
     # whole table's aim, a quarter of the persons.
@@ -122,7 +140,11 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     shares = rows_choice("SELECT x, AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t GROUP BY x")
     assert shares.quartile and shares.half
     assert not rows_choice("SELECT x, COUNT(*), AVG(x) FROM t GROUP BY x").quartile
-    assert "aiming at half the persons" in engine.explain("SELECT x, AVG(x) FROM t GROUP BY x").render()
+    assert (
+        "aiming at three quarters of the persons"
+        in engine.explain("SELECT x, AVG(x) FROM t GROUP BY x").render()
+    )
+    assert "aiming at half the persons" in engine.explain("SELECT x, MEDIAN(x) FROM t GROUP BY x").render()
     # A share (an argument in [0, 1]) keeps the rule for counts: its per-person values spread widely.
     assert not rows_choice("SELECT AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
     assert not rows_choice("SELECT AVG(x), AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
