@@ -204,6 +204,19 @@ def analyze_public(
     return PublicQuery(annotated, outputs, text)
 
 
+def _duplicate_subquery_column(select: exp.Select) -> str | None:
+    """What a refusal says of a subquery with two columns of one name (None: there is none)."""
+    for subquery in select.find_all(exp.Subquery):
+        body = subquery.this
+        if not isinstance(body, exp.Select):
+            continue
+        names = [output_name(item) for item in body.expressions]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            return f'subquery {subquery.alias or "(unnamed)"} has two columns named "{twice}"'
+    return None
+
+
 def typed_select(
     select: exp.Select, schema: Mapping[str, Mapping[str, str]]
 ) -> tuple[exp.Select, tuple[OutputColumn, ...]]:
@@ -227,6 +240,13 @@ def typed_select(
         annotated = annotate_types(qualified, schema=dict(schema), dialect="postgres")
     except OptimizeError as e:
         raise UnresolvedColumn(f"{e}") from None
+    except AssertionError:
+        # sqlglot's qualify asserts on what it cannot expand (found by the random language batch:
+        # `SELECT * FROM (SELECT COUNT(*) AS n, COUNT(*) AS n …) w ORDER BY 1`): refused, never a crash.
+        raise NotSupported(
+            _duplicate_subquery_column(select) or "the columns of this statement could not be resolved",
+            hint="name each column of a subquery with AS, and select them by name",
+        ) from None
     names = (
         written_names
         if written_names is not None and len(written_names) == len(annotated.expressions)

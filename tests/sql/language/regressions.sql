@@ -82,3 +82,5 @@ SELECT CASE WHEN smoker THEN 30 ELSE 30.00 END AS k, COUNT(*), SUM(age) FROM pat
 SELECT date_trunc('month', visit_date) AS k0, COALESCE(SUM((strpos(b.topic, 'a') * a.duration)), 0), VAR_POP(100) AS a1, mode() WITHIN GROUP (ORDER BY b.topic) AS n FROM public.visits a LEFT JOIN visit_notes b ON a.visit_id = b.visit_id WHERE temperature IS NULL GROUP BY 1
 -- A person's MAX of an identifier (summable: false, no bounds) took the bigint type's range into a MEDIAN's histogram, whose grid overflowed in the backend after the charge (seed 1229641267 #23): now refused with 42501, as MEDIAN of the column itself.
 SELECT ROUND(MEDIAN(top), 1) AS n, MIN(100.005) FROM (SELECT patient_id, MAX(visit_id) AS top FROM visits GROUP BY patient_id) d LIMIT 3
+-- A public subquery with two columns named n, read through * with ORDER BY 1: sqlglot's qualify asserted and the statement crashed (seed 88722124 #37); now refused with 0A000 naming the column.
+SELECT * FROM (SELECT z.state, z.zip, COUNT(*) AS n, COALESCE(COUNT(*), 0) AS n FROM zip_info z GROUP BY z.state, 2 ORDER BY 1 ASC, n) AS w ORDER BY 1 DESC LIMIT 3
