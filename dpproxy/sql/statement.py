@@ -38,7 +38,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SyntaxProblem("empty query")
     if len(statements) > 1:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
-    statement = statements[0]
+    statement = _plain_negations(statements[0])
     limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
@@ -48,6 +48,21 @@ def parse_statement(sql: str) -> exp.Expression:
         if not isinstance(node, exp.Literal) or node.is_string:
             node._meta = None
     return statement
+
+
+def _plain_negations(tree: exp.Expression) -> exp.Expression:
+    """`x IS NOT NULL`, `x IS NOT TRUE`, `x NOT LIKE p` and `x NOT ILIKE p` as NOT over the plain
+    predicate (`NOT x IS NULL`, the same in PostgreSQL's grammar): sqlglot reads them as one node
+    flagged `negate`, and a rewrite that rebuilds the node from its operands drops the flag. It did:
+    `WHERE dep_delay IS NOT NULL` counted the rows where dep_delay is NULL."""
+    for node in list(tree.find_all(exp.Is, exp.Like, exp.ILike)):
+        if not node.args.get("negate"):
+            continue
+        node.set("negate", None)
+        parent = node.parent
+        negated = parent if isinstance(parent, exp.Escape) and node.arg_key == "this" else node
+        negated.replace(exp.Not(this=negated.copy()))
+    return tree
 
 
 def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expression:
