@@ -288,3 +288,17 @@ def test_a_window_reads_keys_and_aggregates_not_output_aliases(engine: Engine) -
             "SELECT department, COUNT(*) AS n, SUM(n) OVER () FROM visits GROUP BY 1", analyst="alice"
         )
     assert caught.value.sqlstate == "0A000" and spent(engine) == 0
+
+
+def test_fetch_first_is_limit(engine: Engine) -> None:
+    """`FETCH FIRST n ROWS ONLY` (SQL's spelling of LIMIT, what some tools send), `OFFSET m ROWS`,
+    `FETCH NEXT ROW ONLY` (one row); WITH TIES is refused before anything is charged."""
+    top = engine.execute(f"{AGGREGATE} ORDER BY n DESC FETCH FIRST 3 ROWS ONLY", analyst="alice")
+    assert len(top.rows) == 3 and [r[1] for r in top.rows] == sorted((r[1] for r in top.rows), reverse=True)
+    second = engine.execute(f"{AGGREGATE} ORDER BY n DESC OFFSET 1 ROWS FETCH NEXT ROW ONLY", analyst="alice")
+    assert len(second.rows) == 1
+    spent_before = spent(engine)
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute(f"{AGGREGATE} ORDER BY n DESC FETCH FIRST 3 ROWS WITH TIES", analyst="alice")
+    assert caught.value.sqlstate == "0A000" and "WITH TIES" in str(caught.value)
+    assert spent(engine) == spent_before

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import DPProxyError, InvalidParameter, SyntaxProblem
+from dpproxy.errors import DPProxyError, InvalidParameter, NotSupported, SyntaxProblem
 from dpproxy.sql.names import function_name
 from dpproxy.sql.rowexpr import constant_value
 from dpproxy.sql.types import PgType, from_sqlglot
@@ -27,6 +27,11 @@ def limit_of(tree: exp.Select, key: str) -> int | None:
     node = tree.args.get(key)
     if node is None:
         return None
+    if isinstance(node, exp.Fetch):  # FETCH FIRST n ROWS ONLY (SQL's spelling of LIMIT; n is 1 if left out)
+        options = node.args.get("limit_options")
+        if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+            raise NotSupported("FETCH … WITH TIES and FETCH … PERCENT are not supported", hint="use LIMIT n")
+        node = node.args.get("count") or exp.Literal.number(1)
     value_node = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
     if isinstance(value_node, exp.Null):
         return None
