@@ -302,3 +302,18 @@ def test_fetch_first_is_limit(engine: Engine) -> None:
         engine.execute(f"{AGGREGATE} ORDER BY n DESC FETCH FIRST 3 ROWS WITH TIES", analyst="alice")
     assert caught.value.sqlstate == "0A000" and "WITH TIES" in str(caught.value)
     assert spent(engine) == spent_before
+
+
+def test_window_functions_beside_and_over_interval_ends(engine: Engine) -> None:
+    """dp_interval_low/high in a lifted SELECT are columns of the aggregate like the aggregates
+    themselves: beside a window, and read by one."""
+    result = engine.execute(
+        "SELECT department, COUNT(*) AS n, dp_interval_low(n) AS lo, dp_interval_high(n) AS hi, "
+        "SUM(COUNT(*)) OVER () AS total, SUM(dp_interval_high(COUNT(*))) OVER () AS total_hi "
+        "FROM visits GROUP BY 1",
+        analyst="alice",
+    )
+    assert [c.name for c in result.columns] == ["department", "n", "lo", "hi", "total", "total_hi"]
+    assert all(lo < n < hi for _, n, lo, hi, _, _ in result.rows)
+    assert {row[4] for row in result.rows} == {sum(row[1] for row in result.rows)}
+    assert {row[5] for row in result.rows} == {sum(row[3] for row in result.rows)}

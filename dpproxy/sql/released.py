@@ -39,6 +39,7 @@ from dpproxy.errors import NotSupported, PolicyViolation, UndefinedColumn
 from dpproxy.sql.analyze import typed_select
 from dpproxy.sql.inline import expand_ctes
 from dpproxy.sql.names import function_name
+from dpproxy.sql.postprocess.intervals import interval_end
 from dpproxy.sql.public import PUBLIC_FUNCTIONS
 from dpproxy.sql.query import OutputColumn, PrivateQuery
 from dpproxy.sql.select_list import output_name
@@ -58,6 +59,9 @@ _OUTER_FUNCTIONS = (
     exp.LastValue,
     exp.NthValue,
 )
+# What the outer query of a lifted SELECT reads as an inner column: an aggregate (or, with
+# dp_interval_low/high, an end of its interval).
+_RELEASED = (exp.AggFunc, exp.Filter, exp.WithinGroup)
 # The released table window functions of an aggregating SELECT read (`_lift_windows`).
 LIFTED = "aggregates"
 
@@ -232,8 +236,6 @@ def _lift_windows(tree: exp.Select) -> ReleasedSplit | None:
         return None  # over an aggregating subquery: the outer query over its answer (split_released)
     if any(tree.args.get(clause) for clause in ("distinct", "windows", "qualify", "into", "locks")):
         return None
-    if any(isinstance(n, exp.Anonymous) and n.name.lower().startswith("dp_interval_") for n in tree.walk()):
-        return None
     group = tree.args.get("group")
     if not _aggregates(tree) or (group is not None and set(group.args) - {"expressions"}):
         return None  # ROLLUP, CUBE and GROUPING SETS keep their own refusal
@@ -274,7 +276,8 @@ def _lift_windows(tree: exp.Select) -> ReleasedSplit | None:
                 inner_items.append(exp.alias_(node.copy(), columns[text], quoted=True))
             return exp.column(columns[text], quoted=True)
         window_function = isinstance(node.parent, exp.Window) and node.arg_key == "this"
-        if isinstance(node, (exp.AggFunc, exp.Filter, exp.WithinGroup)) and not window_function:
+        released = isinstance(node, _RELEASED) or interval_end(node) is not None
+        if released and not window_function:  # an aggregate, or an end of its interval: an inner column
             if text not in aggregates:
                 aggregates[text] = exp.alias_(node.copy(), f"__dp_agg_{len(aggregates)}", quoted=True)
             return exp.column(aggregates[text].alias, quoted=True)
