@@ -153,7 +153,13 @@ def zcdp_to_approx_dp(rho: float, delta: float) -> float:
     d_in = math.sqrt(2.0 * rho)
     while unit.map(d_in) < rho:
         d_in = math.nextafter(d_in, math.inf)
-    epsilon, _ = _unit_gaussian_at_delta(delta).map(d_in)
+    try:
+        epsilon, _ = _unit_gaussian_at_delta(delta).map(d_in)
+    except dp.OpenDPException as error:  # exp() of the bound overflows a float: ρ in the thousands
+        raise InvalidParameter(
+            f"a zCDP cost of rho={rho:g} is too large to convert to (epsilon, delta) at delta={delta:g}",
+            hint="ask for a smaller epsilon per query (SET dpproxy.epsilon, or the policy's max_epsilon)",
+        ) from error
     return epsilon
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dpproxy.budget import Ledger, Reservation, epsilon_equivalent
 from dpproxy.budget.sqlite import SQLiteLedger
-from dpproxy.errors import BudgetExhausted
+from dpproxy.errors import BudgetExhausted, InvalidParameter
 from dpproxy.privacy.accounting import FIT_RELATIVE_TOLERANCE, Cost, converted_epsilon, zcdp_to_approx_dp
 from dpproxy.results import budget_figure
 from tests.budget.stores import ZCDP_BUDGET, Store, zcdp
@@ -227,3 +227,12 @@ def test_zcdp_never_overspends_and_refuses_only_what_does_not_fit(
             assert ledger.spent_epsilon("alice", limit, "zcdp") <= limit.epsilon * (
                 1 + FIT_RELATIVE_TOLERANCE
             )
+
+
+def test_a_rho_too_large_to_convert_is_refused_with_a_sqlstate() -> None:
+    """At ε = 100,000 per query (a policy's max_epsilon may allow it) the conversion's exp()
+    overflowed in OpenDP and the statement failed with no SQLSTATE; it is refused with 22023."""
+    assert zcdp_to_approx_dp(1000.0, 1e-6) > 0
+    with pytest.raises(InvalidParameter) as caught:
+        zcdp_to_approx_dp(1e5, 1e-3)
+    assert caught.value.sqlstate == "22023" and "too large" in caught.value.message
