@@ -252,7 +252,7 @@ def _query_noise(
                 _spread(query),
                 _averages_only(query),
                 half=_many_groups(query),
-                lower=_many_groups(query) and not _has_quantile(query),
+                lower=not _has_quantile(query),  # with `half` only (bound_choice)
                 cells=cells,
                 decile=_aims_at_a_tenth(query),
                 floor=query.where is None,

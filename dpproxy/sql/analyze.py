@@ -29,7 +29,7 @@ from dpproxy.sql.probes import EmptyQuery, distinct_as_group_by, empty_query, ex
 from dpproxy.sql.public import check_public_sql, exposed_table
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, OutputColumn, PostProcessing, PublicQuery
 from dpproxy.sql.relation import SchemaFacts
-from dpproxy.sql.select_list import limit_of, output_name
+from dpproxy.sql.select_list import limit_of, output_name, repeated_name
 from dpproxy.sql.stars import expand_subquery_stars
 from dpproxy.sql.statement import bind_parameters, infer_parameter_types, parameter_count, parse_statement
 from dpproxy.sql.subqueries import Inlined, PublicRunner, expression_subqueries, inline_public_subqueries
@@ -210,8 +210,7 @@ def _duplicate_subquery_column(select: exp.Select) -> str | None:
         body = subquery.this
         if not isinstance(body, exp.Select):
             continue
-        names = [output_name(item) for item in body.expressions]
-        twice = next((n for n in names if names.count(n) > 1), None)
+        twice = repeated_name(output_name(item) for item in body.expressions)
         if twice is not None:
             return f'subquery {subquery.alias or "(unnamed)"} has two columns named "{twice}"'
     return None

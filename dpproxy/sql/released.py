@@ -42,7 +42,7 @@ from dpproxy.sql.names import function_name
 from dpproxy.sql.postprocess.intervals import interval_end
 from dpproxy.sql.public import PUBLIC_FUNCTIONS
 from dpproxy.sql.query import OutputColumn, PrivateQuery
-from dpproxy.sql.select_list import output_name
+from dpproxy.sql.select_list import output_name, repeated_name
 from dpproxy.sql.types import SQLGLOT_SCHEMA_TYPE
 
 # Window functions over released rows are post-processing too (a rank of released counts).
@@ -66,6 +66,11 @@ _RELEASED = (exp.AggFunc, exp.Filter, exp.WithinGroup)
 LIFTED = "aggregates"
 
 
+def _source(name: str, lifted: bool) -> str:
+    """What an outer query reads, as messages name it."""
+    return "the aggregates of this query" if lifted else f"subquery {name}"
+
+
 @dataclass(frozen=True)
 class ReleasedSplit:
     """A statement taken apart: the inner aggregate, and the outer query reading it as a table."""
@@ -77,8 +82,7 @@ class ReleasedSplit:
 
     @property
     def source(self) -> str:
-        """What the outer query reads, as messages name it."""
-        return "the aggregates of this query" if self.lifted else f"subquery {self.name}"
+        return _source(self.name, self.lifted)
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,7 @@ class ReleasedQuery:
 
     @property
     def source(self) -> str:
-        """What the outer query reads, as messages name it."""
-        return "the aggregates of this query" if self.lifted else f"subquery {self.name}"
+        return _source(self.name, self.lifted)
 
     @property
     def private(self) -> PrivateQuery:
@@ -182,14 +185,11 @@ def _aggregates(select: exp.Select) -> bool:
 def released_query(split: ReleasedSplit, inner: PrivateQuery | ReleasedQuery, text: str) -> ReleasedQuery:
     """The outer query typed against the inner answer's columns, its functions checked."""
     columns = inner.outputs if isinstance(inner, ReleasedQuery) else inner.post_processing.outputs
-    seen: set[str] = set()
-    for column in columns:
-        if column.name in seen:
-            raise NotSupported(
-                f'{split.source} has two columns named "{column.name}"',
-                hint="name each column of the subquery with AS",
-            )
-        seen.add(column.name)
+    twice = repeated_name(c.name for c in columns)
+    if twice is not None:
+        raise NotSupported(
+            f'{split.source} has two columns named "{twice}"', hint="name each column of the subquery with AS"
+        )
     for node in split.outer.walk():
         if isinstance(node, exp.Func) and not isinstance(node, _OUTER_FUNCTIONS):
             raise NotSupported(

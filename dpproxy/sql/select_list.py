@@ -3,6 +3,7 @@ GROUP BY / ORDER BY positions, LIMIT and OFFSET constants. Text only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
 
 from sqlglot import exp
@@ -42,6 +43,17 @@ def limit_of(tree: exp.Select, key: str) -> int | None:
     if not isinstance(number, Decimal) or number != number.to_integral_value() or number < 0:
         raise InvalidParameter(f"{key.upper()} must be a non-negative integer constant")
     return int(number)
+
+
+def repeated_name(names: Iterable[str]) -> str | None:
+    """The first name that comes again in `names` (None: each comes once): a table's two columns of
+    one name cannot be told apart."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def output_name(item: exp.Expression) -> str:
