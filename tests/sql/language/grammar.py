@@ -6,8 +6,9 @@ accepts on purpose: joins of every kind in both orders, self-joins, comma joins,
 TABLESAMPLE; subqueries as IN / EXISTS / scalar / FROM / CTE, correlated or not, over public and
 protected tables, in every clause; row expressions with partial functions (division, casts,
 substring with negative starts, overflow), NULLs and odd literals, dates relative to now();
-every aggregate (MIN/MAX of dates and of their casts too), FILTER, window functions, aggregates of
-aggregates; GROUP BY positions and aliases, HAVING, ORDER BY, LIMIT/OFFSET and parameters; existence
+every aggregate (MIN/MAX of dates and of their casts too), FILTER, window functions (over rows, and
+over the aggregates of their SELECT: `with_window`), aggregates of aggregates; GROUP BY positions and
+aliases, HAVING, ORDER BY, LIMIT/OFFSET (or FETCH FIRST) and parameters; existence
 probes (`SELECT 1 FROM t LIMIT 1`; tests/sql/language/temporal.py); the tools' wrappings of a
 statement (a SQL editor's LIMIT, connectorx's count, Ibis' CTE, dbt's generic test two levels deep). One statement in ten (NOTES_SHARE) reads
 `visit_notes`, whose person is reached through its visit (a foreign key): alone, joined with visits
@@ -1096,7 +1097,55 @@ def generate(seed: int, index: int) -> Generated:
     interval = random.Random(f"interval:{seed}:{index}")
     if interval.random() < INTERVAL_SHARE:
         sql = with_interval_columns(sql, interval)
+    window = random.Random(f"window:{seed}:{index}")
+    if window.random() < WINDOW_SHARE:
+        sql = with_window(sql, window)
     return Generated(sql, generator.params, seed, index)
+
+
+# A share of statements that also ask for a window function over one of their aggregates (a share
+# of the total, a rank, a running sum, LAG; dpproxy.sql.released lifts them), some with their LIMIT
+# spelled FETCH FIRST, drawn from a stream of their own.
+WINDOW_SHARE = 0.06
+
+
+def with_window(sql: str, rng: random.Random) -> str:
+    """The statement with a window function over its first select-list aggregate appended to the
+    select list (partitioned by its first GROUP BY key, at times), and its LIMIT written as FETCH
+    FIRST … ROWS ONLY at times; unchanged when its top-level SELECT has no aggregate."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+    if not isinstance(tree, exp.Select):
+        return sql
+    aggregate = next(
+        (
+            a
+            for item in tree.expressions
+            for a in item.find_all(exp.AggFunc)
+            if a.find_ancestor(exp.Window) is None
+        ),
+        None,
+    )
+    if aggregate is None:
+        return sql
+    agg = aggregate.sql("postgres")
+    group = tree.args.get("group")
+    keys = [k for k in (group.expressions if group is not None else []) if not isinstance(k, exp.Literal)]
+    partition = f"PARTITION BY {keys[0].sql('postgres')} " if keys and rng.random() < 0.4 else ""
+    window = rng.choice(
+        (
+            f"{agg} * 100.0 / SUM({agg}) OVER ({partition.strip()})",
+            f"RANK() OVER ({partition}ORDER BY {agg} DESC)",
+            f"SUM({agg}) OVER ({partition}ORDER BY {agg})",
+            f"LAG({agg}) OVER ({partition}ORDER BY {agg})",
+            f"COUNT(*) OVER ({partition.strip()})",
+        )
+    )
+    tree.append("expressions", sqlglot.parse_one(window, read="postgres"))
+    limit = tree.args.get("limit")
+    if isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Literal) and rng.random() < 0.3:
+        tree.set("limit", None)  # …[OFFSET m] FETCH FIRST n ROWS ONLY
+        return f"{tree.sql('postgres')} FETCH FIRST {limit.expression.sql('postgres')} ROWS ONLY"
+    return tree.sql("postgres")
 
 
 # A share of statements that also ask for an aggregate's 95% interval as columns (dp_interval_low/high
