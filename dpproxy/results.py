@@ -170,7 +170,10 @@ def budget_figure(value: float, *, up: bool, slack: float = 0.0) -> str:
         return "0" if value == 0 else str(value)
     rounded = _round6(value, up=up)
     other = _round6(value, up=not up)
-    if abs(Decimal(repr(value)) - other) <= Decimal(repr(slack)):
+    exact = Decimal(repr(value))
+    # Only a neighbour nearer than the rounded figure is float rounding (0.7999999999999996 spent
+    # shows as 0.8, never as 0.799999 however large the slack).
+    if abs(exact - other) <= Decimal(repr(slack)) and abs(exact - other) < abs(exact - rounded):
         rounded = other
     if rounded == 0:
         return "0"

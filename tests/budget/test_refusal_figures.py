@@ -112,3 +112,10 @@ def test_budget_show_writes_delta_spent_and_budget_alike(tmp_path: Path) -> None
     assert rows["alice"][4:6] == ["0.0000000812334", "0.0000001"]
     assert rows["bob"][4:6] == ["0", "0"]
     assert Decimal(rows["alice"][5]) == Decimal("1e-7")
+
+
+def test_a_spent_total_just_below_a_round_figure_shows_the_round_figure() -> None:
+    """0.5 + 0.1 + 0.1 + 0.1 is 0.7999999999999996: against a budget of 1000 the slack forgiven as
+    float rounding (1e-6) reached the figure below, and SHOW dpproxy.budget said 0.799999 spent."""
+    assert spent_figure(0.5 + 0.1 + 0.1 + 0.1, 1000.0) == "0.8"
+    assert spent_figure(0.5000000000000003, 1.0) == "0.5"
