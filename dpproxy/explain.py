@@ -77,7 +77,7 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
     choices, partition selection and the cost."""
     query = plan.query
     steps = tuple(
-        (step.name, step.summary, emit(plan.rewrite.query(i), dialect, pretty=True))
+        (step.name, step.summary, emit(plan.rewrite.query(i), dialect, owned=True, pretty=True))
         for i, step in enumerate(plan.rewrite.steps)
     )
     if plan.responses is not None:
@@ -196,7 +196,7 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
         query.text,
         "private",
         steps,
-        emit(plan.rewrite.query(), dialect, pretty=True) if steps else "",
+        emit(plan.rewrite.query(), dialect, owned=True, pretty=True) if steps else "",
         released,
         selection,
         plan.cost,

@@ -426,7 +426,7 @@ class _Evaluator:
         if isinstance(node, exp.Cast):
             return self._cast(node)
         if _is_date_call(node):
-            return self._cast(exp.Cast(this=node.this.copy(), to=exp.DataType.build("DATE")))
+            return self._cast(exp.Cast(this=node.this.copy(), to=exp.DataType.build(exp.DataType.Type.DATE)))
         if _is_make_date(node):
             return PgType.DATE, _made_date(node)
         if isinstance(node, (exp.Add, exp.Sub)):

@@ -336,7 +336,11 @@ def epoch_grid_sql(value: exp.Expression, pg_type: PgType) -> tuple[exp.Expressi
     fractional digits, rounded to the grid as sums' values are."""
     from dpproxy.sql import numbers
 
-    source = exp.Cast(this=value, to=exp.DataType.build("TIMESTAMP")) if pg_type is PgType.DATE else value
+    source = (
+        exp.Cast(this=value, to=exp.DataType.build(exp.DataType.Type.TIMESTAMP))
+        if pg_type is PgType.DATE
+        else value
+    )
     micros = numbers.cast(numbers.epoch_microseconds(source), "BIGINT")
     if pg_type is PgType.DATE:
         days = exp.Div(this=micros, expression=exp.Literal.number(_MICROS_PER_DAY), typed=True, safe=True)

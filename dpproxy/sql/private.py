@@ -274,7 +274,14 @@ class PrivateAnalyzer(AggregateRules):
             sql = bytewise_text(typed.sql) if typed.type.is_text else typed.sql
             self.keys.append(
                 GroupKey(
-                    sql, known_type(typed.type), text, found.values, found.origin, found.fetched, typed.double
+                    sql,
+                    known_type(typed.type),
+                    text,
+                    found.values,
+                    found.origin,
+                    found.fetched,
+                    contiguous=found.contiguous,
+                    double=typed.double,
                 )
             )
         self.keys = public.within_limit(self.keys)

@@ -86,6 +86,11 @@ class KeyValues:
     values: tuple[object, ...] | None
     origin: str | None = None
     fetched: bool = False
+    # Every value the key can take between the first and the last of `values` is one of them (the
+    # days of a date column, date_trunc buckets, the integers of a declared range): the rewrite keeps
+    # the rows whose key lies in that span rather than listing thousands of values
+    # (rewrite/select_rows.read_relation).
+    contiguous: bool = False
 
 
 class _Unreadable(Exception):
@@ -226,7 +231,8 @@ class PublicKeys:
         if hi < lo or hi - lo + 1 > MAX_RANGE_VALUES:
             return None
         origin = f"{label}: the {hi - lo + 1} integers of {column.name}'s declared range {lo} … {hi}"
-        return self._restricted(KeyValues(tuple(range(lo, hi + 1)), origin), text, key_type, label)
+        found = KeyValues(tuple(range(lo, hi + 1)), origin, contiguous=True)
+        return self._restricted(found, text, key_type, label)
 
     # -- declared date ranges --------------------------------------------------------------------
 
@@ -278,7 +284,9 @@ class PublicKeys:
                 "partition selection",
             )
         origin = f"{label}: the {len(values)} {what} of {key.column.name}'s declared range {within}"
-        return self._restricted(KeyValues(values, origin), text, key_type, label)
+        # A date is a day, and date_trunc gives bucket starts only: nothing lies between two of them.
+        found = KeyValues(values, origin, contiguous=key.kind in ("day", "trunc"))
+        return self._restricted(found, text, key_type, label)
 
     def _narrowed(self, key: _Temporal, bounds: tuple[dt.date, dt.date]) -> tuple[dt.date, dt.date] | None:
         """The declared range cut by the WHERE's comparisons of the column with constants (the values
@@ -316,21 +324,24 @@ class PublicKeys:
         assert found.values is not None
         if key_type.is_float:
             return found  # NaN and signed zeros: no comparison in Python means PostgreSQL's
-        values = list(found.values)
+        kept = list(range(len(found.values)))  # indexes of the values admitted
         for conjunct in self.conjuncts:
             try:
                 tests = self._comparisons(conjunct, lambda n: self._is_key(n, text), key_type)
-                values = [v for v in values if all(_admits(op, _normal(v), c) for op, c in tests)]
+                kept = [i for i in kept if all(_admits(op, _normal(found.values[i]), c) for op, c in tests)]
             except _Unreadable:
                 continue
-        if not values or len(values) == len(found.values):
+        if not kept or len(kept) == len(found.values):
             return found
+        values = [found.values[i] for i in kept]
         if found.origin is None:
             declared = len(found.values)
             origin = f"{label}: {len(values)} of its {declared} declared public values, those WHERE admits"
         else:
             origin = f"{found.origin}; {len(values)} of them admitted by WHERE"
-        return replace(found, values=tuple(values), origin=origin)
+        # A run of consecutive values stays a span; values with gaps are listed.
+        contiguous = found.contiguous and kept[-1] - kept[0] == len(kept) - 1
+        return replace(found, values=tuple(values), origin=origin, contiguous=contiguous)
 
     def _is_key(self, node: exp.Expression, text: str) -> bool:
         if isinstance(strip_parens(node), (exp.Literal, exp.Null, exp.Boolean)):

@@ -217,6 +217,8 @@ class GroupKey:
     # Its values were read from a public table when the query was planned: the plan holds public data
     # of that moment and is never reused for a later execution of the same text.
     fetched: bool = False
+    # Every value it can take between its first and last public value is one of them (KeyValues).
+    contiguous: bool = False
     # The backend computes it in double precision whatever its nominal type (an epoch of a
     # timestamp: numeric in PostgreSQL's catalog, a double as rewritten): spelled as a double.
     double: bool = False

@@ -227,6 +227,36 @@ def test_a_where_on_the_buckets_and_on_declared_public_values() -> None:
     assert query.key_domain_size == 2
 
 
+@pytest.mark.parametrize(
+    ("sql", "contiguous"),
+    [
+        ("SELECT d, COUNT(*) FROM t GROUP BY 1", True),  # every day of the range
+        ("SELECT date_trunc('week', ts), COUNT(*) FROM t GROUP BY 1", True),  # Mondays only
+        ("SELECT x, COUNT(*) FROM t GROUP BY 1", True),  # the integers 0 … 10
+        ("SELECT x, COUNT(*) FROM t WHERE x BETWEEN 2 AND 5 GROUP BY 1", True),  # a run of them
+        ("SELECT x, COUNT(*) FROM t WHERE x IN (1, 3) GROUP BY 1", False),  # a gap: listed
+        ("SELECT d, COUNT(*) FROM t WHERE d <> '2023-06-01' GROUP BY 1", False),
+        ("SELECT extract(month FROM d), COUNT(*) FROM t GROUP BY 1", False),  # extract: listed
+        ("SELECT m, COUNT(*) FROM t GROUP BY 1", False),  # declared public values: listed
+    ],
+)
+def test_a_span_of_every_value_is_sent_as_its_ends_and_gaps_as_a_list(sql: str, contiguous: bool) -> None:
+    """The rows read keep a key's public values: a span (every value the key can take between the
+    first and the last) is tested as BETWEEN its ends, not a list of thousands of days; values with
+    gaps, and the declared ones, are listed (tests/sql/language checks on adversarial data that no
+    released key is outside its public values either way)."""
+    engine = Engine(parse_policy(policy_text()), None)
+    query = keys_of(sql)
+    (key,) = query.keys
+    assert key.contiguous is contiguous
+    statement = engine.plan_private(query, 1.0, salt="s").statements[0]
+    if contiguous:
+        assert " BETWEEN " in statement and " IN (" not in statement
+        assert len(statement) < 3000
+    else:
+        assert " IN (" in statement
+
+
 # -- through the engine, on the demo data -------------------------------------------------------
 
 

@@ -96,7 +96,7 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         # A bigint, as the engine's SUM of bigints would not be (DuckDB's HUGEINT divides slowly).
         total = exp.Cast(
             this=exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(UNIT)]),
-            to=exp.DataType.build("BIGINT"),
+            to=exp.DataType.build(exp.DataType.Type.BIGINT),
         )
         groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[col(UNIT)])
         ranked = exp.select(

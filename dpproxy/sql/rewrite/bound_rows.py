@@ -33,7 +33,8 @@ def salted_hash(salt: str, columns: list[str], dialect: str) -> exp.Expression:
     text: exp.Expression = exp.Literal.string(salt)
     for c in columns:
         value = exp.Coalesce(
-            this=exp.Cast(this=col(c), to=exp.DataType.build("VARCHAR")), expressions=[exp.Literal.string("")]
+            this=exp.Cast(this=col(c), to=exp.DataType.build(exp.DataType.Type.VARCHAR)),
+            expressions=[exp.Literal.string("")],
         )
         text = exp.DPipe(
             this=exp.DPipe(this=text, expression=exp.Literal.string("|"), safe=True),

@@ -119,7 +119,7 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         # At most row_cap rows' worth of values each under 2^52 / row_cap (dpproxy.sql.aggregates
         # sizes the grid so): a bigint, whatever type the engine summed in, so that every
         # candidate's arithmetic stays in 64-bit integers.
-        values.append(exp.Cast(this=capped, to=exp.DataType.build("BIGINT")))
+        values.append(exp.Cast(this=capped, to=exp.DataType.build(exp.DataType.Type.BIGINT)))
     description = (
         f"one row per unit and group, its rows capped at {r} and its sums scaled by {r}/n beyond that"
     )

@@ -63,12 +63,12 @@ def sub_bin_sql(histogram: Histogram) -> exp.Expression:
     offset = exp.Paren(this=exp.Sub(this=_grid(histogram), expression=number_literal(lo)))
     scaled = exp.Cast(
         this=exp.Mul(this=offset, expression=exp.Literal.number(histogram.candidates - 1)),
-        to=exp.DataType.build("BIGINT"),
+        to=exp.DataType.build(exp.DataType.Type.BIGINT),
     )
     remainder = exp.Paren(this=exp.Mod(this=scaled, expression=exp.Literal.number(hi - lo)))
     numerator = exp.Cast(
         this=exp.Mul(this=remainder, expression=exp.Literal.number(histogram.fine)),
-        to=exp.DataType.build("BIGINT"),
+        to=exp.DataType.build(exp.DataType.Type.BIGINT),
     )
     return exp.IntDiv(this=numerator, expression=exp.Literal.number(hi - lo))
 
@@ -138,7 +138,7 @@ def bin_sql(histogram: Histogram) -> exp.Expression:
     offset = exp.Paren(this=exp.Sub(this=grid, expression=number_literal(lo)))
     numerator = exp.Cast(
         this=exp.Mul(this=offset, expression=exp.Literal.number(histogram.candidates - 1)),
-        to=exp.DataType.build("BIGINT"),
+        to=exp.DataType.build(exp.DataType.Type.BIGINT),
     )
     # Exact integer division of non-negative integers: PostgreSQL's DIV(), DuckDB's //.
     return exp.IntDiv(this=numerator, expression=exp.Literal.number(hi - lo))

@@ -34,9 +34,14 @@ def public_value_literal(value: object) -> exp.Expression:
         literal = exp.Literal.number(text.lstrip("-"))
         return exp.Neg(this=literal) if text.startswith("-") else literal
     if isinstance(value, dt.datetime):
-        return exp.Cast(this=exp.Literal.string(value.isoformat(sep=" ")), to=exp.DataType.build("TIMESTAMP"))
+        return exp.Cast(
+            this=exp.Literal.string(value.isoformat(sep=" ")),
+            to=exp.DataType.build(exp.DataType.Type.TIMESTAMP),
+        )
     if isinstance(value, dt.date):
-        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+        return exp.Cast(
+            this=exp.Literal.string(value.isoformat()), to=exp.DataType.build(exp.DataType.Type.DATE)
+        )
     return exp.Literal.string(str(value))
 
 
@@ -56,7 +61,18 @@ def read_relation(ctx: RewriteContext, projections: list[exp.Expression]) -> exp
     if query.where is not None:
         conditions.append(exp.Paren(this=query.where.copy()))
     for key in query.keys:
-        if key.public_values is not None:
+        if key.public_values is None:
+            continue
+        if key.contiguous:
+            # The values are every value the key can take between the first and the last (the days
+            # of a range, its weeks): the span says it in two constants, not thousands.
+            first, last = key.public_values[0], key.public_values[-1]
+            conditions.append(
+                exp.Between(
+                    this=key.sql.copy(), low=public_value_literal(first), high=public_value_literal(last)
+                )
+            )
+        else:
             values = [public_value_literal(v) for v in key.public_values]
             conditions.append(exp.In(this=key.sql.copy(), expressions=values))
     if conditions:

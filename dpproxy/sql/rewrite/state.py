@@ -137,7 +137,7 @@ class RewriteState:
 
     def statements(self, dialect: str) -> list[str]:
         """Every statement the plan runs, main first (when there is one), in the backend's dialect."""
-        main = [emit(self.query(), dialect)] if self.steps else []
+        main = [emit(self.query(), dialect, owned=True)] if self.steps else []  # query() builds a copy
         return [*main, *(emit(step.select, dialect) for step in self.auxiliary)]
 
     def then(self, name: str, summary: str, select: exp.Select) -> RewriteState:

@@ -73,7 +73,9 @@ class ArithmeticRules:
         would otherwise compute CAST(32767 AS smallint) + 1 in smallint and fail only on the rows
         that reach it (a failure that would depend on data)."""
         if typed.type.is_integer and not typed.double and not isinstance(typed.sql, exp.Null):
-            return typed_node(exp.Cast(this=typed.sql, to=exp.DataType.build("BIGINT")), PgType.INT8)
+            return typed_node(
+                exp.Cast(this=typed.sql, to=exp.DataType.build(exp.DataType.Type.BIGINT)), PgType.INT8
+            )
         return typed.sql
 
     @staticmethod
@@ -172,7 +174,9 @@ class ArithmeticRules:
         lsql, rsql = self._as_bigint(left), self._as_bigint(right)
         if isinstance(node, (exp.Div, exp.Mod)) and not _nonzero_constant(right):
             rsql = exp.Nullif(this=rsql, expression=exp.Literal.number(0))
-            rsql = typed_node(exp.Cast(this=rsql, to=exp.DataType.build("BIGINT")), PgType.INT8)
+            rsql = typed_node(
+                exp.Cast(this=rsql, to=exp.DataType.build(exp.DataType.Type.BIGINT)), PgType.INT8
+            )
         if isinstance(node, exp.Div):
             # typed: PostgreSQL's integer division; safe: DuckDB then divides integers exactly (//).
             sql: exp.Expression = exp.Div(this=lsql, expression=rsql, typed=True, safe=True)
@@ -384,7 +388,7 @@ class ArithmeticRules:
                     f"CAST of boolean to {target.value} is not supported ({self.scope.clause})",
                     hint="cast to integer",
                 )
-            sql = exp.Cast(this=inner.sql, to=exp.DataType.build("INT"))
+            sql = exp.Cast(this=inner.sql, to=exp.DataType.build(exp.DataType.Type.INT))
             return Typed(typed_node(sql, target), target, Interval(Decimal(0), Decimal(1)), inner.uses_unit)
         if target is PgType.BOOL:
             if inner.type is PgType.BOOL:

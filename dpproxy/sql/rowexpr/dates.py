@@ -99,7 +99,7 @@ class DateRules:
         source = inner.sql
         result = PgType.TIMESTAMPTZ if inner.type is PgType.TIMESTAMPTZ else PgType.TIMESTAMP
         if inner.type is PgType.DATE:
-            source = exp.Cast(this=source, to=exp.DataType.build("TIMESTAMP"))
+            source = exp.Cast(this=source, to=exp.DataType.build(exp.DataType.Type.TIMESTAMP))
         trunc = exp.TimestampTrunc(this=source, unit=exp.Var(this=unit.upper()))
         sql = exp.Cast(this=trunc, to=exp.DataType.build(SQLGLOT_SCHEMA_TYPE[result]))
         return Typed(typed_node(sql, result), result, None, inner.uses_unit, inner.constant)
@@ -120,7 +120,7 @@ class DateRules:
             return self._epoch(inner)
         extract = exp.Extract(this=exp.Var(this=field.upper()), expression=inner.sql)
         # PostgreSQL's extract() is numeric; these fields are whole numbers on every engine.
-        sql = exp.Cast(this=extract, to=exp.DataType.build("BIGINT"))
+        sql = exp.Cast(this=extract, to=exp.DataType.build(exp.DataType.Type.BIGINT))
         return Typed(
             typed_node(sql, PgType.INT8),
             PgType.NUMERIC,
@@ -136,7 +136,7 @@ class DateRules:
         fractional digits, computed as DECIMAL(38, 10)."""
         source = inner.sql
         if inner.type is PgType.DATE:
-            source = exp.Cast(this=source, to=exp.DataType.build("TIMESTAMP"))
+            source = exp.Cast(this=source, to=exp.DataType.build(exp.DataType.Type.TIMESTAMP))
         micros = numbers.cast(numbers.epoch_microseconds(source), "BIGINT")
         if inner.type is PgType.DATE:
             # Whole days: exact integer division on both engines (the typed, safe flags of integer

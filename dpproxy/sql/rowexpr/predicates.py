@@ -304,5 +304,5 @@ def bytewise_text(value: exp.Expression) -> exp.Expression:
     Parenthesised: PostgreSQL's grammar takes no COLLATE in a BETWEEN's lower bound. An expression
     is cast to text first: DuckDB types `'a' || NULL` as NULL, which takes no collation."""
     if not (isinstance(value, exp.Column) or (isinstance(value, exp.Literal) and value.is_string)):
-        value = exp.Cast(this=value, to=exp.DataType.build("TEXT"))
+        value = exp.Cast(this=value, to=exp.DataType.build(exp.DataType.Type.TEXT))
     return exp.Paren(this=exp.Collate(this=value, expression=exp.Identifier(this="C", quoted=True)))

@@ -114,7 +114,8 @@ class TextRules:
                     hint="round it to an integer first, e.g. CAST(ROUND(x) AS integer)",
                 )
         casted = [
-            p.sql if p.type.is_text else exp.Cast(this=p.sql, to=exp.DataType.build("TEXT")) for p in parts
+            p.sql if p.type.is_text else exp.Cast(this=p.sql, to=exp.DataType.build(exp.DataType.Type.TEXT))
+            for p in parts
         ]
         if isinstance(node, exp.Concat):
             sql: exp.Expression = exp.Concat(expressions=casted, safe=True, coalesce=True)

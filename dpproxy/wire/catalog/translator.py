@@ -207,7 +207,7 @@ def _pg_format(template: str, args: list[exp.Expression]) -> exp.Expression:
         position = index + 1
         if index >= len(args):
             raise InvalidParameter("too few arguments for format()")
-        arg = exp.Cast(this=args[index].copy(), to=exp.DataType.build("VARCHAR"))
+        arg = exp.Cast(this=args[index].copy(), to=exp.DataType.build(exp.DataType.Type.VARCHAR))
         function = {"I": "quote_ident", "L": "quote_nullable"}.get(match.group(2))
         parts.append(exp.Anonymous(this=function, expressions=[arg]) if function else arg)
     return exp.Anonymous(this="concat", expressions=parts or [exp.Literal.string("")])
@@ -426,7 +426,9 @@ class Translator:
                 this="range",
                 expressions=[exp.Literal.number(1), exp.Add(this=longest, expression=exp.Literal.number(1))],
             )
-            count = exp.Cast(this=exp.Unnest(expressions=[numbers]), to=exp.DataType.build("BIGINT"))
+            count = exp.Cast(
+                this=exp.Unnest(expressions=[numbers]), to=exp.DataType.build(exp.DataType.Type.BIGINT)
+            )
             items.append(exp.alias_(count, ident(ordinality), quoted=True))
         return exp.Subquery(
             this=exp.select(*items), alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))
@@ -448,7 +450,7 @@ class Translator:
         if inner_type is None and isinstance(inner, exp.Anonymous):
             inner_type = RETURNS.get(str(inner.this).lower())
         if target is None:
-            return exp.Cast(this=inner, to=exp.DataType.build("VARCHAR"))
+            return exp.Cast(this=inner, to=exp.DataType.build(exp.DataType.Type.VARCHAR))
         element = data.element(target) if target not in (22, 30) else None
         if element in REG_TYPES:
             # oidvector or oid[] as regtype[] …: OIDs inside, named when cast to text[].
@@ -470,7 +472,7 @@ class Translator:
         if target in TEXT_TYPES and inner_type is not None and data.element(inner_type) is not None:
             return exp.Anonymous(this="__array_out", expressions=[inner])
         if target == 18:  # "char": the first character
-            text = exp.Cast(this=inner, to=exp.DataType.build("VARCHAR"))
+            text = exp.Cast(this=inner, to=exp.DataType.build(exp.DataType.Type.VARCHAR))
             return exp.Anonymous(this="left", expressions=[text, exp.Literal.number(1)])
         literal = isinstance(inner, exp.Literal) and inner.is_string
         if target in (22, 30) and literal:  # '1 2'::int2vector
