@@ -3,13 +3,18 @@
 The private aggregate at the bottom is planned, charged and released exactly as if it had been sent
 alone (its replay and its notice included); each outer query is then computed from the released rows
 on an in-memory DuckDB that holds those rows and nothing else: external access (files, the network,
-extensions) is disabled before a row is loaded, and the connection is closed when the answer is read.
+extensions) is disabled and the configuration locked before a row is loaded. The rows go into a
+temporary table of a connection of their own (a cursor of the process's one in-memory database:
+opening a database costs ~27 ms, a cursor ~1 ms), which no other connection sees and which goes when
+that connection is closed, once the answer is read.
 Nothing here reads the backing database, and nothing here is charged: post-processing is free.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -72,12 +77,11 @@ def run_over_rows(
     """The outer query's rows over `rows` (the inner answer's, in its columns' order); over no rows
     (`charged` False) when the statement is analysed, so an outer query DuckDB cannot bind is
     refused before anything is read or charged."""
-    conn = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1})
+    conn = _connection()
     try:
-        conn.execute("SET lock_configuration = true")
         table = _quoted(query.name)
         columns = ", ".join(f"{_quoted(c.name)} {_DUCKDB_TYPES[c.type]}" for c in query.columns)
-        conn.execute(f"CREATE TABLE {table} ({columns})")
+        conn.execute(f"CREATE TEMPORARY TABLE {table} ({columns})")
         if rows:
             marks = ", ".join("?" for _ in query.columns)
             conn.executemany(f"INSERT INTO {table} VALUES ({marks})", [_plain(row) for row in rows])
@@ -92,6 +96,24 @@ def run_over_rows(
             ) from None
     finally:
         conn.close()
+
+
+_DATABASE: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (pid, connection)
+_DATABASE_LOCK = threading.Lock()
+
+
+def _connection() -> duckdb.DuckDBPyConnection:
+    """A new connection (a cursor) to this process's in-memory database for outer queries, opened
+    once per process (a worker forked from the supervisor opens its own) with external access off and
+    its configuration locked; its main schema stays empty, every row lives in a cursor's temporary
+    table."""
+    global _DATABASE
+    with _DATABASE_LOCK:
+        if _DATABASE is None or _DATABASE[0] != os.getpid():
+            conn = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1})
+            conn.execute("SET lock_configuration = true")
+            _DATABASE = (os.getpid(), conn)
+        return _DATABASE[1].cursor()
 
 
 def _quoted(name: str) -> str:
