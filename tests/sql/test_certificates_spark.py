@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from dpproxy.backends.spark import arrow_rows, connect_session
+from dpproxy.backends.spark import arrow_rows, connect_session, query_arrow
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from tests.certify import by_key, certify
@@ -81,7 +81,7 @@ class SparkLoader:
         )
 
     def sql(self, sql: str) -> list[tuple]:
-        return arrow_rows(self.session.sql(sql).toArrow())
+        return arrow_rows(query_arrow(self.session, sql))
 
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         if without != self.without:

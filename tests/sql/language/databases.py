@@ -187,10 +187,10 @@ class Loaded:
         if answered is not None:
             return list(answered)
         if self.kind == "spark":
-            from dpproxy.backends.spark import arrow_rows
+            from dpproxy.backends.spark import arrow_rows, query_arrow
 
             self._spark_views(without)
-            rows = [tuple(_normalise(v) for v in row) for row in arrow_rows(self.conn.sql(sql).toArrow())]
+            rows = [tuple(_normalise(v) for v in row) for row in arrow_rows(query_arrow(self.conn, sql))]
         else:
             self._leave_out(without)
             try:
