@@ -295,6 +295,11 @@ REJECTIONS = [
     ),
     ("SELECT bool_and(smoker) FROM patients", "0A000", ["aggregate BOOL_AND is not supported"]),
     ("SELECT COUNT(*) FROM patients WHERE parse_ident(zip) = '{a}'", "0A000", ["function parse_ident()"]),
+    (
+        "SELECT COUNT(*) FROM visits WHERE visit_date::time < '12:00'",
+        "0A000",
+        ["CAST to TIME is not supported (WHERE)", "for a time of day, compare extract(hour FROM x)"],
+    ),
 ]
 
 

@@ -336,9 +336,12 @@ class ArithmeticRules:
         to: exp.DataType = node.args["to"]
         target = from_sqlglot(to)
         if target is PgType.UNKNOWN:
+            time_of_day = to.this in (exp.DataType.Type.TIME, exp.DataType.Type.TIMETZ)
             raise NotSupported(
                 f"CAST to {to.sql('postgres')} is not supported ({self.scope.clause})",
-                hint="cast to integer, bigint, numeric, double precision, text, boolean, date or timestamp",
+                hint="for a time of day, compare extract(hour FROM x) and extract(minute FROM x)"
+                if time_of_day
+                else "cast to integer, bigint, numeric, double precision, text, boolean, date or timestamp",
             )
         if target.is_text and any(isinstance(p, exp.DataTypeParam) for p in to.expressions):
             # PostgreSQL truncates to varchar(n)/char(n) (and pads char); DuckDB ignores the length.
