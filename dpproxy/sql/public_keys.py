@@ -16,8 +16,8 @@ of such values, each a function of the policy, the query text and public tables 
     before; explain says so;
   - **a declared date or time range** (`lower`/`upper` of a date, timestamp or timestamptz column):
     `date_trunc(unit, col)` buckets, `extract(field FROM col)` / `date_part` values, and the days of
-    a date column itself, enumerated from the range as PostgreSQL computes them (ISO weeks start on
-    Monday; the session time zone is UTC), at most MAX_KEY_VALUES of them;
+    a date column itself or of `CAST(col AS date)`, enumerated from the range as PostgreSQL computes
+    them (ISO weeks start on Monday; the session time zone is UTC), at most MAX_KEY_VALUES of them;
   - **a declared integer range** (`lower`/`upper` of an integer column): the integers from lower to
     upper when there are at most MAX_RANGE_VALUES of them (an hour 0–23, a month 1–12, a rating
     1–5); a row whose value lies outside is read at the nearer bound, as for a sum;
@@ -26,7 +26,8 @@ of such values, each a function of the policy, the query text and public tables 
 A LEFT JOIN keeps protected rows without a match, whose key is then NULL: a key read from the
 nullable side is not public (partition selection, as before). NULL is never a public value: rows
 whose key is NULL are dropped where rows are read (rewrite/select_rows.read_relation keeps only
-rows whose public key is one of its values), as for a column with `public_values`.
+rows whose public key is one of its values, or within its span when the values are every value the
+key can take between two ends: KeyValues.contiguous), as for a column with `public_values`.
 
 **WHERE restricts them.** A conjunct of the top-level WHERE comparing the key's own expression with
 constants (`=`, `<>`, `<`, `<=`, `>`, `>=`, `IN`, `NOT IN`, `BETWEEN`), or, for a key computed from
@@ -243,6 +244,9 @@ class PublicKeys:
             kind, part, inner = "extract", _name(node.this), node.expression
         elif isinstance(node, exp.Column) and typed.type is PgType.DATE:
             kind, part, inner = "day", "day", node
+        elif isinstance(node, exp.Cast) and typed.type is PgType.DATE:
+            # CAST(x AS date), x::date: the day of a date or time (in UTC for a timestamptz)
+            kind, part, inner = "day", "day", node.this
         else:
             return None
         inner = strip_parens(inner)

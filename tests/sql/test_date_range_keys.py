@@ -227,6 +227,20 @@ def test_a_where_on_the_buckets_and_on_declared_public_values() -> None:
     assert query.key_domain_size == 2
 
 
+@pytest.mark.parametrize("key", ["CAST(ts AS date)", "ts::date", "CAST(tz AS date)", "CAST(d AS date)"])
+def test_a_date_or_time_cast_to_date_is_a_public_key_of_the_days_of_its_range(key: str) -> None:
+    """The flights per day written as a cast (time_hour::date) are the days of the range, as
+    date_trunc('day', …) are (a timestamptz's in UTC); a WHERE on the column narrows them."""
+    days = [dt.date(2023, 1, 1) + dt.timedelta(days=i) for i in range(365)]
+    assert values(f"SELECT {key}, COUNT(*) FROM t GROUP BY 1") == days
+    column = key.removeprefix("CAST(").split(" ")[0].split(":")[0]
+    narrowed = values(f"SELECT {key}, COUNT(*) FROM t WHERE {column} >= '2023-12-30' GROUP BY 1")
+    assert narrowed == days[-2:]
+    assert values(f"SELECT {key}, COUNT(*) FROM t WHERE {key} = '2023-07-04' GROUP BY 1") == [
+        dt.date(2023, 7, 4)
+    ]
+
+
 @pytest.mark.parametrize(
     ("sql", "contiguous"),
     [
