@@ -13,6 +13,18 @@ a subquery like `… WHERE 1 / (income - 12345) > 0` would fail or not depending
 income. Run alone, it reads public data only, whatever it computes, and what reaches the private
 query is constants: no SQL an analyst wrote is ever evaluated next to a protected row.
 
+An EXISTS correlated by one equality with a column of the enclosing query — what Ibis writes for a
+semi-join, `EXISTS (SELECT 1 FROM airlines a WHERE a.carrier = f.carrier AND a.name LIKE 'U%')` — is
+first written as the uncorrelated `COALESCE(f.carrier IN (SELECT a.carrier FROM airlines a WHERE
+a.name LIKE 'U%'), FALSE)`, which means the same for every row: a NULL carrier matches no row of
+either (FALSE), and a NULL among the subquery's values, which makes IN NULL where EXISTS is FALSE,
+is read as FALSE by the COALESCE (NOT EXISTS stays its negation). Only a plain SELECT (no GROUP BY,
+HAVING, DISTINCT, LIMIT or set operation) over the tables and named subqueries of its own FROM is
+taken (Ibis filters the public table in a subquery of its own), with one top-level
+conjunct `inner = outer.column`, the outer column qualified by a name none of its own tables has (SQL
+binds a qualifier to the innermost table of that name). The subquery so written is then checked like
+any other: a reference to the outer row left anywhere in it is refused as before.
+
 Results are inlined as typed constants: an IN list of at most MAX_INLINED_VALUES distinct values
 (more: SQLSTATE 54000, filter the subquery or join the public table instead), an empty IN list as
 FALSE, a scalar subquery's one value (none: NULL; several: 21000, as PostgreSQL), EXISTS as TRUE or
@@ -31,6 +43,7 @@ from sqlglot import exp
 from dpproxy.errors import NotSupported, SubqueryCardinality, SubqueryTooLarge, UnresolvedColumn
 from dpproxy.policy import Policy
 from dpproxy.sql import literals
+from dpproxy.sql.nodes import conjuncts
 from dpproxy.sql.query import PublicQuery
 from dpproxy.sql.types import PgType
 
@@ -83,6 +96,52 @@ def expression_subqueries(tree: exp.Expression) -> list[tuple[exp.Expression, st
 
     visit(tree)
     return found
+
+
+_PLAIN_SELECT = frozenset({"expressions", "from_", "joins", "where"})
+
+
+def _decorrelated(node: exp.Exists) -> exp.Expression | None:
+    """The uncorrelated form of an EXISTS correlated by one equality (see the module docstring); None
+    for any other EXISTS, which is then checked as written."""
+    body = node.this
+    if not isinstance(body, exp.Select) or {k for k, v in body.args.items() if v} - _PLAIN_SELECT:
+        return None
+    where = body.args.get("where")
+    sources = [body.args["from_"].this, *(j.this for j in body.args.get("joins") or [])]
+    if where is None or not all(
+        isinstance(source, exp.Table) or (isinstance(source, exp.Subquery) and source.alias)
+        for source in sources
+    ):
+        return None  # a source without a name of its own (a table function): left as written
+    own = {source.alias_or_name.lower() for source in sources}
+
+    def outer(column: exp.Expression) -> bool:
+        return isinstance(column, exp.Column) and bool(column.table) and column.table.lower() not in own
+
+    terms = conjuncts(where.this)
+    correlated = [
+        (term, side, other)
+        for term in terms
+        if isinstance(term, exp.EQ)
+        for side, other in ((term.this, term.expression), (term.expression, term.this))
+        if outer(side) and not any(outer(c) for c in other.find_all(exp.Column))
+    ]
+    if len(correlated) != 1:
+        return None
+    term, column, inner = correlated[0]
+    rest = [t.copy() for t in terms if t is not term]
+    if any(outer(c) for t in rest for c in t.find_all(exp.Column)) or any(
+        outer(c) for e in body.expressions for c in e.find_all(exp.Column)
+    ):
+        return None  # correlated elsewhere too: refused as written
+    select = exp.Select(**{"expressions": [inner.copy()], "from_": body.args["from_"].copy()})
+    if body.args.get("joins"):
+        select.set("joins", [j.copy() for j in body.args["joins"]])
+    if rest:
+        select.set("where", exp.Where(this=exp.and_(*rest, copy=False)))
+    found = exp.In(this=column.copy(), query=exp.Subquery(this=select))
+    return exp.Coalesce(this=found, expressions=[exp.false()])
 
 
 def _body(node: exp.Expression, kind: str) -> exp.Expression:
@@ -162,6 +221,14 @@ def inline_public_subqueries(
     statement's text alone would have refused. `run=None` gives placeholder constants instead.
     """
     tree = tree.copy()
+    found = expression_subqueries(tree)
+    for node, _ in found:
+        plain = _decorrelated(node) if isinstance(node, exp.Exists) else None
+        if plain is not None:
+            if node is tree:
+                tree = plain
+            else:
+                node.replace(plain)
     found = expression_subqueries(tree)
     if not found:
         return Inlined(tree, 0, False)

@@ -420,6 +420,10 @@ FILTERS = [
     "CASE WHEN smoker THEN 1 ELSE 0 END = 0",
     "EXTRACT(year FROM birth) >= 1980",
     "NOT (zip IS NULL OR smoker)",
+    # A semi-join as Ibis writes it, answered as COALESCE(zip IN (…), FALSE): NULL zips on either side.
+    "EXISTS (SELECT 1 FROM zip_info z WHERE z.zip = patients.zip)",
+    "NOT EXISTS (SELECT 1 FROM zip_info z WHERE patients.zip = z.zip AND z.state = 'CA')",
+    "NOT EXISTS (SELECT 1 FROM zip_info AS z WHERE z.zip = patients.zip) OR smoker",
 ]
 
 

@@ -15,6 +15,9 @@ the proxy (recorded with ibis 12.0.0):
   - `ibis.date("2024-01-01")`: `MAKE_DATE(2024, 1, 1)`; `ibis.now().date()`: `DATE(CURRENT_TIMESTAMP)`
     (both folded into constants: tests/sql/test_ibis_dates.py).
 
+  - `semi_join`/`anti_join` with a public table: `[NOT] EXISTS (SELECT 1 FROM … WHERE "t2"."zip" =
+    "t3"."zip")`, answered as a semi-join (dpproxy/sql/subqueries.py).
+
 Refused by design, nothing charged: `t.head()` / `t.select(…)` of a protected table (raw rows,
 42501 with a hint); `con.sql(…)`, `.cache()` and `create_table` (Ibis describes `con.sql`'s query
 by `CREATE TEMPORARY VIEW`: read-only, 42501, README Known limits). Ibis is not a dependency of
@@ -152,6 +155,22 @@ def test_a_join_to_a_public_table(served: Served, con: Any) -> None:
     frame, spent = charged(served, by_state.to_pandas)
     assert spent == pytest.approx(EPSILON)
     assert set(frame["state"]) <= states and set(frame["sex"]) <= {"F", "M", "X"}
+
+
+def test_semi_and_anti_joins_with_a_public_table(served: Served, con: Any) -> None:
+    """Ibis writes `[NOT] EXISTS (SELECT 1 FROM <zip_info, filtered in a subquery of its own> WHERE
+    "t2"."zip" = "t3"."zip")`: a semi-join, answered as zip IN (the public table's zips). Every
+    patient's zip is in zip_info, so the semi-join counts them all and the anti-join about none."""
+    patients, zip_info = con.table("patients"), con.table("zip_info")
+    semi, spent = charged(served, patients.semi_join(zip_info, "zip").count().execute)
+    assert spent == pytest.approx(EPSILON)
+    anti, spent = charged(served, patients.anti_join(zip_info, "zip").count().execute)
+    assert spent == pytest.approx(EPSILON)
+    total = served.truth.count()
+    assert abs(semi - total) < 0.2 * total and abs(anti) < 0.2 * total
+    big = zip_info.filter(zip_info.population > 20000)
+    some, spent = charged(served, patients.semi_join(big, "zip").count().execute)
+    assert spent == pytest.approx(EPSILON) and some < semi
 
 
 def test_date_filters_ibis_writes(served: Served, con: Any) -> None:
