@@ -19,7 +19,7 @@ first written as the uncorrelated `COALESCE(f.carrier IN (SELECT a.carrier FROM 
 a.name LIKE 'U%'), FALSE)`, which means the same for every row: a NULL carrier matches no row of
 either (FALSE), and a NULL among the subquery's values, which makes IN NULL where EXISTS is FALSE,
 is read as FALSE by the COALESCE (NOT EXISTS stays its negation). Only a plain SELECT (no GROUP BY,
-HAVING, DISTINCT, LIMIT or set operation) over the tables and named subqueries of its own FROM is
+HAVING, DISTINCT, LIMIT, set operation or aggregate) over the tables and named subqueries of its own FROM is
 taken (Ibis filters the public table in a subquery of its own), with one top-level
 conjunct `inner = outer.column`, the outer column qualified by a name none of its own tables has (SQL
 binds a qualifier to the innermost table of that name). The subquery so written is then checked like
@@ -107,6 +107,8 @@ def _decorrelated(node: exp.Exists) -> exp.Expression | None:
     body = node.this
     if not isinstance(body, exp.Select) or {k for k, v in body.args.items() if v} - _PLAIN_SELECT:
         return None
+    if any(e.find(exp.AggFunc, exp.Window) for e in body.expressions):
+        return None  # an aggregate makes one row whatever matches: EXISTS is then always true
     where = body.args.get("where")
     sources = [body.args["from_"].this, *(j.this for j in body.args.get("joins") or [])]
     if where is None or not all(

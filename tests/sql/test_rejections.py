@@ -69,6 +69,12 @@ REJECTIONS = [
         ["correlated subqueries are not supported"],
     ),
     (
+        # An aggregate makes one row whatever matches (EXISTS is always true): not a semi-join.
+        "SELECT COUNT(*) FROM patients p WHERE EXISTS (SELECT COUNT(*) FROM zip_info z WHERE z.zip = p.zip)",
+        "0A000",
+        ["correlated subqueries are not supported"],
+    ),
+    (
         "SELECT COUNT(*) FROM patients WHERE age > ALL (SELECT 30)",
         "0A000",
         ["ALL (SELECT …) is not supported"],
