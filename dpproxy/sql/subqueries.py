@@ -109,9 +109,11 @@ def _decorrelated(node: exp.Exists) -> exp.Expression | None:
         return None
     if any(e.find(exp.AggFunc, exp.Window) for e in body.expressions):
         return None  # an aggregate makes one row whatever matches: EXISTS is then always true
-    where = body.args.get("where")
-    sources = [body.args["from_"].this, *(j.this for j in body.args.get("joins") or [])]
-    if where is None or not all(
+    where, from_ = body.args.get("where"), body.args.get("from_")
+    if where is None or from_ is None:
+        return None
+    sources = [from_.this, *(j.this for j in body.args.get("joins") or [])]
+    if not all(
         isinstance(source, exp.Table) or (isinstance(source, exp.Subquery) and source.alias)
         for source in sources
     ):
@@ -137,11 +139,9 @@ def _decorrelated(node: exp.Exists) -> exp.Expression | None:
         outer(c) for e in body.expressions for c in e.find_all(exp.Column)
     ):
         return None  # correlated elsewhere too: refused as written
-    select = exp.Select(**{"expressions": [inner.copy()], "from_": body.args["from_"].copy()})
-    if body.args.get("joins"):
-        select.set("joins", [j.copy() for j in body.args["joins"]])
-    if rest:
-        select.set("where", exp.Where(this=exp.and_(*rest, copy=False)))
+    select = body.copy()
+    select.set("expressions", [inner.copy()])
+    select.set("where", exp.Where(this=exp.and_(*rest, copy=False)) if rest else None)
     found = exp.In(this=column.copy(), query=exp.Subquery(this=select))
     return exp.Coalesce(this=found, expressions=[exp.false()])
 
@@ -224,14 +224,12 @@ def inline_public_subqueries(
     """
     tree = tree.copy()
     found = expression_subqueries(tree)
-    for node, _ in found:
-        plain = _decorrelated(node) if isinstance(node, exp.Exists) else None
+    semi_joins = [(node, _decorrelated(node)) for node, _ in found if isinstance(node, exp.Exists)]
+    for node, plain in semi_joins:
         if plain is not None:
-            if node is tree:
-                tree = plain
-            else:
-                node.replace(plain)
-    found = expression_subqueries(tree)
+            node.replace(plain)  # never the statement itself: a subquery is one of its parts
+    if any(plain is not None for _, plain in semi_joins):
+        found = expression_subqueries(tree)
     if not found:
         return Inlined(tree, 0, False)
     checked = [

@@ -69,6 +69,12 @@ REJECTIONS = [
         ["correlated subqueries are not supported"],
     ),
     (
+        # Without FROM there is no table to join: correlated (it crashed with a KeyError once).
+        "SELECT COUNT(*) FROM patients p WHERE EXISTS (SELECT 1 WHERE p.zip = '1')",
+        "0A000",
+        ["correlated subqueries are not supported"],
+    ),
+    (
         # An aggregate makes one row whatever matches (EXISTS is always true): not a semi-join.
         "SELECT COUNT(*) FROM patients p WHERE EXISTS (SELECT COUNT(*) FROM zip_info z WHERE z.zip = p.zip)",
         "0A000",

@@ -424,6 +424,8 @@ FILTERS = [
     "EXISTS (SELECT 1 FROM zip_info z WHERE z.zip = patients.zip)",
     "NOT EXISTS (SELECT 1 FROM zip_info z WHERE patients.zip = z.zip AND z.state = 'CA')",
     "NOT EXISTS (SELECT 1 FROM zip_info AS z WHERE z.zip = patients.zip) OR smoker",
+    # Ibis's form of a filtered semi-join: the public table filtered in a named subquery.
+    "EXISTS (SELECT 1 FROM (SELECT * FROM zip_info AS q WHERE q.state = 'CA') AS z WHERE patients.zip = z.zip)",
 ]
 
 
