@@ -45,6 +45,8 @@ from decimal import Decimal
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
+from dpproxy.errors import InvalidParameter, NotSupported
+
 # Decimal arithmetic runs in DECIMAL(38, SCALE): at most 10 fractional digits, 28 integral ones.
 DECIMAL_SCALE = 10
 DECIMAL_TYPE = f"DECIMAL(38, {DECIMAL_SCALE})"
@@ -82,6 +84,38 @@ def _parsed_type(type_name: str) -> exp.DataType:
 def data_type(type_name: str) -> exp.DataType:
     """sqlglot's type for a type's name (a new node, parsed once per name)."""
     return _parsed_type(type_name).copy()
+
+
+NUMERIC_PRECISION_LIMIT = 38  # DuckDB's and Spark's widest DECIMAL; PostgreSQL's is 1000
+
+
+def numeric_typmod(to: exp.DataType) -> tuple[int, int] | None:
+    """The (precision, scale) written in numeric(p, s) (scale 0 when left out), None for a bare
+    numeric. PostgreSQL refuses a precision outside 1..1000 (22023); every backend holds 1..38 with a
+    scale from 0 to the precision, so anything else is refused before it reaches one."""
+    params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
+    if not params:
+        return None
+    written = f"numeric({', '.join(p.sql('postgres') for p in params)})"
+    if len(params) > 2 or not all(isinstance(p.this, exp.Literal) and p.name.isdigit() for p in params):
+        raise InvalidParameter(
+            f"invalid NUMERIC type modifier in {written}",
+            hint="write numeric(precision, scale) with two integer constants",
+        )
+    precision = int(params[0].name)
+    scale = int(params[1].name) if len(params) > 1 else 0
+    if not 1 <= precision <= 1000:
+        raise InvalidParameter(
+            f"NUMERIC precision {precision} must be between 1 and 1000 (in {written})",
+            hint=f"write a precision between 1 and {NUMERIC_PRECISION_LIMIT}, or numeric without one",
+        )
+    if precision > NUMERIC_PRECISION_LIMIT or scale > precision:
+        raise NotSupported(
+            f"{written} is not supported: a precision above {NUMERIC_PRECISION_LIMIT} or a scale above "
+            "the precision does not fit every backend's DECIMAL",
+            hint=f"write numeric(p, s) with s <= p <= {NUMERIC_PRECISION_LIMIT}, or numeric alone",
+        )
+    return precision, scale
 
 
 def cast(value: exp.Expression, type_name: str) -> exp.Expression:

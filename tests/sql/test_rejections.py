@@ -313,6 +313,15 @@ REJECTIONS = [
         "0A000",
         ["CAST to TIME is not supported (WHERE)", "for a time of day, compare extract(hour FROM x)"],
     ),
+    # numeric's precision and scale: PostgreSQL's limits, then what every backend's DECIMAL holds
+    (
+        "SELECT COUNT(CAST(age AS numeric(2147483647, 7))) FROM patients",
+        "22023",
+        ["NUMERIC precision 2147483647 must be between 1 and 1000", "between 1 and 38"],
+    ),
+    ("SELECT SUM(CAST(age AS numeric(5, 2, 1))) FROM patients", "22023", ["invalid NUMERIC type modifier"]),
+    ("SELECT SUM(CAST(age AS numeric(50, 2))) FROM patients", "0A000", ["numeric(50, 2) is not supported"]),
+    ("SELECT SUM(CAST(age AS numeric(5, 7))) FROM patients", "0A000", ["numeric(5, 7)", "s <= p <= 38"]),
 ]
 
 

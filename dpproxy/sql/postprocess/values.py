@@ -13,6 +13,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported
+from dpproxy.sql import numbers
 from dpproxy.sql.datetimes import parse_temporal
 from dpproxy.sql.postprocess.inference import literal_type
 from dpproxy.sql.types import INTEGER_RANGE, PgType, boolean_from_text, from_sqlglot
@@ -199,9 +200,9 @@ def _cast(node: exp.Cast, value: object) -> object:
     target = from_sqlglot(to)
     result = convert(value, target)
     if target is PgType.NUMERIC and isinstance(result, Decimal):
-        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
-        if len(params) == 2:
-            result = result.quantize(Decimal(1).scaleb(-int(params[1].name)), rounding=ROUND_HALF_UP)
+        typmod = numbers.numeric_typmod(to)
+        if typmod is not None:
+            result = result.quantize(Decimal(1).scaleb(-typmod[1]), rounding=ROUND_HALF_UP)
     if target is PgType.VARCHAR and isinstance(result, str):
         params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
         if params:

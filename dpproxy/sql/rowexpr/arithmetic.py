@@ -454,11 +454,10 @@ class ArithmeticRules:
                 "engines round the conversion differently",
                 hint="keep the value a double, or round it to an integer first",
             )
-        self._check_numeric_precision(to, interval, node)
-        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
-        if params:
-            precision = int(params[0].name)
-            scale = int(params[1].name) if len(params) > 1 else 0
+        typmod = numbers.numeric_typmod(to)
+        self._check_numeric_precision(to, typmod, interval, node)
+        if typmod is not None:
+            precision, scale = typmod
             sql = numbers.cast(inner.sql, f"DECIMAL({precision}, {scale})")
         else:
             # A bare NUMERIC is three decimals on DuckDB: every exact decimal is DECIMAL(38, 10).
@@ -469,7 +468,7 @@ class ArithmeticRules:
             interval,
             inner.uses_unit,
             inner.constant,
-            wide=not params,
+            wide=typmod is None,
         )
 
     @staticmethod
@@ -479,13 +478,15 @@ class ArithmeticRules:
         return None
 
     def _check_numeric_precision(
-        self, to: exp.DataType, interval: Interval | None, node: exp.Expression
+        self,
+        to: exp.DataType,
+        typmod: tuple[int, int] | None,
+        interval: Interval | None,
+        node: exp.Expression,
     ) -> None:
-        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
-        if not params:
+        if typmod is None:
             return
-        precision = int(params[0].name)
-        scale = int(params[1].name) if len(params) > 1 else 0
+        precision, scale = typmod
         limit = Decimal(10) ** (precision - scale)
         if interval is None or not interval.within(-limit + 1, limit - 1):
             raise NotSupported(

@@ -131,10 +131,9 @@ def check_castable_text(text: str, target: PgType) -> None:
 def canonical_type(to: exp.DataType, target: PgType) -> exp.DataType:
     """The cast's target written by dpproxy, never as sent (numeric keeps its precision)."""
     if target is PgType.NUMERIC:
-        params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
-        if params:
-            scale = params[1].name if len(params) > 1 else "0"
-            return numbers.data_type(f"DECIMAL({params[0].name}, {scale})")
+        typmod = numbers.numeric_typmod(to)
+        if typmod is not None:
+            return numbers.data_type(f"DECIMAL({typmod[0]}, {typmod[1]})")
         return numbers.data_type(numbers.DECIMAL_TYPE)
     return numbers.data_type(SQLGLOT_SCHEMA_TYPE[target])
 

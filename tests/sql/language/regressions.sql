@@ -84,3 +84,6 @@ SELECT date_trunc('month', visit_date) AS k0, COALESCE(SUM((strpos(b.topic, 'a')
 SELECT ROUND(MEDIAN(top), 1) AS n, MIN(100.005) FROM (SELECT patient_id, MAX(visit_id) AS top FROM visits GROUP BY patient_id) d LIMIT 3
 -- A public subquery with two columns named n, read through * with ORDER BY 1: sqlglot's qualify asserted and the statement crashed (seed 88722124 #37); now refused with 0A000 naming the column.
 SELECT * FROM (SELECT z.state, z.zip, COUNT(*) AS n, COALESCE(COUNT(*), 0) AS n FROM zip_info z GROUP BY z.state, 2 ORDER BY 1 ASC, n) AS w ORDER BY 1 DESC LIMIT 3
+-- The cache harness's adversarial constants made numeric(4, 1) numeric(2147483647, 7): Decimal(10) ** precision overflowed in the analyzer, an internal error without SQLSTATE (seed 744856841 #24); now refused with 22023 as PostgreSQL does, and a precision above 38 (DuckDB's and Spark's widest) with 0A000.
+SELECT MEDIAN(a.cost) AS n, COUNT(-ceil(CAST(duration AS numeric(2147483647, 7)))) AS n FROM "visits" AS a LEFT JOIN "patients" b ON a.patient_id = b.patient_id GROUP BY a.checked_in
+SELECT SUM(CAST(duration AS numeric(50, 2))), COUNT(CAST(cost AS numeric(5))) FROM visits
