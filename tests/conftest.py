@@ -35,8 +35,11 @@ __all__ = ["PgCluster", "SparkServer", "create_database", "drop_database"]
 
 # --- hypothesis -------------------------------------------------------------------------------
 
-# CI runs on 2 shared cores: no deadlines (timing noise would fail good code) and fewer examples.
-settings.register_profile("ci", deadline=None, max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+# CI runs on 2 shared cores: no deadlines (timing noise would fail good code) and fewer examples; and
+# derandomized, so that a run of a commit's fresh clone is the run CI makes (development runs explore).
+settings.register_profile(
+    "ci", deadline=None, max_examples=30, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile("dev", deadline=2000, max_examples=100)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
