@@ -17,6 +17,10 @@ from sqlglot import exp
 from dpproxy.errors import InvalidParameter
 from dpproxy.sql.types import PgType
 
+# Marks, in a node's meta, the inlined answer of a public scalar subquery (dpproxy.sql.subqueries):
+# public data, not the statement's text.
+PUBLIC_ANSWER = "dpproxy_public_answer"
+
 
 def number(value: int | Decimal) -> exp.Expression:
     """A numeral; negative values as a parenthesised negation, which every dialect reads alike."""

@@ -198,7 +198,11 @@ def _answer(
             if pg_type is PgType.UNKNOWN:
                 return exp.Null()
             return exp.Cast(this=exp.Null(), to=exp.DataType.build(pg_type.value, dialect="postgres"))
-        return exp.Paren(this=literals.constant(value, pg_type))
+        answer = exp.Paren(this=literals.constant(value, pg_type))
+        # Its value is public data, not the statement's text: no refusal may follow from it (a zero
+        # divisor is guarded like any other, sql/rowexpr/arithmetic.py).
+        answer.meta[literals.PUBLIC_ANSWER] = True
+        return answer
     # Distinct values in a fixed order: the statement's text (which the replay key and the matching
     # of GROUP BY to select-list expressions read) must not depend on the order rows came back in.
     values = sorted({(type(row[0]).__name__, row[0]) for row in rows}, key=_value_order)

@@ -313,6 +313,17 @@ REJECTIONS = [
         "0A000",
         ["CAST to TIME is not supported (WHERE)", "for a time of day, compare extract(hour FROM x)"],
     ),
+    # casts and functions over released values: PostgreSQL's types, checked before anything runs
+    (
+        "SELECT zip, CAST(zip AS integer), COUNT(*) FROM patients GROUP BY zip",
+        "0A000",
+        ["CAST of character varying to integer is not supported over aggregates (CAST(zip AS INT))"],
+    ),
+    (
+        "SELECT zip, ROUND(zip), COUNT(*) FROM patients GROUP BY zip",
+        "42883",
+        ["function round(character varying)"],
+    ),
     # numeric's precision and scale: PostgreSQL's limits, then what every backend's DECIMAL holds
     (
         "SELECT COUNT(CAST(age AS numeric(2147483647, 7))) FROM patients",

@@ -139,12 +139,12 @@ def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
         t = infer_type(node.this, env)
         return t if not t.is_integer else PgType.INT4
     if isinstance(node, exp.Round):
-        t = infer_type(node.this, env)
+        t = _number_argument(node, infer_type(node.this, env))
         if node.args.get("decimals") is not None:
             return PgType.NUMERIC
         return PgType.FLOAT8 if t.is_float else PgType.NUMERIC
     if isinstance(node, (exp.Floor, exp.Ceil)):
-        t = infer_type(node.this, env)
+        t = _number_argument(node, infer_type(node.this, env))
         return PgType.FLOAT8 if t.is_float else PgType.NUMERIC
     if isinstance(node, MATH_FUNCTIONS):
         kinds = [infer_type(a, env) for a in node.iter_expressions()]
@@ -155,10 +155,11 @@ def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
             )
         return PgType.NUMERIC if PgType.NUMERIC in kinds else PgType.FLOAT8
     if isinstance(node, exp.Cast):
-        infer_type(node.this, env)
+        source = infer_type(node.this, env)
         target = from_sqlglot(node.args["to"])
         if target is PgType.UNKNOWN:
             raise NotSupported(f"CAST to {node.args['to'].sql('postgres')} is not supported over aggregates")
+        _check_cast(source, target, node)
         return target
     if isinstance(node, (exp.Lower, exp.Upper)):
         infer_type(node.this, env)
@@ -173,6 +174,44 @@ def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
     if interval_end(node) is not None:  # left in place: no released aggregate to take it from
         raise refuse_outside_private(node)
     raise _unsupported(node)
+
+
+def _number_argument(node: exp.Expression, argument: PgType) -> PgType:
+    """round, floor and ceil take a number (or an untyped constant), as in PostgreSQL (42883)."""
+    if not (argument.is_number or argument is PgType.UNKNOWN):
+        raise UndefinedFunction(
+            f"function {node.key}({argument.value}) does not exist",
+            hint="it takes a number; for a date, use date_trunc or extract",
+        )
+    return argument
+
+
+def _check_cast(source: PgType, target: PgType, node: exp.Cast) -> None:
+    """Casts of released values that PostgreSQL has no cast for, or that fail on some value, are
+    refused before anything runs (the rules of CAST in rows, sql/rowexpr/arithmetic.py): a date or
+    time to or from a number or a boolean, a boolean to any number but integer, a number that is
+    not an integer to boolean, and released text (a key's or MIN's values) to anything but text."""
+    if source is PgType.UNKNOWN or source is target or target.is_text:
+        return
+    allowed = (
+        (source.is_number and target.is_number)
+        or (source.is_temporal and target.is_temporal)
+        or (source is PgType.BOOL and target is PgType.INT4)
+        or (source.is_integer and target is PgType.BOOL)
+    )
+    if not allowed:
+        hint = (
+            "compare the text directly; released text is not parsed"
+            if source.is_text
+            else "cast to integer"
+            if source is PgType.BOOL and target.is_number
+            else None
+        )
+        raise NotSupported(
+            f"CAST of {source.value} to {target.value} is not supported over aggregates "
+            f"({node.sql('postgres')})",
+            hint=hint,
+        )
 
 
 def _operator(node: exp.Expression) -> str:

@@ -12,6 +12,7 @@ from sqlglot import exp
 from dpproxy.errors import DatatypeMismatch, InvalidParameter, NotSupported, UndefinedFunction
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.literals import PUBLIC_ANSWER
 from dpproxy.sql.rowexpr.constants import (
     canonical_type,
     check_castable_text,
@@ -139,7 +140,10 @@ class ArithmeticRules:
         result_type = arithmetic_result(left.type, right.type)
         a, b = left.interval, right.interval
         divides = isinstance(node, (exp.Div, exp.Mod))
-        if divides and right.constant and b is not None and b.lo == b.hi == 0:
+        # A zero written in the statement is refused; a public subquery's answer of zero is data, and
+        # the divisor is guarded (NULL) as a column's would be: acceptance depends on the text alone.
+        written = not node.right.meta.get(PUBLIC_ANSWER)
+        if divides and written and right.constant and b is not None and b.lo == b.hi == 0:
             raise InvalidParameter(f"division by zero in {node.sql('postgres')} ({self.scope.clause})")
         double = left.double or right.double or (isinstance(node, exp.Div) and not result_type.is_integer)
         interval: Interval | None = None
