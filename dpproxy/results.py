@@ -212,7 +212,8 @@ def hidden_groups_note(threshold: int, shown_from: int, *, released: int) -> str
         text += (
             "; no group reached it, so the answer is empty (whether any group exists is not revealed): "
             "to list every value of a key, the data owner can declare its values public (public_values "
-            "in the policy); or group by a coarser key, or spend a larger ε, which lowers the threshold"
+            "in the policy); the query can name the values it wants (WHERE key IN (…)); or group by a "
+            "coarser key, or spend a larger ε, which lowers the threshold"
         )
     return text
 

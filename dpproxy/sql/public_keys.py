@@ -21,7 +21,11 @@ of such values, each a function of the policy, the query text and public tables 
   - **a declared integer range** (`lower`/`upper` of an integer column): the integers from lower to
     upper when there are at most MAX_RANGE_VALUES of them (an hour 0–23, a month 1–12, a rating
     1–5); a row whose value lies outside is read at the nearer bound, as for a sum;
-  - the policy's own `public_values` of a column.
+  - the policy's own `public_values` of a column;
+  - **the values the query names**: for a key with none of the above, the constants of a top-level
+    `key IN (c1, …)` or `key = c` of the WHERE (several such conjuncts: the values all name) — an
+    analyst's key set, as Tumult's KeySet, written in the query and so public; text, integer and
+    date keys only (PublicKeys._named).
 
 A LEFT JOIN keeps protected rows without a match, whose key is then NULL: a key read from the
 nullable side is not public (partition selection, as before). NULL is never a public value: rows
@@ -140,6 +144,9 @@ class PublicKeys:
             found = self._joined_values(node, text, key_type, label)
             if found.values is None and not found.fetched:
                 found = self._range_values(node, text, key_type, label) or found
+        if found.values is None:
+            named = self._named(text, key_type, label)
+            found = replace(named, fetched=found.fetched) if named is not None else found
         if found.values is not None:
             self.derived.add(text)
         return found
@@ -347,6 +354,37 @@ class PublicKeys:
         contiguous = found.contiguous and kept[-1] - kept[0] == len(kept) - 1
         return replace(found, values=tuple(values), origin=origin, contiguous=contiguous)
 
+    def _named(self, text: str, key_type: PgType, label: str) -> KeyValues | None:
+        """The values a top-level `key IN (constants)` or `key = constant` of the WHERE names, for a
+        key with no public values otherwise: written in the query, they are public (Tumult's KeySet,
+        given in SQL), and no row outside them is kept. Several such conjuncts: the values all name;
+        then restricted by the WHERE's other comparisons of the key."""
+        if key_type not in _NAMED_TYPES:
+            return None
+        named: set[object] | None = None
+        for conjunct in self.conjuncts:
+            node = strip_parens(conjunct)
+            try:
+                if isinstance(node, exp.In) and self._is_key(node.this, text):
+                    constants = _in_list(node)
+                elif isinstance(node, exp.EQ) and self._is_key(node.this, text):
+                    constants = [node.expression]
+                elif isinstance(node, exp.EQ) and self._is_key(node.expression, text):
+                    constants = [node.this]
+                else:
+                    continue
+                values = {_key_value(_constant(c, key_type), key_type) for c in constants}
+            except _Unreadable:
+                continue
+            values.discard(None)  # a constant no value of the key can equal (1.5 for an integer)
+            named = values if named is None else named & values
+        if not named or len(named) > MAX_KEY_VALUES:
+            return None
+        values = tuple(sorted(named))  # type: ignore[type-var]
+        count = f"{len(values)} values" if len(values) > 1 else "value"
+        origin = f"{label}: the {count} the WHERE names (public: the query names them)"
+        return self._restricted(KeyValues(values, origin), text, key_type, label)
+
     def _is_key(self, node: exp.Expression, text: str) -> bool:
         if isinstance(strip_parens(node), (exp.Literal, exp.Null, exp.Boolean)):
             return False
@@ -401,6 +439,29 @@ _OPERATORS: dict[type, str] = {
     exp.GTE: ">=",
 }
 _REVERSED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+# Key types whose values a WHERE can name exactly (a float's NaN and signed zeros, a timestamp's
+# time zones are left to partition selection).
+_NAMED_TYPES = frozenset({PgType.TEXT, PgType.VARCHAR, PgType.INT2, PgType.INT4, PgType.INT8, PgType.DATE})
+
+
+def _key_value(constant: object, key_type: PgType) -> object:
+    """A normalised WHERE constant as a value of the key's type; None when no value of that type
+    equals it; _Unreadable when it is not of the key's kind."""
+    if key_type.is_text:
+        if not isinstance(constant, str):
+            raise _Unreadable
+        return constant
+    if key_type.is_integer:
+        if not isinstance(constant, Decimal) or isinstance(constant, bool):
+            raise _Unreadable
+        low, high = INTEGER_RANGE[key_type]
+        integral = constant == constant.to_integral_value()
+        return int(constant) if integral and low <= constant <= high else None
+    if isinstance(constant, dt.datetime):  # a date: the midnight of a day names it
+        return constant.date() if constant.time() == dt.time() else None
+    raise _Unreadable
 
 
 def _name(node: exp.Expression | None) -> str:
