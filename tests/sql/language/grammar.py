@@ -929,6 +929,9 @@ class QueryGenerator:
                     key = self.column(
                         ("text", "bool", "int", "date", "tstz", "float"), allow_unit=self.chance(0.05)
                     )
+                    named = self.named_values(key) if key and self.chance(0.5) else None
+                    if named is not None:
+                        restrictions.append(named)
                 elif roll < 0.9:
                     key = self.pick(
                         (
@@ -1062,6 +1065,17 @@ class QueryGenerator:
             (f"{key} IN (1, 3, 2023)", f"{key} = 2", f"{key} BETWEEN 2 AND 5", f"{key} <> 1")
         )
         return key, self.pick((range_condition, lambda: condition, lambda: condition))()
+
+    def named_values(self, key: str) -> str | None:
+        """A WHERE condition naming values of a column key: its values are then public
+        (dpproxy.sql.public_keys, PublicKeys._named), whether or not any row has them."""
+        name = key.rsplit(".", 1)[-1].strip('"')
+        kinds = {c.kind for s in self.scope for c in s.columns if c.name == name}
+        kind = kinds.pop() if len(kinds) == 1 else None
+        if kind not in ("text", "int", "date", "tstz"):
+            return None
+        values = ", ".join(self.literal(kind) for _ in range(self.pick((1, 2, 3))))
+        return self.pick((f"{key} IN ({values})", f"{key} = {self.literal(kind)}"))
 
     def having(self) -> str:
         roll = self.rng.random()
