@@ -335,7 +335,9 @@ class QueryGenerator:
                 return f"width_bucket({x()}, 0, 100, 10)"
             return f"{hostile}({x()})"
         if n == 15:
-            return f"-{x()}"
+            negated = x()
+            # "--" would start a comment: -(-1), not --1.
+            return f"-({negated})" if negated.startswith("-") else f"-{negated}"
         if n == 16 and self.chance(0.2):
             return f"({x()} ^ 2)"
         if n == 17 and self.chance(0.4):
