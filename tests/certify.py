@@ -8,7 +8,7 @@ from dpproxy.engine import Plan
 from dpproxy.release import ExactGroups
 from dpproxy.release.aggregates import fine_components
 from dpproxy.sql.bounds import distinct_bounds
-from dpproxy.sql.query import FINE
+from dpproxy.sql.query import FINE, ComponentKind
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
 # Runs one statement on D (without=None) or on D minus one person.
@@ -129,22 +129,29 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
 
 
 def _certify_carried(plan: Plan, a: ExactGroups, b: ExactGroups, unit: int) -> None:
-    """COUNT(DISTINCT x) per person at every candidate ℓ (ExactGroups.carried): the counts of all
-    groups together move by at most ℓ (L1) when one person goes."""
+    """COUNT(DISTINCT x) per person at every candidate ℓ (ExactGroups.carried): each such aggregate's
+    counts of all groups together move by at most ℓ (L1) when one person goes (each is noised on its
+    own), and all of them together by at most weight·ℓ, the sensitivity of the choice of ℓ
+    (privacy/bounds.distinct_choice: the sum over the groups and the query's COUNT(DISTINCT …)s)."""
     caps = distinct_bounds(plan.query)
     empty = [0] * len(caps)
 
-    def by_key(m: ExactGroups) -> dict[tuple, list[int]]:
+    def by_key(m: ExactGroups) -> dict[tuple[tuple, int], list[int]]:
         return {(m.keys[g], i): counts for (g, i), counts in m.carried.items()}
 
     full, neighbour = by_key(a), by_key(b)
-    l1 = [0] * len(caps)
+    l1: dict[int, list[int]] = {}
     for key in set(full) | set(neighbour):
+        moved = l1.setdefault(key[1], [0] * len(caps))
         for j, (x, y) in enumerate(zip(full.get(key, empty), neighbour.get(key, empty), strict=True)):
             assert abs(x - y) <= caps[j], (plan.query.text, unit, key, caps[j], x, y)
-            l1[j] += abs(x - y)
+            moved[j] += abs(x - y)
+    weight = sum(1 for c in plan.query.components if c.kind is ComponentKind.DISTINCT_VALUES)
     for j, cap in enumerate(caps):
-        assert l1[j] <= cap, (plan.query.text, unit, cap, l1[j])
+        for i, moved in l1.items():
+            assert moved[j] <= cap, (plan.query.text, unit, "COUNT(DISTINCT) component", i, cap, moved[j])
+        total = sum(moved[j] for moved in l1.values())
+        assert total <= weight * cap, (plan.query.text, unit, "all COUNT(DISTINCT)s", weight, cap, total)
 
 
 def _certify_histograms_per_candidate(plan: Plan, a: ExactGroups, b: ExactGroups, unit: int) -> None:
