@@ -43,7 +43,8 @@ from typing import TypeVar
 
 from sqlglot import exp
 
-from dpproxy.errors import DatetimeFieldOverflow, DPProxyError, InvalidDatetime, NotSupported
+from dpproxy.errors import DatetimeFieldOverflow, DPProxyError, InvalidDatetime
+from dpproxy.sql import date_buckets
 from dpproxy.sql.datetimes import field_overflow, parse_temporal
 from dpproxy.sql.select_list import output_name
 from dpproxy.sql.types import PgType, from_sqlglot
@@ -344,39 +345,6 @@ def _cast(value: Value, target: PgType, zone: dt.tzinfo) -> Value:
     raise _NotConstant
 
 
-_TRUNC = ("microseconds", "milliseconds", "second", "minute", "hour", "day", "week", "month", "quarter")
-_TRUNC += ("year", "decade", "century", "millennium")
-
-
-def _truncate(moment: dt.datetime, unit: str) -> dt.datetime:
-    if unit not in _TRUNC:
-        raise NotSupported(
-            f"date_trunc unit {unit!r} is not recognised", hint=f"use one of {', '.join(_TRUNC)}"
-        )
-    if unit == "microseconds":
-        return moment
-    if unit == "milliseconds":
-        return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-    moment = moment.replace(microsecond=0)
-    for name, field in (("second", "second"), ("minute", "minute"), ("hour", "hour")):
-        if unit == name:
-            return moment
-        moment = moment.replace(**{field: 0})
-    if unit == "day":
-        return moment
-    if unit == "week":
-        return moment - dt.timedelta(days=moment.weekday())
-    if unit == "month":
-        return moment.replace(day=1)
-    if unit == "quarter":
-        return moment.replace(month=(moment.month - 1) // 3 * 3 + 1, day=1)
-    year = moment.year
-    start = {"year": year, "decade": year - year % 10}
-    start["century"] = (year - 1) // 100 * 100 + 1
-    start["millennium"] = (year - 1) // 1000 * 1000 + 1
-    return moment.replace(year=start[unit], month=1, day=1)
-
-
 def _rounded(moment: dt.datetime, precision: exp.Expression | None) -> dt.datetime:
     if not isinstance(precision, exp.Literal) or precision.is_string:
         return moment
@@ -445,9 +413,9 @@ class _Evaluator:
             if kind is PgType.DATE:
                 kind, moment = _cast((kind, moment), PgType.TIMESTAMP, zone)
             if kind is PgType.TIMESTAMP and isinstance(moment, dt.datetime):
-                return kind, _truncate(moment, unit.name.lower())
+                return kind, date_buckets.truncate(moment, unit.name.lower())
             if kind is PgType.TIMESTAMPTZ and isinstance(moment, dt.datetime):
-                return kind, _instant(_truncate(_local(moment, zone), unit.name.lower()), zone)
+                return kind, _instant(date_buckets.truncate(_local(moment, zone), unit.name.lower()), zone)
             raise _NotConstant
         raise _NotConstant
 

@@ -56,6 +56,7 @@ from decimal import Decimal, InvalidOperation
 from sqlglot import exp
 
 from dpproxy.errors import DPProxyError
+from dpproxy.sql import date_buckets
 from dpproxy.sql.datetimes import parse_temporal
 from dpproxy.sql.nodes import conjuncts, strip_parens
 from dpproxy.sql.query import GroupKey, OutputColumn, PublicQuery
@@ -716,109 +717,12 @@ def _enumerate(
         return tuple(lo.date() + dt.timedelta(days=i) for i in range(days))
     if key.kind == "trunc":
         buckets = []
-        current: dt.datetime | None = _truncate(lo, key.part)
+        current: dt.datetime | None = date_buckets.truncate(lo, key.part)
         while current is not None and current <= hi:
             if len(buckets) == MAX_KEY_VALUES:
                 return None
             buckets.append(current.replace(tzinfo=dt.UTC) if column_type is PgType.TIMESTAMPTZ else current)
-            current = _following(current, key.part)
+            current = date_buckets.following(current, key.part)
         return tuple(buckets)
-    values = _extracted(key.part, lo, hi)
+    values = date_buckets.extracted(key.part, lo, hi, MAX_KEY_VALUES)
     return None if values is None or len(values) > MAX_KEY_VALUES else tuple(sorted(values))
-
-
-def _truncate(t: dt.datetime, unit: str) -> dt.datetime:
-    """date_trunc(unit, t) as PostgreSQL computes it (weeks start on Monday)."""
-    day = t.replace(hour=0, minute=0, second=0, microsecond=0)
-    if unit == "year":
-        return day.replace(month=1, day=1)
-    if unit == "quarter":
-        return day.replace(month=3 * ((t.month - 1) // 3) + 1, day=1)
-    if unit == "month":
-        return day.replace(day=1)
-    if unit == "week":
-        return day - dt.timedelta(days=t.weekday())
-    if unit == "day":
-        return day
-    if unit == "hour":
-        return t.replace(minute=0, second=0, microsecond=0)
-    if unit == "minute":
-        return t.replace(second=0, microsecond=0)
-    return t.replace(microsecond=0)
-
-
-def _following(t: dt.datetime, unit: str) -> dt.datetime | None:
-    """The bucket after `t` (a bucket start); None past year 9999."""
-    try:
-        if unit in ("year", "quarter", "month"):
-            months = {"year": 12, "quarter": 3, "month": 1}[unit]
-            index = t.year * 12 + t.month - 1 + months
-            return t.replace(year=index // 12, month=index % 12 + 1)
-        step = {
-            "week": dt.timedelta(days=7),
-            "day": dt.timedelta(days=1),
-            "hour": dt.timedelta(hours=1),
-            "minute": dt.timedelta(minutes=1),
-            "second": dt.timedelta(seconds=1),
-        }[unit]
-        return t + step
-    except (OverflowError, ValueError):
-        return None
-
-
-# Past this many days, every value of a field that repeats within the year (or the week) occurs:
-# 54 years hold a leap day and an ISO year of 53 weeks several times over.
-_ALL_CYCLIC = 20_000
-_CYCLES = {
-    "quarter": range(1, 5),
-    "month": range(1, 13),
-    "week": range(1, 54),
-    "day": range(1, 32),
-    "doy": range(1, 367),
-    "dow": range(0, 7),
-    "isodow": range(1, 8),
-}
-
-
-def _field(day: dt.date, field: str) -> int:
-    if field == "year":
-        return day.year
-    if field == "isoyear":
-        return day.isocalendar()[0]
-    if field == "quarter":
-        return (day.month - 1) // 3 + 1
-    if field == "month":
-        return day.month
-    if field == "week":
-        return day.isocalendar()[1]
-    if field == "day":
-        return day.day
-    if field == "doy":
-        return day.timetuple().tm_yday
-    if field == "dow":
-        return day.isoweekday() % 7  # Sunday is 0
-    return day.isoweekday()  # isodow: Monday 1 … Sunday 7
-
-
-def _extracted(field: str, lo: dt.datetime, hi: dt.datetime) -> set[int] | None:
-    """extract(field FROM x) over x in [lo, hi] (naive UTC)."""
-    if field in ("hour", "minute"):
-        step = dt.timedelta(hours=1) if field == "hour" else dt.timedelta(minutes=1)
-        cycle = 24 if field == "hour" else 60
-        if hi - lo >= step * cycle:
-            return set(range(cycle))
-        found, current = set(), _truncate(lo, field)
-        while current <= hi:
-            found.add(current.hour if field == "hour" else current.minute)
-            current += step
-        return found
-    first, last = lo.date(), hi.date()
-    if field == "year":
-        return set(range(first.year, last.year + 1)) if last.year - first.year < MAX_KEY_VALUES else None
-    if field == "isoyear":
-        a, b = first.isocalendar()[0], last.isocalendar()[0]
-        return set(range(a, b + 1)) if b - a < MAX_KEY_VALUES else None
-    days = (last - first).days + 1
-    if days > _ALL_CYCLIC:
-        return set(_CYCLES[field])
-    return {_field(first + dt.timedelta(days=i), field) for i in range(days)}
