@@ -460,12 +460,8 @@ class ArithmeticRules:
             )
         typmod = numbers.numeric_typmod(to)
         self._check_numeric_precision(to, typmod, interval, node)
-        if typmod is not None:
-            precision, scale = typmod
-            sql = numbers.cast(inner.sql, f"DECIMAL({precision}, {scale})")
-        else:
-            # A bare NUMERIC is three decimals on DuckDB: every exact decimal is DECIMAL(38, 10).
-            sql = numbers.as_decimal(inner.sql)
+        # DECIMAL(p, s) as written; a bare NUMERIC (three decimals on DuckDB) as DECIMAL(38, 10).
+        sql = exp.Cast(this=inner.sql, to=canonical_type(to, PgType.NUMERIC))
         return Typed(
             typed_node(sql, PgType.NUMERIC),
             PgType.NUMERIC,
