@@ -221,6 +221,34 @@ def test_policy_init_drafts_references_and_check_warns_about_row(tmp_path: Path)
     assert "write privacy_unit: {references: orders, on: order_id}" in out
 
 
+def _visits_with_a_heavy_person(con) -> None:
+    con.execute("CREATE TABLE visits (patient_id INTEGER, day DATE)")
+    con.execute("INSERT INTO visits VALUES (1, DATE '2024-01-01'), (2, DATE '2024-01-02'), (NULL, NULL)")
+    for day in range(1, 8):  # patient 3 has 7 visits, the most; the NULL patient's row is no one's
+        con.execute(f"INSERT INTO visits VALUES (3, DATE '2024-02-0{day}')")
+
+
+def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has(
+    tmp_path: Path, pg_conn, pg_dsn: str
+) -> None:
+    """`policy init` counts, with the data owner's connection, the most rows one person has in each
+    table whose unit it drafts, and writes it as max_rows_per_unit (a ceiling near it: k never goes
+    below a quarter of the ceiling), on DuckDB and PostgreSQL alike."""
+    import duckdb
+
+    path = tmp_path / "clinic.duckdb"
+    with duckdb.connect(str(path)) as con:
+        _visits_with_a_heavy_person(con)
+    _visits_with_a_heavy_person(pg_conn)
+    for backend in (str(path), pg_dsn):
+        code, out, err = run("policy", "init", "--backend", backend)
+        assert code == 0, err
+        assert "max_rows_per_unit: 7  # TODO: the most rows one person has here when drafted" in out
+        draft = tmp_path / "draft.yaml"
+        draft.write_text(out)
+        assert load_policy(draft).table("visits").max_rows_per_unit == 7
+
+
 def test_demo_init_builds_the_database(tmp_path: Path) -> None:
     code, out, _ = run("demo", "--init", str(tmp_path / "d"), "--persons", "300")
     assert code == 0 and "300 patients" in out

@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from sqlglot import exp
 
 from dpproxy.cli.common import OptionDecorator, _run, seconds_option
 from dpproxy.cli.dsn import _shown_backend
@@ -125,9 +127,36 @@ def policy_init(backend: str, schema: str | None) -> None:
             }
             if prefix:  # the draft names the schema on each table
                 tables = {prefix + name: columns for name, columns in tables.items()}
-            click.echo(draft_policy(tables, foreign_keys=foreign_keys))
+            most_rows = _most_rows_reader(db, schema)
+            click.echo(draft_policy(tables, foreign_keys=foreign_keys, most_rows=most_rows))
 
     _run(action)
+
+
+def _most_rows_reader(db: Backend, schema: str | None) -> Callable[[str, str], int | None]:
+    """The most rows one person has in a table (keyed as the draft keys it), counted by the data
+    owner's own connection for the draft's `max_rows_per_unit`; None when the count fails (a view
+    that cannot be read, a timeout): the draft then keeps its restrictive 1."""
+    from dpproxy.backends import BackendError
+
+    def most_rows(table: str, unit: str) -> int | None:
+        name = table.rpartition(".")[2]
+        source = exp.table_(name, db=schema or None, quoted=True)
+        per_person = (
+            exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
+            .from_(source)
+            .where(exp.column(unit, quoted=True).is_(exp.null()).not_())
+            .group_by(exp.column(unit, quoted=True))
+            .subquery("per_person")
+        )
+        sql = exp.select(exp.Max(this=exp.column("n"))).from_(per_person).sql(dialect=db.dialect)
+        try:
+            rows = db.run(sql)
+        except BackendError:  # a draft without the count is still a draft
+            return None
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    return most_rows
 
 
 def _foreign_keys(db: Backend, schema: str | None) -> dict[str, list[tuple[str, str, str]]]:

@@ -5,16 +5,18 @@ number column summable until the data owner gives bounds, no public value sets, 
 password), with every guess, such as the privacy unit, marked `# TODO` for the data owner to check.
 
 It must never import a backend or touch data: it works on the column list the caller got from the
-backend, and writes text for a person to review, never a `Policy` that is used unreviewed.
+backend (and, for the ceilings, on what the caller's `most_rows` reads: the most rows one person has
+in a table), and writes text for a person to review, never a `Policy` that is used unreviewed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dpproxy.policy.live_schema import LiveColumnLike
 from dpproxy.policy.model import is_valid_name
+from dpproxy.policy.tables import MAX_CONTRIBUTIONS
 from dpproxy.policy.types import ColumnType
 
 # Column names that usually identify a person, used only to pre-fill a draft's privacy unit.
@@ -40,6 +42,7 @@ def draft_policy(
     *,
     analyst: str = "analyst",
     foreign_keys: Mapping[str, Sequence[tuple[str, str, str]]] | None = None,
+    most_rows: Callable[[str, str], int | None] | None = None,
 ) -> str:
     """A commented policy skeleton for the live schema (`dpproxy policy init`).
 
@@ -54,6 +57,12 @@ def draft_policy(
     order_id}`), or names the referenced table's unit directly when it carries it; a table others
     reference by its key, naming no person itself, is drafted as the person (`privacy_unit: tailnum`
     for planes, which flights reference). A table with a foreign key is never drafted `row`.
+
+    `most_rows(table, unit)`: the most rows one person has in the table (keyed as in `live`), read
+    by the caller (`policy init` counts them), or None. A table whose unit is one of its columns
+    then gets that number as its `max_rows_per_unit` ceiling: with bounds chosen per query a ceiling
+    far above it costs accuracy (the choice never goes below a quarter of the ceiling), and one
+    below it drops data. Without it the draft keeps the restrictive 1.
     """
     shared_ids = _ids_shared_between_tables(live)
     units = _draft_units(live, shared_ids, foreign_keys or {})
@@ -122,9 +131,17 @@ def draft_policy(
             out.append(
                 "    max_groups_per_unit: 1  # TODO: the most groups one person may contribute to per query"
             )
-            out.append(
-                "    max_rows_per_unit: 1    # TODO: the most rows one person may contribute per group"
-            )
+            most = most_rows(key, unit) if most_rows is not None else None
+            if most is not None and most >= 1:
+                most = min(most, MAX_CONTRIBUTIONS)
+                out.append(
+                    f"    max_rows_per_unit: {most}  # TODO: the most rows one person has here when drafted;"
+                    " keep the ceiling near it"
+                )
+            else:
+                out.append(
+                    "    max_rows_per_unit: 1    # TODO: the most rows one person may contribute to a query"
+                )
         out.append("    columns:")
         width = max(len(c.name) for c in columns) + 1
         for column in columns:

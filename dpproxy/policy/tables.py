@@ -40,7 +40,9 @@ from dpproxy.policy.readers import (
 
 # A person contributing to more groups or rows than this is not a contribution *bound*; a larger
 # value is almost certainly a slip of the data owner. With bounds chosen per query the limits are
-# ceilings, and generous ones cost little (each query chooses its bounds below them).
+# ceilings, each query choosing its bounds below them, but not far below: k stays at or above a
+# quarter of the rows ceiling (docs/privacy.md §3), so a ceiling far above the most rows a person has
+# costs accuracy.
 MAX_CONTRIBUTIONS = 100_000
 
 # Who is in a row and how much each person contributes: a protected table's keys, refused on a public one.

@@ -76,3 +76,20 @@ def test_draft_policy_reaches_persons_through_foreign_keys():
     assert tables["flights"].unit_reference is None
     assert "it also references airlines(carrier)" in draft
     assert not any(t.unit_is_row for t in policy.tables)
+
+
+def test_draft_policy_sets_the_rows_ceiling_to_the_most_rows_one_person_has() -> None:
+    """With bounds chosen per query k never goes below a quarter of the rows ceiling: a draft that
+    reads the most rows one person has (`most_rows`, the caller's count) writes it as the ceiling;
+    a table whose count is unknown keeps the restrictive 1."""
+    asked: list[tuple[str, str]] = []
+
+    def most_rows(table: str, unit: str) -> int | None:
+        asked.append((table, unit))
+        return 575 if table == "visits" else None
+
+    policy = parse_policy(draft_policy(DEMO_LIVE, most_rows=most_rows), "draft.yaml")
+    assert ("visits", "patient_id") in asked and ("patients", "patient_id") in asked
+    assert policy.table("visits").max_rows_per_unit == 575
+    assert policy.table("patients").max_rows_per_unit == 1
+    assert all(table != "zip_info" for table, _ in asked)  # `row`: no person to count rows of
