@@ -232,8 +232,9 @@ def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has(
     tmp_path: Path, pg_conn, pg_dsn: str
 ) -> None:
     """`policy init` counts, with the data owner's connection, the most rows one person has in each
-    table whose unit it drafts, and writes it as max_rows_per_unit (a ceiling near it: k never goes
-    below a quarter of the ceiling), on DuckDB and PostgreSQL alike."""
+    table whose unit it drafts, and writes it as max_rows_per_unit (a ceiling near it: many queries
+    keep k at or above a quarter of the ceiling); `policy check --backend` warns about a ceiling far
+    above it; on DuckDB and PostgreSQL alike."""
     import duckdb
 
     path = tmp_path / "clinic.duckdb"
@@ -247,6 +248,17 @@ def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has(
         draft = tmp_path / "draft.yaml"
         draft.write_text(out)
         assert load_policy(draft).table("visits").max_rows_per_unit == 7
+        # `policy check --backend` says when a ceiling is far above what anyone has.
+        code, out, err = run("policy", "check", str(draft), "--backend", backend)
+        assert code == 0 and "max_rows_per_unit is" not in out, out + err
+        draft.write_text(draft.read_text().replace("max_rows_per_unit: 7 ", "max_rows_per_unit: 100 "))
+        code, out, err = run("policy", "check", str(draft), "--backend", backend)
+        assert code == 0, err
+        assert (
+            "warning: tables.visits.max_rows_per_unit is 100, and the most rows one person has in visits "
+            "is 7: with bounds chosen per query many queries keep at least a quarter of the ceiling per "
+            "person, so a ceiling this far above costs accuracy; write max_rows_per_unit: 7"
+        ) in out
 
 
 def test_demo_init_builds_the_database(tmp_path: Path) -> None:

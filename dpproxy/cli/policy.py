@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from dpproxy.cli.dsn import _shown_backend
 
 if TYPE_CHECKING:
     from dpproxy.backends import Backend
+    from dpproxy.policy import Policy
 
 
 def _backend_option(purpose: str, *, required: bool) -> OptionDecorator:
@@ -61,7 +62,8 @@ def policy_check(file: Path, backend: str | None) -> None:
                     )
                     for table, fks in _foreign_keys(db, schema).items():
                         foreign_keys.setdefault(table, []).extend(fks)
-            for warning in reference_warnings(loaded, foreign_keys):
+                ceilings = _ceiling_warnings(db, loaded, live)
+            for warning in [*reference_warnings(loaded, foreign_keys), *ceilings]:
                 click.echo(f"  warning: {warning}")
             problems = check_against_schema(loaded, live)
             if problems:
@@ -131,6 +133,34 @@ def policy_init(backend: str, schema: str | None) -> None:
             click.echo(draft_policy(tables, foreign_keys=foreign_keys, most_rows=most_rows))
 
     _run(action)
+
+
+# A rows ceiling this many times the most rows one person has is called far above it.
+FAR_ABOVE = 2
+
+
+def _ceiling_warnings(db: Backend, loaded: Policy, live: Mapping[str, object]) -> list[str]:
+    """A warning for each protected table whose rows ceiling is far above the most rows one person
+    has (counted with the data owner's connection): with bounds chosen per query, counts over public
+    keys, quantiles of a whole table and private groups keep k at or above a quarter of the ceiling
+    (docs/privacy.md §3), so such a ceiling costs accuracy."""
+    warnings = []
+    for table in loaded.tables:
+        unit = table.privacy_unit
+        if table.public or unit is None or table.unit_reference is not None or table.name not in live:
+            continue
+        if table.contribution_bounds != "chosen" or table.max_rows_per_unit <= 1:
+            continue
+        most = _most_rows_reader(db, table.schema)(table.name, unit)
+        if most is None or table.max_rows_per_unit < FAR_ABOVE * most:
+            continue
+        warnings.append(
+            f"tables.{table.name}.max_rows_per_unit is {table.max_rows_per_unit}, and the most rows one "
+            f"person has in {table.name} is {most}: with bounds chosen per query many queries keep at "
+            f"least a quarter of the ceiling per person, so a ceiling this far above costs accuracy; "
+            f"write max_rows_per_unit: {most}"
+        )
+    return warnings
 
 
 def _most_rows_reader(db: Backend, schema: str | None) -> Callable[[str, str], int | None]:
