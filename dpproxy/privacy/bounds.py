@@ -206,6 +206,18 @@ class BoundChoice:
             for above, before in zip(counts, previous, strict=True)
         ]
 
+    @property
+    def floored(self) -> bool:
+        """Candidates below a quarter of the ceiling are out of reach (`capped` with `floor`, and some
+        candidate is below it)."""
+        weight = _quantile_weight(self.kind, self.quartile, self.median, self.half, self.lower)
+        return (
+            weight is None
+            and self.capped
+            and self.floor
+            and any(4 * bound < self.candidates[-1] for bound in self.candidates)
+        )
+
     def select(self, counts: Sequence[int], persons: int) -> int:
         """The index of the chosen candidate, from the true counts per candidate (above_j or
         wider_j) and the persons present."""

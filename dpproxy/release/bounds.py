@@ -29,16 +29,22 @@ class ChosenBounds:
     group_ceiling: int
     rows_chosen: bool  # False: one candidate (the session set it, or nothing else fits the ceiling)
     groups_chosen: bool
+    # k's rule kept it at or above a quarter of the ceiling (BoundChoice.floor): the notice says so,
+    # as it is why k may sit far above every person's rows when the ceiling is generous.
+    rows_floored: bool = False
 
     def note(self) -> str:
         """The notice's sentence."""
 
-        def how(value: int, chosen: bool, ceiling: int) -> str:
+        def how(value: int, chosen: bool, ceiling: int, floored: bool = False) -> str:
             said = "chosen" if chosen else "set"
+            if chosen and floored:
+                said = "chosen, not below a quarter of the ceiling without a WHERE"
             return f" ({said}; ceiling {ceiling})" if value < ceiling else f" ({said}: the ceiling)"
 
         text = "contribution bounds of this query: at most "
-        text += f"{self.rows} row(s) per person" + how(self.rows, self.rows_chosen, self.row_ceiling)
+        text += f"{self.rows} row(s) per person"
+        text += how(self.rows, self.rows_chosen, self.row_ceiling, self.rows_floored)
         if self.groups is not None:
             text += f", counted in at most {self.groups} group(s)"
             text += how(self.groups, self.groups_chosen, self.group_ceiling)
@@ -52,11 +58,13 @@ def choose_bounds(
     bounds, found = query.bounds, exact.candidates
     assert bounds is not None and found is not None
     rows, groups = len(bounds.rows) - 1, max(0, len(bounds.groups) - 1)
+    floored = False
     for choice in noise.choices:
         if isinstance(choice, DistinctChoice):
             continue  # ℓ: choose_distinct
         if choice.kind == "rows":
             rows = choice.select(found.above, found.persons)
+            floored = choice.floored
         else:
             groups = choice.select(found.wider, found.persons)
     resolved = exact.resolve(query, rows, groups if bounds.groups else None)
@@ -69,6 +77,7 @@ def choose_bounds(
         bounds.group_cap,
         bounds.choose_rows,
         bounds.choose_groups,
+        floored,
     )
     return resolved, chosen
 

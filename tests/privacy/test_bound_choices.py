@@ -312,3 +312,21 @@ def test_quantiles_of_a_whole_table_and_private_groups_aim_at_a_tenth_of_the_per
     assert "aiming at a tenth of the persons (no floor under a WHERE)" in (
         engine.explain("SELECT MEDIAN(x) FROM t WHERE x > 2").render()
     )
+
+
+def test_the_notice_says_when_k_was_kept_at_a_quarter_of_the_ceiling() -> None:
+    """A generous ceiling keeps k far above every person's rows where the rule has a floor: the
+    notice says so, so that the analyst knows why (and that SET dpproxy.max_rows_per_unit can set it)."""
+    from dpproxy.release.bounds import ChosenBounds
+
+    assert bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0, capped=True).floored
+    assert bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0, decile=True).floored
+    assert not bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0, capped=True, floor=False).floored
+    assert not bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 1.0).floored  # the rule for counts
+    assert not bound_choice("rows", (32, 64, 100), 5, Accounting.PURE, 1.0, capped=True).floored
+    floored = ChosenBounds(0, 0, 32, 2, 100, 4, True, True, rows_floored=True).note()
+    assert floored == (
+        "contribution bounds of this query: at most 32 row(s) per person (chosen, not below a quarter of "
+        "the ceiling without a WHERE; ceiling 100), counted in at most 2 group(s) (chosen; ceiling 4)"
+    )
+    assert "quarter" not in ChosenBounds(0, 0, 32, None, 100, 1, True, False).note()
