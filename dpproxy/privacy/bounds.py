@@ -44,11 +44,13 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   per genre 0.80 → 0.63; InstEval per lecture age 0.022 → 0.025 the one loss). Quantiles per group
   keep the median: they keep each person's first k rows rather than reweighting them.
   Counts and sums over public keys (every key public, G zero-filled groups released) aim at about
-  m·G persons above k, or a tenth of the persons when that is fewer (score −|10·above_j −
-  min(10·m·G, persons)|, which adding a person moves by at most 10: noised for 10, the same noise
-  per person above as the plain rule's): lowering k by one row removes one row of each person above
-  it, from whichever groups hold it, while it narrows the 95% noise of every one of the G groups by
-  m rows, so the sum of the groups' errors is least where about m·G persons are above. The aim at m
+  m·G persons above k, or a tenth of the persons when that is fewer (score −(|10·above_j − aim| +
+  max(0, aim − 10·above_{j−1}))/2, aim = min(10·m·G, persons), which adding a person moves by at
+  most 10: noised for 10, the same noise per person above as the plain rule's; the second term
+  breaks the tie among candidates that leave no one above, see `scores`): lowering k by one row
+  removes one row of each person above it, from whichever groups hold it, while it narrows the 95%
+  noise of every one of the G groups by m rows, so the sum of the groups' errors is least where
+  about m·G persons are above. The aim at m
   left the weekly flights of a year (53 public weeks) at k = 512 and 15% off per week, where k = 256
   removes 4% of the rows and halves the noise: 8% off. What bounding removes is not in the ±, and a
   large group loses its share of it: where persons' rows are heavy-tailed the sum's optimum removes
@@ -57,7 +59,7 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   above: unbounded, MovieLens ratings per genre went to k = 512 of 2,400, which removes 15% of the
   ratings, and the ± covered 77% of the genres' truths instead of 95%.
   Quantiles of a whole table (every aggregate a quantile, no GROUP BY) aim at a tenth of the persons
-  above k, and never below a quarter of the ceiling (score −|10·above_j − persons|, the same
+  above k, and never below a quarter of the ceiling (the same score with aim = persons, the same
   sensitivity of 10 and the same out-of-reach candidates; `decile`): a quantile's rank noise grows
   with k, while keeping each person's first k rows moves it little once few persons are above.
   The rule for counts left k at the ceiling (a 90th percentile of the flights' departure delays:
@@ -180,15 +182,21 @@ class BoundChoice:
     def scores(self, counts: Sequence[int], persons: int) -> list[int]:
         weight = _quantile_weight(self.kind, self.quartile, self.median, self.half, self.lower)
         if weight is None and self.capped:
-            # −|10·above_j − min(10·target, persons)| (−|10·above_j − persons| for `decile`):
-            # adding a person moves 10·above_j by 0 or 10 and the aim by 0 or 1. Candidates below a
-            # quarter of the ceiling are out of reach (a constant score, whatever the data).
+            # −(|10·above_j − aim| + max(0, aim − 10·above_{j−1})) // 2, aim = min(10·target,
+            # persons) (persons for `decile`), every person above "k_{−1}": how far the candidate's
+            # count is from the aim, and how far its interval (k_{j−1}, k_j] lies above it. The
+            # second half breaks the tie among candidates that leave no one above (the first alone
+            # scores them all −aim, and the choice was uniform among them: k = 512, 600 or 1,000
+            # alike where no plane has more than 575 rows). Adding a person moves 10·above by 0 or
+            # 10 and the aim by 0 or 1, so each term by at most 10 and their halved sum too.
+            # Candidates below a quarter of the ceiling are out of reach (a constant, whatever the data).
             aim = int(persons) if self.decile else min(CAPPED_SHARE * self.target, int(persons))
+            previous = [int(persons), *(int(above) for above in counts)][: len(counts)]
             return [
-                -abs(CAPPED_SHARE * int(above) - aim)
+                -(abs(CAPPED_SHARE * int(above) - aim) + max(0, aim - CAPPED_SHARE * before)) // 2
                 if not self.floor or 4 * bound >= self.candidates[-1]
                 else -OUT_OF_REACH
-                for above, bound in zip(counts, self.candidates, strict=True)
+                for above, before, bound in zip(counts, previous, self.candidates, strict=True)
             ]
         if weight is None:
             return [-abs(int(above) - self.target) for above in counts]

@@ -330,3 +330,17 @@ def test_the_notice_says_when_k_was_kept_at_a_quarter_of_the_ceiling() -> None:
         "the ceiling without a WHERE; ceiling 100), counted in at most 2 group(s) (chosen; ceiling 4)"
     )
     assert "quarter" not in ChosenBounds(0, 0, 32, None, 100, 1, True, False).note()
+
+
+def test_candidates_that_leave_no_one_above_do_not_tie_with_the_one_that_leaves_a_few() -> None:
+    """The flights' counts per airline name: 294 planes above 256 rows, 2 above 512, none above 575,
+    and an aim at about 112 persons above. |10·above − aim| alone scores 512 (2 above) and 1,000
+    (none) 20 apart, a tie under the choice's noise, so k was 512 or 1,000 alike; the interval term
+    sets 1,000 apart, since (512, 1000] lies wholly above the aim."""
+    candidates = (64, 128, 256, 512, 1000)
+    rows = [100] * 3000 + [200] * 700 + [300] * 294 + [575] * 2
+    above, persons = [sum(n > k for n in rows) for k in candidates], len(rows)
+    choice = bound_choice("rows", candidates, 112, Accounting.PURE, 1.0, capped=True)
+    scores = choice.scores(above, persons)
+    assert scores[3] - scores[4] >= 10 * 50  # 512 over 1,000 by more than 50 persons
+    assert sum(candidates[choice.select(above, persons)] == 512 for _ in range(100)) >= 95
