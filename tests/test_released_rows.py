@@ -148,6 +148,16 @@ def test_an_outer_query_that_cannot_be_computed_is_refused_before_any_charge(eng
         engine.execute(sql, analyst="alice")
     assert caught.value.sqlstate == "22023" and "nothing was read or charged" in str(caught.value)
     assert spent(engine) == 0
+    # Constants that fail only when a row is read (DuckDB evaluates them per row, not over none): a
+    # long random run's smallint overflow. The analysis runs the outer query over a row of NULLs too.
+    overflow = (
+        f"WITH d AS ({AGGREGATE}) SELECT COUNT(*) FROM d "
+        "WHERE concat('-0', CAST(32767 AS smallint) + CAST(1 AS smallint)) <> 'x'"
+    )
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute(overflow, analyst="alice")
+    assert caught.value.sqlstate == "22023" and "nothing was read or charged" in str(caught.value)
+    assert "Overflow" in str(caught.value) and spent(engine) == 0
 
 
 # dbt 1.11's accepted_values test (dbt-core's macros/generic_test_sql/accepted_values.sql inside

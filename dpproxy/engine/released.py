@@ -75,8 +75,8 @@ def run_over_rows(
     query: ReleasedQuery, rows: Sequence[Sequence[object]], *, charged: bool = True
 ) -> list[tuple]:
     """The outer query's rows over `rows` (the inner answer's, in its columns' order); over no rows
-    (`charged` False) when the statement is analysed, so an outer query DuckDB cannot bind is
-    refused before anything is read or charged."""
+    and over one row of NULLs (`charged` False) when the statement is analysed, so an outer query
+    DuckDB cannot bind, or whose constants fail, is refused before anything is read or charged."""
     conn = _connection()
     try:
         table = _quoted(query.name)
@@ -138,7 +138,11 @@ def analyze_released(
     if not isinstance(inner, (PrivateQuery, ReleasedQuery)):
         return None  # an aggregate of public tables only: the refusal stands
     query = released_query(split, inner, tree.sql("postgres"))
-    run_over_rows(query, [], charged=False)  # binds and types it on no data
+    # Binds and types it on no data, then runs it over one row of NULLs: DuckDB evaluates an
+    # expression of constants only per row (CAST(32767 AS smallint) + CAST(1 AS smallint) in a
+    # WHERE overflowed over the released rows, after the charge, not over none).
+    run_over_rows(query, [], charged=False)
+    run_over_rows(query, [(None,) * len(query.columns)], charged=False)
     return query
 
 

@@ -119,8 +119,9 @@ def _refused_by_the_high_limits_alone(plan: object, high: DPProxyError) -> bool:
     depends on the policy and the statement alone: MODE over a per-person count has one candidate
     per count up to the ceiling, too many under the high limits (0A000); a sum whose sensitivity
     at the high limits is past what noise can be calibrated for (22023, e.g. SUM(strpos(…) * x) with
-    a row ceiling of thousands); a variance whose squares times the row ceiling leave bigint (0A000,
-    e.g. STDDEV of a per-person SUM, whose range grows with the ceiling). Accepted under the small
+    a row ceiling of thousands); a variance whose squares, or a sum whose values, times the row
+    ceiling leave bigint (0A000, e.g. STDDEV of a per-person SUM, whose range grows with the ceiling,
+    or SUM(strpos(…) * extract(dow …))). Accepted under the small
     limits, the statement is certified there."""
     if plan is None or isinstance(plan, DPProxyError):
         return False
@@ -128,7 +129,9 @@ def _refused_by_the_high_limits_alone(plan: object, high: DPProxyError) -> bool:
     return (
         (high.sqlstate == "0A000" and "possible values; at most" in text)
         or (high.sqlstate == "22023" and "is too large to calibrate noise for" in text)
-        or (high.sqlstate == "0A000" and "are too wide for" in text)
+        or (
+            high.sqlstate == "0A000" and ("are too wide for" in text or "are too wide to sum exactly" in text)
+        )
     )
 
 
