@@ -74,19 +74,28 @@ def post_process_released(plan: ReleasedPlan, answer: Result) -> Result:
 def run_over_rows(
     query: ReleasedQuery, rows: Sequence[Sequence[object]], *, charged: bool = True
 ) -> list[tuple]:
-    """The outer query's rows over `rows` (the inner answer's, in its columns' order); over no rows
-    and over one row of NULLs (`charged` False) when the statement is analysed, so an outer query
-    DuckDB cannot bind, or whose constants fail, is refused before anything is read or charged."""
+    """The outer query's rows over `rows` (the inner answer's, in its columns' order); with `charged`
+    False, when the statement is analysed and `rows` is ignored, over no rows and then over one row
+    of NULLs, so an outer query DuckDB cannot bind, or whose constants fail, is refused before
+    anything is read or charged."""
     conn = _connection()
     try:
         table = _quoted(query.name)
         columns = ", ".join(f"{_quoted(c.name)} {_DUCKDB_TYPES[c.type]}" for c in query.columns)
         conn.execute(f"CREATE TEMPORARY TABLE {table} ({columns})")
-        if rows:
-            marks = ", ".join("?" for _ in query.columns)
-            conn.executemany(f"INSERT INTO {table} VALUES ({marks})", [_plain(row) for row in rows])
+        marks = ", ".join("?" for _ in query.columns)
+        sql = backend_sql(query.outer, "duckdb")
         try:
-            return [tuple(row) for row in conn.execute(backend_sql(query.outer, "duckdb")).fetchall()]
+            if not charged:
+                # Bound and typed on no data, then run over one row of NULLs: DuckDB evaluates an
+                # expression of constants only per row (concat('-0', CAST(32767 AS smallint) +
+                # CAST(1 AS smallint)) in a WHERE overflowed over the released rows, after the
+                # charge, not over none).
+                conn.execute(sql).fetchall()
+                rows = [tuple(None for _ in query.columns)]
+            if rows:
+                conn.executemany(f"INSERT INTO {table} VALUES ({marks})", [_plain(row) for row in rows])
+            return [tuple(row) for row in conn.execute(sql).fetchall()]
         except duckdb.Error as error:
             raise InvalidParameter(
                 f"the query over the answer of {query.source} failed: {str(error).splitlines()[0]}",
@@ -138,11 +147,7 @@ def analyze_released(
     if not isinstance(inner, (PrivateQuery, ReleasedQuery)):
         return None  # an aggregate of public tables only: the refusal stands
     query = released_query(split, inner, tree.sql("postgres"))
-    # Binds and types it on no data, then runs it over one row of NULLs: DuckDB evaluates an
-    # expression of constants only per row (CAST(32767 AS smallint) + CAST(1 AS smallint) in a
-    # WHERE overflowed over the released rows, after the charge, not over none).
-    run_over_rows(query, [], charged=False)
-    run_over_rows(query, [(None,) * len(query.columns)], charged=False)
+    run_over_rows(query, [], charged=False)  # binds, types and runs it on no data
     return query
 
 

@@ -193,9 +193,9 @@ class BoundChoice:
             aim = int(persons) if self.decile else min(CAPPED_SHARE * self.target, int(persons))
             previous = [int(persons), *(int(above) for above in counts)][: len(counts)]
             return [
-                -(abs(CAPPED_SHARE * int(above) - aim) + max(0, aim - CAPPED_SHARE * before)) // 2
-                if not self.floor or 4 * bound >= self.candidates[-1]
-                else -OUT_OF_REACH
+                -OUT_OF_REACH
+                if self._below_floor(bound)
+                else -(abs(CAPPED_SHARE * int(above) - aim) + max(0, aim - CAPPED_SHARE * before)) // 2
                 for above, before, bound in zip(counts, previous, self.candidates, strict=True)
             ]
         if weight is None:
@@ -219,12 +219,11 @@ class BoundChoice:
         """Candidates below a quarter of the ceiling are out of reach (`capped` with `floor`, and some
         candidate is below it)."""
         weight = _quantile_weight(self.kind, self.quartile, self.median, self.half, self.lower)
-        return (
-            weight is None
-            and self.capped
-            and self.floor
-            and any(4 * bound < self.candidates[-1] for bound in self.candidates)
-        )
+        return weight is None and self.capped and any(self._below_floor(b) for b in self.candidates)
+
+    def _below_floor(self, bound: int) -> bool:
+        """With `floor`, a candidate below a quarter of the ceiling, out of reach."""
+        return self.floor and 4 * bound < self.candidates[-1]
 
     def select(self, counts: Sequence[int], persons: int) -> int:
         """The index of the chosen candidate, from the true counts per candidate (above_j or
