@@ -16,6 +16,9 @@ class DPProxyError(Exception):
     """Base class: an error with a SQLSTATE, a message and an optional hint."""
 
     sqlstate = "XX000"
+    # Raised by the post-processing of released values (over_released): shown as it is, after the
+    # charge, since it depends on released values alone.
+    after_release = False
 
     def __init__(self, message: str, *, hint: str | None = None, position: int | None = None) -> None:
         super().__init__(message)
@@ -27,6 +30,16 @@ class DPProxyError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\nHINT: {self.hint}"
+
+
+def over_released(error: DPProxyError) -> DPProxyError:
+    """An error of the SELECT list, HAVING or ORDER BY over released values (a cast or integer
+    arithmetic that leaves its type: 22003): a function of released values and the query text, so
+    the analyst reads it as PostgreSQL words it, told that the answer was charged."""
+    error.after_release = True
+    charged = "the answer was released and charged; compute the rest in your client"
+    error.hint = charged if error.hint is None else f"{error.hint}; {charged}"
+    return error
 
 
 class PolicyViolation(DPProxyError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from dpproxy.engine import Engine
@@ -327,3 +328,49 @@ def test_window_functions_beside_and_over_interval_ends(engine: Engine) -> None:
     assert all(lo < n < hi for _, n, lo, hi, _, _ in result.rows)
     assert {row[4] for row in result.rows} == {sum(row[1] for row in result.rows)}
     assert {row[5] for row in result.rows} == {sum(row[3] for row in result.rows)}
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT CAST(32767 AS smallint) + CAST(1 AS smallint)", "smallint out of range"),
+        ("SELECT -CAST(-32768 AS smallint)", "smallint out of range"),
+        ("SELECT 2147483647 + 1", "integer out of range"),
+        ("SELECT COUNT(*) FROM visits WHERE CAST(32767 AS smallint) + CAST(1 AS smallint) > 0", "smallint"),
+        ("SELECT COUNT(*) FROM visits WHERE 9223372036854775807 + 1 > 0", "bigint out of range"),
+        ("SELECT COUNT(*), 2147483647 + 1 FROM visits", "integer out of range"),
+        ("SELECT COUNT(*) FROM visits HAVING COUNT(*) > ABS(CAST(-32768 AS smallint))", "smallint"),
+        ("SELECT COUNT(*) FROM visits ORDER BY -CAST(-32768 AS smallint)", "smallint out of range"),
+    ],
+)
+def test_integer_constants_that_leave_their_type_fail_before_any_charge(
+    engine: Engine, demo_pg_dsn: str, sql: str, message: str
+) -> None:
+    """A constant's value depends on the text alone, so PostgreSQL's meaning is kept: 22003 when it
+    leaves its type (integers are computed in bigint otherwise, so that no failure depends on the
+    data), before anything is read or charged. PostgreSQL itself says the same of each statement."""
+    with psycopg.connect(demo_pg_dsn) as conn, pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        conn.execute(sql)
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute(sql, analyst="alice")
+    assert caught.value.sqlstate == "22003" and message in caught.value.message
+    assert spent(engine) == 0
+
+
+def test_released_values_that_leave_their_type_fail_after_the_charge_as_postgresql_words_it(
+    engine: Engine,
+) -> None:
+    """Over released values the failure depends on them alone (never on a true value): PostgreSQL's
+    SQLSTATE and message, with the hint that the answer was charged (it used to be the fixed XX000 of
+    a backend failure, or a smallint above 32767)."""
+    for sql in (
+        "SELECT CAST(COUNT(*) AS smallint) * CAST(100 AS smallint) FROM visits",
+        "SELECT CAST(COUNT(*) * 100 AS smallint) FROM visits",
+    ):
+        before = spent(engine)
+        with pytest.raises(DPProxyError) as caught:
+            engine.execute(sql, analyst="alice")
+        assert caught.value.sqlstate == "22003", sql
+        assert caught.value.message == "smallint out of range"
+        assert caught.value.hint == "the answer was released and charged; compute the rest in your client"
+        assert spent(engine) > before

@@ -85,9 +85,10 @@ class Charge:
 
     def fail(self, error: BaseException, *, keep: bool = False) -> DPProxyError:
         """Finish by the rule after `error`; the analyst's error to raise: the backend's translated
-        (`backend_failure`), or with `keep` an analyst error of dpproxy's own as it is."""
+        (`backend_failure`), or with `keep` an analyst error of dpproxy's own as it is (as is one
+        raised over released values: DPProxyError.after_release)."""
         sent = self.was_sent or reached_data(error)
-        if keep and isinstance(error, DPProxyError):
+        if isinstance(error, DPProxyError) and (keep or error.after_release):
             analyst_error = error
         else:
             analyst_error = backend_failure(error, charged=sent)

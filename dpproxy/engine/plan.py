@@ -28,6 +28,7 @@ from dpproxy.privacy import (
 from dpproxy.privacy.bounds import BoundRequest
 from dpproxy.release import ExactGroups, exact_groups, selectors
 from dpproxy.release.aggregates import column_errors, fine_components
+from dpproxy.release.post_processing import refuse_constant_errors
 from dpproxy.results import ResultColumn
 from dpproxy.sql.bounds import choosing, component_bounds, distinct_bounds
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind, PrivateQuery
@@ -115,6 +116,7 @@ def plan_private(
     and the noise of every released value, with the policy's mechanism, δ and accounting. With bounds
     chosen per query, the noise planned is the ceilings' (the cost is the same for every candidate:
     Plan.noise_at)."""
+    refuse_constant_errors(query.post_processing)
     state = rewrite(query, salt=salt, dialect=dialect)
     defaults = policy.defaults
     distinct_salt = (

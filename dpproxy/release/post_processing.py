@@ -17,11 +17,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 
 from sqlglot import exp
 
+from dpproxy.errors import DPProxyError, over_released
 from dpproxy.sql import postprocess
 from dpproxy.sql.postprocess.intervals import interval_slots, slot_name
 from dpproxy.sql.query import PostProcessing, SortKey
@@ -71,6 +72,50 @@ _Projection = Callable[[_Columns, _Columns, int, int | None], _Rows]
 _Emission = Callable[[_Columns, _Columns, Sequence[int]], _Rows]
 
 
+def refuse_constant_errors(post: PostProcessing) -> None:
+    """Refuse, before anything is read or charged, a query whose SELECT list, HAVING or ORDER BY
+    holds a constant that fails (CAST(32767 AS smallint) + CAST(1 AS smallint): 22003), as
+    PostgreSQL's planner does when it folds constants; over released values it would fail after the
+    charge. Only the maximal parts without a released value are evaluated."""
+    expressions = [o.expression for o in post.outputs] + [k.expression for k in post.order_by]
+    if post.having is not None:
+        expressions.append(post.having)
+    for expression in expressions:
+        for part in _constant_parts(expression):
+            try:
+                postprocess.evaluate(part, {}, {})
+            except DPProxyError as error:
+                charged = "nothing was read or charged"
+                error.hint = charged if error.hint is None else f"{error.hint}; {charged}"
+                raise
+
+
+def _constant_parts(node: exp.Expression) -> Iterator[exp.Expression]:
+    """The largest computed parts of `node` that read no released value (a column placeholder)."""
+    if node.find(exp.Column) is None:
+        if isinstance(node, (exp.Binary, exp.Unary, exp.Func, exp.Case)):  # computed, not a literal
+            yield node
+        return
+    for child in node.iter_expressions():
+        yield from _constant_parts(child)
+
+
+def _compiled(
+    expression: exp.Expression, types: dict[str, PgType], slots: dict[str, int]
+) -> Callable[[Sequence[object]], object]:
+    """An expression over a row of released values; its errors (a cast or integer arithmetic that
+    leaves its type) are the analyst's, after the charge (errors.over_released)."""
+    compute = postprocess.compile_expression(expression, types, slots)
+
+    def over_row(row: Sequence[object]) -> object:
+        try:
+            return compute(row)
+        except DPProxyError as error:
+            raise over_released(error) from None
+
+    return over_row
+
+
 class PostProcessor:
     """One query's post-processing, compiled once, applied row by row: what `post_process` does to
     a whole answer, and what a streamed answer (dpproxy.release.stream) does batch by batch."""
@@ -91,15 +136,9 @@ class PostProcessor:
         all_types = {**types, **out_types}
         # A row of released values: aggregates, then keys, then the outputs computed from them.
         slots = {name: i for i, name in enumerate(all_types)}
-        self.outputs = [
-            (postprocess.compile_expression(o.expression, types, slots), o.type) for o in post.outputs
-        ]
-        self.having = (
-            postprocess.compile_expression(post.having, types, slots) if post.having is not None else None
-        )
-        self.sort_keys = [
-            postprocess.compile_expression(k.expression, all_types, slots) for k in post.order_by
-        ]
+        self.outputs = [(_compiled(o.expression, types, slots), o.type) for o in post.outputs]
+        self.having = _compiled(post.having, types, slots) if post.having is not None else None
+        self.sort_keys = [_compiled(k.expression, all_types, slots) for k in post.order_by]
         self.first_output = self.n_aggregates + len(self.key_types)
         # Each key's and output's Python type, when values of it need no conversion (_as_type).
         first_key = self.n_aggregates

@@ -28,6 +28,7 @@ from dpproxy.sql.postprocess.values import (
     _to_decimal,
     convert,
     to_text,
+    within_type,
 )
 from dpproxy.sql.types import PgType
 
@@ -69,8 +70,12 @@ class _Compiler:
             return lambda row: None
         if isinstance(node, exp.Paren):
             return c(node.this)
-        if isinstance(node, exp.Neg):
-            return _strict(c(node.this), operator.neg)
+        if isinstance(node, (exp.Neg, exp.Abs)):
+            sign = operator.neg if isinstance(node, exp.Neg) else abs
+            result = infer_type(node, self.types)
+            if result.is_integer:  # -CAST(-32768 AS smallint) leaves smallint, as in PostgreSQL
+                return _strict(c(node.this), lambda v: within_type(sign(v), result))
+            return _strict(c(node.this), sign)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
             result = infer_type(node, self.types)
             left, right = c(node.left), c(node.right)
@@ -150,8 +155,6 @@ class _Compiler:
                 return a
 
             return nullif
-        if isinstance(node, exp.Abs):
-            return _strict(c(node.this), abs)
         if isinstance(node, exp.Sign):
             result_type = infer_type(node, self.types)
             return _strict(c(node.this), lambda v: convert((v > 0) - (v < 0), result_type))

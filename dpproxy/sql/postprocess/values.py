@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported
+from dpproxy.errors import DatatypeMismatch, InvalidText, ValueOutOfRange
 from dpproxy.sql import numbers
 from dpproxy.sql.datetimes import parse_temporal
 from dpproxy.sql.postprocess.inference import literal_type
@@ -49,10 +49,7 @@ def convert(value: object, target: PgType) -> object:
             result = round(value)  # rint: halves to even, as PostgreSQL casts float8
         else:
             result = int(_to_decimal(value).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-        lo, hi = INTEGER_RANGE[target]
-        if not lo <= result <= hi:
-            raise NotSupported(f"{target.value} out of range")
-        return result
+        return within_type(result, target)
     if target is PgType.NUMERIC:
         return _to_decimal(value)
     if target.is_float:
@@ -107,11 +104,21 @@ def to_text(value: object) -> str:
 _RING = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
 
 
+def within_type(value: int, pg_type: PgType) -> int:
+    """An integer result of type `pg_type`, or PostgreSQL's error when it leaves the type (22003,
+    'smallint out of range')."""
+    lo, hi = INTEGER_RANGE[pg_type]
+    if not lo <= value <= hi:
+        raise ValueOutOfRange(f"{pg_type.value} out of range")
+    return value
+
+
 def _arith(node: exp.Expression, a: object, b: object, result: PgType) -> object:
     if a is None or b is None:
         return None
     if result.is_integer:
-        return _operate(node, int(a), int(b), _integer_quotient)  # type: ignore[call-overload]
+        value = _operate(node, int(a), int(b), _integer_quotient)  # type: ignore[call-overload]
+        return value if value is None else within_type(value, result)  # type: ignore[arg-type]
     if result.is_float:
         return _operate(node, float(a), float(b), _float_quotient)  # type: ignore[arg-type]
     with localcontext() as ctx:

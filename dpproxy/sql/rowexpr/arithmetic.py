@@ -9,7 +9,13 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import DatatypeMismatch, InvalidParameter, NotSupported, UndefinedFunction
+from dpproxy.errors import (
+    DatatypeMismatch,
+    InvalidParameter,
+    NotSupported,
+    UndefinedFunction,
+    ValueOutOfRange,
+)
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.literals import PUBLIC_ANSWER
@@ -44,8 +50,17 @@ class ArithmeticRules:
         return typed
 
     def _require_range(self, node: exp.Expression, typed: Typed) -> None:
-        """No arithmetic may overflow for any value the policy allows (or its columns' types hold)."""
+        """No arithmetic may overflow for any value the policy allows (or its columns' types hold).
+        Integers are computed in bigint (_as_bigint), so that no failure depends on data; a constant,
+        which depends on the text alone, keeps PostgreSQL's meaning: 22003 when its value leaves its
+        type (CAST(32767 AS smallint) + CAST(1 AS smallint), 2147483647 + 1)."""
         interval = typed.interval if typed.interval is not None else typed.reach
+        if typed.constant and typed.exact_integer and interval is not None and typed.type in INTEGER_RANGE:
+            lo, hi = INTEGER_RANGE[typed.type]
+            if not interval.within(lo, hi):
+                raise ValueOutOfRange(
+                    f"{typed.type.value} out of range: {node.sql('postgres')} ({self.scope.clause})"
+                )
         if interval is None:
             names = sorted({c.name for c in node.find_all(exp.Column)})
             raise NotSupported(
