@@ -38,7 +38,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SyntaxProblem("empty query")
     if len(statements) > 1:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
-    statement = _plain_negations(statements[0])
+    statement = _date_casts(_plain_negations(statements[0]))
     limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
@@ -62,6 +62,18 @@ def _plain_negations(tree: exp.Expression) -> exp.Expression:
         parent = node.parent
         negated = parent if isinstance(parent, exp.Escape) and node.arg_key == "this" else node
         negated.replace(exp.Not(this=negated.copy()))
+    return tree
+
+
+def _date_casts(tree: exp.Expression) -> exp.Expression:
+    """`date(x)`, PostgreSQL's function of a timestamp or text (what Ibis sends for `.date()`), as the
+    cast it is, `CAST(x AS date)`: sqlglot reads it as a node of its own that no rule accepted."""
+    for node in list(tree.find_all(exp.Date)):
+        if {k for k, v in node.args.items() if v} == {"this"}:
+            cast: exp.Expression = exp.Cast(this=node.this.copy(), to=exp.DataType.build("date"))
+            if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
+                cast = exp.alias_(cast, "date")  # an output keeps PostgreSQL's name for it
+            node.replace(cast)
     return tree
 
 
