@@ -18,20 +18,25 @@ from dpproxy.sql.types import SQLGLOT_SCHEMA_TYPE, PgType
 
 DATE_TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 
-EXTRACT_FIELDS = (
-    "year",
-    "quarter",
-    "month",
-    "week",
-    "day",
-    "dow",
-    "isodow",
-    "doy",
-    "hour",
-    "minute",
-    "isoyear",
-    "epoch",
-)
+# The values each extract() field can take (a calendar's, on every engine); the year's cover every
+# year a date is read within (1–9999) with room. Casts and arithmetic of them are checked against
+# these (`CAST(extract(dow FROM t) + 6 AS smallint) % 7`, Ibis's day of the week), and a sum of them
+# is clipped to them.
+_YEARS = (-300000, 300000)
+FIELD_RANGES = {
+    "year": _YEARS,
+    "quarter": (1, 4),
+    "month": (1, 12),
+    "week": (1, 53),
+    "day": (1, 31),
+    "dow": (0, 6),
+    "isodow": (1, 7),
+    "doy": (1, 366),
+    "hour": (0, 23),
+    "minute": (0, 59),
+    "isoyear": _YEARS,
+}
+EXTRACT_FIELDS = (*FIELD_RANGES, "epoch")
 
 # extract(epoch …) of a value clamped into years 1–9999 lies within these seconds.
 EPOCH_RANGE = Interval(Decimal(-62135596800), Decimal(253402300800))
@@ -124,7 +129,7 @@ class DateRules:
         return Typed(
             typed_node(sql, PgType.INT8),
             PgType.NUMERIC,
-            Interval(Decimal(-300000), Decimal(300000)),
+            Interval(*(Decimal(end) for end in FIELD_RANGES[field])),
             inner.uses_unit,
             inner.constant,
         )
