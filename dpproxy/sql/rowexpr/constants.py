@@ -4,6 +4,7 @@ Every decision here depends on the query text only."""
 
 from __future__ import annotations
 
+import operator
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
@@ -88,10 +89,59 @@ def constant_value(node: exp.Expression) -> object:
 MAX_TEXT_POSITION = 1_000_000
 
 
+_INTEGER_OPERATORS = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
+_INTEGER_COMPARISONS = {
+    exp.EQ: operator.eq,
+    exp.NEQ: operator.ne,
+    exp.GT: operator.gt,
+    exp.GTE: operator.ge,
+    exp.LT: operator.lt,
+    exp.LTE: operator.le,
+}
+
+
+def _integer_constant(node: exp.Expression) -> Decimal | None:
+    """An integer position written as arithmetic of integer constants, or as a CASE whose conditions
+    compare such constants (Ibis's substr: `SUBSTRING(s FROM CASE WHEN (0 + 1) >= 1 THEN 0 + 1 ELSE
+    0 + 1 + LENGTH(s) END FOR 1)`): its value, as PostgreSQL computes it; None when it is not one."""
+    if isinstance(node, exp.Paren):
+        return _integer_constant(node.this)
+    operation = _INTEGER_OPERATORS.get(type(node))
+    if operation is not None:
+        left, right = _integer_constant(node.left), _integer_constant(node.right)
+        return None if left is None or right is None else Decimal(operation(left, right))
+    if isinstance(node, exp.Case) and node.this is None:
+        for branch in node.args.get("ifs") or []:
+            holds = _integer_condition(branch.this)
+            if holds is None:
+                return None
+            if holds:
+                return _integer_constant(branch.args["true"])
+        default = node.args.get("default")
+        return _integer_constant(default) if default is not None else None
+    try:
+        value = constant_value(node)
+    except NotSupported:
+        return None
+    return value if isinstance(value, Decimal) and value == value.to_integral_value() else None
+
+
+def _integer_condition(node: exp.Expression) -> bool | None:
+    if isinstance(node, exp.Paren):
+        return _integer_condition(node.this)
+    compare = _INTEGER_COMPARISONS.get(type(node))
+    if compare is None:
+        return None
+    left, right = _integer_constant(node.left), _integer_constant(node.right)
+    return None if left is None or right is None else bool(compare(left, right))
+
+
 def int_argument(node: exp.Expression | None, what: str, limit: int = MAX_TEXT_POSITION) -> int:
     if node is None:
         raise NotSupported(f"{what} is missing")
-    value = constant_value(node)
+    value = _integer_constant(node)
+    if value is None:
+        value = constant_value(node)
     if not isinstance(value, Decimal) or value != value.to_integral_value():
         raise NotSupported(f"{what} must be an integer constant, found {node.sql('postgres')}")
     if abs(value) > limit:

@@ -184,6 +184,30 @@ def test_date_filters_ibis_writes(served: Served, con: Any) -> None:
     assert sorted(frame["department"]) == list(served.truth.departments)
 
 
+def test_weekdays_prefixes_and_days_as_ibis_writes_them(served: Served, con: Any) -> None:
+    """Shapes Ibis writes for ordinary questions, each one release: `.day_of_week.index()` is
+    `CAST(EXTRACT('dow' FROM d) + 6 AS SMALLINT) % 7` (refused as 'could overflow' while extract's
+    range was taken for ±300,000), `.substr(0, 2)` is `SUBSTRING(s FROM CASE WHEN (0 + 1) >= 1 THEN
+    0 + 1 ELSE 0 + 1 + LENGTH(s) END FOR 2)` (refused: 'expected a constant'), and `.date()` is
+    `DATE(x)`, PostgreSQL's function for the cast (refused: 'date() is not supported')."""
+    visits, patients = con.table("visits"), con.table("patients")
+    weekdays = visits.group_by(d=visits.visit_date.day_of_week.index()).aggregate(n=_.count())
+    frame, spent = charged(served, weekdays.to_pandas)
+    assert spent == pytest.approx(EPSILON)
+    assert len(frame) > 0 and set(frame["d"]) <= set(range(7))
+    prefixes = patients.group_by(p=patients.zip.substr(0, 1)).aggregate(n=_.count())
+    frame, spent = charged(served, prefixes.to_pandas)
+    assert spent == pytest.approx(EPSILON)
+    assert len(frame) > 0 and all(len(p) == 1 for p in frame["p"])
+    # Days of a timestamp: a key of its own (partition selection hides the demo's small days).
+    days = visits.group_by(d=visits.visit_date.cast("timestamp").date()).aggregate(n=_.count())
+    frame, spent = charged(served, days.to_pandas)
+    assert spent == pytest.approx(EPSILON) and list(frame.columns) == ["d", "n"]
+    recent = visits.filter(visits.visit_date.cast("timestamp").date() >= ibis.date("2020-01-01")).count()
+    n, spent = charged(served, recent.execute)
+    assert spent == pytest.approx(EPSILON) and n > 0
+
+
 def test_raw_rows_and_writes_are_refused_free(served: Served, con: Any) -> None:
     visits = con.table("visits")
     before = served.spent()
