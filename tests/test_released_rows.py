@@ -3,6 +3,7 @@ charged once for the aggregate, on both backends; what is not post-processing ke
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -374,3 +375,19 @@ def test_released_values_that_leave_their_type_fail_after_the_charge_as_postgres
         assert caught.value.message == "smallint out of range"
         assert caught.value.hint == "the answer was released and charged; compute the rest in your client"
         assert spent(engine) > before
+
+
+def test_a_share_of_a_windowed_sum_divides_as_postgresql_does(engine: Engine) -> None:
+    """SUM of a bigint is numeric in PostgreSQL, so `COUNT(*) * 100 / SUM(COUNT(*)) OVER ()` is a
+    numeric share, not an integer division: sqlglot typed SUM(bigint) bigint, and the shares came
+    back truncated (0 for `n / SUM(n) OVER ()`)."""
+    for sql in (
+        "SELECT department, COUNT(*) * 100 / SUM(COUNT(*)) OVER () AS pct FROM visits GROUP BY 1",
+        "SELECT department, 100 * n / SUM(n) OVER () AS pct FROM (SELECT department, COUNT(*) AS n "
+        "FROM visits GROUP BY 1) t",
+    ):
+        result = engine.execute(sql, analyst="alice")
+        assert result.columns[1].type.value == "numeric", sql
+        shares = [row[1] for row in result.rows]
+        assert any(share != int(share) for share in shares), shares
+        assert abs(sum(shares) - 100) < Decimal("0.000001"), shares

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import OptimizeError
 
 from dpproxy.errors import NotSupported, PolicyViolation, UndefinedColumn, UnresolvedColumn
@@ -216,6 +218,23 @@ def _duplicate_subquery_column(select: exp.Select) -> str | None:
     return None
 
 
+def _postgres_sum(annotator: Any, node: exp.Expression) -> exp.Expression:
+    """SUM's type as PostgreSQL gives it: bigint of smallint and integer, numeric of bigint and
+    numeric, the float's own of floats. sqlglot's is the argument's, so `n / SUM(n) OVER ()` of a
+    bigint count divided integers (0 where PostgreSQL gives 0.37)."""
+    argument = node.this.type if node.this is not None else None
+    if argument is not None and argument.is_type(*exp.DataType.INTEGER_TYPES):
+        small = argument.is_type(exp.DataType.Type.SMALLINT, exp.DataType.Type.INT, exp.DataType.Type.TINYINT)
+        return annotator._set_type(node, exp.DataType.Type.BIGINT if small else exp.DataType.Type.DECIMAL)
+    return annotator._annotate_by_args(node, "this", "expressions", promote=True)
+
+
+_POSTGRES_TYPES = {
+    **Dialect.get_or_raise("postgres").EXPRESSION_METADATA,
+    exp.Sum: {"annotator": _postgres_sum},
+}
+
+
 def typed_select(
     select: exp.Select, schema: Mapping[str, Mapping[str, str]]
 ) -> tuple[exp.Select, tuple[OutputColumn, ...]]:
@@ -236,7 +255,9 @@ def typed_select(
             validate_qualify_columns=True,
             quote_identifiers=True,
         )
-        annotated = annotate_types(qualified, schema=dict(schema), dialect="postgres")
+        annotated = annotate_types(
+            qualified, schema=dict(schema), dialect="postgres", expression_metadata=_POSTGRES_TYPES
+        )
     except OptimizeError as e:
         raise UnresolvedColumn(f"{e}") from None
     except AssertionError:
