@@ -54,6 +54,7 @@ DOCUMENTED_SQLSTATES = {
     "42883",  # no such operator or function for these types
     "22023",  # bad parameter value
     "22P02",  # malformed constant
+    "22003",  # a constant out of its integer type
     "22007",  # malformed date or time constant
     "22008",  # date or time constant out of range
     "3F000",  # unknown schema
