@@ -78,11 +78,11 @@ from dpproxy.sql.analyze import (
 )
 from dpproxy.sql.bounds import SessionBounds, distinct_bounds, with_session_bounds
 from dpproxy.sql.clock import reads_clock, with_statement_clock
-from dpproxy.sql.literals import placeholder_value
 from dpproxy.sql.probes import EmptyQuery
 from dpproxy.sql.public import backend_sql
 from dpproxy.sql.query import AnalyzedQuery, ConstantQuery, PrivateQuery, PublicQuery
 from dpproxy.sql.released import ReleasedQuery
+from dpproxy.sql.statement import array_parameters, placeholders
 from dpproxy.sql.types import PgType, from_column_type
 
 log = logging.getLogger("dpproxy.engine")
@@ -105,6 +105,7 @@ class Description:
     parameter_types: tuple[PgType, ...]
     columns: tuple[ResultColumn, ...]
     private: bool
+    arrays: frozenset[int] = frozenset()  # parameters that are arrays of their type (`= ANY($1)`)
 
 
 @dataclass
@@ -317,17 +318,15 @@ class Engine:
         tree = parse_statement(sql)
         types = infer_parameter_types(tree, self.policy, parameter_types)
         contexts = infer_parameter_types(tree, self.policy)
-        placeholders = [
-            placeholder_value(t, contexts[i] if i < len(contexts) else None) for i, t in enumerate(types)
-        ]
-        query = self.analyze_tree(bind_parameters(tree, placeholders), answer=False)
+        query = self.analyze_tree(bind_parameters(tree, placeholders(tree, types, contexts)), answer=False)
         outputs = (
             query.outputs
             if isinstance(query, (PublicQuery, EmptyQuery, ReleasedQuery))
             else query.post_processing.outputs
         )
         columns = tuple(ResultColumn(o.name, o.type) for o in outputs)
-        return Description(types, columns, isinstance(query, (PrivateQuery, ReleasedQuery)))
+        arrays = frozenset(array_parameters(tree))
+        return Description(types, columns, isinstance(query, (PrivateQuery, ReleasedQuery)), arrays)
 
     def query_epsilon(self, epsilon: float | None, analyst: AnalystPolicy | None = None) -> float:
         """The per-query ε: the policy default (capped by the analyst's own per-query limit), or a

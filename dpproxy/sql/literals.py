@@ -60,6 +60,8 @@ def constant(value: object, pg_type: PgType | None = None) -> exp.Expression:
         return cast(value.isoformat(sep=" "), "TIMESTAMP")
     if isinstance(value, dt.date):
         return cast(value.isoformat(), "DATE")
+    if isinstance(value, list) and not any(isinstance(v, list) for v in value):
+        return exp.Array(expressions=[constant(v, pg_type) for v in value])  # `= ANY($1)`: an IN list
     raise InvalidParameter(f"values of type {type(value).__name__} are not supported as constants")
 
 

@@ -4,7 +4,7 @@ as PostgreSQL does for an untyped Parse. Nothing here knows the policy's rules o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -38,7 +38,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SyntaxProblem("empty query")
     if len(statements) > 1:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
-    statement = _date_casts(_plain_negations(statements[0]))
+    statement = _any_lists(_plain_units(_date_casts(_plain_negations(statements[0]))))
     limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
@@ -77,6 +77,94 @@ def _date_casts(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
+_UNIT_SLOTS = {exp.TimestampTrunc: "unit", exp.DateTrunc: "unit", exp.Extract: "this"}
+
+
+def _unit_slots(tree: exp.Expression) -> Iterator[tuple[exp.Expression, str, exp.Expression]]:
+    """Each date_trunc unit and extract/date_part field: (its call, its argument's name, what stands
+    there once parentheses and casts to text are taken off)."""
+    for node in tree.find_all(*_UNIT_SLOTS):
+        key = _UNIT_SLOTS[type(node)]
+        inner = node.args.get(key)
+        while isinstance(inner, exp.Paren) or (
+            isinstance(inner, exp.Cast) and from_sqlglot(inner.args["to"]).is_text
+        ):
+            inner = inner.this
+        if inner is not None:
+            yield node, key, inner
+
+
+def _plain_units(tree: exp.Expression) -> exp.Expression:
+    """`date_trunc('month'::varchar, x)` as `date_trunc('month', x)`: SQLAlchemy over psycopg 3
+    writes every string parameter so (`date_trunc(%(p)s::VARCHAR, …)`), and PostgreSQL reads it as
+    the text it casts."""
+    for node, key, inner in list(_unit_slots(tree)):
+        if isinstance(inner, exp.Literal) and inner.is_string and node.args.get(key) is not inner:
+            node.set(key, inner.copy())
+    return tree
+
+
+def _any_operand(node: exp.Expression) -> tuple[exp.Expression, exp.DataType | None]:
+    """What `= ANY(…)` compares with, parentheses off, and the element type of a cast to an array
+    (`$1::text[]`) taken off it (None without one)."""
+    inner = node.this
+    element = None
+    while isinstance(inner, exp.Paren) or (isinstance(inner, exp.Cast) and inner.to.is_type("array")):
+        if isinstance(inner, exp.Cast):
+            element = inner.to.expressions[0] if inner.to.expressions else None
+        inner = inner.this
+    return inner, element
+
+
+def _any_lists(tree: exp.Expression) -> exp.Expression:
+    """`x = ANY(ARRAY[a, b])`, and `x = ANY($1)` once a list is bound to $1 (psycopg's way to pass an
+    IN list), as `x IN (a, b)`, which PostgreSQL computes alike; an empty array is FALSE (no element
+    equals x, even a NULL x). A cast to an array type casts each element."""
+    for node in list(tree.find_all(exp.EQ)):
+        if not isinstance(node.expression, exp.Any):
+            continue
+        inner, element = _any_operand(node.expression)
+        if not isinstance(inner, exp.Array):
+            continue
+        items = [item.copy() for item in inner.expressions]
+        if element is not None and not from_sqlglot(element).is_text:
+            items = [exp.Cast(this=item, to=element.copy()) for item in items]
+        node.replace(exp.In(this=node.this.copy(), expressions=items) if items else exp.false())
+    return tree
+
+
+def array_parameters(tree: exp.Expression) -> set[int]:
+    """The parameters (0-based) that stand as the array of `x = ANY(…)`: analysed before their values
+    are known with a one-element list."""
+    operands = (_any_operand(node)[0] for node in tree.find_all(exp.Any))
+    return {i for i in map(_parameter_index, operands) if i is not None}
+
+
+def _parameter_index(node: exp.Expression) -> int | None:
+    """$n's index from 0; None for anything else."""
+    if isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return int(node.this.this) - 1
+    return None
+
+
+def unit_parameters(tree: exp.Expression) -> set[int]:
+    """The parameters (0-based) that stand as a date_trunc unit or an extract field: analysed
+    before their values are known with one that is valid there (`day`), not any text."""
+    return {i for i in (_parameter_index(inner) for _, _, inner in _unit_slots(tree)) if i is not None}
+
+
+def placeholders(tree: exp.Expression, types: Sequence[PgType], contexts: Sequence[PgType]) -> list[object]:
+    """Values to analyse a statement with before its parameters are known: one of each parameter's
+    type (literals.placeholder_value, text that parses as its context's type), a unit where a
+    date_trunc unit or extract field stands, a one-element list where `= ANY(…)`'s array does."""
+    units, arrays = unit_parameters(tree), array_parameters(tree)
+    values: list[object] = [
+        "day" if i in units else literals.placeholder_value(t, contexts[i] if i < len(contexts) else None)
+        for i, t in enumerate(types)
+    ]
+    return [[value] if i in arrays else value for i, value in enumerate(values)]
+
+
 def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expression:
     """Replace $1, $2, … by constants before planning, so a plan never depends on later values."""
 
@@ -105,7 +193,7 @@ def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expre
 
     if not params and not any(isinstance(n, (exp.Parameter, exp.Placeholder)) for n in tree.walk()):
         return tree
-    return tree.transform(substitute, copy=True)
+    return _any_lists(_plain_units(tree.transform(substitute, copy=True)))
 
 
 def parameter_count(tree: exp.Expression) -> int:
@@ -116,6 +204,20 @@ def parameter_count(tree: exp.Expression) -> int:
         if isinstance(n, exp.Parameter) and isinstance(n.this, exp.Literal) and not n.this.is_string
     ]
     return max(numbers, default=0)
+
+
+# Arguments whose type PostgreSQL's signature fixes (a client that types its values from the
+# ParameterDescription, asyncpg, sends them so): substring's start and length, left/right's count,
+# round's digits, a percentile's fraction.
+_ARGUMENT_TYPES: dict[tuple[type[exp.Expression], str], PgType] = {
+    (exp.Substring, "start"): PgType.INT4,
+    (exp.Substring, "length"): PgType.INT4,
+    (exp.Left, "expression"): PgType.INT4,
+    (exp.Right, "expression"): PgType.INT4,
+    (exp.Round, "decimals"): PgType.INT4,
+    (exp.PercentileCont, "this"): PgType.FLOAT8,
+    (exp.PercentileDisc, "this"): PgType.FLOAT8,
+}
 
 
 def infer_parameter_types(
@@ -161,7 +263,15 @@ def infer_parameter_types(
         elif isinstance(parent, exp.Binary):
             other = parent.right if parent.left is node else parent.left
             guess = type_of(other)
-        elif isinstance(parent, exp.Cast):
+        elif isinstance(parent, exp.Cast) and not parent.to.is_type(exp.DataType.Type.ARRAY):
             guess = from_sqlglot(parent.args["to"])
+        elif isinstance(parent, exp.Cast) and parent.to.expressions:  # $1::text[]: its elements' type
+            guess = from_sqlglot(parent.to.expressions[0])
+        elif isinstance(parent, exp.Any):  # = ANY($1): the other side's
+            while isinstance(parent, (exp.Any, exp.Paren)):
+                parent = parent.parent
+            guess = type_of(parent.this) if isinstance(parent, exp.EQ) else None
+        else:
+            guess = _ARGUMENT_TYPES.get((type(parent), node.arg_key))
         types[index] = guess if guess not in (None, PgType.UNKNOWN) else PgType.TEXT
     return tuple(t or PgType.TEXT for t in types)

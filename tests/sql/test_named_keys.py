@@ -14,6 +14,7 @@ import pytest
 
 from dpproxy.engine import Engine
 from dpproxy.sql.query import PrivateQuery
+from dpproxy.sql.statement import parse_statement
 
 DEMO_POLICY = Path(__file__).parents[2] / "policies" / "demo.yaml"
 
@@ -46,6 +47,13 @@ def test_the_values_a_where_names_are_the_keys_public_values(demo: Engine) -> No
         "SELECT visit_id, COUNT(*) FROM visits WHERE visit_id IN (2, 1, 2.5) GROUP BY visit_id": (1, 2),
         "SELECT visit_date, COUNT(*) FROM visits WHERE visit_date IN ('2024-01-02', DATE '2024-01-01') "
         "GROUP BY 1": (dt.date(2024, 1, 1), dt.date(2024, 1, 2)),
+        # `= ANY(ARRAY[…])` (psycopg's `= ANY(%s)` with a list, once bound) is that IN list
+        f"{zips} WHERE zip = ANY(ARRAY['10001', '99999']) GROUP BY zip": ("10001", "99999"),
+        f"{zips} WHERE zip = ANY(CAST(ARRAY['10001'] AS text[])) GROUP BY zip": ("10001",),
+        "SELECT visit_id, COUNT(*) FROM visits WHERE visit_id = ANY(ARRAY['2', '1']::int[]) GROUP BY 1": (
+            1,
+            2,
+        ),
         # not a list of constants of the key alone, at the top of the WHERE: partition selection
         f"{zips} WHERE zip = '10001' OR zip = '10002' GROUP BY zip": None,
         f"{zips} WHERE zip IN ('10001', NULL) GROUP BY zip": None,
@@ -89,3 +97,12 @@ def test_a_named_key_counts_only_the_rows_the_where_keeps(demo: Engine) -> None:
     for zip, count in result.rows:
         # One row per patient (k = 1): Laplace noise of scale 1/ε; ±25 is beyond 1e-10.
         assert abs(count - truth[zip]) <= 25, (zip, count, truth[zip])
+
+
+def test_an_empty_any_admits_no_row(demo: Engine) -> None:
+    """`x = ANY('{}')` is false for every row (a NULL x too), as in PostgreSQL."""
+    tree = parse_statement("SELECT COUNT(*) FROM patients WHERE zip = ANY(ARRAY[]::text[])")
+    assert tree.sql("postgres") == "SELECT COUNT(*) FROM patients WHERE FALSE"
+    assert isinstance(
+        demo.analyze("SELECT COUNT(*) FROM patients WHERE zip = ANY(ARRAY[]::text[])"), PrivateQuery
+    )

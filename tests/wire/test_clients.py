@@ -527,6 +527,44 @@ def test_asyncpg_connects_and_answers_in_binary(served: Served) -> None:
     asyncio.run(session())
 
 
+def test_asyncpg_parameters_typed_by_their_function_and_arrays(served: Served) -> None:
+    """asyncpg types each value from the ParameterDescription of a Describe sent before any value:
+    PostgreSQL's signatures give substring's positions, round's digits and a percentile's fraction
+    (they were described as text, so asyncpg refused the int, or the placeholder text was no
+    position), a date_trunc unit is analysed with a unit, and `= ANY($1::text[])` is an array (a
+    Python list), answered as an IN list."""
+
+    async def session() -> None:
+        conn = await _asyncpg_connect(served)
+        try:
+            prefixes = await conn.prepare(
+                "SELECT substring(zip, $1, $2) AS p, COUNT(*) AS n FROM patients GROUP BY 1"
+            )
+            assert [t.name for t in prefixes.get_parameters()] == ["int4", "int4"]
+            assert all(len(r["p"]) == 1 for r in await prefixes.fetch(1, 1))
+            rounded = await conn.fetchval("SELECT round(AVG(income), $1) FROM patients", 1)
+            assert isinstance(rounded, Decimal) and rounded == round(rounded, 1)
+            median = await conn.prepare(
+                "SELECT percentile_cont($1) WITHIN GROUP (ORDER BY age) FROM patients"
+            )
+            assert [t.name for t in median.get_parameters()] == ["float8"]
+            assert 0 <= await median.fetchval(0.5) <= 120
+            years = await conn.fetch(
+                "SELECT date_trunc($1, visit_date) AS y, COUNT(*) FROM visits GROUP BY 1", "year"
+            )
+            assert years and all((r["y"].month, r["y"].day) == (1, 1) for r in years)
+            chosen = await conn.prepare(
+                "SELECT diagnosis, COUNT(*) AS n FROM patients WHERE diagnosis = ANY($1::text[]) GROUP BY 1"
+            )
+            assert [t.name for t in chosen.get_parameters()] == ["text[]"]
+            rows = await chosen.fetch(["flu", "cold"])
+            assert sorted(r["diagnosis"] for r in rows) == ["cold", "flu"]  # named keys: both shown
+        finally:
+            await conn.close()
+
+    asyncio.run(session())
+
+
 def test_asyncpg_lists_columns_and_gets_42501(served: Served) -> None:
     async def session() -> None:
         conn = await _asyncpg_connect(served)

@@ -63,6 +63,31 @@ def test_prepared_statements_with_parameters(proxy: Proxy) -> None:
             prepare=True,
         ).fetchall()
         assert [r[0] for r in rows] == ["cardiology", "dermatology", "emergency"]
+        # A date_trunc unit or a date_part field as a parameter (prepared before it is bound):
+        # analysed with a unit, not with any text.
+        for sql in (
+            "SELECT date_trunc(%s, visit_date) AS m, COUNT(*) FROM visits GROUP BY 1 ORDER BY 1",
+            "SELECT date_trunc(%s::varchar, visit_date) AS m, COUNT(*) FROM visits GROUP BY 1 ORDER BY 1",
+        ):
+            rows = conn.execute(sql, ["year"], prepare=True).fetchall()
+            assert rows and all(m.month == 1 and m.day == 1 for m, _ in rows), sql
+        rows = conn.execute(
+            "SELECT date_part(%s::text, visit_date), COUNT(*) FROM visits GROUP BY 1", ["quarter"]
+        ).fetchall()
+        assert sorted(int(q) for q, _ in rows) == [1, 2, 3, 4]
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT date_trunc(%s, visit_date), COUNT(*) FROM visits GROUP BY 1", ["fortnight"])
+        # psycopg's IN list: `= ANY(%s)` with a Python list, of text or of integers; an empty list
+        # admits no row, as PostgreSQL's empty array does.
+        sql = "SELECT department, COUNT(*) FROM visits WHERE department = ANY(%s) GROUP BY 1 ORDER BY 1"
+        rows = conn.execute(sql, [["cardiology", "oncology", "nowhere"]]).fetchall()
+        assert [r[0] for r in rows] == ["cardiology", "oncology"]  # public values it admits
+        (n,) = conn.execute(
+            "SELECT COUNT(*) FROM visits WHERE duration_minutes = ANY(%s::int[])", [[10, 20, 30]]
+        ).fetchone()  # type: ignore[misc]
+        assert isinstance(n, int)
+        (none,) = conn.execute("SELECT COUNT(*) FROM visits WHERE department = ANY(%s)", [[]]).fetchone()  # type: ignore[misc]
+        assert abs(none) < 100  # no row admitted: a noisy count of nothing
 
 
 def test_pipeline_mode_and_deallocate(duck_proxy: Proxy) -> None:

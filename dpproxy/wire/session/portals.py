@@ -316,7 +316,11 @@ class PortalCommands:
         requested = tuple(pg_type_of(oid) if oid else None for oid in given)
         description = await self.shared.describe(sql, requested)
         oids = tuple(
-            given[i] if i < len(given) and given[i] else wire_type(t).oid
+            given[i]
+            if i < len(given) and given[i]
+            else wire_type(t).array_oid or wire_type(t).oid
+            if i in description.arrays
+            else wire_type(t).oid
             for i, t in enumerate(description.parameter_types)
         )
         if len(given) > len(oids):

@@ -54,6 +54,23 @@ def test_read_sql_of_a_core_select_with_schema_qualified_columns(engine: sqlalch
     assert list(frame.columns) == ["diagnosis", "n"] and set(frame["diagnosis"]) <= DIAGNOSES
 
 
+def test_read_sql_of_date_buckets_with_bound_units(engine: sqlalchemy.Engine) -> None:
+    """SQLAlchemy over psycopg 3 sends a string argument as a parameter cast to varchar:
+    `date_trunc(%(date_trunc_1)s::VARCHAR, public.visits.visit_date)`. PostgreSQL reads the text it
+    casts; the proxy refused it ('must be a string constant'), and when Parse was analysed before
+    the value was bound, its placeholder text was no unit at all."""
+    visits = Table("visits", MetaData(), schema="public", autoload_with=engine)
+    year = func.date_trunc("year", visits.c.visit_date).label("y")
+    query = select(year, func.count().label("n")).group_by(year).order_by(year)
+    assert "::VARCHAR" in str(query.compile(engine))
+    frame = pd.read_sql(query, engine)
+    assert list(frame.columns) == ["y", "n"] and len(frame) > 0
+    assert all((y.month, y.day, y.hour) == (1, 1, 0) for y in frame["y"])
+    quarter = func.date_part("quarter", visits.c.visit_date).label("q")
+    frame = pd.read_sql(select(quarter, func.count().label("n")).group_by(quarter), engine)
+    assert set(frame["q"]) == {1, 2, 3, 4}
+
+
 def test_read_sql_table_of_a_public_table(engine: sqlalchemy.Engine) -> None:
     frame = pd.read_sql_table("zip_info", engine, schema="public")
     assert "zip" in frame.columns and len(frame) > 0
