@@ -15,9 +15,10 @@ of such values, each a function of the policy, the query text and public tables 
     `explain` without one), nothing is read and the key goes through partition selection, as
     before; explain says so;
   - **a declared date or time range** (`lower`/`upper` of a date, timestamp or timestamptz column):
-    `date_trunc(unit, col)` buckets, `extract(field FROM col)` / `date_part` values, and the days of
-    a date column itself or of `CAST(col AS date)`, enumerated from the range as PostgreSQL computes
-    them (ISO weeks start on Monday; the session time zone is UTC), at most MAX_KEY_VALUES of them;
+    `date_trunc(unit, col)` buckets, `extract(field FROM col)` / `date_part` values, the days of
+    a date column itself or of `CAST(col AS date)`, and Grafana's `$__timeGroup` buckets
+    (`floor(extract(epoch from col)/N)*N`, N whole seconds), enumerated from the range as PostgreSQL
+    computes them (ISO weeks start on Monday; the session time zone is UTC), at most MAX_KEY_VALUES;
   - **a declared integer range** (`lower`/`upper` of an integer column): the integers from lower to
     upper when there are at most MAX_RANGE_VALUES of them (an hour 0–23, a month 1–12, a rating
     1–5); a row whose value lies outside is read at the nearer bound, as for a sum;
@@ -246,7 +247,10 @@ class PublicKeys:
     # -- declared date ranges --------------------------------------------------------------------
 
     def _temporal(self, node: exp.Expression, typed: Typed) -> _Temporal | None:
-        if isinstance(node, exp.TimestampTrunc):
+        bucket = _epoch_bucket(node)
+        if bucket is not None:
+            kind, part, inner = "epoch", str(bucket[0]), bucket[1]
+        elif isinstance(node, exp.TimestampTrunc):
             kind, part, inner = "trunc", _name(node.args.get("unit")), node.this
         elif isinstance(node, exp.Extract):
             kind, part, inner = "extract", _name(node.this), node.expression
@@ -288,6 +292,7 @@ class PublicKeys:
             "trunc": f"date_trunc('{key.part}') buckets",
             "extract": f"values of {key.part}",
             "day": "days",
+            "epoch": f"{key.part}-second buckets of the epoch",
         }[key.kind]
         if values is None:
             return KeyValues(
@@ -297,7 +302,7 @@ class PublicKeys:
             )
         origin = f"{label}: the {len(values)} {what} of {key.column.name}'s declared range {within}"
         # A date is a day, and date_trunc gives bucket starts only: nothing lies between two of them.
-        found = KeyValues(values, origin, contiguous=key.kind in ("day", "trunc"))
+        found = KeyValues(values, origin, contiguous=key.kind in ("day", "trunc", "epoch"))
         return self._restricted(found, text, key_type, label)
 
     def _narrowed(self, key: _Temporal, bounds: tuple[dt.date, dt.date]) -> tuple[dt.date, dt.date] | None:
@@ -715,6 +720,12 @@ def _enumerate(
         if days > MAX_KEY_VALUES:
             return None
         return tuple(lo.date() + dt.timedelta(days=i) for i in range(days))
+    if key.kind == "epoch":  # multiples of the width, in seconds since 1970 (UTC), as numbers
+        width = int(key.part)
+        first, last = (_epoch_seconds(t) // width * width for t in (lo, hi))
+        if (last - first) // width + 1 > MAX_KEY_VALUES:
+            return None
+        return tuple(range(first, last + 1, width))
     if key.kind == "trunc":
         buckets = []
         current: dt.datetime | None = date_buckets.truncate(lo, key.part)
@@ -726,3 +737,30 @@ def _enumerate(
         return tuple(buckets)
     values = date_buckets.extracted(key.part, lo, hi, MAX_KEY_VALUES)
     return None if values is None or len(values) > MAX_KEY_VALUES else tuple(sorted(values))
+
+
+def _epoch_bucket(node: exp.Expression) -> tuple[int, exp.Expression] | None:
+    """Grafana's `$__timeGroup(col, '1h')`, `floor(extract(epoch from col)/3600)*3600`: (the width in
+    whole seconds, col); None for any other expression."""
+    node = strip_parens(node)
+    if not isinstance(node, exp.Mul):
+        return None
+    floor, width = strip_parens(node.this), strip_parens(node.expression)
+    if not isinstance(floor, exp.Floor) or floor.args.get("decimals"):
+        return None
+    divided = strip_parens(floor.this)
+    if not isinstance(divided, exp.Div) or not (isinstance(width, exp.Literal) and width.is_int):
+        return None
+    epoch, divisor = strip_parens(divided.this), strip_parens(divided.expression)
+    if not (isinstance(divisor, exp.Literal) and divisor.is_int and divisor.this == width.this):
+        return None
+    if not (isinstance(epoch, exp.Extract) and _name(epoch.this) == "epoch") or int(width.this) <= 0:
+        return None
+    return int(width.this), epoch.expression
+
+
+def _epoch_seconds(moment: dt.datetime) -> int:
+    """Whole seconds since 1970-01-01 (naive UTC), rounded down (timedelta keeps its seconds and
+    microseconds non-negative)."""
+    since = moment - dt.datetime(1970, 1, 1)
+    return since.days * 86400 + since.seconds

@@ -146,6 +146,43 @@ def test_timestamp_ranges_give_hours_and_utc_buckets() -> None:
     )
 
 
+def test_grafana_time_groups_are_the_multiples_of_their_width_over_the_range() -> None:
+    """Grafana's `$__timeGroup(col, '1h')` is `floor(extract(epoch from col)/3600)*3600`: seconds
+    since 1970 (UTC), rounded down to the width; over a declared range, every multiple, as DuckDB
+    computes them for each minute of the range (and through a WHERE's range, as `$__timeFilter`)."""
+    text = policy_text(
+        ts="2023-03-01 22:30:00, 2023-03-02 01:10:00",
+        tz="2023-03-01 22:30:00+02:00, 2023-03-02 01:10:00+00:00",
+    )
+    hours = values("SELECT floor(extract(epoch FROM ts)/3600)*3600 AS time, COUNT(*) FROM t GROUP BY 1", text)
+    with duckdb.connect() as conn:
+        computed = conn.execute(
+            "SELECT DISTINCT CAST(floor(epoch(m) / 3600) * 3600 AS BIGINT) FROM (SELECT range AS m FROM "
+            "range(TIMESTAMP '2023-03-01 22:30:00', TIMESTAMP '2023-03-02 01:10:01', INTERVAL 1 MINUTE)) "
+            "ORDER BY 1"
+        ).fetchall()
+    assert hours == [row[0] for row in computed] == [1677708000 + 3600 * i for i in range(4)]
+    # A timestamptz in UTC (+02:00 is 20:30 UTC); a date's midnight.
+    tz = values("SELECT floor(extract(epoch FROM tz)/3600)*3600, COUNT(*) FROM t GROUP BY 1", text)
+    assert tz[0] == 1677702600 // 3600 * 3600 and len(tz) == 6
+    days = values("SELECT floor(extract(epoch FROM d) / 86400) * 86400, COUNT(*) FROM t GROUP BY 1")
+    assert len(days) == 365 and days[0] == 1672531200
+    timed = values(
+        'SELECT floor(extract(epoch from ts)/300)*300 AS "time", COUNT(*) FROM t '
+        "WHERE ts BETWEEN '2023-03-01T23:00:00Z' AND '2023-03-01T23:30:00Z' GROUP BY 1 ORDER BY 1",
+        text,
+    )
+    assert timed == [1677711600 + 300 * i for i in range(7)]
+    # Other widths or shapes stay private keys.
+    for key in (
+        "floor(extract(epoch FROM ts)/3600)*60",
+        "floor(extract(epoch FROM ts)/0.5)*0.5",
+        "floor(extract(epoch FROM free)/60)*60",
+    ):
+        query = keys_of(f"SELECT {key}, COUNT(*) FROM t GROUP BY 1", text)
+        assert query.needs_selection, key
+
+
 def test_more_than_ten_thousand_values_go_through_partition_selection() -> None:
     text = policy_text(ts="2000-01-01, 2030-12-31")
     query = keys_of("SELECT date_trunc('day', ts), COUNT(*) FROM t GROUP BY 1", text)
@@ -329,6 +366,27 @@ def test_values_are_clamped_into_the_declared_range_where_they_are_read(demo_eng
     )
     assert measured == raw
     assert "2018-01-01" in plan.statements[0] and "2022-12-31" in plan.statements[0]
+
+
+def test_grafana_time_groups_count_the_rows_of_their_buckets(demo_engine: Engine) -> None:
+    """A `$__timeGroup` key is public over visit_date's declared range (2023): 365 day buckets, no
+    partition selection, and the buckets that hold rows are those of the raw dates (read at the
+    range's ends when outside it)."""
+    sql = "SELECT floor(extract(epoch from visit_date)/86400)*86400 AS time, COUNT(*) FROM visits GROUP BY 1"
+    plan = demo_engine.plan(sql)
+    assert not plan.query.needs_selection and len(plan.query.keys[0].public_values or ()) == 365
+    backend = demo_engine.backend_or_fail()
+    exact = plan.measure(*(backend.run(statement) for statement in plan.statements))
+    measured = {k[0]: units for k, units in zip(exact.keys, exact.units, strict=True) if units}
+    raw = dict(
+        backend.run(
+            "SELECT CAST(epoch(LEAST(GREATEST(visit_date, DATE '2023-01-01'), DATE '2023-12-31')) AS BIGINT), "
+            "COUNT(DISTINCT patient_id) FROM visits WHERE visit_date IS NOT NULL GROUP BY 1"
+        )
+    )
+    # (a patient's days past the groups ceiling are not counted: at most the raw persons)
+    assert set(measured) <= set(raw) and len(measured) > 0.9 * len(raw) > 270
+    assert all(0 < measured[day] <= raw[day] for day in measured)
 
 
 def test_integer_range_keys_are_released_zero_filled_and_clamped_where_read(demo_engine: Engine) -> None:
