@@ -49,6 +49,9 @@ QUERIES = [
     "SELECT d.region, date_trunc('month', p.day), COUNT(*), SUM(p.x) FROM people p JOIN dims d ON p.grp = d.grp "
     "GROUP BY 1, 2",
     "SELECT day, COUNT(*) FROM people WHERE day < '2023-01-10' GROUP BY day",
+    # Grafana's $__timeGroup(day, '7d') under its $__timeFilter
+    "SELECT floor(extract(epoch from day)/604800)*604800 AS time, COUNT(*), AVG(x) FROM people "
+    "WHERE day BETWEEN '2023-01-01T00:00:00Z' AND '2023-03-01T00:00:00Z' GROUP BY 1 ORDER BY 1",
 ]
 
 DAYS = st.one_of(
