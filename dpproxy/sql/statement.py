@@ -38,7 +38,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SyntaxProblem("empty query")
     if len(statements) > 1:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
-    statement = _any_lists(_plain_units(_date_casts(_plain_negations(statements[0]))))
+    statement = _bound_forms(_date_casts(_plain_negations(statements[0])))
     limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
@@ -133,6 +133,23 @@ def _any_lists(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
+def _starts_with(tree: exp.Expression) -> exp.Expression:
+    """`starts_with(x, 'ab')` (PostgreSQL's function, Ibis's `.startswith`) as `left(x, 2) = 'ab'`,
+    which PostgreSQL computes alike (NULL for a NULL x), for a constant prefix."""
+    for node in list(tree.find_all(exp.StartsWith)):
+        prefix = node.expression
+        if isinstance(prefix, exp.Literal) and prefix.is_string:
+            start = exp.Left(this=node.this.copy(), expression=exp.Literal.number(len(prefix.this)))
+            node.replace(exp.Paren(this=exp.EQ(this=start, expression=prefix.copy())))
+    return tree
+
+
+def _bound_forms(tree: exp.Expression) -> exp.Expression:
+    """The spellings read as PostgreSQL reads them once constants stand where they go (at parse and
+    again after parameters are bound): units cast to text, `= ANY(array)`, `starts_with`."""
+    return _starts_with(_any_lists(_plain_units(tree)))
+
+
 def array_parameters(tree: exp.Expression) -> set[int]:
     """The parameters (0-based) that stand as the array of `x = ANY(…)`: analysed before their values
     are known with a one-element list."""
@@ -193,7 +210,7 @@ def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expre
 
     if not params and not any(isinstance(n, (exp.Parameter, exp.Placeholder)) for n in tree.walk()):
         return tree
-    return _any_lists(_plain_units(tree.transform(substitute, copy=True)))
+    return _bound_forms(tree.transform(substitute, copy=True))
 
 
 def parameter_count(tree: exp.Expression) -> int:

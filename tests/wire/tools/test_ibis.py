@@ -189,7 +189,8 @@ def test_weekdays_prefixes_and_days_as_ibis_writes_them(served: Served, con: Any
     `CAST(EXTRACT('dow' FROM d) + 6 AS SMALLINT) % 7` (refused as 'could overflow' while extract's
     range was taken for ±300,000), `.substr(0, 2)` is `SUBSTRING(s FROM CASE WHEN (0 + 1) >= 1 THEN
     0 + 1 ELSE 0 + 1 + LENGTH(s) END FOR 2)` (refused: 'expected a constant'), and `.date()` is
-    `DATE(x)`, PostgreSQL's function for the cast (refused: 'date() is not supported')."""
+    `DATE(x)`, PostgreSQL's function for the cast (refused: 'date() is not supported'), and
+    `.startswith` is PostgreSQL's starts_with() (refused: 'not supported')."""
     visits, patients = con.table("visits"), con.table("patients")
     weekdays = visits.group_by(d=visits.visit_date.day_of_week.index()).aggregate(n=_.count())
     frame, spent = charged(served, weekdays.to_pandas)
@@ -199,6 +200,10 @@ def test_weekdays_prefixes_and_days_as_ibis_writes_them(served: Served, con: Any
     frame, spent = charged(served, prefixes.to_pandas)
     assert spent == pytest.approx(EPSILON)
     assert len(frame) > 0 and all(len(p) == 1 for p in frame["p"])
+    # `.startswith` is STARTS_WITH(zip, '1'), read as left(zip, 1) = '1'.
+    first = frame.sort_values("n")["p"].iloc[-1]
+    n, spent = charged(served, patients.filter(patients.zip.startswith(first)).count().execute)
+    assert spent == pytest.approx(EPSILON) and n > 0
     # Days of a timestamp: a key of its own (partition selection hides the demo's small days).
     days = visits.group_by(d=visits.visit_date.cast("timestamp").date()).aggregate(n=_.count())
     frame, spent = charged(served, days.to_pandas)
