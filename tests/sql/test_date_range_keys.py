@@ -368,6 +368,15 @@ def test_values_are_clamped_into_the_declared_range_where_they_are_read(demo_eng
     assert "2018-01-01" in plan.statements[0] and "2022-12-31" in plan.statements[0]
 
 
+def persons_per_key(engine: Engine, sql: str, raw_sql: str) -> tuple[dict, dict]:
+    """The exact persons of each group of `sql`'s plan that has any, and `raw_sql`'s (key, persons)."""
+    plan = engine.plan(sql)
+    backend = engine.backend_or_fail()
+    exact = plan.measure(*(backend.run(statement) for statement in plan.statements))
+    measured = {k[0]: units for k, units in zip(exact.keys, exact.units, strict=True) if units}
+    return measured, dict(backend.run(raw_sql))
+
+
 def test_grafana_time_groups_count_the_rows_of_their_buckets(demo_engine: Engine) -> None:
     """A `$__timeGroup` key is public over visit_date's declared range (2023): 365 day buckets, no
     partition selection, and the buckets that hold rows are those of the raw dates (read at the
@@ -375,14 +384,11 @@ def test_grafana_time_groups_count_the_rows_of_their_buckets(demo_engine: Engine
     sql = "SELECT floor(extract(epoch from visit_date)/86400)*86400 AS time, COUNT(*) FROM visits GROUP BY 1"
     plan = demo_engine.plan(sql)
     assert not plan.query.needs_selection and len(plan.query.keys[0].public_values or ()) == 365
-    backend = demo_engine.backend_or_fail()
-    exact = plan.measure(*(backend.run(statement) for statement in plan.statements))
-    measured = {k[0]: units for k, units in zip(exact.keys, exact.units, strict=True) if units}
-    raw = dict(
-        backend.run(
-            "SELECT CAST(epoch(LEAST(GREATEST(visit_date, DATE '2023-01-01'), DATE '2023-12-31')) AS BIGINT), "
-            "COUNT(DISTINCT patient_id) FROM visits WHERE visit_date IS NOT NULL GROUP BY 1"
-        )
+    measured, raw = persons_per_key(
+        demo_engine,
+        sql,
+        "SELECT CAST(epoch(LEAST(GREATEST(visit_date, DATE '2023-01-01'), DATE '2023-12-31')) AS BIGINT), "
+        "COUNT(DISTINCT patient_id) FROM visits WHERE visit_date IS NOT NULL GROUP BY 1",
     )
     # (a patient's days past the groups ceiling are not counted: at most the raw persons)
     assert set(measured) <= set(raw) and len(measured) > 0.9 * len(raw) > 270
@@ -399,15 +405,11 @@ def test_integer_range_keys_are_released_zero_filled_and_clamped_where_read(demo
     )
     result = demo_engine.execute(sql, analyst="alice")
     assert [row[0] for row in result.rows] == list(range(121))
-    plan = demo_engine.plan(sql)
-    backend = demo_engine.backend_or_fail()
-    exact = plan.measure(*(backend.run(statement) for statement in plan.statements))
-    measured = {k[0]: units for k, units in zip(exact.keys, exact.units, strict=True) if units}
-    raw = dict(
-        backend.run(
-            "SELECT LEAST(GREATEST(age, 0), 120), COUNT(DISTINCT patient_id) FROM patients "
-            "WHERE age IS NOT NULL GROUP BY 1"
-        )
+    measured, raw = persons_per_key(
+        demo_engine,
+        sql,
+        "SELECT LEAST(GREATEST(age, 0), 120), COUNT(DISTINCT patient_id) FROM patients "
+        "WHERE age IS NOT NULL GROUP BY 1",
     )
     assert measured == raw
 
