@@ -38,7 +38,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SyntaxProblem("empty query")
     if len(statements) > 1:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
-    statement = _bound_forms(_date_casts(_plain_negations(statements[0])))
+    statement = _bound_forms(_to_chars(_date_casts(_plain_negations(statements[0]))))
     limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
@@ -75,6 +75,62 @@ def _date_casts(tree: exp.Expression) -> exp.Expression:
                 cast = exp.alias_(cast, "date")  # an output keeps PostgreSQL's name for it
             node.replace(cast)
     return tree
+
+
+# to_char's numeric date fields (as sqlglot reads them: strftime's), each an extract field padded with
+# zeros to its width, and the separators between them.
+_TO_CHAR_FIELDS = {
+    "%Y": ("year", 4),
+    "%m": ("month", 2),
+    "%d": ("day", 2),
+    "%H": ("hour", 2),
+    "%M": ("minute", 2),
+}
+_TO_CHAR_SEPARATORS = set("-/:. T")
+
+
+def _to_chars(tree: exp.Expression) -> exp.Expression:
+    """`to_char(t, 'YYYY-MM')` (Ibis's `.strftime('%Y-%m')`) of the numeric fields YYYY, MM, DD, HH24
+    and MI with separators, as the text PostgreSQL writes: each field's extract, zero-padded, joined
+    with `||` (NULL for a NULL t), `right('000' || CAST(CAST(extract(year FROM t) AS integer) AS
+    text), 4) || '-' || …`. Other patterns are left as written (and refused)."""
+    for node in list(tree.find_all(exp.TimeToStr)):
+        pattern = node.args.get("format")
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string) or node.args.get("zone"):
+            continue
+        parts = _to_char_parts(pattern.this, node.this)
+        if parts is None:
+            continue
+        text = parts[0]
+        for part in parts[1:]:
+            text = exp.DPipe(this=text, expression=part, safe=True)
+        replacement: exp.Expression = exp.Paren(this=text)
+        if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
+            replacement = exp.alias_(replacement, "to_char")  # PostgreSQL's name for the output
+        node.replace(replacement)
+    return tree
+
+
+def _to_char_parts(pattern: str, moment: exp.Expression) -> list[exp.Expression] | None:
+    parts: list[exp.Expression] = []
+    i = 0
+    while i < len(pattern):
+        field = _TO_CHAR_FIELDS.get(pattern[i : i + 2])
+        if field is not None:
+            name, width = field
+            extracted = exp.Extract(this=exp.Var(this=name.upper()), expression=moment.copy())
+            number = exp.Cast(
+                this=exp.Cast(this=extracted, to=exp.DataType.build("int")), to=exp.DataType.build("text")
+            )
+            padded = exp.DPipe(this=exp.Literal.string("0" * (width - 1)), expression=number, safe=True)
+            parts.append(exp.Right(this=padded, expression=exp.Literal.number(width)))
+            i += 2
+        elif pattern[i] in _TO_CHAR_SEPARATORS:
+            parts.append(exp.Literal.string(pattern[i]))
+            i += 1
+        else:
+            return None
+    return parts or None
 
 
 _UNIT_SLOTS = {exp.TimestampTrunc: "unit", exp.DateTrunc: "unit", exp.Extract: "this"}

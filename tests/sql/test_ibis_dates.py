@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import psycopg
 import pytest
 
 from dpproxy.errors import DPProxyError
@@ -91,3 +92,33 @@ def test_make_date_read_as_date_from_parts_folds_alike() -> None:
     finally:
         CLOCK.reset(token)
     assert folded_tree.args["where"].this.expression.sql("postgres") == folded("MAKE_DATE(2024, 2, 29)")
+
+
+TO_CHAR_PATTERNS = ("YYYY-MM", "YYYY-MM-DD", "YYYY", "MM/DD/YYYY", "YYYY-MM-DD HH24:MI", "HH24")
+
+
+def test_to_char_of_date_fields_is_the_text_postgresql_writes(demo_pg_dsn: str) -> None:
+    """`to_char(t, 'YYYY-MM')` (Ibis's `.strftime('%Y-%m')`) is read as its fields' extracts,
+    zero-padded and joined; on PostgreSQL itself the rewrite equals to_char over timestamps from
+    year 1 to 9999 and NULL. Other patterns are left as written (and refused by the analyzer)."""
+    moments = [
+        "0001-01-01 00:00:00",
+        "0999-12-31 23:59:59",
+        "2013-01-05 07:04:00",
+        "2024-02-29 12:00:59",
+        "9999-12-31 23:59:00",
+    ]
+    values = ", ".join(f"(TIMESTAMP '{m}')" for m in moments) + ", (NULL)"
+    with psycopg.connect(demo_pg_dsn) as conn:
+        for pattern in TO_CHAR_PATTERNS:
+            tree = parse_statement(f"SELECT to_char(t, '{pattern}') FROM v")
+            rewritten = tree.expressions[0].this.sql("postgres")
+            assert "TO_CHAR" not in rewritten.upper(), pattern
+            rows = conn.execute(
+                f"SELECT to_char(t, '{pattern}'), {rewritten} FROM (VALUES {values}) AS v(t)"
+            ).fetchall()
+            assert all(a == b for a, b in rows), (pattern, rows)
+    assert tree.expressions[0].alias == "to_char"
+    for pattern in ("Mon YYYY", "YY", "HH12", "Q"):
+        text = parse_statement(f"SELECT to_char(t, '{pattern}') FROM v").sql("postgres")
+        assert "TO_CHAR" in text.upper(), pattern

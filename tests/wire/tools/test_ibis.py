@@ -190,7 +190,8 @@ def test_weekdays_prefixes_and_days_as_ibis_writes_them(served: Served, con: Any
     range was taken for ±300,000), `.substr(0, 2)` is `SUBSTRING(s FROM CASE WHEN (0 + 1) >= 1 THEN
     0 + 1 ELSE 0 + 1 + LENGTH(s) END FOR 2)` (refused: 'expected a constant'), and `.date()` is
     `DATE(x)`, PostgreSQL's function for the cast (refused: 'date() is not supported'), and
-    `.startswith` is PostgreSQL's starts_with() (refused: 'not supported')."""
+    `.startswith` is PostgreSQL's starts_with() and `.strftime` its to_char() (both refused: 'not
+    supported')."""
     visits, patients = con.table("visits"), con.table("patients")
     weekdays = visits.group_by(d=visits.visit_date.day_of_week.index()).aggregate(n=_.count())
     frame, spent = charged(served, weekdays.to_pandas)
@@ -208,6 +209,12 @@ def test_weekdays_prefixes_and_days_as_ibis_writes_them(served: Served, con: Any
     days = visits.group_by(d=visits.visit_date.cast("timestamp").date()).aggregate(n=_.count())
     frame, spent = charged(served, days.to_pandas)
     assert spent == pytest.approx(EPSILON) and list(frame.columns) == ["d", "n"]
+    # `.strftime('%Y')` is TO_CHAR(visit_date, 'YYYY'): the year as PostgreSQL writes it (a text
+    # key: partition selection shows the years with many patients).
+    years = visits.group_by(y=visits.visit_date.strftime("%Y")).aggregate(n=_.count())
+    frame, spent = charged(served, years.to_pandas)
+    assert spent == pytest.approx(EPSILON) and len(frame) > 0
+    assert all(len(y) == 4 and 2000 <= int(y) <= 2100 for y in frame["y"])
     recent = visits.filter(visits.visit_date.cast("timestamp").date() >= ibis.date("2020-01-01")).count()
     n, spent = charged(served, recent.execute)
     assert spent == pytest.approx(EPSILON) and n > 0
