@@ -28,6 +28,11 @@ class DPProxyError(Exception):
         # from which psql prints LINE n: and a caret), or None.
         self.position = position
 
+    def add_hint(self, text: str) -> DPProxyError:
+        """The error with `text` after its hint (as its hint when it has none)."""
+        self.hint = text if self.hint is None else f"{self.hint}; {text}"
+        return self
+
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\nHINT: {self.hint}"
 
@@ -37,9 +42,7 @@ def over_released(error: DPProxyError) -> DPProxyError:
     arithmetic that leaves its type: 22003): a function of released values and the query text, so
     the analyst reads it as PostgreSQL words it, told that the answer was charged."""
     error.after_release = True
-    charged = "the answer was released and charged; compute the rest in your client"
-    error.hint = charged if error.hint is None else f"{error.hint}; {charged}"
-    return error
+    return error.add_hint("the answer was released and charged; compute the rest in your client")
 
 
 class PolicyViolation(DPProxyError):

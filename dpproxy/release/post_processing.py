@@ -85,9 +85,7 @@ def refuse_constant_errors(post: PostProcessing) -> None:
             try:
                 postprocess.evaluate(part, {}, {})
             except DPProxyError as error:
-                charged = "nothing was read or charged"
-                error.hint = charged if error.hint is None else f"{error.hint}; {charged}"
-                raise
+                raise error.add_hint("nothing was read or charged") from None
 
 
 def _constant_parts(node: exp.Expression) -> Iterator[exp.Expression]:

@@ -242,8 +242,9 @@ def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expre
     """Replace $1, $2, … by constants before planning, so a plan never depends on later values."""
 
     def substitute(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-            index = int(node.this.this)
+        position = _parameter_index(node)
+        if position is not None:
+            index = position + 1
             if not 1 <= index <= len(params):
                 raise InvalidParameter(
                     f"there is no parameter ${index}",
@@ -271,12 +272,7 @@ def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expre
 
 def parameter_count(tree: exp.Expression) -> int:
     """The highest $n the statement uses."""
-    numbers = [
-        int(n.this.this)
-        for n in tree.walk()
-        if isinstance(n, exp.Parameter) and isinstance(n.this, exp.Literal) and not n.this.is_string
-    ]
-    return max(numbers, default=0)
+    return max((i + 1 for i in map(_parameter_index, tree.walk()) if i is not None), default=0)
 
 
 # Arguments whose type PostgreSQL's signature fixes (a client that types its values from the
@@ -318,10 +314,8 @@ def infer_parameter_types(
         return None
 
     for node in tree.walk():
-        if not (isinstance(node, exp.Parameter) and isinstance(node.this, exp.Literal)):
-            continue
-        index = int(node.this.this) - 1
-        if types[index] is not None:
+        index = _parameter_index(node)
+        if index is None or types[index] is not None:
             continue
         parent = node.parent
         while isinstance(parent, exp.Paren):
