@@ -101,3 +101,15 @@ WITH d AS (SELECT patient_id, COUNT(*) AS n, SUM(income) AS total, AVG(income) A
 SELECT MEDIAN(b.score) AS n, SUM((strpos("b"."zip", 'a') * extract(dow FROM CAST(TIMESTAMPTZ '2023-02-01 12:00:00+00' AS timestamp)))) AS n FROM public.zip_info a JOIN patients AS b USING (zip) WHERE trim('flu') LIKE '9%'
 -- An outer query over released rows whose WHERE overflows in constants only (CAST(32767 AS smallint) + CAST(1 AS smallint)) failed over the released rows, after the charge: DuckDB evaluates it per row, so the dry run over no rows passed. The dry run now also runs over one row of NULLs, and the statement is refused before anything is read (seed 1294838364 #56, a long run).
 WITH d AS (SELECT department, COUNT(*) AS n, SUM(cost) AS total, AVG(cost) AS mean, MAX(cost) AS top FROM visits GROUP BY department) SELECT AVG(d.top) AS n, COUNT(greatest(length('é'), (CASE WHEN FALSE THEN d.n ELSE d.mean END - d.mean))) AS a1 FROM d WHERE replace(CAST('2023-03-01 00:00:00+02' AS varchar(3)), 'a', 'b') <> concat('-0', CAST(32767 AS smallint) + CAST(1 AS smallint))
+-- Shapes real tools send, accepted in the sixteenth session (Ibis's .date(), .day_of_week.index(), .substr(), .startswith, .strftime; psycopg's ANY list and a date_trunc unit as a parameter; Grafana's $__timeGroup under $__timeFilter; a share over a window): every backend, certificates and all.
+SELECT date(seen) AS d, COUNT(*) FROM patients GROUP BY 1
+SELECT CAST(EXTRACT('dow' FROM seen) + 6 AS SMALLINT) % 7 AS d, COUNT(*) FROM patients GROUP BY 1
+SELECT SUBSTRING(zip FROM CASE WHEN (0 + 1) >= 1 THEN 0 + 1 ELSE 0 + 1 + LENGTH(zip) END FOR 2) AS p, COUNT(*) FROM patients GROUP BY 1
+SELECT COUNT(*), SUM(age) FROM patients WHERE STARTS_WITH(zip, '1')
+SELECT to_char(seen, 'YYYY-MM') AS m, COUNT(*) FROM patients GROUP BY 1
+SELECT to_char(birth, 'YYYY-MM-DD HH24:MI') AS d, COUNT(*) FROM patients GROUP BY 1
+SELECT floor(extract(epoch from seen)/3600)*3600 AS time, COUNT(*) FROM patients WHERE seen BETWEEN '2020-01-01T00:00:00Z' AND '2020-01-02T00:00:00Z' GROUP BY 1 ORDER BY 1
+SELECT diagnosis, COUNT(*) FROM patients WHERE diagnosis = ANY(ARRAY['flu', 'cold']) GROUP BY 1
+SELECT COUNT(*) FROM patients WHERE age = ANY($1) -- params: [[30, 40]]
+SELECT date_trunc($1, seen) AS m, COUNT(*) FROM patients GROUP BY 1 -- params: ['year']
+SELECT department, COUNT(*) * 100 / SUM(COUNT(*)) OVER () AS pct FROM visits GROUP BY 1
