@@ -312,7 +312,8 @@ _EPOCH = dt.datetime(1970, 1, 1)
 _MICROS_PER_DAY = 86_400_000_000
 
 
-def _epoch_micros(value: dt.date) -> int:
+def epoch_micros(value: dt.date) -> int:
+    """Microseconds since 1970-01-01 00:00:00 (UTC for an aware datetime; a date's midnight)."""
     if isinstance(value, dt.datetime):
         moment = value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
         return (moment - _EPOCH) // dt.timedelta(microseconds=1)
@@ -322,7 +323,7 @@ def _epoch_micros(value: dt.date) -> int:
 def epoch_grid(declared: tuple[dt.date, dt.date], pg_type: PgType) -> Interval:
     """A declared range on the epoch grid (days for a date, whole seconds within the range for a
     timestamp: values are clipped to it before rounding, so every grid value is in the range)."""
-    lo, hi = (_epoch_micros(v) for v in declared)
+    lo, hi = (epoch_micros(v) for v in declared)
     if pg_type is PgType.DATE:
         return Interval(Decimal(lo // _MICROS_PER_DAY), Decimal(hi // _MICROS_PER_DAY))
     first, last = -(-lo // 1_000_000), hi // 1_000_000

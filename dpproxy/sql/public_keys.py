@@ -58,7 +58,7 @@ from sqlglot import exp
 
 from dpproxy.errors import DPProxyError
 from dpproxy.sql import date_buckets
-from dpproxy.sql.datetimes import parse_temporal
+from dpproxy.sql.datetimes import epoch_micros, parse_temporal
 from dpproxy.sql.nodes import conjuncts, strip_parens
 from dpproxy.sql.query import GroupKey, OutputColumn, PublicQuery
 from dpproxy.sql.relation import Relation
@@ -722,7 +722,7 @@ def _enumerate(
         return tuple(lo.date() + dt.timedelta(days=i) for i in range(days))
     if key.kind == "epoch":  # multiples of the width, in seconds since 1970 (UTC), as numbers
         width = int(key.part)
-        first, last = (_epoch_seconds(t) // width * width for t in (lo, hi))
+        first, last = (epoch_micros(t) // 1_000_000 // width * width for t in (lo, hi))
         if (last - first) // width + 1 > MAX_KEY_VALUES:
             return None
         return tuple(range(first, last + 1, width))
@@ -757,10 +757,3 @@ def _epoch_bucket(node: exp.Expression) -> tuple[int, exp.Expression] | None:
     if not (isinstance(epoch, exp.Extract) and _name(epoch.this) == "epoch") or int(width.this) <= 0:
         return None
     return int(width.this), epoch.expression
-
-
-def _epoch_seconds(moment: dt.datetime) -> int:
-    """Whole seconds since 1970-01-01 (naive UTC), rounded down (timedelta keeps its seconds and
-    microseconds non-negative)."""
-    since = moment - dt.datetime(1970, 1, 1)
-    return since.days * 86400 + since.seconds
