@@ -170,9 +170,12 @@ class Generated:
 
 
 class QueryGenerator:
-    def __init__(self, rng: random.Random, notes: bool = False) -> None:
+    def __init__(self, rng: random.Random, notes: bool = False, spell: random.Random | None = None) -> None:
         self.rng = rng
         self.notes = notes  # the statement reads visit_notes (notes_from_clause)
+        # How a tool spells what the statement already says (`tool_spelling`): a stream of its own,
+        # so a statement keeps its structure whichever spelling it gets.
+        self.spell = spell or random.Random(0)
         self.params: list[object] = []
         self.scope: list[Source] = []
         self.depth = 0
@@ -241,6 +244,38 @@ class QueryGenerator:
         if kind == "tstz":
             return self.pick(TSTZ_LITERALS)
         return "NULL"
+
+    # -- the tools' spellings ----------------------------------------------------------------------
+
+    def spelled(self, p: float) -> bool:
+        """Whether this construct takes a tool's spelling (drawn from the spelling stream only)."""
+        return self.spell.random() < p
+
+    def unit(self, unit: str) -> str:
+        """A date_trunc unit or date_part field: a constant, or a bound parameter as psycopg and
+        asyncpg send it (`$n`), or cast to text as SQLAlchemy writes every string bind."""
+        roll = self.spell.random()
+        if roll < 0.85:
+            return f"'{unit}'"
+        self.params.append(unit)
+        slot = f"${len(self.params)}"
+        return slot if roll < 0.93 else f"CAST({slot} AS VARCHAR)"
+
+    def any_list(self, listed: list[str]) -> str:
+        """An IN list as `ARRAY[…]`, or as one parameter holding the list (psycopg's `= ANY(%s)`) when
+        every item is a plain literal."""
+        values: list[object] = []
+        for item in listed:
+            if item.lstrip("-").isdigit() and abs(int(item)) < 2**31:
+                values.append(int(item))
+            elif len(item) >= 2 and item[0] == item[-1] == "'" and "'" not in item[1:-1] and "\\" not in item:
+                values.append(item[1:-1])
+            else:
+                return f"ARRAY[{', '.join(listed)}]"
+        if len({type(v) for v in values}) != 1 or self.spell.random() < 0.5:
+            return f"ARRAY[{', '.join(listed)}]"
+        self.params.append(values)
+        return f"${len(self.params)}"
 
     # -- row expressions ---------------------------------------------------------------------------
 
@@ -318,6 +353,12 @@ class QueryGenerator:
                 # Grafana's $__timeGroup(t, '1h'): floor(extract(epoch from t)/3600)*3600.
                 seconds = self.pick(("60", "3600", "86400", "0.5"))
                 return f"floor(extract(epoch from {source})/{seconds})*{seconds}"
+            if field == "dow" and self.spelled(0.3):
+                # Ibis's .day_of_week.index(): Monday 0 … Sunday 6.
+                return f"(CAST(EXTRACT('dow' FROM {source}) + 6 AS SMALLINT) % 7)"
+            if self.spelled(0.1):
+                # SQLAlchemy over psycopg: the field a bound parameter cast to text.
+                return f"date_part({self.unit(field)}, {source})"
             return (
                 f"extract({field} FROM {source})" if self.chance(0.7) else f"date_part('{field}', {source})"
             )
@@ -374,7 +415,15 @@ class QueryGenerator:
                 return f"substring({t()}, {start})"
             length = self.pick(("1", "2", "3", "0", "-1"))
             if self.chance(0.3):
-                return f"substring({t()} FROM {start} FOR {length})"
+                text = t()
+                if self.spelled(0.4):
+                    # Ibis's .substr(s, n): a 0-based start turned into PostgreSQL's position.
+                    zero = int(start) - 1
+                    return (
+                        f"substring({text} FROM CASE WHEN ({zero} + 1) >= 1 THEN {zero} + 1 "
+                        f"ELSE {zero} + 1 + length({text}) END FOR {length})"
+                    )
+                return f"substring({text} FROM {start} FOR {length})"
             return f"substring({t()}, {start}, {length})"
         if n == 2:
             count = self.pick(
@@ -405,7 +454,11 @@ class QueryGenerator:
             if hostile == "split_part":
                 return f"split_part({t()}, 'a', 1)"
             if hostile == "to_char":
-                return f"to_char({self.expr('date')}, 'YYYY')"
+                # Ibis's .strftime: the numeric fields with separators are read; others refused.
+                pattern = self.spell.choice(
+                    ("YYYY", "YYYY-MM", "YYYY-MM-DD", "HH24:MI", "YYYY/MM/DD HH24", "DD.MM.YYYY", "Mon YYYY")
+                )
+                return f"to_char({self.expr('date')}, '{pattern}')"
             if hostile == "regexp_replace":
                 return f"regexp_replace({t()}, 'a+', 'b')"
             return f"{hostile}({t()})"
@@ -431,10 +484,13 @@ class QueryGenerator:
             return f"{self.expr(kind)} IS {self.pick(('NULL', 'NOT NULL'))}"
         if n == 8:
             kind = self.pick(("number", "text"))
-            items = ", ".join(
+            listed = [
                 self.literal("int" if kind == "number" else "text") for _ in range(self.pick((1, 2, 3)))
-            )
-            return f"{self.expr(kind)} {self.pick(('IN', 'NOT IN'))} ({items})"
+            ]
+            left, negated = self.expr(kind), self.pick(("IN", "NOT IN")) == "NOT IN"
+            if not negated and self.spelled(0.3):
+                return f"{left} = ANY({self.any_list(listed)})"
+            return f"{left} {'NOT IN' if negated else 'IN'} ({', '.join(listed)})"
         if n == 9:
             return self.in_subquery()
         if n == 10:
@@ -444,7 +500,10 @@ class QueryGenerator:
             return f"{self.expr(kind)} {self.pick(('BETWEEN', 'NOT BETWEEN'))} {self.literal(self.pick(NUMBER) if kind == 'number' else kind)} AND {self.literal(self.pick(NUMBER) if kind == 'number' else kind)}"
         if n == 12:
             pattern = self.pick(("'9%'", "'%a%'", "'_'", "'%'", "'flu'", "'%\\%'", "'a\\'"))
-            return f"{self.expr('text')} {self.pick(('LIKE', 'ILIKE', 'NOT LIKE'))} {pattern}"
+            text, op = self.expr("text"), self.pick(("LIKE", "ILIKE", "NOT LIKE"))
+            if op == "LIKE" and pattern == "'9%'" and self.spelled(0.5):
+                return f"starts_with({text}, '9')"  # Ibis's .startswith
+            return f"{text} {op} {pattern}"
         if n == 13 and self.chance(0.3):
             hostile = self.pick(("~ 'a+'", "SIMILAR TO 'a%'", "= ANY(ARRAY['flu', 'cold'])", "IS TRUE"))
             kind = "bool" if hostile == "IS TRUE" else "text"
@@ -457,9 +516,11 @@ class QueryGenerator:
         n = self.pick(range(8))
         if n == 0:
             unit = self.pick(("month", "year", "week", "day", "quarter", "hour", "decade"))
-            return f"date_trunc('{unit}', {self.expr(self.pick(('date', 'ts')))})"
+            return f"date_trunc({self.unit(unit)}, {self.expr(self.pick(('date', 'ts')))})"
         if n == 1:
-            return f"CAST({self.expr('ts')} AS date)"
+            source = self.expr("ts")
+            # Ibis's .date() sends date(x), which PostgreSQL reads as the cast.
+            return f"date({source})" if self.spelled(0.3) else f"CAST({source} AS date)"
         if n == 2:
             step = self.pick(("1", "INTERVAL '1 day'"))
             return f"({self.expr('date')} + {step})"
@@ -1094,7 +1155,7 @@ def generate(seed: int, index: int) -> Generated:
     # Drawn apart from the statement's own generator: the statements not reading visit_notes are
     # the ones the batch had before it.
     notes = random.Random(f"notes:{seed}:{index}").random() < NOTES_SHARE
-    generator = QueryGenerator(rng, notes)
+    generator = QueryGenerator(rng, notes, random.Random(f"spell:{seed}:{index}"))
     sql = generator.query()
     if not sql.startswith("WITH") and rng.random() < 0.06:
         # A tool's wrapping: an outer query over the statement's answer (dpproxy.sql.released).
