@@ -32,6 +32,9 @@ class ChosenBounds:
     # k's rule kept it at or above a quarter of the ceiling (BoundChoice.floor): the notice says so,
     # as it is why k may sit far above every person's rows when the ceiling is generous.
     rows_floored: bool = False
+    # What k below the ceiling does to the query's aggregates (`bounding_effects`): the notice says
+    # it, since the ± is the noise's alone.
+    effects: tuple[str, ...] = ()
 
     def note(self) -> str:
         """The notice's sentence."""
@@ -48,7 +51,47 @@ class ChosenBounds:
         if self.groups is not None:
             text += f", counted in at most {self.groups} group(s)"
             text += how(self.groups, self.groups_chosen, self.group_ceiling)
+        if self.effects and self.rows < self.row_ceiling:
+            text += (
+                f"; a person with more than {self.rows} row(s) counts as {self.rows}: "
+                + ", ".join(self.effects)
+                + " (not in the ±, which is the noise's)"
+            )
         return text
+
+
+# What a bound k below the ceiling does, per kind of aggregate (dpproxy.sql.rewrite.per_group scales
+# a heavier person's contributions by k/rows; quantiles and modes keep their first k rows).
+_EFFECTS = (
+    (
+        frozenset({AggregateKind.COUNT, AggregateKind.COUNT_VALUES, AggregateKind.SUM}),
+        "counts and sums can miss what such persons have beyond that",
+    ),
+    (
+        frozenset(
+            {
+                AggregateKind.AVG,
+                AggregateKind.VAR_POP,
+                AggregateKind.VAR_SAMP,
+                AggregateKind.STDDEV_POP,
+                AggregateKind.STDDEV_SAMP,
+            }
+        ),
+        "averages and spreads weigh such persons as that many rows",
+    ),
+    (
+        frozenset({AggregateKind.QUANTILE, AggregateKind.MODE}),
+        "quantiles and modes read their first rows only",
+    ),
+)
+
+
+def bounding_effects(query: PrivateQuery) -> tuple[str, ...]:
+    """What bounding a person's rows at k below the ceiling does to the query's aggregates, in the
+    notice's words: a function of the query's text, said whether or not any person has more rows
+    (that would be a fact of the data). COUNT(DISTINCT …) is bounded by g and ℓ, not by k."""
+    kinds = {a.kind for a in query.aggregates}
+    return tuple(said for affected, said in _EFFECTS if kinds & affected)
 
 
 def choose_bounds(
@@ -78,6 +121,7 @@ def choose_bounds(
         bounds.choose_rows,
         bounds.choose_groups,
         floored,
+        bounding_effects(query),
     )
     return resolved, chosen
 

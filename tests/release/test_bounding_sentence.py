@@ -1,0 +1,103 @@
+"""What the notice says bounding does when k sits below the ceiling (dpproxy.release.bounds): the ±
+is the noise's alone, so an answer whose k is below the data owner's ceiling says what a heavier
+person's rows become — counts and sums miss their rows beyond k, averages and spreads weigh them as k
+rows, quantiles and modes read their first k rows. It is said from the query's text and the released
+k, never from whether any person has more rows (a fact of the data): two databases that differ only
+in one heavy person give the same sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from dpproxy.engine import Engine
+from dpproxy.release.bounds import ChosenBounds, bounding_effects
+
+POLICY = """
+version: 1
+defaults: {epsilon: 1.0, delta: 1.0e-7, max_epsilon: 1.0}
+analysts: {alice: {epsilon: 100, delta: 1.0e-3}}
+tables:
+  visits:
+    privacy_unit: pid
+    max_rows_per_unit: 1000
+    columns:
+      pid: {type: integer}
+      dept: {type: varchar, public_values: [a, b]}
+      cost: {type: integer, lower: 0, upper: 100}
+"""
+
+COUNTS = "counts and sums can miss what such persons have beyond that"
+AVERAGES = "averages and spreads weigh such persons as that many rows"
+QUANTILES = "quantiles and modes read their first rows only"
+
+
+def database(path: Path, heavy: bool) -> Path:
+    """400 persons with one visit each, and with `heavy` one more person with 900 visits."""
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE visits (pid INTEGER, dept VARCHAR, cost INTEGER)")
+        conn.execute(
+            "INSERT INTO visits SELECT i, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END, i % 90 FROM range(400) t(i)"
+        )
+        if heavy:
+            conn.execute("INSERT INTO visits SELECT 9999, 'a', 50 FROM range(900)")
+    return path
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    light = database(tmp_path / "light.duckdb", heavy=False)
+    heavy = database(tmp_path / "heavy.duckdb", heavy=True)
+    with (
+        Engine.open(policy, str(light), tmp_path / "light.sqlite") as a,
+        Engine.open(policy, str(heavy), tmp_path / "heavy.sqlite") as b,
+    ):
+        yield a, b
+
+
+def test_a_count_below_the_ceiling_says_the_plus_minus_leaves_out_what_bounding_removed(
+    engines: tuple[Engine, Engine],
+) -> None:
+    for engine in engines:
+        result = engine.execute("SELECT dept, COUNT(*), AVG(cost) FROM visits GROUP BY dept", analyst="alice")
+        notice = result.notice or ""
+        k = int(notice.split("at most ")[1].split(" row(s)")[0])
+        assert k < 1000  # 400 persons of one row: k is chosen far below the ceiling
+        assert (
+            f"a person with more than {k} row(s) counts as {k}: {COUNTS}, {AVERAGES} (not in the ±, which is "
+            "the noise's)"
+        ) in notice
+
+
+def test_the_sentence_names_only_what_the_query_asks(engines: tuple[Engine, Engine]) -> None:
+    engine = engines[0]
+
+    def effects(sql: str) -> tuple[str, ...]:
+        return bounding_effects(engine.plan(sql).query)
+
+    assert effects("SELECT COUNT(*) FROM visits") == (COUNTS,)
+    assert effects("SELECT SUM(cost) FROM visits") == (COUNTS,)
+    assert effects("SELECT STDDEV(cost) FROM visits") == (AVERAGES,)
+    assert effects("SELECT MEDIAN(cost), AVG(cost) FROM visits") == (AVERAGES, QUANTILES)
+    # A person counts once however many rows they have: k does nothing to COUNT(DISTINCT unit).
+    assert effects("SELECT COUNT(DISTINCT pid) FROM visits") == ()
+    notice = engine.execute("SELECT COUNT(DISTINCT pid) FROM visits", analyst="alice").notice or ""
+    assert "counts as" not in notice
+
+
+def test_at_the_ceiling_nothing_is_said() -> None:
+    at_ceiling = ChosenBounds(3, 0, 1000, None, 1000, 1, True, False, effects=(COUNTS,))
+    assert (
+        at_ceiling.note()
+        == "contribution bounds of this query: at most 1000 row(s) per person (chosen: the ceiling)"
+    )
+    below = ChosenBounds(2, 0, 64, None, 1000, 1, True, False, effects=(COUNTS,))
+    assert below.note().endswith(
+        f"; a person with more than 64 row(s) counts as 64: {COUNTS} (not in the ±, which is the noise's)"
+    )
