@@ -54,7 +54,7 @@ class ChosenBounds:
         if self.effects and self.rows < self.row_ceiling:
             text += (
                 f"; a person with more than {self.rows} row(s) counts as {self.rows}: "
-                + ", ".join(self.effects)
+                + ", ".join(effect.format(k=self.rows) for effect in self.effects)
                 + " (not in the ±, which is the noise's)"
             )
         return text
@@ -77,18 +77,18 @@ _EFFECTS = (
                 AggregateKind.STDDEV_SAMP,
             }
         ),
-        "averages and spreads weigh such persons as that many rows",
+        "averages and spreads weigh such persons as {k} rows",
     ),
     (
         frozenset({AggregateKind.QUANTILE, AggregateKind.MODE}),
-        "quantiles and modes read their first rows only",
+        "quantiles and modes read their first {k} rows only",
     ),
 )
 
 
 def bounding_effects(query: PrivateQuery) -> tuple[str, ...]:
     """What bounding a person's rows at k below the ceiling does to the query's aggregates, in the
-    notice's words: a function of the query's text, said whether or not any person has more rows
+    notice's words ({k} for k): a function of the query's text, said whether or not any person has more rows
     (that would be a fact of the data). COUNT(DISTINCT …) is bounded by g and ℓ, not by k."""
     kinds = {a.kind for a in query.aggregates}
     return tuple(said for affected, said in _EFFECTS if kinds & affected)

@@ -32,8 +32,8 @@ tables:
 """
 
 COUNTS = "counts and sums can miss what such persons have beyond that"
-AVERAGES = "averages and spreads weigh such persons as that many rows"
-QUANTILES = "quantiles and modes read their first rows only"
+AVERAGES = "averages and spreads weigh such persons as {k} rows"
+QUANTILES = "quantiles and modes read their first {k} rows only"
 
 
 def database(path: Path, heavy: bool) -> Path:
@@ -64,15 +64,21 @@ def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
 def test_a_count_below_the_ceiling_says_the_plus_minus_leaves_out_what_bounding_removed(
     engines: tuple[Engine, Engine],
 ) -> None:
+    """k is drawn: under a WHERE (no floor) 400 persons of one row put it far below the ceiling in
+    nearly every draw, and the sentence follows the k each answer released."""
+    below = 0
     for engine in engines:
-        result = engine.execute("SELECT dept, COUNT(*), AVG(cost) FROM visits GROUP BY dept", analyst="alice")
-        notice = result.notice or ""
-        k = int(notice.split("at most ")[1].split(" row(s)")[0])
-        assert k < 1000  # 400 persons of one row: k is chosen far below the ceiling
-        assert (
-            f"a person with more than {k} row(s) counts as {k}: {COUNTS}, {AVERAGES} (not in the ±, which is "
-            "the noise's)"
-        ) in notice
+        for _ in range(4):
+            sql = "SELECT dept, COUNT(*), AVG(cost) FROM visits WHERE cost >= 0 GROUP BY dept"
+            notice = engine.execute(sql, analyst="alice").notice or ""
+            k = int(notice.split("at most ")[1].split(" row(s)")[0])
+            sentence = (
+                f"a person with more than {k} row(s) counts as {k}: {COUNTS}, {AVERAGES.format(k=k)} "
+                "(not in the ±, which is the noise's)"
+            )
+            assert (sentence in notice) == (k < 1000)
+            below += k < 1000
+    assert below >= 4
 
 
 def test_the_sentence_names_only_what_the_query_asks(engines: tuple[Engine, Engine]) -> None:
