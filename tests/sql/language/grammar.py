@@ -255,11 +255,11 @@ class QueryGenerator:
         """A date_trunc unit or date_part field: a constant, or a bound parameter as psycopg and
         asyncpg send it (`$n`), or cast to text as SQLAlchemy writes every string bind."""
         roll = self.spell.random()
-        if roll < 0.85:
+        if roll < 0.75:
             return f"'{unit}'"
         self.params.append(unit)
         slot = f"${len(self.params)}"
-        return slot if roll < 0.93 else f"CAST({slot} AS VARCHAR)"
+        return slot if roll < 0.9 else f"CAST({slot} AS VARCHAR)"
 
     def any_list(self, listed: list[str]) -> str:
         """An IN list as `ARRAY[…]`, or as one parameter holding the list (psycopg's `= ANY(%s)`) when
@@ -353,7 +353,7 @@ class QueryGenerator:
                 # Grafana's $__timeGroup(t, '1h'): floor(extract(epoch from t)/3600)*3600.
                 seconds = self.pick(("60", "3600", "86400", "0.5"))
                 return f"floor(extract(epoch from {source})/{seconds})*{seconds}"
-            if field == "dow" and self.spelled(0.3):
+            if field == "dow" and self.spelled(0.5):
                 # Ibis's .day_of_week.index(): Monday 0 … Sunday 6.
                 return f"(CAST(EXTRACT('dow' FROM {source}) + 6 AS SMALLINT) % 7)"
             if self.spelled(0.1):
@@ -416,7 +416,7 @@ class QueryGenerator:
             length = self.pick(("1", "2", "3", "0", "-1"))
             if self.chance(0.3):
                 text = t()
-                if self.spelled(0.4):
+                if self.spelled(0.6):
                     # Ibis's .substr(s, n): a 0-based start turned into PostgreSQL's position.
                     zero = int(start) - 1
                     return (
@@ -488,7 +488,7 @@ class QueryGenerator:
                 self.literal("int" if kind == "number" else "text") for _ in range(self.pick((1, 2, 3)))
             ]
             left, negated = self.expr(kind), self.pick(("IN", "NOT IN")) == "NOT IN"
-            if not negated and self.spelled(0.3):
+            if not negated and self.spelled(0.5):
                 return f"{left} = ANY({self.any_list(listed)})"
             return f"{left} {'NOT IN' if negated else 'IN'} ({', '.join(listed)})"
         if n == 9:
@@ -501,7 +501,7 @@ class QueryGenerator:
         if n == 12:
             pattern = self.pick(("'9%'", "'%a%'", "'_'", "'%'", "'flu'", "'%\\%'", "'a\\'"))
             text, op = self.expr("text"), self.pick(("LIKE", "ILIKE", "NOT LIKE"))
-            if op == "LIKE" and pattern == "'9%'" and self.spelled(0.5):
+            if op == "LIKE" and pattern == "'9%'" and self.spelled(0.8):
                 return f"starts_with({text}, '9')"  # Ibis's .startswith
             return f"{text} {op} {pattern}"
         if n == 13 and self.chance(0.3):
@@ -520,7 +520,7 @@ class QueryGenerator:
         if n == 1:
             source = self.expr("ts")
             # Ibis's .date() sends date(x), which PostgreSQL reads as the cast.
-            return f"date({source})" if self.spelled(0.3) else f"CAST({source} AS date)"
+            return f"date({source})" if self.spelled(0.5) else f"CAST({source} AS date)"
         if n == 2:
             step = self.pick(("1", "INTERVAL '1 day'"))
             return f"({self.expr('date')} + {step})"
@@ -1116,7 +1116,12 @@ class QueryGenerator:
         )
         if roll < 0.75:
             unit = self.pick(("day", "week", "month", "quarter", "year", "hour"))
-            key = f"date_trunc('{unit}', {inner})"
+            if unit in ("day", "month", "year") and self.spelled(0.25):
+                # Ibis's .strftime('%Y-%m') as the key: a text key (partition selection), restricted
+                # on the column.
+                pattern = {"day": "YYYY-MM-DD", "month": "YYYY-MM", "year": "YYYY"}[unit]
+                return f"to_char({inner}, '{pattern}')", range_condition()
+            key = f"date_trunc({self.unit(unit)}, {inner})"
             operator = self.pick(("=", ">=", "<", "<>"))
             own = lambda: f"{key} {operator} {self.literal(self.pick(('ts', 'date', 'tstz')))}"  # noqa: E731
             return key, self.pick((range_condition, range_condition, own))()
@@ -1137,8 +1142,11 @@ class QueryGenerator:
         kind = kinds.pop() if len(kinds) == 1 else None
         if kind not in ("text", "int", "date", "tstz"):
             return None
-        values = ", ".join(self.literal(kind) for _ in range(self.pick((1, 2, 3))))
-        return self.pick((f"{key} IN ({values})", f"{key} = {self.literal(kind)}"))
+        listed = [self.literal(kind) for _ in range(self.pick((1, 2, 3)))]
+        named = self.pick((f"{key} IN ({', '.join(listed)})", f"{key} = {self.literal(kind)}"))
+        if named.startswith(f"{key} IN (") and self.spelled(0.4):
+            return f"{key} = ANY({self.any_list(listed)})"  # psycopg's list, or a literal array
+        return named
 
     def having(self) -> str:
         roll = self.rng.random()
