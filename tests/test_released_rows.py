@@ -391,3 +391,39 @@ def test_a_share_of_a_windowed_sum_divides_as_postgresql_does(engine: Engine) ->
         shares = [row[1] for row in result.rows]
         assert any(share != int(share) for share in shares), shares
         assert abs(sum(shares) - 100) < Decimal("0.000001"), shares
+
+
+def test_round_and_numeric_casts_of_any_size_are_postgresqls(engine: Engine, demo_pg_dsn: str) -> None:
+    """round(x, d) clamps d as PostgreSQL's numeric_round does (at most 16,383 digits after the point)
+    and is exact for values of any size; a cast to numeric(p, s) rounds, then fails with 22003 when
+    the value needs more than p − s digits before the point. A long language run found round(100,
+    2147483647) failing inside the engine (Python's decimal context holds 28 digits)."""
+    constants = (
+        "SELECT COUNT(*) AS n, round(100, 2147483647) AS wide, round(100, -2147483648) AS none, "
+        "round(123456789012345678901234567890.5, 5) AS long, CAST(999.94 AS numeric(4,1)) AS fits FROM visits"
+    )
+    with psycopg.connect(demo_pg_dsn) as conn:
+        expected = conn.execute(constants).fetchone()
+    assert expected is not None
+    answer = engine.execute(constants, analyst="alice").rows[0]
+    assert answer[1:] == expected[1:] and len(str(answer[1])) == len(str(expected[1])) == 3 + 1 + 16383
+    for sql in (
+        "SELECT COUNT(*), CAST(999.95 AS numeric(4,1)) FROM visits",
+        "SELECT COUNT(*), CAST(123456789012345678901234567890.5 AS bigint) FROM visits",
+    ):
+        with psycopg.connect(demo_pg_dsn) as conn, pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            conn.execute(sql)
+        before = spent(engine)
+        with pytest.raises(DPProxyError) as caught:
+            engine.execute(sql, analyst="alice")
+        assert caught.value.sqlstate == "22003", sql
+        assert spent(engine) == before  # a constant: refused before anything is read or charged
+    before = spent(engine)
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute("SELECT CAST(COUNT(*) AS numeric(2, 0)) FROM visits", analyst="alice")
+    assert caught.value.sqlstate == "22003" and caught.value.message == "numeric field overflow"
+    assert (
+        caught.value.hint is not None
+        and "must round to an absolute value less than 10^2" in caught.value.hint
+    )
+    assert "the answer was released and charged" in caught.value.hint and spent(engine) > before

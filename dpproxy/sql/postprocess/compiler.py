@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
@@ -27,6 +27,7 @@ from dpproxy.sql.postprocess.values import (
     _literal_value,
     _to_decimal,
     convert,
+    round_numeric,
     to_text,
     within_type,
 )
@@ -273,11 +274,11 @@ class _Compiler:
             if decimals is None:
                 if isinstance(value, float):
                     return float(round(value))  # PostgreSQL rounds float8 halves to even (rint)
-                return _to_decimal(value).quantize(Decimal(1), rounding=ROUND_HALF_UP)
+                return round_numeric(_to_decimal(value), 0)
             digits = decimals(row)
             if not isinstance(digits, int):
                 raise NotSupported("round() digits must be an integer")
-            return _to_decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+            return round_numeric(_to_decimal(value), digits)
 
         return rounding
 

@@ -7,12 +7,12 @@ import datetime as dt
 import math
 import operator
 from collections.abc import Callable
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from sqlglot import exp
 
-from dpproxy.errors import DatatypeMismatch, InvalidText, ValueOutOfRange
+from dpproxy.errors import DatatypeMismatch, InvalidText, NotSupported, ValueOutOfRange
 from dpproxy.sql import numbers
 from dpproxy.sql.datetimes import parse_temporal
 from dpproxy.sql.postprocess.inference import literal_type
@@ -48,7 +48,12 @@ def convert(value: object, target: PgType) -> object:
         elif isinstance(value, float):
             result = round(value)  # rint: halves to even, as PostgreSQL casts float8
         else:
-            result = int(_to_decimal(value).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+            exact = _to_decimal(value)
+            if not exact.is_finite():  # PostgreSQL: 0A000 "cannot convert infinity to bigint"
+                raise NotSupported(
+                    f"cannot convert {'NaN' if exact.is_nan() else 'infinity'} to {target.value}"
+                )
+            result = int(round_numeric(exact, 0))
         return within_type(result, target)
     if target is PgType.NUMERIC:
         return _to_decimal(value)
@@ -102,6 +107,24 @@ def to_text(value: object) -> str:
 # Addition, subtraction and multiplication mean the same on ints, floats and Decimals; division and
 # the remainder differ (PostgreSQL's integer division truncates, a numeric quotient keeps its digits).
 _RING = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
+
+
+# PostgreSQL's numeric_round clamps the digits to what a numeric can hold: at most 16,383 after the
+# point (NUMERIC_DSCALE_MAX), and at most (32,767 + 1)·4 + 1 before it (NUMERIC_WEIGHT_MAX).
+_ROUND_DIGITS = (-((0x7FFF + 1) * 4) - 1, 0x3FFF)
+
+
+def round_numeric(value: Decimal, digits: int) -> Decimal:
+    """round(numeric, digits) as PostgreSQL computes it: halves away from zero, the digits clamped as
+    its numeric_round clamps them, NaN and ±Infinity unchanged; exact whatever the value's size (a
+    decimal context of the digits the result needs, not Python's default 28)."""
+    if not value.is_finite():
+        return value
+    digits = max(_ROUND_DIGITS[0], min(digits, _ROUND_DIGITS[1]))
+    with localcontext() as ctx:
+        ctx.prec = max(ctx.prec, value.adjusted() + digits + 2)
+        ctx.Emax, ctx.Emin = MAX_EMAX, MIN_EMIN
+        return value.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
 
 
 def within_type(value: int, pg_type: PgType) -> int:
@@ -202,6 +225,27 @@ def _literal_value(node: exp.Literal) -> object:
     return int(node.this) if t.is_integer else Decimal(node.this)
 
 
+def numeric_field(value: Decimal, precision: int, scale: int) -> Decimal:
+    """A numeric in numeric(precision, scale), as PostgreSQL casts it: rounded to the scale (halves
+    away from zero), and 22003 "numeric field overflow" when it then has more than precision − scale
+    digits before the point. NaN stays NaN; ±Infinity does not fit (PostgreSQL 14+)."""
+    if value.is_nan():
+        return value
+    if value.is_infinite():
+        raise ValueOutOfRange(
+            "numeric field overflow",
+            hint=f"a field with precision {precision}, scale {scale} cannot hold an infinite value",
+        )
+    rounded = round_numeric(value, scale)
+    if rounded and rounded.adjusted() >= precision - scale:
+        raise ValueOutOfRange(
+            "numeric field overflow",
+            hint=f"a field with precision {precision}, scale {scale} must round to an absolute value less "
+            f"than 10^{precision - scale}",
+        )
+    return rounded
+
+
 def _cast(node: exp.Cast, value: object) -> object:
     to: exp.DataType = node.args["to"]
     target = from_sqlglot(to)
@@ -209,7 +253,7 @@ def _cast(node: exp.Cast, value: object) -> object:
     if target is PgType.NUMERIC and isinstance(result, Decimal):
         typmod = numbers.numeric_typmod(to)
         if typmod is not None:
-            result = result.quantize(Decimal(1).scaleb(-typmod[1]), rounding=ROUND_HALF_UP)
+            result = numeric_field(result, *typmod)
     if target is PgType.VARCHAR and isinstance(result, str):
         params = [p for p in to.expressions if isinstance(p, exp.DataTypeParam)]
         if params:

@@ -113,3 +113,6 @@ SELECT diagnosis, COUNT(*) FROM patients WHERE diagnosis = ANY(ARRAY['flu', 'col
 SELECT COUNT(*) FROM patients WHERE age = ANY($1) -- params: [[30, 40]]
 SELECT date_trunc($1, seen) AS m, COUNT(*) FROM patients GROUP BY 1 -- params: ['year']
 SELECT department, COUNT(*) * 100 / SUM(COUNT(*)) OVER () AS pct FROM visits GROUP BY 1
+-- round() of a constant with its digits replaced by adversarial constants (the cache check): PostgreSQL clamps the digits, and the engine's decimal context had 28 digits (a long run, seventeenth session).
+SELECT COUNT(*)::int4 AS n, COUNT(a.age) AS n, COUNT(a.age) AS a0 FROM patients a LEFT OUTER JOIN zip_info b ON a.zip = b.zip ORDER BY CAST(round(100, 0) AS int)
+SELECT COUNT(*), round(123456789012345678901234567890.5, 5), CAST(99.94 AS numeric(3,1)) FROM patients
