@@ -61,6 +61,7 @@ DOCUMENTED_SQLSTATES = {
     "22012",  # division by zero in the query's constants
     "21000",  # a public scalar subquery returned more than one row
     "54000",  # a public subquery returned more rows than can be inlined
+    "54001",  # a statement past the limits on statements (README), refused before it is planned
 }
 
 
