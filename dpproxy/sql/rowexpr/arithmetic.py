@@ -284,7 +284,9 @@ class ArithmeticRules:
 
     def _sign(self, node: exp.Expression) -> Typed:
         inner = self._number(node.this)
-        pg_type = inner.type if not inner.type.is_integer else PgType.INT4
+        if inner.type.is_integer:  # sign(integer) is sign(double precision) in PostgreSQL, as floor
+            inner = self._integer_as_double(inner)
+        pg_type = inner.type
         return Typed(
             typed_node(exp.Sign(this=inner.sql), pg_type),
             pg_type,
@@ -304,14 +306,7 @@ class ArithmeticRules:
         if inner.type.is_integer and decimals is None:
             # PostgreSQL resolves round(integer) to round(double precision), its numbers' preferred
             # type (round(integer, n) has only the numeric candidate): an integer, as a double.
-            return dataclasses.replace(
-                inner,
-                sql=typed_node(self._double(inner), PgType.FLOAT8),
-                type=PgType.FLOAT8,
-                interval=interval,
-                double=True,
-                smallest=Decimal(1),
-            )
+            return self._integer_as_double(inner)
         if inner.double:
             if decimals is not None:
                 raise UndefinedFunction(
@@ -335,8 +330,25 @@ class ArithmeticRules:
             wide=inner.wide,
         )
 
+    def _integer_as_double(self, inner: Typed) -> Typed:
+        """An integer argument of a function PostgreSQL resolves to its double precision form
+        (round, floor, ceil, sign of an integer): the same value, as a double."""
+        return dataclasses.replace(
+            inner,
+            sql=typed_node(self._double(inner), PgType.FLOAT8),
+            type=PgType.FLOAT8,
+            double=True,
+            smallest=Decimal(1),
+        )
+
     def _floor_ceil(self, node: exp.Expression) -> Typed:
         inner = self._number(node.this)
+        if inner.type.is_integer:
+            # PostgreSQL resolves floor(integer) and ceil(integer) to their double precision forms
+            # (its numbers' preferred type), as round(integer): the integer itself, as a double. Typed
+            # numeric, round(floor(age), 1) was accepted and failed on PostgreSQL (no round(double
+            # precision, integer)).
+            return self._integer_as_double(inner)
         pg_type = inner.type if inner.type.is_float else PgType.NUMERIC
         interval = inner.interval.widen_to_integers() if inner.interval is not None else None
         return Typed(
