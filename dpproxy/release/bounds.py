@@ -8,6 +8,7 @@ counts leaves this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dpproxy.privacy import QueryNoise
@@ -62,25 +63,17 @@ class ChosenBounds:
 
 # What a bound k below the ceiling does, per kind of aggregate (dpproxy.sql.rewrite.per_group scales
 # a heavier person's contributions by k/rows; quantiles and modes keep their first k rows).
-_EFFECTS = (
+_EFFECTS: tuple[tuple[Callable[[AggregateKind], bool], str], ...] = (
     (
-        frozenset({AggregateKind.COUNT, AggregateKind.COUNT_VALUES, AggregateKind.SUM}),
+        lambda kind: kind in (AggregateKind.COUNT, AggregateKind.COUNT_VALUES, AggregateKind.SUM),
         "counts and sums can miss what such persons have beyond that",
     ),
     (
-        frozenset(
-            {
-                AggregateKind.AVG,
-                AggregateKind.VAR_POP,
-                AggregateKind.VAR_SAMP,
-                AggregateKind.STDDEV_POP,
-                AggregateKind.STDDEV_SAMP,
-            }
-        ),
+        lambda kind: kind is AggregateKind.AVG or kind.is_spread,
         "averages and spreads weigh such persons as {k} rows",
     ),
     (
-        frozenset({AggregateKind.QUANTILE, AggregateKind.MODE}),
+        lambda kind: kind in (AggregateKind.QUANTILE, AggregateKind.MODE),
         "quantiles and modes read their first {k} rows only",
     ),
 )
@@ -91,7 +84,7 @@ def bounding_effects(query: PrivateQuery) -> tuple[str, ...]:
     notice's words ({k} for k): a function of the query's text, said whether or not any person has more rows
     (that would be a fact of the data). COUNT(DISTINCT …) is bounded by g and ℓ, not by k."""
     kinds = {a.kind for a in query.aggregates}
-    return tuple(said for affected, said in _EFFECTS if kinds & affected)
+    return tuple(said for affected, said in _EFFECTS if any(affected(kind) for kind in kinds))
 
 
 def choose_bounds(
