@@ -401,3 +401,36 @@ def test_demo_init_loads_spark_and_prints_a_serve_line_without_the_token(
     )
     assert code == 0, err
     assert "FROM `demo_cli`.`patients`" in out and "cost: ε=0.5" in out
+
+
+def _payments(con) -> None:
+    con.execute("CREATE TABLE payments (patient_id INTEGER, amount DOUBLE PRECISION, paid DATE)")
+    con.execute(
+        "INSERT INTO payments SELECT i % 20, i, DATE '2024-01-01' + CAST(i AS INTEGER) "
+        "FROM generate_series(1, 200) AS g(i)"
+    )
+    con.execute("INSERT INTO payments VALUES (1, 100000, DATE '2024-12-31'), (2, NULL, NULL)")
+
+
+def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn, pg_dsn: str) -> None:
+    """`policy init` reads, with the data owner's connection, where each number, date and time
+    column's values lie, and says it under the column: for the amounts 1..200 and one of 100,000,
+    99% lie in [2, 200], which is the range to bound them by (all lie in [1, 100000]); on DuckDB and
+    PostgreSQL alike."""
+    import duckdb
+
+    path = tmp_path / "pay.duckdb"
+    with duckdb.connect(str(path)) as con:
+        _payments(con)
+    _payments(pg_conn)
+    for backend in (str(path), pg_dsn):
+        code, out, err = run("policy", "init", "--backend", backend)
+        assert code == 0, err
+        lines = out.splitlines()
+        amount = next(i for i, line in enumerate(lines) if line.strip().startswith("amount:"))
+        assert lines[amount + 1] == "      #   values when drafted: 99% in [2, 200], all in [1, 100000]", backend
+        paid = next(i for i, line in enumerate(lines) if line.strip().startswith("paid:"))
+        assert lines[paid + 1] == "      #   values when drafted: [2024-01-02, 2024-12-31]", backend
+        draft = tmp_path / "draft.yaml"
+        draft.write_text(out)
+        assert not load_policy(draft).table("payments").column("amount").bounded

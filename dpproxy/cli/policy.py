@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +19,8 @@ from dpproxy.cli.dsn import _shown_backend
 
 if TYPE_CHECKING:
     from dpproxy.backends import Backend
-    from dpproxy.policy import Policy
+    from dpproxy.policy import Policy, ValueRange
+    from dpproxy.policy.live_schema import LiveColumnLike
 
 
 def _backend_option(purpose: str, *, required: bool) -> OptionDecorator:
@@ -130,7 +131,10 @@ def policy_init(backend: str, schema: str | None) -> None:
             if prefix:  # the draft names the schema on each table
                 tables = {prefix + name: columns for name, columns in tables.items()}
             most_rows = _most_rows_reader(db, schema)
-            click.echo(draft_policy(tables, foreign_keys=foreign_keys, most_rows=most_rows))
+            ranges = _value_range_reader(db, schema, tables)
+            click.echo(
+                draft_policy(tables, foreign_keys=foreign_keys, most_rows=most_rows, value_ranges=ranges)
+            )
 
     _run(action)
 
@@ -187,6 +191,60 @@ def _most_rows_reader(db: Backend, schema: str | None) -> Callable[[str, str], i
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     return most_rows
+
+
+# A draft says where this share of a number column's values lie: between these two quantiles.
+TYPICAL_QUANTILES = (0.005, 0.995)
+
+
+def _value_range_reader(
+    db: Backend, schema: str | None, tables: Mapping[str, Sequence[LiveColumnLike]]
+) -> Callable[[str, Sequence[str]], Mapping[str, ValueRange]]:
+    """Where the values of a table's number, date and time columns lie (keyed as the draft keys
+    tables), read in one statement per table by the data owner's own connection, for the comments
+    that help them choose `lower` and `upper`: the least, the most, and for numbers the quantiles
+    TYPICAL_QUANTILES (approximate on Spark). An empty mapping when the statement fails (a view that
+    cannot be read, a timeout): the draft then says nothing about the values."""
+    from dpproxy.backends import BackendError
+    from dpproxy.policy import ValueRange
+
+    def value_ranges(table: str, columns: Sequence[str]) -> Mapping[str, ValueRange]:
+        types = {c.name: c.type for c in tables.get(table, ())}
+        name = table.rpartition(".")[2]
+        selected: list[exp.Expression] = []
+        for column in columns:
+            ref = exp.column(column, quoted=True)
+            selected += [exp.Min(this=ref.copy()), exp.Max(this=ref.copy())]
+            column_type = types.get(column)
+            if column_type is not None and column_type.is_number:  # read in this order below
+                selected += [
+                    exp.WithinGroup(
+                        this=exp.PercentileDisc(this=exp.Literal.number(q)),
+                        expression=exp.Order(expressions=[exp.Ordered(this=ref.copy())]),
+                    )
+                    for q in TYPICAL_QUANTILES
+                ]
+        source = exp.table_(name, db=schema or None, quoted=True)
+        sql = exp.select(*selected).from_(source).sql(dialect=db.dialect)
+        try:
+            rows = db.run(sql)
+        except BackendError:  # a draft without the ranges is still a draft
+            return {}
+        if not rows:
+            return {}
+        values = iter(rows[0])
+        found: dict[str, ValueRange] = {}
+        for column in columns:
+            least, most = next(values), next(values)
+            column_type = types.get(column)
+            low = high = None
+            if column_type is not None and column_type.is_number:
+                low, high = next(values), next(values)
+            if least is not None and most is not None:  # no value, nothing to say
+                found[column] = ValueRange(least, most, low, high)
+        return found
+
+    return value_ranges
 
 
 def _foreign_keys(db: Backend, schema: str | None) -> dict[str, list[tuple[str, str, str]]]:

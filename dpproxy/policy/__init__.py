@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dpproxy.policy.columns import MAX_SCALE
 from dpproxy.policy.defaults import MAX_DATA_EPOCH_LENGTH
-from dpproxy.policy.drafting import draft_policy
+from dpproxy.policy.drafting import ValueRange, draft_policy
 from dpproxy.policy.live_schema import (
     LiveColumnLike,
     check_against_schema,
@@ -78,6 +78,7 @@ __all__ = [
     "ServerPolicy",
     "TablePolicy",
     "UnitReference",
+    "ValueRange",
     "account_key",
     "check_against_schema",
     "column_type_from_sql",

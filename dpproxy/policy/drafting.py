@@ -6,13 +6,16 @@ password), with every guess, such as the privacy unit, marked `# TODO` for the d
 
 It must never import a backend or touch data: it works on the column list the caller got from the
 backend (and, for the ceilings, on what the caller's `most_rows` reads: the most rows one person has
-in a table), and writes text for a person to review, never a `Policy` that is used unreviewed.
+in a table; for the bounds, on what its `value_ranges` reads: where a column's values lie), and
+writes text for a person to review, never a `Policy` that is used unreviewed.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from dpproxy.policy.live_schema import LiveColumnLike
 from dpproxy.policy.model import is_valid_name
@@ -24,6 +27,22 @@ _PERSON_ID_NAMES = (
     "person_id", "user_id", "patient_id", "customer_id", "individual_id", "member_id", "employee_id",
     "participant_id", "subject_id", "student_id", "client_id", "account_id", "household_id",
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ValueRange:
+    """Where a column's values lay when the draft was made, read by the caller (`policy init`, with
+    the data owner's connection): the least and the most, and for a number column the values with
+    half a percent of the rows below and above (`low`, `high`; None for dates and times)."""
+
+    least: object
+    most: object
+    low: object = None
+    high: object = None
+
+
+# The share of a number column's values the draft says lie between `low` and `high`.
+TYPICAL_SHARE = "99%"
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,7 @@ def draft_policy(
     analyst: str = "analyst",
     foreign_keys: Mapping[str, Sequence[tuple[str, str, str]]] | None = None,
     most_rows: Callable[[str, str], int | None] | None = None,
+    value_ranges: Callable[[str, Sequence[str]], Mapping[str, ValueRange]] | None = None,
 ) -> str:
     """A commented policy skeleton for the live schema (`dpproxy policy init`).
 
@@ -63,6 +83,14 @@ def draft_policy(
     then gets that number as its `max_rows_per_unit` ceiling: with bounds chosen per query a ceiling
     far above it costs accuracy (the choice never goes below a quarter of the ceiling), and one
     below it drops data. Without it the draft keeps the restrictive 1.
+
+    `value_ranges(table, columns)`: where each of those columns' values lie (keyed by column; a
+    column missing: unknown), read by the caller for the number, date and time columns other than
+    the unit. The draft says it in a comment under the column, for the data owner choosing `lower`
+    and `upper`: a number column's noise grows with the width of its range, so the range that holds
+    nearly all values (TYPICAL_SHARE) is usually the better bound than the least and the most; a
+    date or time range, when public knowledge, makes date_trunc buckets public keys. The comments
+    quote the data: the draft is for the data owner, not for analysts.
     """
     shared_ids = _ids_shared_between_tables(live)
     units = _draft_units(live, shared_ids, foreign_keys or {})
@@ -142,8 +170,17 @@ def draft_policy(
                 out.append(
                     "    max_rows_per_unit: 1    # TODO: the most rows one person may contribute to a query"
                 )
-        out.append("    columns:")
         width = max(len(c.name) for c in columns) + 1
+        ranged = [c.name for c in columns if c.name != unit and c.type is not None and _ranged(c.type)]
+        found = value_ranges(key, ranged) if value_ranges is not None and ranged else {}
+        if found:
+            out += [
+                '    # "values when drafted" quote the data: keep them out of what analysts see.',
+                "    # The noise of SUM and AVG grows with upper - lower, and values outside are",
+                f"    # clipped: where {TYPICAL_SHARE} of the values lie is usually a better range than",
+                "    # where all of them do.",
+            ]
+        out.append("    columns:")
         for column in columns:
             label = f"{column.name}:".ljust(width)
             assert column.type is not None
@@ -159,14 +196,52 @@ def draft_policy(
                     f"      {label} {{type: {column.type}}}"
                     "  # TODO: if its set of values is public knowledge, add public_values: [...]"
                 )
+            elif column.type.is_temporal:
+                out.append(
+                    f"      {label} {{type: {column.type}}}  # TODO: if the range of its values is public"
+                    " knowledge, add lower: ..., upper: ... (date_trunc buckets become public keys)"
+                )
             else:
                 out.append(f"      {label} {{type: {column.type}}}")
+            if column.name in found and column.name != unit:
+                out.append(f"      #   {_range_note(found[column.name])}")
         for column in skipped:
             reason = "unsupported type " + column.sql_type if column.type is None else "name is not lowercase"
             out.append(f"      # {column.name}: not exposed ({reason})")
     if len(out) and out[-1] == "tables:":
         out.append("  {}  # TODO: no table could be drafted; list the tables analysts may query")
     return "\n".join(out) + "\n"
+
+
+def _ranged(column_type: ColumnType) -> bool:
+    return column_type.is_number or column_type.is_temporal
+
+
+def _range_note(found: ValueRange) -> str:
+    """The comment under a column saying where its values lay when drafted."""
+    whole = f"[{_value_text(found.least)}, {_value_text(found.most)}]"
+    if found.low is None or found.high is None:
+        return f"values when drafted: {whole}"
+    typical = f"[{_value_text(found.low)}, {_value_text(found.high)}]"
+    return f"values when drafted: {TYPICAL_SHARE} in {typical}, all in {whole}"
+
+
+def _value_text(value: object) -> str:
+    """A value as the policy would spell it: numbers plainly (1272, not 1272.0 or 1.272E+3), dates
+    and times in ISO form."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else format(value, ".6g")
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
 
 
 def _draft_name(name: str, kind: str) -> str:

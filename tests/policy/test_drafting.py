@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dpproxy.policy import ColumnType, check_against_schema, draft_policy, parse_policy
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+
+from dpproxy.policy import ColumnType, ValueRange, check_against_schema, draft_policy, parse_policy
 from tests.policy.demo_schema import DEMO_LIVE, Live
 
 
@@ -93,3 +97,39 @@ def test_draft_policy_sets_the_rows_ceiling_to_the_most_rows_one_person_has() ->
     assert policy.table("visits").max_rows_per_unit == 575
     assert policy.table("patients").max_rows_per_unit == 1
     assert all(table != "zip_info" for table, _ in asked)  # `row`: no person to count rows of
+
+
+def test_draft_policy_says_where_the_values_lay_under_each_column() -> None:
+    """With `value_ranges` (the caller's reading of the data), the draft says under each number, date
+    and time column other than the unit where its values lay: for numbers where 99% of them do, for
+    the data owner choosing `lower` and `upper`; it still loads as-is and bounds nothing itself. A
+    column the reading left out, or a table without such columns, gets no line."""
+    asked: dict[str, list[str]] = {}
+
+    def value_ranges(table: str, columns: Sequence[str]) -> Mapping[str, ValueRange]:
+        asked[table] = list(columns)
+        if table != "visits":
+            return {}
+        return {
+            "cost": ValueRange(Decimal("0.50"), Decimal("19999.99"), Decimal("12.5"), Decimal("4200.00")),
+            "duration_minutes": ValueRange(1, 600, 5, 180),
+            "visit_date": ValueRange(dt.date(2023, 1, 2), dt.date(2023, 12, 30)),
+        }
+
+    draft = draft_policy(DEMO_LIVE, value_ranges=value_ranges)
+    assert asked == {
+        "patients": ["age", "income", "enrolled"],  # not the unit, not text or booleans
+        "visits": ["visit_id", "visit_date", "cost", "duration_minutes"],
+    }
+    lines = draft.splitlines()
+    cost = next(i for i, line in enumerate(lines) if line.strip().startswith("cost:"))
+    assert lines[cost + 1] == "      #   values when drafted: 99% in [12.5, 4200], all in [0.5, 19999.99]"
+    minutes = next(i for i, line in enumerate(lines) if line.strip().startswith("duration_minutes:"))
+    assert lines[minutes + 1] == "      #   values when drafted: 99% in [5, 180], all in [1, 600]"
+    day = next(i for i, line in enumerate(lines) if line.strip().startswith("visit_date:"))
+    assert "add lower: ..., upper: ... (date_trunc buckets become public keys)" in lines[day]
+    assert lines[day + 1] == "      #   values when drafted: [2023-01-02, 2023-12-30]"
+    assert draft.count("values when drafted:") == 3  # visit_id was left out by the reading
+    assert draft.count('"values when drafted" quote the data') == 1  # visits only
+    policy = parse_policy(draft, "draft.yaml")
+    assert not any(c.bounded for c in policy.table("visits").columns)
