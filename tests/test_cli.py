@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -428,9 +429,29 @@ def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn,
         assert code == 0, err
         lines = out.splitlines()
         amount = next(i for i, line in enumerate(lines) if line.strip().startswith("amount:"))
-        assert lines[amount + 1] == "      #   values when drafted: 99% in [2, 200], all in [1, 100000]", backend
+        assert lines[amount + 1] == "      #   values when drafted: 99% in [2, 200], all in [1, 100000]", (
+            backend
+        )
         paid = next(i for i, line in enumerate(lines) if line.strip().startswith("paid:"))
         assert lines[paid + 1] == "      #   values when drafted: [2024-01-02, 2024-12-31]", backend
         draft = tmp_path / "draft.yaml"
         draft.write_text(out)
         assert not load_policy(draft).table("payments").column("amount").bounded
+        # `policy check --backend` says when a declared range is far wider than where 99% lie.
+        wide = re.sub(
+            r"amount: *\{type: double precision, summable: false\}",
+            "amount: {type: double precision, lower: 0, upper: 100000}",
+            out,
+        )
+        draft.write_text(wide)
+        code, checked, err = run("policy", "check", str(draft), "--backend", backend)
+        assert code == 0, err
+        assert (
+            "warning: tables.payments.columns.amount: lower..upper is [0, 100000], 505 times as wide as "
+            "where 99% of its values lie, [2, 200]: an average's noise grows with upper - lower (a sum's "
+            "with the larger of |lower| and |upper|), and bounds near that range shrink it as much, but "
+            "values outside the bounds are clipped (check that what lies beyond matters little)"
+        ) in checked, backend
+        draft.write_text(wide.replace("upper: 100000", "upper: 300"))
+        code, checked, err = run("policy", "check", str(draft), "--backend", backend)
+        assert code == 0 and "warning" not in checked, checked + err

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,7 @@ def policy_check(file: Path, backend: str | None) -> None:
                     )
                     for table, fks in _foreign_keys(db, schema).items():
                         foreign_keys.setdefault(table, []).extend(fks)
-                ceilings = _ceiling_warnings(db, loaded, live)
+                ceilings = _ceiling_warnings(db, loaded, live) + _bounds_warnings(db, loaded, live)
             for warning in [*reference_warnings(loaded, foreign_keys), *ceilings]:
                 click.echo(f"  warning: {warning}")
             problems = check_against_schema(loaded, live)
@@ -164,6 +165,46 @@ def _ceiling_warnings(db: Backend, loaded: Policy, live: Mapping[str, object]) -
             f"least a quarter of the ceiling per person, so a ceiling this far above costs accuracy; "
             f"write max_rows_per_unit: {most}"
         )
+    return warnings
+
+
+def _bounds_warnings(db: Backend, loaded: Policy, live: Mapping[str, Sequence[LiveColumnLike]]) -> list[str]:
+    """A warning for each summable number column of a protected table whose declared range is far
+    wider (FAR_ABOVE times or more) than where 99% of its values lie (read with the data owner's
+    connection, as `policy init` reads them): the noise of its SUM and AVG grows with upper - lower.
+    Nothing is said when those values are all one value (a column of mostly zeros would be cut to
+    them), and the warning says that values outside the bounds are clipped: the owner decides."""
+    from dpproxy.policy.drafting import TYPICAL_SHARE, value_text
+
+    warnings = []
+    for table in loaded.tables:
+        if table.public or table.name not in live:
+            continue
+        columns = [
+            c
+            for c in table.columns
+            if c.type.is_number and c.summable and c.bounded and c.name != table.privacy_unit
+        ]
+        if not columns:
+            continue
+        found = _value_range_reader(db, table.schema, live)(table.name, [c.name for c in columns])
+        for column in columns:
+            where = found.get(column.name)
+            if where is None or where.low is None or where.high is None:
+                continue
+            low, high = Decimal(str(where.low)), Decimal(str(where.high))
+            assert isinstance(column.lower, Decimal) and isinstance(column.upper, Decimal)
+            declared = column.upper - column.lower
+            if high <= low or declared < FAR_ABOVE * (high - low):
+                continue
+            typical = f"[{value_text(where.low)}, {value_text(where.high)}]"
+            warnings.append(
+                f"tables.{table.name}.columns.{column.name}: lower..upper is [{column.lower}, "
+                f"{column.upper}], {declared / (high - low):.0f} times as wide as where {TYPICAL_SHARE} of "
+                f"its values lie, {typical}: an average's noise grows with upper - lower (a sum's with the "
+                "larger of |lower| and |upper|), and bounds near that range shrink it as much, but values "
+                "outside the bounds are clipped (check that what lies beyond matters little)"
+            )
     return warnings
 
 

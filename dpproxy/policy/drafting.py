@@ -219,14 +219,14 @@ def _ranged(column_type: ColumnType) -> bool:
 
 def _range_note(found: ValueRange) -> str:
     """The comment under a column saying where its values lay when drafted."""
-    whole = f"[{_value_text(found.least)}, {_value_text(found.most)}]"
+    whole = f"[{value_text(found.least)}, {value_text(found.most)}]"
     if found.low is None or found.high is None:
         return f"values when drafted: {whole}"
-    typical = f"[{_value_text(found.low)}, {_value_text(found.high)}]"
+    typical = f"[{value_text(found.low)}, {value_text(found.high)}]"
     return f"values when drafted: {TYPICAL_SHARE} in {typical}, all in {whole}"
 
 
-def _value_text(value: object) -> str:
+def value_text(value: object) -> str:
     """A value as the policy would spell it: numbers plainly (1272, not 1272.0 or 1.272E+3), dates
     and times in ISO form."""
     if isinstance(value, bool) or value is None:
