@@ -427,3 +427,26 @@ def test_round_and_numeric_casts_of_any_size_are_postgresqls(engine: Engine, dem
         and "must round to an absolute value less than 10^2" in caught.value.hint
     )
     assert "the answer was released and charged" in caught.value.hint and spent(engine) > before
+
+
+def test_a_window_that_reads_no_key_or_aggregate_counts_the_released_groups(engine: Engine) -> None:
+    """`SELECT COUNT(*) OVER () … GROUP BY k` reads no key or aggregate of its SELECT: one row per
+    group, each the number of groups, as in PostgreSQL. The aggregate answers the groups, their keys
+    as hidden columns, and the window counts the released ones (it crashed the analysis: the
+    aggregate had no column; found by a long language run). Over public values it is their number,
+    free; with HAVING on a count, the count is noised and charged."""
+    groups = engine.execute(
+        "SELECT COUNT(*) OVER () AS groups FROM visits GROUP BY department", analyst="alice"
+    )
+    departments = engine.execute("SELECT department FROM visits GROUP BY department", analyst="alice")
+    assert [c.name for c in groups.columns] == ["groups"]
+    assert groups.rows == [(len(departments.rows),)] * len(departments.rows)
+    numbered = engine.execute(
+        "SELECT ROW_NUMBER() OVER () AS n FROM visits GROUP BY department ORDER BY 1 DESC", analyst="alice"
+    )
+    assert numbered.rows == [(n,) for n in range(len(departments.rows), 0, -1)]
+    spent_before = spent(engine)
+    kept = engine.execute(
+        "SELECT COUNT(*) OVER () FROM visits GROUP BY department HAVING COUNT(*) > 0", analyst="alice"
+    )
+    assert spent(engine) > spent_before and len({row[0] for row in kept.rows}) <= 1

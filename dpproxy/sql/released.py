@@ -307,6 +307,11 @@ def _lift_windows(tree: exp.Select) -> ReleasedSplit | None:
             copied.set("this", lifted[-1])
         outer_order.append(copied)
     inner_items += aggregates.values()
+    if not inner_items:
+        # Only windows that read no key or aggregate (`SELECT COUNT(*) OVER () … GROUP BY k`, the
+        # number of groups): the aggregate still answers one row per group, its keys as columns.
+        for key in keys:
+            lift(key.copy())
     # A name left is no key or aggregate (an output alias is none, as in PostgreSQL's select list).
     readable = {*columns.values(), *(a.alias for a in aggregates.values())}
     if any(c.table or c.name not in readable for e in lifted for c in e.find_all(exp.Column)):

@@ -122,3 +122,6 @@ SELECT MIN(CASE WHEN NOT b.zip IN (SELECT q.zip FROM zip_info AS q WHERE q.popul
 SELECT t.answer, ROUND(COUNT(length(CASE WHEN t.answer = ANY(ARRAY['9%', $1, 'yes']) THEN t.answer ELSE 'CA' END)), 0) AS a0, SUM(round(round(floor(t.rating), 0), 2)) * 2 AS a1, COUNT(*) + (SELECT MIN(q.population) FROM zip_info q WHERE q.zip <> 'é') AS a2 FROM survey t GROUP BY 1 HAVING (STDDEV(rating) > 1 AND AVG(t.rating) < 100) -- params: ['er']
 SELECT SUM(round(floor(rating), 0)) FROM survey
 SELECT floor(rating) AS f, sign(rating - 3) AS s, ceil(rating / 2) AS c, COUNT(*) FROM survey GROUP BY 1, 2, 3
+-- A window that reads no key or aggregate of its SELECT (the number of groups): the aggregate had no column, and the analysis crashed (a long run, eighteenth session).
+SELECT COUNT(*) OVER () FROM patients a LEFT JOIN visits b ON a.patient_id = b.patient_id WHERE a.birth = ANY(ARRAY[TO_DATE('2023-01-15', 'YYYY-MM-DD')]) GROUP BY a.birth
+SELECT ROW_NUMBER() OVER () AS n, COUNT(*) OVER () AS groups FROM survey GROUP BY answer ORDER BY 1
