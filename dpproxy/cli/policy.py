@@ -195,6 +195,8 @@ def _bounds_warnings(db: Backend, loaded: Policy, live: Mapping[str, Sequence[Li
             low, high = Decimal(str(where.low)), Decimal(str(where.high))
             assert isinstance(column.lower, Decimal) and isinstance(column.upper, Decimal)
             declared = column.upper - column.lower
+            if not (low.is_finite() and high.is_finite()):  # NaN or infinities among the values
+                continue
             if high <= low or declared < FAR_ABOVE * (high - low):
                 continue
             typical = f"[{value_text(where.low)}, {value_text(where.high)}]"

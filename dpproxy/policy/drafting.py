@@ -13,6 +13,7 @@ writes text for a person to review, never a `Policy` that is used unreviewed.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -234,6 +235,8 @@ def value_text(value: object) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
+        if not math.isfinite(value):  # as PostgreSQL spells them
+            return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
         return str(int(value)) if value.is_integer() else format(value, ".6g")
     if isinstance(value, Decimal):
         return format(value.normalize(), "f")
