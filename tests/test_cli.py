@@ -359,6 +359,8 @@ def test_policy_init_and_check_on_spark(spark_demo_url: str, tmp_path: Path) -> 
     assert "      income:     {type: numeric, summable: false}" in out
     assert "      sex:        {type: text}" in out and "      enrolled:   {type: date}" in out
     assert "      visit_id:         {type: bigint, summable: false}" in out
+    # Where the values lie, read on Spark too (its percentiles approximate).
+    assert "      #   values when drafted: 99% in [" in out
     draft = tmp_path / "draft.yaml"
     draft.write_text(out)
     assert {(t.name, t.schema) for t in load_policy(draft).tables} == {
