@@ -412,14 +412,14 @@ def _payments(con) -> None:
         "INSERT INTO payments SELECT i % 20, i, DATE '2024-01-01' + CAST(i AS INTEGER) "
         "FROM generate_series(1, 200) AS g(i)"
     )
-    con.execute("INSERT INTO payments VALUES (1, 100000, DATE '2024-12-31'), (2, NULL, NULL)")
+    con.execute("INSERT INTO payments VALUES (1, 100000, DATE '2024-12-31'), (2, NULL, NULL), (NULL, NULL, NULL)")
 
 
 def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn, pg_dsn: str) -> None:
     """`policy init` reads, with the data owner's connection, where each number, date and time
     column's values lie, and says it under the column: for the amounts 1..200 and one of 100,000,
-    99% lie in [2, 200], which is the range to bound them by (all lie in [1, 100000]); on DuckDB and
-    PostgreSQL alike."""
+    99% lie in [2, 200], which is the range to bound them by (all lie in [1, 100000]); and notes
+    the rows without a person, which every private query leaves out. On DuckDB and PostgreSQL alike."""
     import duckdb
 
     path = tmp_path / "pay.duckdb"
@@ -434,6 +434,11 @@ def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn,
         assert lines[amount + 1] == "      #   values when drafted: 99% in [2, 200], all in [1, 100000]", (
             backend
         )
+        assert (
+            "    # NOTE: 1 row(s) had no patient_id when drafted: they belong to no person\n"
+            "    # and are left out of every private query. If each is a different person, give\n"
+            '    # them identifiers in a view and expose it (README, "Rows without a person").\n'
+        ) in out
         paid = next(i for i, line in enumerate(lines) if line.strip().startswith("paid:"))
         assert lines[paid + 1] == "      #   values when drafted: [2024-01-02, 2024-12-31]", backend
         draft = tmp_path / "draft.yaml"

@@ -134,7 +134,13 @@ def policy_init(backend: str, schema: str | None) -> None:
             most_rows = _most_rows_reader(db, schema)
             ranges = _value_range_reader(db, schema, tables)
             click.echo(
-                draft_policy(tables, foreign_keys=foreign_keys, most_rows=most_rows, value_ranges=ranges)
+                draft_policy(
+                    tables,
+                    foreign_keys=foreign_keys,
+                    most_rows=most_rows,
+                    value_ranges=ranges,
+                    unitless_rows=_unitless_rows_reader(db, schema),
+                )
             )
 
     _run(action)
@@ -288,6 +294,28 @@ def _value_range_reader(
         return found
 
     return value_ranges
+
+
+def _unitless_rows_reader(db: Backend, schema: str | None) -> Callable[[str, str], int | None]:
+    """How many rows of a table have no unit (NULL), counted by the data owner's own connection for
+    the draft's note; None when the count fails."""
+    from dpproxy.backends import BackendError
+
+    def unitless_rows(table: str, unit: str) -> int | None:
+        source = exp.table_(table.rpartition(".")[2], db=schema or None, quoted=True)
+        sql = (
+            exp.select(exp.Count(this=exp.Star()))
+            .from_(source)
+            .where(exp.column(unit, quoted=True).is_(exp.null()))
+            .sql(dialect=db.dialect)
+        )
+        try:
+            rows = db.run(sql)
+        except BackendError:
+            return None
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    return unitless_rows
 
 
 def _foreign_keys(db: Backend, schema: str | None) -> dict[str, list[tuple[str, str, str]]]:

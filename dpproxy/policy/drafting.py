@@ -64,6 +64,7 @@ def draft_policy(
     foreign_keys: Mapping[str, Sequence[tuple[str, str, str]]] | None = None,
     most_rows: Callable[[str, str], int | None] | None = None,
     value_ranges: Callable[[str, Sequence[str]], Mapping[str, ValueRange]] | None = None,
+    unitless_rows: Callable[[str, str], int | None] | None = None,
 ) -> str:
     """A commented policy skeleton for the live schema (`dpproxy policy init`).
 
@@ -84,6 +85,9 @@ def draft_policy(
     then gets that number as its `max_rows_per_unit` ceiling: with bounds chosen per query a ceiling
     far above it costs accuracy (the choice never goes below a quarter of the ceiling), and one
     below it drops data. Without it the draft keeps the restrictive 1.
+
+    `unitless_rows(table, unit)`: how many rows of the table have no unit (NULL), read by the caller:
+    the draft notes them when there are some, as every private query leaves them out.
 
     `value_ranges(table, columns)`: where each of those columns' values lie (keyed by column; a
     column missing: unknown), read by the caller for the number, date and time columns other than
@@ -171,6 +175,13 @@ def draft_policy(
                 out.append(
                     "    max_rows_per_unit: 1    # TODO: the most rows one person may contribute to a query"
                 )
+            without = unitless_rows(key, unit) if unitless_rows is not None else None
+            if without:
+                out += [
+                    f"    # NOTE: {without:,} row(s) had no {unit} when drafted: they belong to no person",
+                    "    # and are left out of every private query. If each is a different person, give",
+                    '    # them identifiers in a view and expose it (README, "Rows without a person").',
+                ]
         width = max(len(c.name) for c in columns) + 1
         ranged = [c.name for c in columns if c.name != unit and c.type is not None and _ranged(c.type)]
         found = value_ranges(key, ranged) if value_ranges is not None and ranged else {}
