@@ -412,7 +412,9 @@ def _payments(con) -> None:
         "INSERT INTO payments SELECT i % 20, i, DATE '2024-01-01' + CAST(i AS INTEGER) "
         "FROM generate_series(1, 200) AS g(i)"
     )
-    con.execute("INSERT INTO payments VALUES (1, 100000, DATE '2024-12-31'), (2, NULL, NULL), (NULL, NULL, NULL)")
+    con.execute(
+        "INSERT INTO payments VALUES (1, 100000, DATE '2024-12-31'), (2, NULL, NULL), (NULL, NULL, NULL)"
+    )
 
 
 def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn, pg_dsn: str) -> None:
