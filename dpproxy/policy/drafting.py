@@ -6,8 +6,9 @@ password), with every guess, such as the privacy unit, marked `# TODO` for the d
 
 It must never import a backend or touch data: it works on the column list the caller got from the
 backend (and, for the ceilings, on what the caller's `most_rows` reads: the most rows one person has
-in a table; for the bounds, on what its `value_ranges` reads: where a column's values lie), and
-writes text for a person to review, never a `Policy` that is used unreviewed.
+in a table; for the bounds, on what its `value_ranges` reads: where a column's values lie; for a
+note, on its `unitless_rows`: the rows without a person), and writes text for a person to review,
+never a `Policy` that is used unreviewed.
 """
 
 from __future__ import annotations
