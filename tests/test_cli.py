@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -222,6 +223,21 @@ def test_policy_init_drafts_references_and_check_warns_about_row(tmp_path: Path)
     assert "write privacy_unit: {references: orders, on: order_id}" in out
 
 
+def _drafted_on_both(tmp_path: Path, pg_conn, pg_dsn: str, fill) -> Iterator[tuple[str, str]]:
+    """(backend, `policy init`'s draft) for a DuckDB file and the PostgreSQL database, each filled
+    by `fill(connection)`."""
+    import duckdb
+
+    path = tmp_path / "drafted.duckdb"
+    with duckdb.connect(str(path)) as con:
+        fill(con)
+    fill(pg_conn)
+    for backend in (str(path), pg_dsn):
+        code, out, err = run("policy", "init", "--backend", backend)
+        assert code == 0, err
+        yield backend, out
+
+
 def _visits_with_a_heavy_person(con) -> None:
     con.execute("CREATE TABLE visits (patient_id INTEGER, day DATE)")
     con.execute("INSERT INTO visits VALUES (1, DATE '2024-01-01'), (2, DATE '2024-01-02'), (NULL, NULL)")
@@ -236,15 +252,7 @@ def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has(
     table whose unit it drafts, and writes it as max_rows_per_unit (a ceiling near it: many queries
     keep k at or above a quarter of the ceiling); `policy check --backend` warns about a ceiling far
     above it; on DuckDB and PostgreSQL alike."""
-    import duckdb
-
-    path = tmp_path / "clinic.duckdb"
-    with duckdb.connect(str(path)) as con:
-        _visits_with_a_heavy_person(con)
-    _visits_with_a_heavy_person(pg_conn)
-    for backend in (str(path), pg_dsn):
-        code, out, err = run("policy", "init", "--backend", backend)
-        assert code == 0, err
+    for backend, out in _drafted_on_both(tmp_path, pg_conn, pg_dsn, _visits_with_a_heavy_person):
         assert "max_rows_per_unit: 7  # TODO: the most rows one person has here when drafted" in out
         draft = tmp_path / "draft.yaml"
         draft.write_text(out)
@@ -422,15 +430,7 @@ def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn,
     column's values lie, and says it under the column: for the amounts 1..200 and one of 100,000,
     99% lie in [2, 200], which is the range to bound them by (all lie in [1, 100000]); and notes
     the rows without a person, which every private query leaves out. On DuckDB and PostgreSQL alike."""
-    import duckdb
-
-    path = tmp_path / "pay.duckdb"
-    with duckdb.connect(str(path)) as con:
-        _payments(con)
-    _payments(pg_conn)
-    for backend in (str(path), pg_dsn):
-        code, out, err = run("policy", "init", "--backend", backend)
-        assert code == 0, err
+    for backend, out in _drafted_on_both(tmp_path, pg_conn, pg_dsn, _payments):
         lines = out.splitlines()
         amount = next(i for i, line in enumerate(lines) if line.strip().startswith("amount:"))
         assert lines[amount + 1] == "      #   values when drafted: 99% in [2, 200], all in [1, 100000]", (
