@@ -450,3 +450,37 @@ def test_a_window_that_reads_no_key_or_aggregate_counts_the_released_groups(engi
         "SELECT COUNT(*) OVER () FROM visits GROUP BY department HAVING COUNT(*) > 0", analyst="alice"
     )
     assert spent(engine) > spent_before and len({row[0] for row in kept.rows}) <= 1
+
+
+def test_floor_ceil_round_and_sign_of_a_released_integer_are_double_precision(
+    engine: Engine, demo_pg_dsn: str
+) -> None:
+    """PostgreSQL resolves floor, ceil, round and sign of an integer to their double precision forms,
+    and has no round(double precision, integer): over released values as over rows, the integer as a
+    double, and round(x, n) of a double refused with 42883 before anything is charged (they were
+    typed numeric and int4, and round(AVG(double), 1) was answered)."""
+    expressions = [
+        "floor(COUNT(*) / 1000)",
+        "ceil(COUNT(*))",
+        "round(COUNT(*))",
+        "sign(COUNT(*) - 5)",
+        "round(COUNT(*), 1)",
+        "floor(AVG(cost))",
+        "round(AVG(CAST(duration_minutes AS double precision)))",
+    ]
+    typed = ", ".join(f"pg_typeof({e})::text" for e in expressions)
+    with psycopg.connect(demo_pg_dsn) as conn:
+        expected = conn.execute(f"SELECT {typed} FROM visits").fetchone()
+    assert expected == (*["double precision"] * 4, "numeric", "numeric", "double precision")
+    result = engine.execute(f"SELECT {', '.join(expressions)} FROM visits", analyst="alice")
+    assert tuple(c.type.value for c in result.columns) == expected
+    assert [type(v) for v in result.rows[0]] == [float] * 4 + [Decimal, Decimal, float]
+    assert result.rows[0][1] == float(int(result.rows[0][1])) == result.rows[0][2]  # the count itself
+    refused = "SELECT round(AVG(CAST(duration_minutes AS double precision)), 1) FROM visits"
+    with psycopg.connect(demo_pg_dsn) as conn, pytest.raises(psycopg.errors.UndefinedFunction):
+        conn.execute(refused)
+    before = spent(engine)
+    with pytest.raises(DPProxyError) as caught:
+        engine.execute(refused, analyst="alice")
+    assert caught.value.sqlstate == "42883" and spent(engine) == before
+    assert caught.value.message == "function round(double precision, integer) does not exist"

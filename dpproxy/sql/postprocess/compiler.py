@@ -274,6 +274,8 @@ class _Compiler:
             if decimals is None:
                 if isinstance(value, float):
                     return float(round(value))  # PostgreSQL rounds float8 halves to even (rint)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return float(value)  # round(integer) is round(double precision) in PostgreSQL
                 return round_numeric(_to_decimal(value), 0)
             digits = decimals(row)
             if not isinstance(digits, int):
@@ -305,9 +307,12 @@ def _strict_pair(left: Compiled, right: Compiled, function: Callable[[Any, Any],
 
 
 def _integral(value: object, to_integer: Callable[[Any], int]) -> object:
-    """floor or ceil of a released number, in its own kind: a double stays a double, else numeric."""
+    """floor or ceil of a released number: a double stays a double, an integer becomes one (as
+    PostgreSQL resolves floor(integer)), a numeric stays numeric."""
     if isinstance(value, float):
         return float(to_integer(value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
     return Decimal(to_integer(_to_decimal(value)))
 
 

@@ -135,17 +135,25 @@ def infer_type(node: exp.Expression, env: TypeEnv) -> PgType:
         return infer_type(node.this, env)
     if isinstance(node, exp.Abs):
         return infer_type(node.this, env)
+    # PostgreSQL resolves sign, round, floor and ceil of an integer to their double precision forms
+    # (its numbers' preferred type), as in rows (sql/rowexpr/arithmetic.py): the integer, as a double.
     if isinstance(node, exp.Sign):
         t = infer_type(node.this, env)
-        return t if not t.is_integer else PgType.INT4
+        return PgType.FLOAT8 if t.is_integer else t
     if isinstance(node, exp.Round):
         t = _number_argument(node, infer_type(node.this, env))
         if node.args.get("decimals") is not None:
+            infer_type(node.args["decimals"], env)
+            if t.is_float:  # round(x, n) takes an exact number only
+                raise UndefinedFunction(
+                    "function round(double precision, integer) does not exist",
+                    hint="round(x) rounds a double to an integer; round(CAST(x AS numeric), n) to n decimals",
+                )
             return PgType.NUMERIC
-        return PgType.FLOAT8 if t.is_float else PgType.NUMERIC
+        return PgType.FLOAT8 if t.is_float or t.is_integer else PgType.NUMERIC
     if isinstance(node, (exp.Floor, exp.Ceil)):
         t = _number_argument(node, infer_type(node.this, env))
-        return PgType.FLOAT8 if t.is_float else PgType.NUMERIC
+        return PgType.FLOAT8 if t.is_float or t.is_integer else PgType.NUMERIC
     if isinstance(node, MATH_FUNCTIONS):
         kinds = [infer_type(a, env) for a in node.iter_expressions()]
         if not all(t.is_number or t is PgType.UNKNOWN for t in kinds):
