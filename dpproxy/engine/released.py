@@ -84,7 +84,7 @@ def run_over_rows(
         columns = ", ".join(f"{_quoted(c.name)} {_DUCKDB_TYPES[c.type]}" for c in query.columns)
         conn.execute(f"CREATE TEMPORARY TABLE {table} ({columns})")
         marks = ", ".join("?" for _ in query.columns)
-        sql = backend_sql(query.outer, "duckdb")
+        sql = backend_sql(_total_division(query.outer), "duckdb")
         try:
             if not charged:
                 # Bound and typed on no data, then run over one row of NULLs: DuckDB evaluates an
@@ -105,6 +105,20 @@ def run_over_rows(
             ) from None
     finally:
         conn.close()
+
+
+def _total_division(tree: exp.Expression) -> exp.Expression:
+    """`tree` with every divisor x of `/`, `%`, mod() and div() read as NULLIF(x, 0): over released
+    values a division by zero gives NULL (README), as the engine's own post-processing computes it.
+    DuckDB would raise, or divide integers in double precision to an infinity that then fails the
+    cast back to an integer (a noisy COUNT of 0 as a divisor, found by a long language run)."""
+    tree = tree.copy()
+    for node in list(tree.find_all(exp.Div, exp.Mod, exp.IntDiv)):
+        divisor = node.expression
+        guarded = exp.Nullif(this=divisor.copy(), expression=exp.Literal.number(0))
+        guarded.type = divisor.type  # the divisor's type: a quotient of integers stays integer division
+        node.set("expression", guarded)
+    return tree
 
 
 _DATABASE: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (pid, connection)

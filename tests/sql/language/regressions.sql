@@ -125,3 +125,5 @@ SELECT floor(rating) AS f, sign(rating - 3) AS s, ceil(rating / 2) AS c, COUNT(*
 -- A window that reads no key or aggregate of its SELECT (the number of groups): the aggregate had no column, and the analysis crashed (a long run, eighteenth session).
 SELECT COUNT(*) OVER () FROM patients a LEFT JOIN visits b ON a.patient_id = b.patient_id WHERE a.birth = ANY(ARRAY[TO_DATE('2023-01-15', 'YYYY-MM-DD')]) GROUP BY a.birth
 SELECT ROW_NUMBER() OVER () AS n, COUNT(*) OVER () AS groups FROM survey GROUP BY answer ORDER BY 1
+-- A window's count divided by a noisy COUNT released as 0, over released rows: DuckDB divided the integers in double precision to an infinity it could not cast back (a long run, eighteenth session); NULL, as a division by zero over released values is.
+SELECT AVG(a.temperature), COUNT(*) OVER () / COUNT(NULL) AS n, COUNT(*) OVER () FROM visits AS a INNER JOIN public.patients AS b ON a.patient_id = b.patient_id AND TRUE WHERE seen < (CURRENT_DATE - INTERVAL '1 YEAR') ORDER BY 2 DESC NULLS LAST, COUNT(score) OFFSET $1 -- params: [1]
