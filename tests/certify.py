@@ -22,13 +22,15 @@ def measure(plan: Plan, run: Runner, without: int | None = None) -> ExactGroups:
 def at_ceilings(plan: Plan, measured: ExactGroups) -> ExactGroups:
     """The true values as a test compares them with raw SQL: with bounds chosen per query, those at
     the policy's ceilings (the last candidates) and each component on its own grid (the fine grid's
-    divided by FINE: an int when whole, else a float); with fixed limits, as measured."""
-    if measured.candidates is None:
-        return measured
+    divided by FINE: an int when whole, else a float); with fixed limits, as measured, on its own
+    grid too."""
     query = plan.query
-    assert query.bounds is not None
-    resolved = measured.resolve(query, -1, -1 if query.bounds.groups else None)
     fine = fine_components(query)
+    if measured.candidates is None:
+        resolved = measured  # fixed limits: the values measured, their scaled components on the fine grid
+    else:
+        assert query.bounds is not None
+        resolved = measured.resolve(query, -1, -1 if query.bounds.groups else None)
 
     def own(value: int) -> int | float:
         whole, part = divmod(value, FINE)
@@ -218,7 +220,8 @@ def certify_fixed(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None
     measured = measure(plan, run)
     full = by_key(measured)
     spelled = {key: repr(key) for key in measured.keys}
-    sensitivities = plan.sensitivities
+    fine = fine_components(plan.query)  # measured on the fine grid: FINE times their own
+    sensitivities = [FINE * s if i in fine else s for i, s in enumerate(plan.sensitivities)]
     g, r = plan.query.max_groups, plan.query.max_rows
     empty = ([0] * len(sensitivities), 0, [[0] * h.candidates for h in plan.query.histograms])
     for unit in range(persons) if isinstance(persons, int) else persons:

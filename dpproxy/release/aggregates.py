@@ -64,7 +64,7 @@ from dpproxy.release.spans import (
     quotient,
     reach,
 )
-from dpproxy.sql.bounds import choosing
+from dpproxy.sql.bounds import choosing, scaled_with_fixed_limits
 from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, PrivateQuery
 from dpproxy.sql.types import PgType
@@ -496,10 +496,11 @@ def _component_errors(noise: QueryNoise, parts: int, fine: frozenset[int] = froz
 
 
 def fine_components(query: PrivateQuery) -> frozenset[int]:
-    """The components a query's main statement computes on the fine grid (bounds chosen per query:
-    dpproxy.sql.query.FINE), whose noisy values are brought back to their own grid before use."""
+    """The components a query's main statement computes on the fine grid (dpproxy.sql.query.FINE:
+    those scaled per person, with bounds chosen per query or fixed), whose noisy values are brought
+    back to their own grid before use."""
     if not choosing(query):
-        return frozenset()
+        return scaled_with_fixed_limits(query)
     assert query.bounds is not None
     return frozenset(i for i, c in enumerate(query.components) if query.bounds.scaled(c))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dpproxy.sql.query import ComponentKind, ContributionBounds, PrivateQuery
+from dpproxy.sql.query import FINE, ComponentKind, ContributionBounds, PrivateQuery
 
 
 def candidates(ceiling: int) -> tuple[int, ...]:
@@ -95,6 +95,23 @@ def distinct_bounds(query: PrivateQuery) -> tuple[int, ...]:
     return candidates(bounds.row_cap) if bounds.choose_rows else (min(bounds.rows[0], bounds.row_cap),)
 
 
+# With fixed limits (no bounds chosen), the components a person's rows in a group are scaled down by
+# r/n when they have n > r there, rather than clamped: an average's or a spread's sums and its count
+# of values shrink together, so a heavy person's contribution stays a mix of their own values. They
+# are computed on the fine grid (FINE), as scaled components are with bounds chosen per query, so
+# that truncating each person's share does not move a ratio of them. A SUM is clamped: it loses
+# nothing of a person whose sum fits in what r rows can add.
+SCALED_WITH_FIXED_LIMITS = (ComponentKind.VALUES, ComponentKind.CENTRED_SUM, ComponentKind.CENTRED_SQUARES)
+
+
+def scaled_with_fixed_limits(query: PrivateQuery) -> frozenset[int]:
+    """The components scaled per person with fixed limits (SCALED_WITH_FIXED_LIMITS), on the fine
+    grid; none when the bounds are chosen per query or every row is its own person."""
+    if query.bounds is not None or query.row_level or query.randomized_response:
+        return frozenset()
+    return frozenset(i for i, c in enumerate(query.components) if c.kind in SCALED_WITH_FIXED_LIMITS)
+
+
 def choosing(query: PrivateQuery) -> bool:
     """Whether the main statement computes every candidate bound's values, to choose from."""
     return query.bounds is not None and query.needs_main_statement
@@ -108,11 +125,12 @@ def component_bounds(query: PrivateQuery, rows: int, groups: int, values: int = 
     distinct = distinct_bounds(query)
     bounds = query.bounds if choosing(query) else None
     if bounds is None:
+        fine = scaled_with_fixed_limits(query)
         return [
             (distinct[values], 1)  # ℓ over all groups (dpproxy.release.distinct)
             if distinct and c.kind is ComponentKind.DISTINCT_VALUES
-            else (c.sensitivity(query.max_rows), query.max_groups)
-            for c in query.components
+            else ((FINE if i in fine else 1) * c.sensitivity(query.max_rows), query.max_groups)
+            for i, c in enumerate(query.components)
         ]
     k = bounds.rows[rows]
     g = bounds.groups[groups] if bounds.groups else query.max_groups

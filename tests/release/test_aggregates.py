@@ -20,10 +20,11 @@ import pytest
 
 from dpproxy.engine import Engine, Plan
 from dpproxy.policy import parse_policy
-from dpproxy.privacy import NoiseSpec, component_alpha
+from dpproxy.privacy import NoiseSpec, QueryNoise, component_alpha
 from dpproxy.release import ExactGroups, aggregates, release_aggregates
+from dpproxy.release.aggregates import fine_components
 from dpproxy.release.spans import Span
-from dpproxy.sql.query import AggregateKind
+from dpproxy.sql.query import FINE, AggregateKind
 
 POLICY = """
 version: 1
@@ -98,8 +99,7 @@ def exact_avg_distance(plan: Plan, a: int, row: list[int], released: Decimal) ->
     aggregate = plan.query.aggregates[a]
     assert aggregate.interval is not None
     centred, count = aggregate.components
-    alpha = component_alpha(2)
-    e_s, e_n = (Fraction(plan.noise.columns[i].error_at(alpha)) for i in (centred, count))
+    e_s, e_n = (Fraction(own_error(plan, plan.noise, i, component_alpha(2))) for i in (centred, count))
     lo, hi = aggregate.interval.on_grid(aggregate.scale)
     low, high = Fraction(lo - aggregate.centre), Fraction(hi - aggregate.centre)
     span = (low, high)
@@ -114,6 +114,12 @@ def exact_avg_distance(plan: Plan, a: int, row: list[int], released: Decimal) ->
     return max(Fraction(released) - ends_value[0], ends_value[1] - Fraction(released))
 
 
+def own_error(plan: Plan, noise: QueryNoise, c: int, alpha: float) -> float:
+    """Component c's error at level 1 − alpha on its own grid, as the release rounds a fine one's."""
+    error = noise.columns[c].error_at(alpha)
+    return math.ceil(error / FINE + 0.5) if c in fine_components(plan.query) else error
+
+
 @pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
 def test_columns_at_once_release_what_group_by_group_does(mechanism: str) -> None:
     plan = plan_for(mechanism)
@@ -123,10 +129,13 @@ def test_columns_at_once_release_what_group_by_group_does(mechanism: str) -> Non
     assert kinds.count(AggregateKind.AVG) == 3
     for size, huge in ((1, False), (7, True), (600, False)):
         rows = components_for(plan, rng, size, huge)
+        # Scaled per person, on the fine grid: the release brings them back to these values.
+        fine = fine_components(plan.query)
+        noisy = [[FINE * v if i in fine else v for i, v in enumerate(row)] for row in rows]
         released = release_aggregates(
-            plan.query, ExactGroups([(g,) for g in range(size)], rows, [0] * size), noise
+            plan.query, ExactGroups([(g,) for g in range(size)], noisy, [0] * size), noise
         )
-        alpha2 = [spec.error_at(component_alpha(2)) for spec in noise.columns]
+        alpha2 = [own_error(plan, noise, c, component_alpha(2)) for c in range(len(noise.columns))]
         for g, row in enumerate(rows):
             for a, aggregate in enumerate(plan.query.aggregates):
                 value, error = released.aggregates[g][a], released.group_errors[g][a]

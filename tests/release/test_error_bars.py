@@ -28,7 +28,8 @@ from dpproxy.engine import Engine, Plan
 from dpproxy.policy import parse_policy
 from dpproxy.privacy import NoiseSpec
 from dpproxy.release import ExactGroups, aggregates, release_aggregates
-from dpproxy.sql.query import Aggregate, AggregateKind, ComponentKind
+from dpproxy.release.aggregates import fine_components
+from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind
 from tests.tolerance import binomial_floor
 
 DRAWS = 1500
@@ -72,24 +73,25 @@ REGIMES: dict[str, list[Decimal]] = {
 
 
 def true_components(plan: Plan, values: Sequence[Decimal]) -> list[int]:
-    """What the backend would compute for one group of these values (grid units)."""
+    """What the backend would compute for one group of these values (grid units; a component scaled
+    per person on the fine grid, FINE times that)."""
+    fine = fine_components(plan.query)
     components = []
-    for component in plan.query.components:
+    for i, component in enumerate(plan.query.components):
         grid = [int(v.scaleb(component.scale)) for v in values]
         centred = [g - component.centre for g in grid]
-        components.append(
-            {
-                ComponentKind.ROWS: len(grid),
-                ComponentKind.VALUES: len(grid),
-                ComponentKind.SUM: sum(grid),
-                ComponentKind.CENTRED_SUM: sum(centred),
-                ComponentKind.CENTRED_SQUARES: sum(c * c for c in centred),
-            }[component.kind]
-        )
+        value = {
+            ComponentKind.ROWS: len(grid),
+            ComponentKind.VALUES: len(grid),
+            ComponentKind.SUM: sum(grid),
+            ComponentKind.CENTRED_SUM: sum(centred),
+            ComponentKind.CENTRED_SQUARES: sum(c * c for c in centred),
+        }[component.kind]
+        components.append(FINE * value if i in fine else value)
     return components
 
 
-def truth(aggregate: Aggregate, components: Sequence[int]) -> Fraction:
+def truth(aggregate: Aggregate, components: Sequence[int | Fraction]) -> Fraction:
     """The value the aggregate targets, from true components, clamped as the release clamps; for
     STDDEV its square (the root is irrational: `covers` compares squares)."""
     unit = Fraction(10) ** aggregate.scale
@@ -133,8 +135,10 @@ def coverage(
     """Per aggregate, the share of releases whose ± covers the truth: `figure(group, aggregate)`
     when it gives one, else the group's own ±, else the column's. NULLs claim nothing: left out."""
     shares = {}
+    fine = fine_components(plan.query)  # on the fine grid: the truth is on their own
+    own = [Fraction(c, FINE) if i in fine else c for i, c in enumerate(components)]
     for a, aggregate in enumerate(plan.query.aggregates):
-        target = truth(aggregate, components)
+        target = truth(aggregate, own)
         hits = total = 0
         for g, row in enumerate(released.aggregates):
             if row[a] is None:
@@ -169,9 +173,13 @@ def test_count_and_sum_errors_cover_95_percent_with_clamping_at_zero() -> None:
     shares = coverage(plan, components, copies(plan, components))
     assert all(share >= floor(len(shares)) for share in shares.values()), shares
     released = release_aggregates(plan.query, ExactGroups([()], [components], [2]), plan.noise)
-    assert released.errors == [
-        plan.noise.columns[a.components[0]].error95() / 10**a.scale for a in plan.query.aggregates
-    ]
+    fine = fine_components(plan.query)  # noised on the fine grid, their ± rounded up to their own
+
+    def own(c: int) -> float:
+        e = plan.noise.columns[c].error95()
+        return math.ceil(e / FINE + 0.5) if c in fine else e
+
+    assert released.errors == [own(a.components[0]) / 10**a.scale for a in plan.query.aggregates]
 
 
 def first_order_stddev_error(plan: Plan, noisy: Sequence[int]) -> float | None:
@@ -256,8 +264,9 @@ def test_avg_error_reaches_both_bounds_when_the_count_may_be_below_one() -> None
     aggregate = plan.query.aggregates[0]
     centred, count = aggregate.components
     components = [0, 0]
-    components[count] = 1  # so its range, 1 ± its error, reaches below 1
-    components[centred] = 1000  # 10.00 above the centre, 50.00
+    fine = FINE if count in fine_components(plan.query) else 1  # scaled per person: the fine grid
+    components[count] = fine  # so its range, 1 ± its error, reaches below 1
+    components[centred] = 1000 * fine  # 10.00 above the centre, 50.00
     released = release_aggregates(plan.query, ExactGroups([()], [components], [1]), noise)
     assert released.aggregates == [[Decimal("60.000000")]]
     assert released.errors == [60.0]  # to 0, the lower bound

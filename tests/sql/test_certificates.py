@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
+from dpproxy.release.aggregates import fine_components
 from dpproxy.sql.query import FINE, ComponentKind
 from tests.certify import by_key
 from tests.certify import certify as check
@@ -272,10 +273,11 @@ def _clipped_aggregates(loader: Loader, people: list[list[tuple]], bounds: str |
         ComponentKind.UNITS,
     ]
     assert set(got) == set(expected)
-    fine = 1 if bounds == "fixed" else FINE
+    fine = fine_components(plan.query)  # on the fine grid: with fixed limits, the count of values
+    assert fine == ({1} if bounds == "fixed" else {0, 1, 2, 3})
     for key, values in expected.items():
         components, unit_count = got[key]
-        assert components == [*(fine * v for v in values), len(units[key])]
+        assert components == [*(FINE * v if i in fine else v for i, v in enumerate(values)), len(units[key])]
         assert unit_count == len(units[key])
 
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.bounds import scaled_with_fixed_limits
 from dpproxy.sql.numbers import summable_integer
-from dpproxy.sql.query import ComponentKind
+from dpproxy.sql.query import FINE
 from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, col, component_column
 from dpproxy.sql.rowexpr import number_literal
 
@@ -83,17 +84,32 @@ def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     if ctx.chosen:
         return _scaled_per_unit(state, ctx)
     r = query.max_rows
+    rows = exp.Count(this=exp.Star())
+    fine = scaled_with_fixed_limits(query)
     values: list[exp.Expression] = []
     for i in ctx.valued_components:
         component = query.components[i]
-        total: exp.Expression = exp.Sum(this=summable_integer(col(component_column(i))))
+        # A unit whose values are all NULL adds nothing (0 lies in every contribution range).
+        total: exp.Expression = exp.Coalesce(
+            this=exp.Sum(this=summable_integer(col(component_column(i)))), expressions=[exp.Literal.number(0)]
+        )
         lo, hi = component.contribution_range(r)
-        if component.kind is ComponentKind.VALUES:
-            values.append(exp.Least(this=total, expressions=[exp.Literal.number(hi)], ignore_nulls=True))
-        else:
-            # A unit whose values are all NULL adds nothing (0 lies in every contribution range).
-            values.append(clamp(exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), lo, hi))
-    description = f"one row per unit and group, its contribution clamped to what {r} row(s) can add"
+        if i in fine:
+            # Scaled by r/n on the fine grid when the unit has n > r rows in the group (SCALED_WITH_
+            # FIXED_LIMITS). Clamped, the centred sum of a person with many rows was pulled to what r
+            # rows at a bound of the column add: an average of -88.7 for an airline whose true one
+            # was 9.5. The clamp after it changes nothing (r/n of n rows' worth is r rows' worth) and
+            # keeps the bound whatever.
+            over = exp.GT(this=rows.copy(), expression=exp.Literal.number(r))
+            shrunk = scaled(total, exp.Literal.number(r * FINE), rows, non_negative=lo >= 0)
+            whole = exp.Mul(this=total.copy(), expression=exp.Literal.number(FINE))
+            total = exp.Case(ifs=[exp.If(this=over, true=shrunk)], default=whole)
+            lo, hi = lo * FINE, hi * FINE
+        values.append(clamp(total, lo, hi))
+    description = (
+        f"one row per unit and group: its counts of values and the sums of its averages and spreads "
+        f"scaled by {r}/n beyond {r} rows, its other sums clamped to what {r} row(s) can add"
+    )
     return _one_row_per_unit(state, ctx, r, values, description)
 
 
