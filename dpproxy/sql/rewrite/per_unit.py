@@ -8,7 +8,10 @@ Fixed bounds (the policy's limits):
 
 One row per (unit, group) holds that unit's contribution to the group, clamped to what
 max_rows_per_unit rows can add (Component.contribution_range): the bound the sensitivity is computed
-from holds whatever the data, and a unit below it keeps its whole contribution.
+from holds whatever the data, and a unit below it keeps its whole contribution. A count of values
+and an average's or a spread's sums (dpproxy.sql.bounds.SCALED_WITH_FIXED_LIMITS) are first scaled
+by r/n when the unit has n > r rows in the group, on the fine grid, as below: clamped alone, a heavy
+person's centred sum was pulled to what r rows at a bound of the column add.
 
 Bounds chosen per query (PrivateQuery.bounds): a unit with n rows in a group, more than the ceiling
 r, has its sums *scaled* by r/n instead of clamped (`scaled`, exact integer arithmetic truncating
