@@ -61,6 +61,7 @@ def databases(pg_cluster: PgCluster) -> Iterator[list[Backends]]:
     policies = {
         "limits": parse_policy(schema.policy_text(schema.LIMITS)),
         "high": parse_policy(schema.policy_text(schema.HIGH_LIMITS)),
+        "fixed": parse_policy(schema.fixed_policy_text(schema.LIMITS)),
     }
     built: list[Backends] = []
     names: list[str] = []

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -87,6 +88,16 @@ tables:
       state:      {{type: text}}
       population: {{type: integer}}
 """
+
+
+def fixed_policy_text(limits: dict[str, tuple[int, int]] = LIMITS) -> str:
+    """The policy with `contribution_bounds: fixed` on every table that bounds persons: the limits
+    are every query's bounds (counts clamped, an average's sums scaled by r/n on the fine grid)."""
+    return re.sub(
+        r"\n( +)max_rows_per_unit: (\d+)",
+        r"\n\1max_rows_per_unit: \2\n\1contribution_bounds: fixed",
+        policy_text(limits),
+    )
 
 
 def policy_text(limits: dict[str, tuple[int, int]] = LIMITS) -> str:
