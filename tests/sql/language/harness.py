@@ -187,6 +187,22 @@ def check(
         CLOCK.reset(token)
 
 
+def _certified_too(db: Backends, dialect: str, query: Generated, label: str, what: str) -> list[str]:
+    """The statement planned by the database's `label` engine, if it has one and accepts it, and
+    certified on every neighbour (`what` says what that engine's policy or catalog differs in)."""
+    engine = db.engines.get((label, dialect))
+    plan = _plan(engine, query) if engine is not None else None
+    if plan is None or isinstance(plan, DPProxyError):
+        return []
+    try:
+        certify(plan, db.loaded(dialect).run, db.persons())
+    except AssertionError as error:
+        return [f"certificate fails with {what} on {db.name}: {error}"]
+    except Exception as error:
+        return [f"the plan with {what} fails on {db.name}/{dialect}: {error}"]
+    return []
+
+
 def _check(query: Generated, databases: Sequence[Backends], certify_on: Sequence[str]) -> list[str]:
     failures: list[str] = []
     first = databases[0]
@@ -283,28 +299,9 @@ def _check(query: Generated, databases: Sequence[Backends], certify_on: Sequence
                     )
                 # With fixed limits (one statement in four, on DuckDB): the limits bound every
                 # query, and an average's sums are scaled per person on the fine grid.
-                fixed = (
-                    db.engines.get(("fixed", dialect))
-                    if dialect == "duckdb" and query.index % 4 == 2
-                    else None
-                )
-                bounded_fixed = _plan(fixed, query) if fixed is not None else None
-                if bounded_fixed is not None and not isinstance(bounded_fixed, DPProxyError):
-                    try:
-                        certify(bounded_fixed, loaded.run, db.persons())
-                    except AssertionError as error:
-                        failures.append(f"certificate fails with fixed limits on {db.name}: {error}")
-                    except Exception as error:
-                        failures.append(f"the plan with fixed limits fails on {db.name}/{dialect}: {error}")
-                unique = db.engines.get(("unique", dialect))
-                trusted = _plan(unique, query) if unique is not None else None
-                if trusted is not None and not isinstance(trusted, DPProxyError):
-                    try:
-                        certify(trusted, loaded.run, db.persons())
-                    except AssertionError as error:
-                        failures.append(f"certificate fails with enforced-unique units on {db.name}: {error}")
-                    except Exception as error:
-                        failures.append(f"enforced-unique plan fails on {db.name}/{dialect}: {error}")
+                if dialect == "duckdb" and query.index % 4 == 2:
+                    failures += _certified_too(db, dialect, query, "fixed", "fixed limits")
+                failures += _certified_too(db, dialect, query, "unique", "enforced-unique units")
         if "duckdb" in measured:
             for other in (d for d in dialects if d != "duckdb" and d in measured):
                 difference = _same_exact_groups(measured["duckdb"], measured[other], ("duckdb", other))
