@@ -79,7 +79,8 @@ class Plan:
     @property
     def sensitivities(self) -> tuple[int, ...]:
         """Each component's per-group sensitivity in its own grid's units (with bounds chosen per
-        query: at the ceilings; their noise is planned on the fine grid, FINE times it)."""
+        query, at the ceilings; a component scaled per person, chosen or fixed, has its noise planned
+        on the fine grid, FINE times it)."""
         fine = fine_components(self.query)
         return tuple(
             s // FINE if i in fine else s for i, (s, _) in enumerate(component_bounds(self.query, -1, -1))
