@@ -116,7 +116,8 @@ def policy_passwd(password_stdin: bool, md5_user: str | None) -> None:
     help="Schema to read (on Spark: the database) [default: the backend's default: public, main or default].",
 )
 def policy_init(backend: str, schema: str | None) -> None:
-    """Print a draft policy for a database's tables, to edit and check."""
+    """Print a draft policy for a database's tables, to edit and check (it reads, with your
+    connection, the most rows one person has and where each column's values lie)."""
     from dpproxy.backends import open_backend
     from dpproxy.policy import draft_policy
 
