@@ -58,7 +58,7 @@ from dpproxy.policy import DATASET, AnalystPolicy, Policy, check_against_schema,
 from dpproxy.policy.live_schema import units_kept_not_null
 from dpproxy.privacy import Cost
 from dpproxy.release import choose_groups, exact_groups, post_process, release_aggregates
-from dpproxy.release.bounds import choose_bounds, choose_distinct
+from dpproxy.release.bounds import choose_bounds, choose_distinct, fixed_bounds_notes
 from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.quantiles import refine_quantiles
 from dpproxy.results import (
@@ -761,7 +761,7 @@ class Engine:
             released.columns,
             by_column=True,
         )
-        notes = (*notes, *hidden_groups_notes(query, noise, len(released.keys)))  # the threshold
+        notes = (*fixed_bounds_notes(query), *notes, *hidden_groups_notes(query, noise, len(released.keys)))
         notes = (*notes, *rows_without_person_notes(query.relation, self.unit_not_null))
         return Result(answer_columns(plan, released.errors), out_rows, notes=notes)
 

@@ -22,6 +22,7 @@ from dpproxy.engine.plan import Plan, answer_columns
 from dpproxy.engine.protocol import EngineLike
 from dpproxy.errors import InvalidParameter
 from dpproxy.policy import AnalystPolicy
+from dpproxy.release.bounds import fixed_bounds_notes
 from dpproxy.release.groups import hidden_groups_notes
 from dpproxy.release.stream import StreamedRelease, StreamOrderError
 from dpproxy.results import Result, ResultStream, encode_result, rows_without_person_notes
@@ -97,6 +98,7 @@ def stream_plan(
             source.close()
         columns = answer_columns(plan, release.errors())
         notes = (
+            *fixed_bounds_notes(plan.query),
             *hidden_groups_notes(plan.query, plan.noise, release.groups),
             *rows_without_person_notes(plan.query.relation, engine.unit_not_null),
         )

@@ -79,6 +79,27 @@ _EFFECTS: tuple[tuple[Callable[[AggregateKind], bool], str], ...] = (
 )
 
 
+def fixed_bounds_notes(query: PrivateQuery) -> tuple[str, ...]:
+    """With fixed limits (no bounds chosen per query; persons bounded), the notice's sentence: the
+    limits, and what they do to a heavier person's rows in a group. A function of the policy and the
+    query's text, said whether or not anyone has more rows, so it costs nothing."""
+    if query.bounds is not None or query.row_level or query.randomized_response:
+        return ()
+    r = query.max_rows
+    text = "contribution bounds of this query (fixed by the policy): at most "
+    text += f"{r} row(s) per person in a group"
+    if query.keys:
+        text += f", in at most {query.max_groups} group(s)"
+    effects = bounding_effects(query)
+    if effects:
+        text += (
+            f"; a person with more than {r} row(s) in a group counts as {r} there: "
+            + ", ".join(effect.format(k=r) for effect in effects)
+            + " (not in the ±, which is the noise's)"
+        )
+    return (text,)
+
+
 def bounding_effects(query: PrivateQuery) -> tuple[str, ...]:
     """What bounding a person's rows at k below the ceiling does to the query's aggregates, in the
     notice's words ({k} for k): a function of the query's text, said whether or not any person has more rows

@@ -107,3 +107,44 @@ def test_at_the_ceiling_nothing_is_said() -> None:
     assert below.note().endswith(
         f"; a person with more than 64 row(s) counts as 64: {COUNTS} (not in the ±, which is the noise's)"
     )
+
+
+def test_fixed_limits_say_their_bounds_and_what_they_do(tmp_path: Path) -> None:
+    """With `contribution_bounds: fixed` the notice says the limits and what they do to a heavier
+    person's rows in a group, from the policy and the query alone: the same sentence over the
+    databases with and without the heavy person."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        POLICY.replace(
+            "max_rows_per_unit: 1000",
+            "max_rows_per_unit: 5\n    max_groups_per_unit: 2\n    contribution_bounds: fixed",
+        )
+    )
+    said = []
+    for heavy in (False, True):
+        path = database(tmp_path / f"fixed-{heavy}.duckdb", heavy=heavy)
+        with Engine.open(policy, str(path), tmp_path / f"fixed-{heavy}.sqlite") as engine:
+            result = engine.execute(
+                "SELECT dept, COUNT(*), AVG(cost) FROM visits GROUP BY dept", analyst="alice"
+            )
+            said.append([n for n in result.notes if n.startswith("contribution bounds")])
+            whole = engine.execute("SELECT MEDIAN(cost) FROM visits", analyst="alice")
+            said.append([n for n in whole.notes if n.startswith("contribution bounds")])
+    assert (
+        said[0]
+        == said[2]
+        == [
+            "contribution bounds of this query (fixed by the policy): at most 5 row(s) per person in a group, "
+            "in at most 2 group(s); a person with more than 5 row(s) in a group counts as 5 there: "
+            f"{COUNTS}, {AVERAGES.format(k=5)} (not in the ±, which is the noise's)"
+        ]
+    )
+    assert (
+        said[1]
+        == said[3]
+        == [
+            "contribution bounds of this query (fixed by the policy): at most 5 row(s) per person in a group; "
+            f"a person with more than 5 row(s) in a group counts as 5 there: {QUANTILES.format(k=5)} "
+            "(not in the ±, which is the noise's)"
+        ]
+    )
