@@ -504,3 +504,17 @@ def test_a_division_by_a_released_zero_over_released_rows_is_null(engine: Engine
     assert [c.type.value for c in query.outputs] == ["bigint", "bigint", "bigint"]
     assert run_over_rows(query, [(0,)]) == [(None, None, None)]
     assert run_over_rows(query, [(3,)]) == [(0, 1, 1)]
+
+
+def test_an_average_whose_bounds_pass_int64_is_released_exactly(engine: Engine) -> None:
+    """AVG of the constant −2^63: its bounds, on the grid the release computes in, pass int64, where
+    the columnar release clamped with them and failed after the charge (a long language run). Such a
+    column is released group by group, exactly: the constant itself, in every group."""
+    whole = engine.execute(
+        "SELECT AVG((-9223372036854775807 - 1)) AS n, COUNT(*) FROM visits", analyst="alice"
+    )
+    assert whole.rows[0][0] == Decimal(-(2**63))
+    grouped = engine.execute(
+        "SELECT department, AVG((-9223372036854775807 - 1)) AS n FROM visits GROUP BY 1", analyst="alice"
+    )
+    assert grouped.rows and all(row[1] == Decimal(-(2**63)) for row in grouped.rows)

@@ -377,6 +377,10 @@ def _average_column(
     # (it is clamped into the bounds), numerators a sum ± e_S or an offset bound.
     span = abs(low) + abs(high) + abs(centre) + 2
     limit = _FLOAT_EXACT / 4
+    if not abs(clamp_lo) + abs(clamp_hi) + fine * span < limit:
+        # Bounds beyond int64's exact range (an AVG of the constant −2^63): no group is computed here,
+        # and the clamp below could not even hold them: every group goes group by group, exactly.
+        return None
 
     def exact(reach_n: np.ndarray | float, sums_abs: np.ndarray | float) -> np.ndarray | bool:
         return (

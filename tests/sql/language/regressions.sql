@@ -127,3 +127,6 @@ SELECT COUNT(*) OVER () FROM patients a LEFT JOIN visits b ON a.patient_id = b.p
 SELECT ROW_NUMBER() OVER () AS n, COUNT(*) OVER () AS groups FROM survey GROUP BY answer ORDER BY 1
 -- A window's count divided by a noisy COUNT released as 0, over released rows: DuckDB divided the integers in double precision to an infinity it could not cast back (a long run, eighteenth session); NULL, as a division by zero over released values is.
 SELECT AVG(a.temperature), COUNT(*) OVER () / COUNT(NULL) AS n, COUNT(*) OVER () FROM visits AS a INNER JOIN public.patients AS b ON a.patient_id = b.patient_id AND TRUE WHERE seen < (CURRENT_DATE - INTERVAL '1 YEAR') ORDER BY 2 DESC NULLS LAST, COUNT(score) OFFSET $1 -- params: [1]
+-- AVG of the constant -2^63: its bounds on the release's grid pass int64, and the columnar release failed after the charge (a long run, eighteenth session).
+SELECT TO_CHAR(checked_in, 'YYYY'), AVG((-9223372036854775807 - 1)) AS n, COUNT(*), COUNT(*) OVER (PARTITION BY TO_CHAR(checked_in, 'YYYY')) FROM visits AS v WHERE checked_in > CURRENT_TIMESTAMP GROUP BY TO_CHAR(checked_in, 'YYYY') LIMIT NULL -- params: [2]
+SELECT AVG((-9223372036854775807 - 1)) AS n, COUNT(*) FROM visits
