@@ -162,8 +162,10 @@ class _Compiler:
         if isinstance(node, exp.Round):
             return self._round(node)
         if isinstance(node, (exp.Floor, exp.Ceil)):
+            # In the type inference gives it (an integer's floor is a double, as in PostgreSQL).
+            result_type = infer_type(node, self.types)
             to_integer = math.floor if isinstance(node, exp.Floor) else math.ceil
-            return _strict(c(node.this), lambda v: _integral(v, to_integer))
+            return _strict(c(node.this), lambda v: convert(_integral(v, to_integer), result_type))
         if isinstance(node, exp.Cast):
             inner = c(node.this)
             return lambda row: _cast(node, inner(row))
@@ -264,6 +266,7 @@ class _Compiler:
         return case
 
     def _round(self, node: exp.Round) -> Compiled:
+        result_type = infer_type(node, self.types)
         inner = self.compile(node.this)
         decimals = self.compile(node.args["decimals"]) if node.args.get("decimals") is not None else None
 
@@ -274,9 +277,8 @@ class _Compiler:
             if decimals is None:
                 if isinstance(value, float):
                     return float(round(value))  # PostgreSQL rounds float8 halves to even (rint)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    return float(value)  # round(integer) is round(double precision) in PostgreSQL
-                return round_numeric(_to_decimal(value), 0)
+                # In the type inference gives it: round(integer) is round(double precision).
+                return convert(round_numeric(_to_decimal(value), 0), result_type)
             digits = decimals(row)
             if not isinstance(digits, int):
                 raise NotSupported("round() digits must be an integer")
@@ -307,12 +309,9 @@ def _strict_pair(left: Compiled, right: Compiled, function: Callable[[Any, Any],
 
 
 def _integral(value: object, to_integer: Callable[[Any], int]) -> object:
-    """floor or ceil of a released number: a double stays a double, an integer becomes one (as
-    PostgreSQL resolves floor(integer)), a numeric stays numeric."""
+    """floor or ceil of a released number, in its own kind: a double stays a double, else numeric."""
     if isinstance(value, float):
         return float(to_integer(value))
-    if isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
     return Decimal(to_integer(_to_decimal(value)))
 
 
