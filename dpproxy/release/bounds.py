@@ -52,12 +52,8 @@ class ChosenBounds:
         if self.groups is not None:
             text += f", counted in at most {self.groups} group(s)"
             text += how(self.groups, self.groups_chosen, self.group_ceiling)
-        if self.effects and self.rows < self.row_ceiling:
-            text += (
-                f"; a person with more than {self.rows} row(s) counts as {self.rows}: "
-                + ", ".join(effect.format(k=self.rows) for effect in self.effects)
-                + " (not in the ±, which is the noise's)"
-            )
+        if self.rows < self.row_ceiling:
+            text += effects_clause(self.effects, self.rows, "")
         return text
 
 
@@ -90,14 +86,20 @@ def fixed_bounds_notes(query: PrivateQuery) -> tuple[str, ...]:
     text += f"{r} row(s) per person in a group"
     if query.keys:
         text += f", in at most {query.max_groups} group(s)"
-    effects = bounding_effects(query)
-    if effects:
-        text += (
-            f"; a person with more than {r} row(s) in a group counts as {r} there: "
-            + ", ".join(effect.format(k=r) for effect in effects)
-            + " (not in the ±, which is the noise's)"
-        )
-    return (text,)
+    return (text + effects_clause(bounding_effects(query), r, " in a group"),)
+
+
+def effects_clause(effects: tuple[str, ...], k: int, where: str) -> str:
+    """The notice's clause on what a bound of k rows (`where`: per group, or "" in all) does to a
+    heavier person's rows, from `bounding_effects`; "" when it does nothing the query reads."""
+    if not effects:
+        return ""
+    there = " there" if where else ""
+    return (
+        f"; a person with more than {k} row(s){where} counts as {k}{there}: "
+        + ", ".join(effect.format(k=k) for effect in effects)
+        + " (not in the ±, which is the noise's)"
+    )
 
 
 def bounding_effects(query: PrivateQuery) -> tuple[str, ...]:
