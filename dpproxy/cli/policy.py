@@ -221,26 +221,36 @@ def _most_rows_reader(db: Backend, schema: str | None) -> Callable[[str, str], i
     """The most rows one person has in a table (keyed as the draft keys it), counted by the data
     owner's own connection for the draft's `max_rows_per_unit`; None when the count fails (a view
     that cannot be read, a timeout): the draft then keeps its restrictive 1."""
-    from dpproxy.backends import BackendError
 
     def most_rows(table: str, unit: str) -> int | None:
-        name = table.rpartition(".")[2]
-        source = exp.table_(name, db=schema or None, quoted=True)
         per_person = (
             exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
-            .from_(source)
+            .from_(_source(table, schema))
             .where(exp.column(unit, quoted=True).is_(exp.null()).not_())
             .group_by(exp.column(unit, quoted=True))
             .subquery("per_person")
         )
-        sql = exp.select(exp.Max(this=exp.column("n"))).from_(per_person).sql(dialect=db.dialect)
-        try:
-            rows = db.run(sql)
-        except BackendError:  # a draft without the count is still a draft
-            return None
-        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+        row = _first_row(db, exp.select(exp.Max(this=exp.column("n"))).from_(per_person))
+        return int(row[0]) if row is not None and row[0] is not None else None  # type: ignore[call-overload]
 
     return most_rows
+
+
+def _source(table: str, schema: str | None) -> exp.Table:
+    """A table keyed as the draft keys it (`schema.table` or `table`), in `schema`, quoted."""
+    return exp.table_(table.rpartition(".")[2], db=schema or None, quoted=True)
+
+
+def _first_row(db: Backend, select: exp.Select) -> Sequence[object] | None:
+    """The first row of a statement the data owner's own connection runs for a draft or a check, or
+    None when it fails (a view that cannot be read, a timeout: the draft or check is still made)."""
+    from dpproxy.backends import BackendError
+
+    try:
+        rows = db.run(select.sql(dialect=db.dialect))
+    except BackendError:
+        return None
+    return rows[0] if rows else None
 
 
 # A draft says where this share of a number column's values lie: between these two quantiles.
@@ -255,12 +265,10 @@ def _value_range_reader(
     that help them choose `lower` and `upper`: the least, the most, and for numbers the quantiles
     TYPICAL_QUANTILES (approximate on Spark). An empty mapping when the statement fails (a view that
     cannot be read, a timeout): the draft then says nothing about the values."""
-    from dpproxy.backends import BackendError
     from dpproxy.policy import ValueRange
 
     def value_ranges(table: str, columns: Sequence[str]) -> Mapping[str, ValueRange]:
         types = {c.name: c.type for c in tables.get(table, ())}
-        name = table.rpartition(".")[2]
         selected: list[exp.Expression] = []
         for column in columns:
             ref = exp.column(column, quoted=True)
@@ -274,15 +282,10 @@ def _value_range_reader(
                     )
                     for q in TYPICAL_QUANTILES
                 ]
-        source = exp.table_(name, db=schema or None, quoted=True)
-        sql = exp.select(*selected).from_(source).sql(dialect=db.dialect)
-        try:
-            rows = db.run(sql)
-        except BackendError:  # a draft without the ranges is still a draft
+        row = _first_row(db, exp.select(*selected).from_(_source(table, schema)))
+        if row is None:
             return {}
-        if not rows:
-            return {}
-        values = iter(rows[0])
+        values = iter(row)
         found: dict[str, ValueRange] = {}
         for column in columns:
             least, most = next(values), next(values)
@@ -300,21 +303,11 @@ def _value_range_reader(
 def _unitless_rows_reader(db: Backend, schema: str | None) -> Callable[[str, str], int | None]:
     """How many rows of a table have no unit (NULL), counted by the data owner's own connection for
     the draft's note; None when the count fails."""
-    from dpproxy.backends import BackendError
 
     def unitless_rows(table: str, unit: str) -> int | None:
-        source = exp.table_(table.rpartition(".")[2], db=schema or None, quoted=True)
-        sql = (
-            exp.select(exp.Count(this=exp.Star()))
-            .from_(source)
-            .where(exp.column(unit, quoted=True).is_(exp.null()))
-            .sql(dialect=db.dialect)
-        )
-        try:
-            rows = db.run(sql)
-        except BackendError:
-            return None
-        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+        count = exp.select(exp.Count(this=exp.Star())).from_(_source(table, schema))
+        row = _first_row(db, count.where(exp.column(unit, quoted=True).is_(exp.null())))
+        return int(row[0]) if row is not None and row[0] is not None else None  # type: ignore[call-overload]
 
     return unitless_rows
 
