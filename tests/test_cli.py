@@ -223,6 +223,13 @@ def test_policy_init_drafts_references_and_check_warns_about_row(tmp_path: Path)
     assert "write privacy_unit: {references: orders, on: order_id}" in out
 
 
+def _checked(draft: Path, backend: str) -> str:
+    """`policy check --backend`'s output for a policy that passes it."""
+    code, out, err = run("policy", "check", str(draft), "--backend", backend)
+    assert code == 0, out + err
+    return out
+
+
 def _drafted_on_both(tmp_path: Path, pg_conn, pg_dsn: str, fill) -> Iterator[tuple[str, str]]:
     """(backend, `policy init`'s draft) for a DuckDB file and the PostgreSQL database, each filled
     by `fill(connection)`."""
@@ -258,16 +265,13 @@ def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has(
         draft.write_text(out)
         assert load_policy(draft).table("visits").max_rows_per_unit == 7
         # `policy check --backend` says when a ceiling is far above what anyone has.
-        code, out, err = run("policy", "check", str(draft), "--backend", backend)
-        assert code == 0 and "max_rows_per_unit is" not in out, out + err
+        assert "max_rows_per_unit is" not in _checked(draft, backend)
         draft.write_text(draft.read_text().replace("max_rows_per_unit: 7 ", "max_rows_per_unit: 100 "))
-        code, out, err = run("policy", "check", str(draft), "--backend", backend)
-        assert code == 0, err
         assert (
             "warning: tables.visits.max_rows_per_unit is 100, and the most rows one person has in visits "
             "is 7: with bounds chosen per query many queries keep at least a quarter of the ceiling per "
             "person, so a ceiling this far above costs accuracy; write max_rows_per_unit: 7"
-        ) in out
+        ) in _checked(draft, backend)
 
 
 def test_demo_init_builds_the_database(tmp_path: Path) -> None:
@@ -453,14 +457,11 @@ def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn,
             out,
         )
         draft.write_text(wide)
-        code, checked, err = run("policy", "check", str(draft), "--backend", backend)
-        assert code == 0, err
         assert (
             "warning: tables.payments.columns.amount: lower..upper is [0, 100000], 505 times as wide as "
             "where 99% of its values lie, [2, 200]: an average's noise grows with upper - lower (a sum's "
             "with the larger of |lower| and |upper|), and bounds near that range shrink it as much, but "
             "values outside the bounds are clipped (check that what lies beyond matters little)"
-        ) in checked, backend
+        ) in _checked(draft, backend), backend
         draft.write_text(wide.replace("upper: 100000", "upper: 300"))
-        code, checked, err = run("policy", "check", str(draft), "--backend", backend)
-        assert code == 0 and "warning" not in checked, checked + err
+        assert "warning" not in _checked(draft, backend)
