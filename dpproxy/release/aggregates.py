@@ -10,7 +10,9 @@ dpproxy.release.intervals, from what this module released.
 released group: a value derived from k noisy components bounds each at level 1 − 5%/k
 (dpproxy.privacy.component_alpha, the union bound), and derives its ± by interval arithmetic from
 those bounds (AVG: S/N; VAR/STDDEV: Q/N − (S/N)², times N/(N − 1) for the sample versions, then √),
-intersected with what the column's bounds allow. The per-column figure of the notice is the largest
+intersected with what the column's bounds allow; AVG's span is then intersected with the means a
+test on its noisy sum and count does not reject (dpproxy.release.pivot, which says why the two
+together still hold at 95%). The per-column figure of the notice is the largest
 over the released groups, so it covers each of them. Counts and sums have one noise scale for all
 groups: their ± is the noise's own 95% bound, and clamping at 0 only moves a value towards the true
 one.
@@ -52,6 +54,7 @@ from dpproxy.release.intervals import (
     interval_column,
     quantile_interval_column,
 )
+from dpproxy.release.pivot import RatioNoise, distances, ratio_noise
 from dpproxy.release.requests import Selectors, selectors
 from dpproxy.release.spans import (
     CEILING,
@@ -204,6 +207,10 @@ def release_aggregates(
         centre_offsets(a) if a.kind.is_spread or a.kind is AggregateKind.AVG else None
         for a in query.aggregates
     ]
+    pivots = [
+        ratio_noise(noise, a, fine) if a.kind is AggregateKind.AVG and a.interval is not None else None
+        for a in query.aggregates
+    ]
     rows: list[list[int]] | None = None  # noisy as Python ints, for the aggregates released group by group
     value_columns: list[list[object]] = []  # [aggregate][group]
     error_columns: list[list[float | None]] = []
@@ -212,10 +219,12 @@ def release_aggregates(
         # Counts, sums and averages column by column (numpy, exact integers); the rest group by group.
         column = None
         if a not in refined_aggregates:
-            column = _vector_column(aggregate, noisy, bounds[_parts(aggregate)])
+            column = _vector_column(aggregate, noisy, bounds[_parts(aggregate)], pivots[a])
         if column is None:
             rows = noisy.tolist() if rows is None else rows
-            column = _scalar_column(query, groups, noise, refined, a, offsets[a], rows, bounds, chosen_by)
+            column = _scalar_column(
+                query, groups, noise, refined, a, offsets[a], rows, bounds, chosen_by, pivots[a]
+            )
         values, column_group_errors = column
         value_columns.append(values)
         error_columns.append(column_group_errors)
@@ -262,8 +271,10 @@ def _scalar_column(
     rows: list[list[int]],
     bounds: dict[int, list[float]],
     chosen_by: dict[int, int],
+    pivot: RatioNoise | None = None,
 ) -> tuple[list[object], list[float | None]]:
-    """One aggregate's values and group errors, group by group (every kind; Python ints and Decimals)."""
+    """One aggregate's values and group errors, group by group (every kind; Python ints and Decimals;
+    `pivot`: an AVG's noise, release.pivot)."""
     aggregate = query.aggregates[a]
     values: list[object] = []
     errors: list[float | None] = []
@@ -286,14 +297,14 @@ def _scalar_column(
             value, error = _spread(aggregate, offsets, row, bounds[_parts(aggregate)])
         else:
             assert offsets is not None
-            value, error = _average(aggregate, offsets, row, bounds[_parts(aggregate)])
+            value, error = _average(aggregate, offsets, row, bounds[_parts(aggregate)], pivot)
         values.append(value)
         errors.append(error)
     return values, errors
 
 
 def _vector_column(
-    aggregate: Aggregate, noisy: np.ndarray, errors: Sequence[float]
+    aggregate: Aggregate, noisy: np.ndarray, errors: Sequence[float], pivot: RatioNoise | None = None
 ) -> tuple[list[object], list[float | None]] | None:
     """One COUNT, SUM or AVG column computed with numpy over all groups at once, with exactly the
     values (and, for AVG, at least the error bars' coverage) of the group-by-group functions; None
@@ -306,7 +317,7 @@ def _vector_column(
     if aggregate.kind is AggregateKind.SUM:
         return _sum_column(aggregate, noisy), [None] * n
     if aggregate.kind is AggregateKind.AVG and aggregate.interval is not None:
-        return _average_column(aggregate, noisy, errors)
+        return _average_column(aggregate, noisy, errors, pivot)
     return None
 
 
@@ -335,7 +346,7 @@ def _sum_column(aggregate: Aggregate, noisy: np.ndarray) -> list[object]:
 
 
 def _average_column(
-    aggregate: Aggregate, noisy: np.ndarray, errors: Sequence[float]
+    aggregate: Aggregate, noisy: np.ndarray, errors: Sequence[float], pivot: RatioNoise | None = None
 ) -> tuple[list[object], list[float | None]] | None:
     """_average over every group, in int64 where it is exact (else per group by _average).
 
@@ -349,8 +360,10 @@ def _average_column(
     bounds (the ends are quotients a/b of integers, whose order is decided by integer products),
     rounded up to a float exactly (a correctly rounded float quotient, then one step up when an
     error-free product shows it below the exact quotient): at most the figure _average gives (its
-    ends are rounded outwards first) and never below the exact one, so at least as honest. A float
-    result is the float nearest M·10^−(s+4), as _average gives it; its ± adds that float's ulp.
+    ends are rounded outwards first) and never below the exact one, so at least as honest. Each side
+    is then cut to the distance to the test inversion's end (`pivot`, release.pivot), computed in
+    floats exactly as _average computes it from the same numbers. A float result is the float
+    nearest M·10^−(s+4), as _average gives it; its ± adds that float's ulp.
     """
     result_type, scale = aggregate.result_type, aggregate.scale
     if result_type.is_integer or not 0 <= scale <= 11:
@@ -422,6 +435,10 @@ def _average_column(
     power = 10**digits
     below = _ceiling_quotient(offset * lo_den - fine * lo_num, power * lo_den)
     above = _ceiling_quotient(fine * hi_num - offset * hi_den, power * hi_den)
+    if pivot is not None:  # narrowed to the test's span (release.pivot)
+        ends = pivot.span(sums, np.maximum(counts, 1), (e_sum, e_count), float(low), float(high))
+        pivot_below, pivot_above = distances(ends, offset / fine, 10.0**scale)
+        below, above = np.minimum(below, pivot_below), np.minimum(above, pivot_above)
     distance = np.maximum(below, above)
     values: list[object]
     if result_type.is_float:
@@ -444,6 +461,14 @@ def _average_column(
             values[g], group_errors[g] = _average(aggregate, offsets, row, row_errors)
     assert len(values) == n
     return values, group_errors
+
+
+def _float(value: int) -> float:
+    """An integer as a float, ±inf beyond the floats (the pivot then rules nothing out)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _half_even(value: Decimal) -> int:
@@ -573,11 +598,16 @@ def _sum(aggregate: Aggregate, noisy: Sequence[int]) -> object:
 
 
 def _average(
-    aggregate: Aggregate, offsets: Span, noisy: Sequence[int], errors: Sequence[float]
+    aggregate: Aggregate,
+    offsets: Span,
+    noisy: Sequence[int],
+    errors: Sequence[float],
+    pivot: RatioNoise | None = None,
 ) -> tuple[object, float | None]:
     """AVG of one group, c + S/N from its noisy centred sum S and count N (grid units), clamped into
     the column's bounds, and its ± at 95% (`errors`: each component's ± at level 1 − 5%/2;
-    `offsets`: the range of a value's offset from the centre c). NULL when the noisy count is below
+    `offsets`: the range of a value's offset from the centre c; `pivot`: the two noises, whose test
+    narrows the span, release.pivot). NULL when the noisy count is below
     1, as PostgreSQL's AVG over no values is (a zero-filled public key no row has, mostly)."""
     assert aggregate.interval is not None
     centred_index, count_index = aggregate.components
@@ -594,7 +624,24 @@ def _average(
     if counts.lo >= 1:
         sums = noisy_span(noisy[centred_index], errors[centred_index])
         means = quotient(sums, counts).within(offsets) or offsets  # a tuple of two is never false
-    return released, reach(released, means.shifted(aggregate.centre).scaleb(-aggregate.scale))
+    span = means.shifted(aggregate.centre).scaleb(-aggregate.scale)
+    if pivot is None:
+        return released, reach(released, span)
+    # Narrowed to the test's span (release.pivot), its distances computed as _average_column's.
+    value = Decimal(released) if isinstance(released, int | float) else released
+    assert isinstance(value, Decimal)
+    ends = pivot.span(
+        np.array([_float(noisy[centred_index])]),
+        np.array([_float(count)]),
+        (errors[centred_index], errors[count_index]),
+        float(offsets.lo),
+        float(offsets.hi),
+    )
+    at = float(value.scaleb(aggregate.scale) - aggregate.centre)
+    below, above = (float(x[0]) for x in distances(ends, np.array([at]), 10.0**aggregate.scale))
+    below = min(reach(value, Span(span.lo, value)), below)
+    above = min(reach(value, Span(value, span.hi)), above)
+    return released, max(below, above)
 
 
 def _spread(
@@ -666,7 +713,10 @@ def average_error(
     noisy = [0] * len(noise.columns)
     noisy[aggregate.components[1]] = max(count, 1)
     fine = frozenset(aggregate.components) if fine_grid else frozenset()
-    _, error = _average(aggregate, centre_offsets(aggregate), noisy, _component_errors(noise, 2, fine))
+    errors = _component_errors(noise, 2, fine)
+    _, error = _average(
+        aggregate, centre_offsets(aggregate), noisy, errors, ratio_noise(noise, aggregate, fine)
+    )
     return error
 
 

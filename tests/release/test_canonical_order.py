@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from dpproxy.engine import Engine, Plan
 from dpproxy.policy import parse_policy
-from dpproxy.privacy import NoiseSpec
 from dpproxy.release import canonical_key, post_process
 from dpproxy.sql.query import ComponentKind
+from tests.release.stubs import NoNoise
 
 POLICY = """
 version: 1
@@ -63,19 +63,6 @@ QUERIES = [
     SELECT + " ORDER BY d DESC NULLS LAST, grp OFFSET 1",
 ]
 PLANS = {sql: ENGINE.plan(sql, epsilon=1.0) for sql in QUERIES}
-
-
-@dataclasses.dataclass(frozen=True)
-class NoNoise:
-    """A component's noise that is always 0 (and the real spec's error bounds): a deterministic release."""
-
-    spec: NoiseSpec
-
-    def sample(self, n: int) -> list[int]:
-        return [0] * n
-
-    def error_at(self, alpha: float) -> float:
-        return self.spec.error_at(alpha)
 
 
 @dataclasses.dataclass(frozen=True)

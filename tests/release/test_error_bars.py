@@ -2,7 +2,7 @@
 
 AVG is derived from two noisy components (a centred sum and a count), VAR and STDDEV from three
 (centred squares too): each is bounded at 1 − 5%/k (the union bound) and the ± follows by interval
-arithmetic. These tests draw DRAWS (1,500) releases of fixed true components with the real noise of
+arithmetic; AVG's is then narrowed by inverting a test on its sum and count (dpproxy.release.pivot). These tests draw DRAWS (1,500) releases of fixed true components with the real noise of
 a real plan, in several regimes (large groups, constant values, values at a bound, groups near the
 noise level), and check the empirical coverage against the true value, computed from the true
 components with the release's own clamping, against the suite's one tolerance rule (tests/tolerance.py):
@@ -26,10 +26,10 @@ import pytest
 from dpproxy import release
 from dpproxy.engine import Engine, Plan
 from dpproxy.policy import parse_policy
-from dpproxy.privacy import NoiseSpec
 from dpproxy.release import ExactGroups, aggregates, release_aggregates
 from dpproxy.release.aggregates import fine_components
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind
+from tests.release.stubs import NoNoise
 from tests.tolerance import binomial_floor
 
 DRAWS = 1500
@@ -68,6 +68,7 @@ REGIMES: dict[str, list[Decimal]] = {
     "large group, wide spread": [Decimal(10), Decimal(90)] * 10_000,
     "constant values, at the centre": [Decimal(50)] * 2_000,
     "values at the upper bound": [Decimal(99)] * 300,
+    "values far from the centre": [Decimal(80)] * 5_000,
     "small group, near the noise level": [Decimal(0), Decimal(100), Decimal(30)] * 4,
 }
 
@@ -164,6 +165,29 @@ def test_avg_var_and_stddev_errors_cover_95_percent(mechanism: str, regime: str)
     assert all(share >= floor(len(shares)) for share in shares.values()), (regime, shares, floor(len(shares)))
 
 
+def test_the_avg_error_is_near_the_width_its_coverage_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AVG's ± by test inversion (dpproxy.release.pivot) is at most 1.2 times the half-width that
+    covers 95% of the draws (the 95th percentile of |value − truth|), where both noises weigh — values
+    far from the centre, so the count's noise moves the mean as much as the sum's; interval arithmetic
+    alone (each noise bounded at 97.5%, the two added) gave more than 1.5 times."""
+    plan = plan_for("SELECT AVG(y) FROM t")
+    components = true_components(plan, REGIMES["values far from the centre"])
+    fine = fine_components(plan.query)
+    target = truth(
+        plan.query.aggregates[0], [Fraction(c, FINE) if i in fine else c for i, c in enumerate(components)]
+    )
+
+    def ratio() -> float:
+        released = copies(plan, components)
+        misses = sorted(abs(Fraction(row[0]) - target) for row in released.aggregates)
+        needed = misses[math.ceil(0.95 * len(misses)) - 1]
+        return statistics.median(e[0] for e in released.group_errors) / float(needed)
+
+    assert ratio() <= 1.2
+    monkeypatch.setattr(aggregates, "ratio_noise", lambda *_: None)  # interval arithmetic alone
+    assert ratio() > 1.5
+
+
 def test_count_and_sum_errors_cover_95_percent_with_clamping_at_zero() -> None:
     """Counts and sums: one noise scale for every group, the noise's own 95% bound; clamping a
     count or a sum of non-negative values at 0 only brings it nearer to the truth (a tiny group,
@@ -241,19 +265,6 @@ def test_the_column_figure_covers_every_group_and_a_median_would_not() -> None:
     by_figure = sum(covers(aggregate, row[0], released.errors[0], target) for row in rows) / DRAWS
     by_median = sum(covers(aggregate, row[0], median, target) for row in rows) / DRAWS
     assert by_figure >= floor() and by_median < floor(), (by_figure, by_median)
-
-
-class NoNoise:
-    """A component's noise that is always 0, with the real spec's error bounds."""
-
-    def __init__(self, spec: NoiseSpec) -> None:
-        self.spec = spec
-
-    def sample(self, n: int) -> list[int]:
-        return [0] * n
-
-    def error_at(self, alpha: float) -> float:
-        return self.spec.error_at(alpha)
 
 
 def test_avg_error_reaches_both_bounds_when_the_count_may_be_below_one() -> None:
