@@ -54,7 +54,16 @@ from dpproxy.release.intervals import (
     interval_column,
     quantile_interval_column,
 )
-from dpproxy.release.pivot import RatioNoise, distances, ratio_noise
+from dpproxy.release.pivot import (
+    RatioNoise,
+    SpreadNoise,
+    VarianceSpan,
+    as_float,
+    distances,
+    pivot_of,
+    ratio_noise,
+    variance_spans,
+)
 from dpproxy.release.requests import Selectors, selectors
 from dpproxy.release.spans import (
     CEILING,
@@ -208,8 +217,7 @@ def release_aggregates(
         for a in query.aggregates
     ]
     pivots = [
-        ratio_noise(noise, a, fine) if a.kind is AggregateKind.AVG and a.interval is not None else None
-        for a in query.aggregates
+        pivot_of(noise, a, fine, lambda alpha: _errors_at(noise, alpha, fine)) for a in query.aggregates
     ]
     rows: list[list[int]] | None = None  # noisy as Python ints, for the aggregates released group by group
     value_columns: list[list[object]] = []  # [aggregate][group]
@@ -219,7 +227,10 @@ def release_aggregates(
         # Counts, sums and averages column by column (numpy, exact integers); the rest group by group.
         column = None
         if a not in refined_aggregates:
-            column = _vector_column(aggregate, noisy, bounds[_parts(aggregate)], pivots[a])
+            pivot = pivots[a]
+            column = _vector_column(
+                aggregate, noisy, bounds[_parts(aggregate)], pivot if isinstance(pivot, RatioNoise) else None
+            )
         if column is None:
             rows = noisy.tolist() if rows is None else rows
             column = _scalar_column(
@@ -271,13 +282,17 @@ def _scalar_column(
     rows: list[list[int]],
     bounds: dict[int, list[float]],
     chosen_by: dict[int, int],
-    pivot: RatioNoise | None = None,
+    pivot: RatioNoise | SpreadNoise | None = None,
 ) -> tuple[list[object], list[float | None]]:
     """One aggregate's values and group errors, group by group (every kind; Python ints and Decimals;
-    `pivot`: an AVG's noise, release.pivot)."""
+    `pivot`: an AVG's or a spread's noise, release.pivot)."""
     aggregate = query.aggregates[a]
     values: list[object] = []
     errors: list[float | None] = []
+    variances = None
+    if isinstance(pivot, SpreadNoise):
+        assert offsets is not None
+        variances = variance_spans(aggregate, offsets, rows, pivot)
     for g, row in enumerate(rows):
         error: float | None = None
         if (g, a) in refined:
@@ -294,9 +309,11 @@ def _scalar_column(
             value = _sum(aggregate, row)
         elif aggregate.kind.is_spread:
             assert offsets is not None
-            value, error = _spread(aggregate, offsets, row, bounds[_parts(aggregate)])
+            variance = None if variances is None else variances[g]
+            value, error = _spread(aggregate, offsets, row, bounds[_parts(aggregate)], variance)
         else:
             assert offsets is not None
+            assert not isinstance(pivot, SpreadNoise)
             value, error = _average(aggregate, offsets, row, bounds[_parts(aggregate)], pivot)
         values.append(value)
         errors.append(error)
@@ -463,14 +480,6 @@ def _average_column(
     return values, group_errors
 
 
-def _float(value: int) -> float:
-    """An integer as a float, ±inf beyond the floats (the pivot then rules nothing out)."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
 def _half_even(value: Decimal) -> int:
     return int(value.to_integral_value(ROUND_HALF_EVEN))
 
@@ -517,7 +526,11 @@ def _component_errors(noise: QueryNoise, parts: int, fine: frozenset[int] = froz
     """Each component's ± (grid units) at level 1 − 5%/parts: the bounds a figure derived from
     `parts` components combines, all holding together with probability >= 95% (union bound). A
     component noised on the fine grid (`fine`) and then rounded to its own: ⌈e/FINE + 1/2⌉."""
-    alpha = component_alpha(parts)
+    return _errors_at(noise, component_alpha(parts), fine)
+
+
+def _errors_at(noise: QueryNoise, alpha: float, fine: frozenset[int]) -> list[float]:
+    """Each component's ± (grid units) at level 1 − alpha, a fine one's rounded to its own grid."""
     return [
         float(math.ceil(spec.error_at(alpha) / FINE + 0.5)) if c in fine else spec.error_at(alpha)
         for c, spec in enumerate(noise.columns)
@@ -631,8 +644,8 @@ def _average(
     value = Decimal(released) if isinstance(released, int | float) else released
     assert isinstance(value, Decimal)
     ends = pivot.span(
-        np.array([_float(noisy[centred_index])]),
-        np.array([_float(count)]),
+        np.array([as_float(noisy[centred_index])]),
+        np.array([as_float(count)]),
         (errors[centred_index], errors[count_index]),
         float(offsets.lo),
         float(offsets.hi),
@@ -645,13 +658,18 @@ def _average(
 
 
 def _spread(
-    aggregate: Aggregate, offsets: Span, noisy: Sequence[int], errors: Sequence[float]
+    aggregate: Aggregate,
+    offsets: Span,
+    noisy: Sequence[int],
+    errors: Sequence[float],
+    tested: VarianceSpan | None = None,
 ) -> tuple[object, float | None]:
     """VAR/STDDEV of one group from its noisy centred squares Q, centred sum S and count N (grid
     units): Var = Q/N − (S/N)², clamped into [0, half-width²]; sample versions scale by N/(N−1) and
     are NULL when the noisy count is below 2, as PostgreSQL's are for fewer than 2 values. Also its
-    ± at 95% (`errors`: each component's ± at level 1 − 5%/3; `offsets`: as for AVG); None with
-    a NULL."""
+    ± at 95% (`errors`: each component's ± at level 1 − 5%/3; `offsets`: as for AVG; `tested`: the
+    population variance's span by test inversion, release.pivot, used instead of interval
+    arithmetic); None with a NULL."""
     squares_index, centred_index, count_index = aggregate.components
     half_width = max(-offsets.lo, offsets.hi)
     count = noisy[count_index]
@@ -671,16 +689,25 @@ def _spread(
             value = value.sqrt()
     digits = aggregate.scale + 6
     released = float(value) if aggregate.result_type.is_float else value.quantize(Decimal(1).scaleb(-digits))
-    return released, reach(released, _spread_span(aggregate, offsets, noisy, errors))
+    return released, reach(released, _spread_span(aggregate, offsets, noisy, errors, tested))
 
 
-def _spread_span(aggregate: Aggregate, offsets: Span, noisy: Sequence[int], errors: Sequence[float]) -> Span:
+def _spread_span(
+    aggregate: Aggregate,
+    offsets: Span,
+    noisy: Sequence[int],
+    errors: Sequence[float],
+    tested: VarianceSpan | None = None,
+) -> Span:
     """Where the true VAR/STDDEV lies (value units) when Q, S and N are within their bounds.
 
     Interval arithmetic on Q/N − (S/N)² over Q ∈ [max(Q̃ − eQ, 0), Q̃ + eQ], S ∈ [S̃ ± eS] and
     N ∈ [max(Ñ − eN, m), Ñ + eN], m the fewest values that have a variance (1, or 2 for the sample
     versions), within [0, half-width²], which bounds every population variance of values in bounds;
     then × N/(N − 1) and √ as the aggregate asks. When N may be below m, only the bounds are known.
+    With `tested` (release.pivot), the population variance's span is the test's and N's lower bound
+    its count's, and only those (their levels add up to 5%; a group whose count may be below m gets
+    the bounds, which always hold).
     """
     squares_index, centred_index, count_index = aggregate.components
     ceiling = max(-offsets.lo, offsets.hi)
@@ -689,7 +716,11 @@ def _spread_span(aggregate: Aggregate, offsets: Span, noisy: Sequence[int], erro
     bounded = Span(Decimal(0), CEILING.multiply(ceiling, ceiling))
     counts = noisy_span(noisy[count_index], errors[count_index])
     variance: Span | None = None
-    if counts.lo >= least:
+    if tested is not None:
+        counts = Span(Decimal(tested.count_lo), INFINITY)
+        if counts.lo >= least:
+            variance = Span(Decimal(tested.lo), Decimal(tested.hi)).within(bounded)
+    elif counts.lo >= least:
         squares = noisy_span(noisy[squares_index], errors[squares_index]).within(NON_NEGATIVE)
         means = quotient(noisy_span(noisy[centred_index], errors[centred_index]), counts).within(offsets)
         if squares is not None and means is not None:
@@ -715,7 +746,7 @@ def average_error(
     fine = frozenset(aggregate.components) if fine_grid else frozenset()
     errors = _component_errors(noise, 2, fine)
     _, error = _average(
-        aggregate, centre_offsets(aggregate), noisy, errors, ratio_noise(noise, aggregate, fine)
+        aggregate, centre_offsets(aggregate), noisy, errors, ratio_noise(noise, aggregate.components, fine)
     )
     return error
 

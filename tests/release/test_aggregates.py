@@ -100,7 +100,7 @@ def exact_avg_distance(plan: Plan, a: int, row: list[int], released: Decimal) ->
         means = (max(min(ends), low), min(max(ends), high))
         span = means if means[0] <= means[1] else span
     if row[count] >= 1:  # narrowed to the test inversion's span (release.pivot)
-        pivot = ratio_noise(plan.noise, aggregate, fine_components(plan.query))
+        pivot = ratio_noise(plan.noise, aggregate.components, fine_components(plan.query))
         floats = [np.array([float(row[i])]) for i in (centred, count)]
         inverted = pivot.span(*floats, (float(e_s), float(e_n)), float(low), float(high))
         span = (max(span[0], Fraction(inverted[0][0])), min(span[1], Fraction(inverted[1][0])))
@@ -138,7 +138,7 @@ def test_columns_at_once_release_what_group_by_group_does(mechanism: str) -> Non
                     offsets = Span(
                         *(Decimal(x - aggregate.centre) for x in aggregate.interval.on_grid(aggregate.scale))
                     )
-                    pivot = ratio_noise(noise, aggregate, fine_components(plan.query))
+                    pivot = ratio_noise(noise, aggregate.components, fine_components(plan.query))
                     expected, expected_error = aggregates._average(aggregate, offsets, row, alpha2, pivot)
                     if expected is None:  # a noisy count below 1: NULL, as AVG over no values
                         assert value is None and error is None and row[aggregate.components[1]] < 1
