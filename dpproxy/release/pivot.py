@@ -105,7 +105,8 @@ class RatioNoise:
         self, sums: np.ndarray, counts: np.ndarray, low: np.ndarray, high: np.ndarray, alpha: float
     ) -> np.ndarray:
         """Per group, an m <= high above which no μ in [low, high] escapes rejection (counts > 0)."""
-        bottom = np.clip(sums / counts, low, high)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            bottom = np.clip(sums / counts, low, high)
         return _highest_open(lambda m1, m2: self._ruled_out(sums, counts, m1, m2, alpha), bottom, high)
 
     def span(
@@ -155,6 +156,16 @@ def _highest_open(
     the span), then _LEVELS times the highest cell not ruled out split in _SPLIT. Cells share their
     float edges, so together they cover the span; a cell whose sub-cells are all ruled out is kept
     whole (its top still bounds)."""
+    with np.errstate(all="ignore"):  # beyond the floats (inf − inf): NaN, never ruled out
+        return _highest_open_unchecked(ruled_out, bottom, top, doublings)
+
+
+def _highest_open_unchecked(
+    ruled_out: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    bottom: np.ndarray,
+    top: np.ndarray,
+    doublings: int,
+) -> np.ndarray:
     bottom = np.asarray(bottom, dtype=np.float64).copy()
     top = np.asarray(top, dtype=np.float64).copy()
     columns = np.arange(bottom.shape[0])

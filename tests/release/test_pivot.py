@@ -14,13 +14,19 @@ Coverage over draws of the real noise, and the width, are tests/release/test_err
 from __future__ import annotations
 
 import math
+import random
+import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpproxy.privacy import ERROR_ALPHA
+from dpproxy.release import ExactGroups, release_aggregates
 from dpproxy.release.pivot import RatioNoise, SpreadNoise, _laplace_sum_tail
+from dpproxy.sql.query import ComponentKind
+from tests.release.test_error_bars import SPREADS, plan_for
 
 
 def laplace_at_least(scale: float, k: np.ndarray) -> np.ndarray:
@@ -180,3 +186,28 @@ def test_the_variance_span_holds_every_variance_the_test_does_not_reject(
     kept_v = vs[0][kept.any(axis=0)]
     if kept_v.size:
         assert lo[0] <= kept_v.min() and kept_v.max() <= hi[0]
+
+
+def test_spreads_are_released_from_components_beyond_the_floats() -> None:
+    """Noisy components as large as Python ints get (10^400: beyond float64) or as odd as negative
+    counts: VAR and STDDEV are released with a ± no wider than the bounds allow, and no floating-point
+    warning escapes the tests (what overflows rules nothing out)."""
+    plan = plan_for(SPREADS)
+    rng = random.Random(1)
+    rows = [
+        [
+            count
+            if c.kind in (ComponentKind.ROWS, ComponentKind.VALUES)
+            else rng.randint(0 if c.kind is ComponentKind.CENTRED_SQUARES else -size, size)
+            for c in plan.query.components
+        ]
+        for count in (-5, 0, 1, 2, 3, 10**6, 10**15, 10**30)
+        for size in (0, 1, 10**6, 10**18, 10**40, 10**400)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        released = release_aggregates(
+            plan.query, ExactGroups([(g,) for g in range(len(rows))], rows, [1] * len(rows)), plan.noise
+        )
+    # y in [0, 100]: a variance at most 50² (the sample's twice that), a standard deviation at most 50.
+    assert released.errors[1:] == [2500.0, 5000.0, 50.0, pytest.approx(5000**0.5)]
