@@ -312,10 +312,11 @@ class SpreadNoise:
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             centre = sums / counts
             estimate = squares / counts - centre * centre
-            slack = _SAFE * (np.abs(squares / counts) + centre * centre + 1)
             inside = (m_lo <= centre) & (centre <= m_hi)
             near = np.where(inside, 0.0, np.minimum((m_lo - centre) ** 2, (m_hi - centre) ** 2))
             far = np.maximum((m_lo - centre) ** 2, (m_hi - centre) ** 2)
+            # What rounding may have moved v̂ and the squares by, far above it.
+            slack = _SAFE * (np.abs(squares / counts) + centre * centre + far + 1)
             largest = np.maximum(np.abs(m_lo), np.abs(m_hi)) * (1 + _SAFE)
             square_lo = np.where((m_lo <= 0) & (m_hi >= 0), 0.0, np.minimum(m_lo * m_lo, m_hi * m_hi))
             square_hi = np.maximum(m_lo * m_lo, m_hi * m_hi) * (1 + _SAFE)
