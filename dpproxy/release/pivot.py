@@ -399,7 +399,7 @@ def variance_spans(
         float(ceiling * ceiling),
         alpha,
     )
-    count_lo = counts - pivot.count_error
+    count_lo = np.nextafter(counts - pivot.count_error, -np.inf)  # rounded down: a lower bound
     return [VarianceSpan(*x) for x in zip(lo.tolist(), hi.tolist(), count_lo.tolist(), strict=True)]
 
 
