@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dpproxy.privacy import QueryNoise
 from dpproxy.privacy.bounds import DistinctChoice
 from dpproxy.release.exact import ExactGroups
-from dpproxy.sql.bounds import distinct_bounds
+from dpproxy.sql.bounds import distinct_bounds, fixed_limits
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 
@@ -79,7 +79,7 @@ def fixed_bounds_notes(query: PrivateQuery) -> tuple[str, ...]:
     """With fixed limits (no bounds chosen per query; persons bounded), the notice's sentence: the
     limits, and what they do to a heavier person's rows in a group. A function of the policy and the
     query's text, said whether or not anyone has more rows, so it costs nothing."""
-    if query.bounds is not None or query.row_level or query.randomized_response:
+    if not fixed_limits(query):
         return ()
     r = query.max_rows
     text = "contribution bounds of this query (fixed by the policy): at most "

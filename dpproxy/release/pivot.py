@@ -75,20 +75,20 @@ class RatioNoise:
     def tail(self, u: np.ndarray, r: np.ndarray) -> np.ndarray:
         """An upper bound on P(|X − rY| >= u), elementwise (r >= 0), rounded up."""
         v = u - self.sum_slack - r * self.count_slack
+        if self.gaussian:
+            return _subgaussian_tail(v, [self.sum_scale, r * self.count_scale])
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            if self.gaussian:
-                variance = self.sum_scale**2 + (r * self.count_scale) ** 2
-                bound = 2.0 * np.exp(-(v * v) / (2.0 * variance))
-            else:
-                first, second = self.sum_scale, r * self.count_scale
-                big, small = np.maximum(first, second), np.minimum(first, second)
-                ratio = v / big
-                # (β1²e^(−v/β1) − β2²e^(−v/β2))/(β1² − β2²) = e^(−v/β1)·(1 + φ(d)·(v/β1)·β2/(β1 + β2)),
-                # d = v(1/β2 − 1/β1), φ(d) = (1 − e^(−d))/d: no cancellation when β1 ≈ β2.
-                d = np.where(small > 0, v * (big - small) / (big * np.where(small > 0, small, 1.0)), np.inf)
-                phi = np.where(d < 1e-8, 1.0 - d / 2, -np.expm1(-d) / np.where(d > 0, d, 1.0))
-                phi = np.where(np.isinf(d), 0.0, phi)
-                bound = np.exp(-ratio) * (1.0 + phi * ratio * (small / (big + small)))
+            big, small = (
+                np.maximum(self.sum_scale, r * self.count_scale),
+                np.minimum(self.sum_scale, r * self.count_scale),
+            )
+            ratio = v / big
+            # (β1²e^(−v/β1) − β2²e^(−v/β2))/(β1² − β2²) = e^(−v/β1)·(1 + φ(d)·(v/β1)·β2/(β1 + β2)),
+            # d = v(1/β2 − 1/β1), φ(d) = (1 − e^(−d))/d: no cancellation when β1 ≈ β2.
+            d = np.where(small > 0, v * (big - small) / (big * np.where(small > 0, small, 1.0)), np.inf)
+            phi = np.where(d < 1e-8, 1.0 - d / 2, -np.expm1(-d) / np.where(d > 0, d, 1.0))
+            phi = np.where(np.isinf(d), 0.0, phi)
+            bound = np.exp(-ratio) * (1.0 + phi * ratio * (small / (big + small)))
             bound = np.where(v > 0, bound * (1 + _SAFE), 1.0)
         return np.where(np.isnan(bound), 1.0, bound)
 
@@ -156,16 +156,6 @@ def _highest_open(
     the span), then _LEVELS times the highest cell not ruled out split in _SPLIT. Cells share their
     float edges, so together they cover the span; a cell whose sub-cells are all ruled out is kept
     whole (its top still bounds)."""
-    with np.errstate(all="ignore"):  # beyond the floats (inf − inf): NaN, never ruled out
-        return _highest_open_unchecked(ruled_out, bottom, top, doublings)
-
-
-def _highest_open_unchecked(
-    ruled_out: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    bottom: np.ndarray,
-    top: np.ndarray,
-    doublings: int,
-) -> np.ndarray:
     bottom = np.asarray(bottom, dtype=np.float64).copy()
     top = np.asarray(top, dtype=np.float64).copy()
     columns = np.arange(bottom.shape[0])
@@ -181,13 +171,16 @@ def _highest_open_unchecked(
             found, stacked[index + 1, columns], top
         )
 
-    if doublings:
-        span = top - bottom
-        edges = [bottom] + [np.minimum(bottom + span * 2.0 ** (k - doublings), top) for k in range(doublings)]
-        bottom, top = narrow([*edges, top], bottom, top)
-    for _ in range(_LEVELS):
-        width = (top - bottom) / _SPLIT
-        bottom, top = narrow([bottom + k * width for k in range(_SPLIT)] + [top], bottom, top)
+    with np.errstate(all="ignore"):  # beyond the floats (inf − inf): NaN, never ruled out
+        if doublings:
+            span = top - bottom
+            edges = [bottom] + [
+                np.minimum(bottom + span * 2.0 ** (k - doublings), top) for k in range(doublings)
+            ]
+            bottom, top = narrow([*edges, top], bottom, top)
+        for _ in range(_LEVELS):
+            width = (top - bottom) / _SPLIT
+            bottom, top = narrow([bottom + k * width for k in range(_SPLIT)] + [top], bottom, top)
     return top
 
 
@@ -235,6 +228,15 @@ SPREAD_MEAN_ALPHA = 0.015
 SPREAD_COUNT_ALPHA = 0.005
 # Twofold widths of the variance's first cells: the first is a 2^−40 part of its span.
 _DOUBLINGS = 40
+
+
+def _subgaussian_tail(v: np.ndarray, scales: list[np.ndarray] | list[float]) -> np.ndarray:
+    """An upper bound on P(|Z1 + … + Zk| >= v) for independent discrete Gaussians of these σ (each
+    σ²-subgaussian, so their sum is Σσ²-subgaussian): 2·exp(−v²/(2Σσ²)), rounded up."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        variance = sum(s * s for s in scales)
+        bound = np.where(v > 0, 2.0 * np.exp(-(v * v) / (2.0 * variance)) * (1 + _SAFE), 1.0)
+    return np.where(np.isnan(bound), 1.0, bound)
 
 
 def _laplace_sum_tail(v: np.ndarray, scales: list[np.ndarray]) -> np.ndarray:
@@ -288,12 +290,7 @@ class SpreadNoise:
             2 * mean * noise.sum_scale,
             gap * noise.count_scale,
         ]
-        if not noise.gaussian:
-            return _laplace_sum_tail(v, scales)
-        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            variance = sum(s * s for s in scales)
-            bound = np.where(v > 0, 2.0 * np.exp(-(v * v) / (2.0 * variance)) * (1 + _SAFE), 1.0)
-        return np.where(np.isnan(bound), 1.0, bound)
+        return _subgaussian_tail(v, scales) if noise.gaussian else _laplace_sum_tail(v, scales)
 
     def variance_span(
         self,

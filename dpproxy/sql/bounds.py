@@ -104,10 +104,16 @@ def distinct_bounds(query: PrivateQuery) -> tuple[int, ...]:
 SCALED_WITH_FIXED_LIMITS = (ComponentKind.VALUES, ComponentKind.CENTRED_SUM, ComponentKind.CENTRED_SQUARES)
 
 
+def fixed_limits(query: PrivateQuery) -> bool:
+    """Whether persons are bounded by the policy's fixed limits: bounds not chosen per query, and not
+    every row its own person (row-level or randomized-response queries)."""
+    return query.bounds is None and not query.row_level and not query.randomized_response
+
+
 def scaled_with_fixed_limits(query: PrivateQuery) -> frozenset[int]:
     """The components scaled per person with fixed limits (SCALED_WITH_FIXED_LIMITS), on the fine
     grid; none when the bounds are chosen per query or every row is its own person."""
-    if query.bounds is not None or query.row_level or query.randomized_response:
+    if not fixed_limits(query):
         return frozenset()
     return frozenset(i for i, c in enumerate(query.components) if c.kind in SCALED_WITH_FIXED_LIMITS)
 
