@@ -11,8 +11,8 @@ released group: a value derived from k noisy components bounds each at level 1 �
 (dpproxy.privacy.component_alpha, the union bound), and derives its ± by interval arithmetic from
 those bounds (AVG: S/N; VAR/STDDEV: Q/N − (S/N)², times N/(N − 1) for the sample versions, then √),
 intersected with what the column's bounds allow; AVG's span is then intersected with the means a
-test on its noisy sum and count does not reject, and with Laplace noise a spread's span is the one
-three tests of its own give instead of the arithmetic's (dpproxy.release.pivot, which says why each
+test on its noisy sum and count does not reject, and a spread's span is the one three tests of its
+own give instead of the arithmetic's (dpproxy.release.pivot, which says why each
 still holds at 95%). The per-column figure of the notice is the largest
 over the released groups, so it covers each of them. Counts and sums have one noise scale for all
 groups: their ± is the noise's own 95% bound, and clamping at 0 only moves a value towards the true

@@ -7,6 +7,7 @@
    with tail(|Ŝ − μN̂|, |μ|) > 5% lies within the ends span() returns, which lie within the bounds.
 3. The same for VAR and STDDEV (SpreadNoise): the three noises' tail bound against draws, and the
    variance span against every variance some mean of the mean's span leaves unrejected.
+4. The coupling the Gaussian bounds rest on: a discrete Gaussian lies within 1 of a normal variable.
 
 Coverage over draws of the real noise, and the width, are tests/release/test_error_bars.py's.
 """
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.special import erfc
 
 from dpproxy.privacy import ERROR_ALPHA
 from dpproxy.release import ExactGroups, release_aggregates
@@ -76,23 +78,43 @@ scales = st.floats(min_value=0.3, max_value=25.0)
 def test_the_tail_bound_is_above_the_exact_tail(
     gaussian: bool, sum_scale: float, count_scale: float, r: float, quantile: float
 ) -> None:
-    noise = RatioNoise(gaussian, sum_scale, count_scale, 0.0 if gaussian else 1.0, 0.0 if gaussian else 1.0)
+    noise = RatioNoise(gaussian, sum_scale, count_scale, 1.0, 1.0)
     u = quantile * (sum_scale + r * count_scale)
     bound = float(noise.tail(np.array([u]), np.array([r]))[0])
     assert exact_tail(gaussian, sum_scale, count_scale, r, u) <= bound + 1e-12
 
 
-def test_the_laplace_bound_is_close_at_the_95th_percentile() -> None:
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_the_bound_is_close_at_the_95th_percentile(gaussian: bool) -> None:
     """Not a loose bound: where the two noises weigh alike, the half-width the bound gives at 95% is
     within 10% of the exact one, which interval arithmetic (each noise at 97.5%, added) overstates by
     more than half."""
-    noise = RatioNoise(False, 20.0, 4.0, 1.0, 1.0)
-    grid = np.arange(0, 400, 0.25)
-    exact = grid[np.argmax(np.array([exact_tail(False, 20.0, 4.0, 5.0, u) for u in grid]) <= ERROR_ALPHA)]
+    noise = RatioNoise(gaussian, 60.0, 12.0, 1.0, 1.0)
+    grid = np.arange(100, 400, 0.5)  # the exact 95% points: 166.5 (Gaussian), 247.5 (Laplace)
+    exact = grid[np.argmax(np.array([exact_tail(gaussian, 60.0, 12.0, 5.0, u) for u in grid]) <= ERROR_ALPHA)]
     bounded = grid[np.argmax(noise.tail(grid, np.full(grid.shape, 5.0)) <= ERROR_ALPHA)]
     assert exact <= bounded <= 1.1 * exact
-    union = 20.0 * math.log(40) + 5.0 * 4.0 * math.log(40)  # both at 97.5%: the old width
+    each = 2.2414 if gaussian else math.log(40)  # a noise's 97.5% point, in scales (normal: z 0.9875)
+    union = 60.0 * each + 5.0 * 12.0 * each  # both at 97.5%: the old width
     assert union > 1.5 * exact
+
+
+@pytest.mark.parametrize("sigma", np.geomspace(0.05, 3000.0, 80).tolist())
+def test_a_discrete_gaussian_lies_within_one_of_a_normal(sigma: float) -> None:
+    """The coupling the Gaussian bound rests on: for the discrete Gaussian X of parameter σ and the
+    normal G of deviation σ, P(G >= n) <= P(X >= n) <= P(G >= n − 1) for every n >= 1, so the
+    quantile coupling keeps |X − G| <= 1. Exact tails (summed masses) out to 12σ, against erfc."""
+    reach = int(sigma * 30) + 40
+    support = np.arange(0, reach + 1)
+    weights = np.exp(-(support.astype(float) ** 2) / (2 * sigma * sigma))
+    tails = np.cumsum(weights[::-1])[::-1] / (2 * weights.sum() - 1)  # P(X >= n), n >= 0
+    n = support[1 : int(sigma * 12) + 3]
+    at_least = tails[1 : int(sigma * 12) + 3]
+    shown = at_least > 1e-280
+    below = 0.5 * erfc(n / (sigma * math.sqrt(2)))
+    above = 0.5 * erfc((n - 1) / (sigma * math.sqrt(2)))
+    assert np.all(below[shown] <= at_least[shown] * (1 + 1e-12))
+    assert np.all(at_least[shown] <= above[shown] * (1 + 1e-12))
 
 
 @settings(max_examples=200, deadline=None)
@@ -148,6 +170,7 @@ def test_the_sum_of_three_laplace_tails_matches_draws() -> None:
 
 @settings(max_examples=120, deadline=None)
 @given(
+    gaussian=st.booleans(),
     count=st.integers(min_value=1, max_value=10**5),
     mean=st.floats(min_value=-1.0, max_value=1.0),
     spread=st.floats(min_value=0.0, max_value=1.0),
@@ -157,6 +180,7 @@ def test_the_sum_of_three_laplace_tails_matches_draws() -> None:
     ),
 )
 def test_the_variance_span_holds_every_variance_the_test_does_not_reject(
+    gaussian: bool,
     count: int,
     mean: float,
     spread: float,
@@ -169,7 +193,7 @@ def test_the_variance_span_holds_every_variance_the_test_does_not_reject(
     half = 1000.0
     q_scale, s_scale, n_scale = scales
     noise = SpreadNoise(
-        RatioNoise(False, s_scale, n_scale, 1.0, 1.0), q_scale, 1.0, (4 * s_scale, 4 * n_scale), 0.0
+        RatioNoise(gaussian, s_scale, n_scale, 1.0, 1.0), q_scale, 1.0, (4 * s_scale, 4 * n_scale), 0.0
     )
     mu, var = mean * half, spread * (half * half - (mean * half) ** 2)
     squares = np.array([count * (var + mu * mu) + draws[0] * q_scale])
