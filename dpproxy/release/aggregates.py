@@ -59,8 +59,8 @@ from dpproxy.release.pivot import (
     RatioNoise,
     SpreadNoise,
     VarianceSpan,
-    as_float,
     distances,
+    mean_spans,
     pivot_of,
     ratio_noise,
     variance_spans,
@@ -290,10 +290,13 @@ def _scalar_column(
     aggregate = query.aggregates[a]
     values: list[object] = []
     errors: list[float | None] = []
-    variances = None
+    variances = means = None
     if isinstance(pivot, SpreadNoise):
         assert offsets is not None
         variances = variance_spans(aggregate, offsets, rows, pivot)
+    elif isinstance(pivot, RatioNoise):
+        assert offsets is not None
+        means = mean_spans(aggregate, offsets, rows, pivot, bounds[_parts(aggregate)])
     for g, row in enumerate(rows):
         error: float | None = None
         if (g, a) in refined:
@@ -314,8 +317,9 @@ def _scalar_column(
             value, error = _spread(aggregate, offsets, row, bounds[_parts(aggregate)], variance)
         else:
             assert offsets is not None
-            assert not isinstance(pivot, SpreadNoise)
-            value, error = _average(aggregate, offsets, row, bounds[_parts(aggregate)], pivot)
+            value, error = _average(
+                aggregate, offsets, row, bounds[_parts(aggregate)], None if means is None else means[g]
+            )
         values.append(value)
         errors.append(error)
     return values, errors
@@ -474,9 +478,12 @@ def _average_column(
     if not every:
         offsets = centre_offsets(aggregate)
         row_errors = list(errors)
-        for g in np.flatnonzero(~fast).tolist():
-            row = [int(v) for v in noisy[g]]
-            values[g], group_errors[g] = _average(aggregate, offsets, row, row_errors, pivot)
+        slow = np.flatnonzero(~fast).tolist()
+        rows = [[int(v) for v in noisy[g]] for g in slow]
+        means = None if pivot is None else mean_spans(aggregate, offsets, rows, pivot, row_errors)
+        for i, (g, row) in enumerate(zip(slow, rows, strict=True)):
+            ends = None if means is None else means[i]
+            values[g], group_errors[g] = _average(aggregate, offsets, row, row_errors, ends)
     assert len(values) == n
     return values, group_errors
 
@@ -616,12 +623,13 @@ def _average(
     offsets: Span,
     noisy: Sequence[int],
     errors: Sequence[float],
-    pivot: RatioNoise | None = None,
+    ends: tuple[float, float] | None = None,
 ) -> tuple[object, float | None]:
     """AVG of one group, c + S/N from its noisy centred sum S and count N (grid units), clamped into
     the column's bounds, and its ± at 95% (`errors`: each component's ± at level 1 − 5%/2;
-    `offsets`: the range of a value's offset from the centre c; `pivot`: the two noises, whose test
-    narrows the span, release.pivot). NULL when the noisy count is below
+    `offsets`: the range of a value's offset from the centre c; `ends`: the mean offset's span by
+    the test on the two noises, which narrows the ±, release.pivot.mean_spans, computed for all
+    groups at once). NULL when the noisy count is below
     1, as PostgreSQL's AVG over no values is (a zero-filled public key no row has, mostly)."""
     assert aggregate.interval is not None
     centred_index, count_index = aggregate.components
@@ -639,20 +647,14 @@ def _average(
         sums = noisy_span(noisy[centred_index], errors[centred_index])
         means = quotient(sums, counts).within(offsets) or offsets  # a tuple of two is never false
     span = means.shifted(aggregate.centre).scaleb(-aggregate.scale)
-    if pivot is None:
+    if ends is None:
         return released, reach(released, span)
     # Narrowed to the test's span (release.pivot), its distances computed as _average_column's.
     value = Decimal(released) if isinstance(released, int | float) else released
     assert isinstance(value, Decimal)
-    ends = pivot.span(
-        np.array([as_float(noisy[centred_index])]),
-        np.array([as_float(count)]),
-        (errors[centred_index], errors[count_index]),
-        float(offsets.lo),
-        float(offsets.hi),
-    )
     at = float(value.scaleb(aggregate.scale) - aggregate.centre)
-    below, above = (float(x[0]) for x in distances(ends, np.array([at]), 10.0**aggregate.scale))
+    tested = (np.array([ends[0]]), np.array([ends[1]]))
+    below, above = (float(x[0]) for x in distances(tested, np.array([at]), 10.0**aggregate.scale))
     below = min(reach(value, Span(span.lo, value)), below)
     above = min(reach(value, Span(value, span.hi)), above)
     return released, max(below, above)
@@ -746,9 +748,10 @@ def average_error(
     noisy[aggregate.components[1]] = max(count, 1)
     fine = frozenset(aggregate.components) if fine_grid else frozenset()
     errors = _component_errors(noise, 2, fine)
-    _, error = _average(
-        aggregate, centre_offsets(aggregate), noisy, errors, ratio_noise(noise, aggregate.components, fine)
-    )
+    offsets = centre_offsets(aggregate)
+    pivot = ratio_noise(noise, aggregate.components, fine)
+    ends = mean_spans(aggregate, offsets, [noisy], pivot, errors)[0]
+    _, error = _average(aggregate, offsets, noisy, errors, ends)
     return error
 
 

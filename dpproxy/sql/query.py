@@ -351,6 +351,12 @@ class PrivateQuery:
         return self.relation.unit_is_row or self.unit_unique
 
     @property
+    def one_group_per_unit(self) -> bool:
+        """Every GROUP BY key reads only sources with one row per person (Relation.reads_one_row_per_
+        unit): each person's rows share one key, so each person is in exactly one group."""
+        return bool(self.keys) and all(self.relation.reads_one_row_per_unit(k.sql) for k in self.keys)
+
+    @property
     def key_domain_size(self) -> int | None:
         """How many groups can be released when every key is public (their product), else None."""
         if self.needs_selection:

@@ -65,6 +65,19 @@ class Relation:
     # A table of the relation fixes its contribution limits (`contribution_bounds: fixed`): every
     # query uses them; otherwise they are ceilings within which each query chooses its bounds.
     fixed_bounds: bool = False
+    # Aliases of the protected sources that hold at most one row per person (the database keeps
+    # their unit unique, or a derived source grouped by it); every protected source is joined to
+    # the others on the unit, so all of a person's rows read the same row of each of these.
+    one_row_per_unit: frozenset[str] = frozenset()
+
+    def reads_one_row_per_unit(self, expression: exp.Expression) -> bool:
+        """Whether `expression` (row-level SQL over the sources' aliases) reads only sources with one
+        row per person, none on a LEFT JOIN's nullable side, and no subquery: it then takes one value
+        for all of a person's rows."""
+        if expression.find(exp.Subquery, exp.Select):
+            return False
+        kept = self.one_row_per_unit - self.nullable
+        return all(column.table in kept for column in expression.find_all(exp.Column))
 
     @property
     def unit_is_row(self) -> bool:
@@ -464,6 +477,7 @@ def _assemble(
         sample_rows=any(p.row_bounding == "sample" for p in policies),
         label=label,
         fixed_bounds=any(p.contribution_bounds == "fixed" for p in policies),
+        one_row_per_unit=frozenset(sources[i].alias for i in protected if unique(i)),
     )
 
 

@@ -24,7 +24,7 @@ from dpproxy.policy import parse_policy
 from dpproxy.privacy import QueryNoise, component_alpha
 from dpproxy.release import ExactGroups, aggregates, release_aggregates
 from dpproxy.release.aggregates import fine_components
-from dpproxy.release.pivot import ratio_noise
+from dpproxy.release.pivot import mean_spans, ratio_noise
 from dpproxy.release.spans import Span
 from dpproxy.sql.query import FINE, AggregateKind
 from tests.release.stubs import NoNoise
@@ -139,7 +139,8 @@ def test_columns_at_once_release_what_group_by_group_does(mechanism: str) -> Non
                         *(Decimal(x - aggregate.centre) for x in aggregate.interval.on_grid(aggregate.scale))
                     )
                     pivot = ratio_noise(noise, aggregate.components, fine_components(plan.query))
-                    expected, expected_error = aggregates._average(aggregate, offsets, row, alpha2, pivot)
+                    ends = mean_spans(aggregate, offsets, [row], pivot, alpha2)[0]
+                    expected, expected_error = aggregates._average(aggregate, offsets, row, alpha2, ends)
                     if expected is None:  # a noisy count below 1: NULL, as AVG over no values
                         assert value is None and error is None and row[aggregate.components[1]] < 1
                         continue

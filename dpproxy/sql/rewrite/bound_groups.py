@@ -19,6 +19,10 @@ each group's capped at the row ceiling) and its number of groups (__groups):
                     SUM(__rows) OVER (PARTITION BY __unit) AS __total,
                     COUNT(*) OVER (PARTITION BY __unit) AS __groups FROM per_unit) WHERE __gn <= 12
 
+When every key reads only tables with one row per person (PrivateQuery.one_group_per_unit: a
+person's attributes, grouping their events), each unit has one group: __gn and __groups are 1 and
+__total is __rows, without windows.
+
 (__total and __groups count all the unit's groups, those past the ceiling too: one pass of windows,
 and a conservative total — its kept groups hold at most that many rows' worth. The quotient and
 remainder of each value by __total, of its magnitude for values that may be negative, with its sign,
@@ -80,7 +84,9 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     assert query.bounds is not None
     one = exp.Literal.number(1)
-    if not ctx.keys:  # one group: the unit's row is its first and only one
+    if not ctx.keys or query.one_group_per_unit:
+        # One group per unit (no GROUP BY, or keys read from tables with one row per person): the
+        # unit's row is its first and only one, its rows are its total, and no window is needed.
         ranked: exp.Expression = exp.select(
             "*",
             exp.alias_(one, GROUP_RANK, quoted=True),
@@ -125,14 +131,18 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         parts.append(exp.alias_(remainder, remainder_column(i), quoted=True))
     select = exp.select(*parts, copy=False).from_(ranked.subquery("ranked", copy=False), copy=False)
     cap = query.bounds.group_cap
-    if ctx.keys and query.bounds_groups:
-        select = select.where(exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(cap)), copy=False)
-    return state.then(
-        "ranked_groups",
-        f"each unit's groups ranked by a salted hash of its own keys, at most {cap} kept; "
-        "its rows and groups in all",
-        select,
-    )
+    if ctx.keys and query.one_group_per_unit:
+        description = "one group per unit (its keys read tables with one row per person): its rows in all"
+    else:
+        description = (
+            f"each unit's groups ranked by a salted hash of its own keys, at most {cap} kept; "
+            "its rows and groups in all"
+        )
+        if ctx.keys and query.bounds_groups:
+            select = select.where(
+                exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(cap)), copy=False
+            )
+    return state.then("ranked_groups", description, select)
 
 
 def scaled_sources(ctx: RewriteContext) -> list[tuple[int, str]]:
