@@ -14,12 +14,16 @@ For a statement S and the adversarial databases:
      by at most its declared sensitivity, no person changes more than max_groups groups;
   5. group keys outside a key's public values never reach the released set;
   6. released rows come in an order that depends on released values only (handed the same groups
-     in another order, post-processing gives the same rows).
+     in another order, post-processing gives the same rows);
+  7. on the database with one row per person, told that only patients' unit is unique: a statement
+     whose keys read patients alone (each person in one group, no ranking of their groups) is
+     certified, and every candidate's values are those of the plan that ranks them.
 `check` returns the failures it found as strings (empty: the statement passed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import zlib
 from collections.abc import Sequence
@@ -36,7 +40,7 @@ from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.released import ReleasedQuery
 from dpproxy.sql.types import PgType
-from tests.certify import certify
+from tests.certify import _candidates_by_key, certify
 from tests.sql.language import temporal
 from tests.sql.language.databases import Loaded, RawBackend
 from tests.sql.language.grammar import Generated
@@ -102,6 +106,13 @@ class Backends:
                             "patients": frozenset({"patient_id"}),
                             "visits": frozenset({"patient_id"}),
                         },
+                    )
+                    # Only patients' unit known unique: keys read from patients alone put each
+                    # person in one group, which the rewrite then does not rank (_one_group_each).
+                    backends.engines[("unique-patients", loaded.kind)] = Engine(
+                        policies["limits"],
+                        RawBackend(loaded),
+                        unique_columns={"patients": frozenset({"patient_id"})},
                     )
         return backends
 
@@ -200,6 +211,33 @@ def _certified_too(db: Backends, dialect: str, query: Generated, label: str, wha
         return [f"certificate fails with {what} on {db.name}: {error}"]
     except Exception as error:
         return [f"the plan with {what} fails on {db.name}/{dialect}: {error}"]
+    return []
+
+
+def _one_group_each(db: Backends, dialect: str, query: Generated, ranked: Plan) -> list[str]:
+    """Told that only patients' unit is unique, a statement whose keys read patients alone
+    (PrivateQuery.one_group_per_unit: no ranking of a person's groups) is certified on every
+    neighbour, and every candidate's values equal those of `ranked`, the plan that ranks them."""
+    engine = db.engines.get(("unique-patients", dialect))
+    plan = _plan(engine, query) if engine is not None else None
+    if not isinstance(plan, Plan) or not plan.query.one_group_per_unit or not plan.chooses_bounds:
+        return []
+    loaded = db.loaded(dialect)
+    try:
+        certify(plan, loaded.run, db.persons())
+        one, many = (p.measure(*(loaded.run(sql) for sql in p.statements)) for p in (plan, ranked))
+    except AssertionError as error:
+        return [f"certificate fails with one group per person on {db.name}: {error}"]
+    except Exception as error:
+        return [f"the plan with one group per person fails on {db.name}/{dialect}: {error}"]
+    assert one.candidates is not None
+    if many.candidates is None:  # the ranked plan chooses nothing (a ceiling of one): its groups alone
+        difference = _same_exact_groups(
+            dataclasses.replace(one, candidates=None), many, ("one group per person", "ranked")
+        )
+        return [f"on {db.name}/{dialect}: {difference}"] if difference else []
+    if _candidates_by_key(one) != _candidates_by_key(many) or one.candidates.above != many.candidates.above:
+        return [f"one group per person: candidates differ from the ranked plan's on {db.name}/{dialect}"]
     return []
 
 
@@ -302,6 +340,8 @@ def _check(query: Generated, databases: Sequence[Backends], certify_on: Sequence
                 if dialect == "duckdb" and query.index % 4 == 2:
                     failures += _certified_too(db, dialect, query, "fixed", "fixed limits")
                 failures += _certified_too(db, dialect, query, "unique", "enforced-unique units")
+                if dialect == "duckdb":
+                    failures += _one_group_each(db, dialect, query, plan)
         if "duckdb" in measured:
             for other in (d for d in dialects if d != "duckdb" and d in measured):
                 difference = _same_exact_groups(measured["duckdb"], measured[other], ("duckdb", other))
