@@ -84,9 +84,10 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     assert query.bounds is not None
     one = exp.Literal.number(1)
-    if not ctx.keys or query.one_group_per_unit:
-        # One group per unit (no GROUP BY, or keys read from tables with one row per person): the
-        # unit's row is its first and only one, its rows are its total, and no window is needed.
+    # One group per unit (no GROUP BY, or keys read from tables with one row per person): the unit's
+    # row is its first and only one, its rows are its total, and no window is needed.
+    one_group = not ctx.keys or query.one_group_per_unit
+    if one_group:
         ranked: exp.Expression = exp.select(
             "*",
             exp.alias_(one, GROUP_RANK, quoted=True),
@@ -131,17 +132,14 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         parts.append(exp.alias_(remainder, remainder_column(i), quoted=True))
     select = exp.select(*parts, copy=False).from_(ranked.subquery("ranked", copy=False), copy=False)
     cap = query.bounds.group_cap
-    if ctx.keys and query.one_group_per_unit:
-        description = "one group per unit (its keys read tables with one row per person): its rows in all"
-    else:
-        description = (
-            f"each unit's groups ranked by a salted hash of its own keys, at most {cap} kept; "
-            "its rows and groups in all"
-        )
-        if ctx.keys and query.bounds_groups:
-            select = select.where(
-                exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(cap)), copy=False
-            )
+    if not one_group and query.bounds_groups:
+        select = select.where(exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(cap)), copy=False)
+    description = (
+        "one group per unit (its keys read tables with one row per person): its rows in all"
+        if ctx.keys and one_group
+        else f"each unit's groups ranked by a salted hash of its own keys, at most {cap} kept; "
+        "its rows and groups in all"
+    )
     return state.then("ranked_groups", description, select)
 
 
