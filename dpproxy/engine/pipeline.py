@@ -446,8 +446,10 @@ class Engine:
 
     def analyst(self, name: str) -> AnalystPolicy:
         """The analyst's policy, with the limits in force now: after a policy reload, a session
-        still on an earlier policy gets the lower of its policy's limits and the current one's, and
-        an analyst the current policy no longer lists is refused (spending stops at once)."""
+        still on an earlier policy gets the lower of its policy's limits and the current one's (ε,
+        δ, and the per-query cap each policy gives the analyst, its own or its defaults'), the
+        current policy's refresh window (the one whose spending the current policy counts), and an
+        analyst the current policy no longer lists is refused (spending stops at once)."""
         analyst = self.policy.analyst(name)
         if analyst is None:
             raise UnknownAnalyst(
@@ -462,12 +464,14 @@ class Engine:
                 f'analyst "{name}" is no longer in the policy (it was reloaded)',
                 hint="ask the data owner to add you again",
             )
-        caps = [c for c in (analyst.max_epsilon_per_query, now.max_epsilon_per_query) if c is not None]
+        # Each policy's per-query cap for the analyst: its own, else the policy's max_epsilon.
+        cap = min(self.policy.epsilon_limits(analyst)[1], current.epsilon_limits(now)[1])
         return dataclasses.replace(
             analyst,
             epsilon=min(analyst.epsilon, now.epsilon),
             delta=min(analyst.delta, now.delta),
-            max_epsilon_per_query=min(caps) if caps else None,
+            max_epsilon_per_query=cap,
+            refresh=now.refresh,
         )
 
     def make_current(self) -> None:
@@ -483,9 +487,9 @@ class Engine:
         return BudgetStatus(analyst, spent, Cost(policy.epsilon, policy.delta), self.data_set_budget())
 
     def data_set_budget(self) -> BudgetStatus | None:
-        """The data set's budget and what every analyst together has spent of it in its current
-        window; None when the policy has no `budget:`."""
-        budget = self.policy.budget
+        """The data set's budget in force now (the current policy's, after a reload) and what every
+        analyst together has spent of it in its current window; None when it has no `budget:`."""
+        budget = self._live.policy.budget
         if budget is None:
             return None
         spent = self.ledger.spent_now(DATASET, budget.refresh) if self.ledger is not None else Cost.ZERO
@@ -666,7 +670,8 @@ class Engine:
         """Reserve `cost` for the analyst (53400 when their budget cannot pay it): the charge every
         private path finishes by the one rule."""
         limit = Cost(analyst.epsilon, analyst.delta)
-        budget = self.policy.budget
+        budget = self._live.policy.budget  # the data set's budget in force now, even for a session
+        # still on an earlier policy (Engine.analyst)
         shared = None if budget is None else SharedBudget(Cost(budget.epsilon, budget.delta), budget.refresh)
         reservation = None
         if self.ledger is not None:
