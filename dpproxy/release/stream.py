@@ -96,17 +96,32 @@ class StreamedRelease:
         query = self.query
         groups = choose_groups(query, exact_groups(query, rows), self.noise)
         released = release_aggregates(query, groups, self.noise)
-        self.groups += len(released.keys)
+        limited = self.done  # LIMIT 0: no row is shown, no group counted
+        if self.processor.emit is not None and released.keys:
+            out, used = self._projected(released.keys, released.columns)
+        else:
+            out, used = self._rows(released.keys, released.aggregates)
+        used = 0 if limited else used
+        # The figures and the count cover the released groups up to the row that met LIMIT: a
+        # prefix of the released groups in key order. Those after it in the batch are not counted,
+        # as the batch's end depends on how many groups the backend returned, hidden ones too.
+        self.groups += used
         for a, column_errors_ in enumerate(released.error_columns):
-            known = [e for e in column_errors_ if e is not None]
+            known = [e for e in column_errors_[:used] if e is not None]
             if known and (self._largest[a] is None or max(known) > self._largest[a]):  # type: ignore[operator]
                 self._largest[a] = max(known)
-        if self.processor.emit is not None and released.keys:
-            return self._projected(released.keys, released.columns)
+        return out
+
+    def _rows(
+        self, keys: Sequence[tuple[object, ...]], aggregates: Sequence[Sequence[object]]
+    ) -> tuple[list[tuple[object, ...]], int]:
+        """The output rows of one batch's released groups, and how many of those groups precede
+        or are the row that met LIMIT (all of them when it was not met)."""
         out: list[tuple[object, ...]] = []
+        used = len(keys)
         processor = self.processor
         n_aggregates = processor.n_aggregates
-        for key, values in zip(released.keys, released.aggregates, strict=True):
+        for i, (key, values) in enumerate(zip(keys, aggregates, strict=True)):
             row = processor.released(key, values)
             # The key's ranks, without canonical_key's final tie-break on the text: distinct groups
             # never tie on them, so strictly increasing ranks are strictly increasing keys.
@@ -121,13 +136,15 @@ class StreamedRelease:
                 continue
             if self._left is not None:
                 self._left -= 1
+                if self._left == 0:
+                    used = i + 1
             out.append(processor.output(row))
         self.rows += len(out)
-        return out
+        return out, used
 
     def _projected(
         self, keys: Sequence[tuple[object, ...]], columns: Sequence[Sequence[object]]
-    ) -> list[tuple[object, ...]]:
+    ) -> tuple[list[tuple[object, ...]], int]:
         """`release`'s loop a column at a time, when each output is a released column (no HAVING):
         keys as their columns' types, checked strictly increasing in canonical order (by the values
         themselves when `plain_columns`), then OFFSET and LIMIT, then the outputs
@@ -145,10 +162,13 @@ class StreamedRelease:
         self._skip -= skip
         end = len(typed) if self._left is None else min(len(typed), skip + self._left)
         out = processor.emit(key_columns, columns, range(skip, end))
+        used = len(typed)
         if self._left is not None:
             self._left -= len(out)
+            if self._left == 0:
+                used = end
         self.rows += len(out)
-        return out
+        return out, used
 
     def errors(self) -> list[float | str | None]:
         """The notice's 95% figure per aggregate over the groups released so far."""
