@@ -12,8 +12,10 @@ that change their filter's constant.
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import duckdb
 import pytest
@@ -21,6 +23,7 @@ import pytest
 from dpproxy.engine import Engine, Plan
 from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
 from dpproxy.policy import parse_policy
+from dpproxy.sql.clock import CLOCK, Clock
 from tests.sql import test_bi_tools
 from tests.sql.language import schema
 from tests.sql.language.caches import cache_failures, engine
@@ -193,6 +196,30 @@ def test_the_cache_key_is_the_exact_input() -> None:
     assert cache_key(sql, [1], 0.5) == cache_key(sql, [1], 0.5)
     assert cache_key(sql, [1], 0.5) != cache_key(sql, [1], 0.25)
     assert cache_key(sql, [1], 0.5) != cache_key(sql + " ", [1], 0.5)
+
+
+def test_the_cache_key_holds_the_session_time_zone() -> None:
+    """A cast to timestamptz is folded in the session's time zone even where no clock is read: a
+    statement analysed for one zone is not the plan of a session in another (an adversarial
+    review found a Los Angeles session answered with Tokyo's midnight)."""
+    private = (
+        "SELECT COUNT(*) FROM visits WHERE checked_in >= CAST(CAST('2024-03-01' AS date) AS timestamptz)"
+    )
+    public = "SELECT CAST(CAST('2024-03-01' AS date) AS timestamptz) AS t, COUNT(*) FROM zip_info"
+    made = engine(POLICY)
+    seen: dict[tuple[str, str], tuple[str, ...]] = {}
+    for zone in ("Asia/Tokyo", "America/Los_Angeles", "Asia/Tokyo", "UTC"):
+        token = CLOCK.set(Clock(datetime(2026, 11, 30, 12, tzinfo=UTC), ZoneInfo(zone)))
+        try:
+            for sql in (private, public):
+                warm, cold = made.prepare(sql, epsilon=1.0), engine(POLICY).prepare(sql, epsilon=1.0)
+                texts = (warm.sql,) if isinstance(warm, PublicStatement) else warm.statements
+                assert texts == ((cold.sql,) if isinstance(cold, PublicStatement) else cold.statements)
+                assert seen.setdefault((zone, sql), texts) == texts
+        finally:
+            CLOCK.reset(token)
+    for sql in (private, public):
+        assert seen[("Asia/Tokyo", sql)] != seen[("America/Los_Angeles", sql)]
 
 
 def test_a_parameter_equal_in_python_but_another_constant_is_analysed_cold() -> None:

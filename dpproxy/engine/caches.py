@@ -1,7 +1,9 @@
 """The engine's caches: what the cold path already answered for this very statement, kept.
 
 A cache here holds the result of analysing one exact input — the statement's text, each bound
-parameter's type and value, and the per-query ε — under the policy and schema the engine was built
+parameter's type and value, the per-query ε, the bounds the session set and the session's time
+zone (which casts to timestamptz and timestamptz arithmetic are folded in, even in a statement that
+reads no clock) — under the policy and schema the engine was built
 with (a policy reload builds a new engine, with empty caches). A hit is the cold path's own answer to
 an identical input, so it cannot differ from what a cold analysis would give: **no cache re-binds new
 constants into SQL it learned from other ones** (docs/privacy.md §7, "Caches"). What is kept:
@@ -27,9 +29,10 @@ from dataclasses import dataclass
 from dpproxy.engine.plan import Plan
 from dpproxy.lru import LRU
 from dpproxy.sql.bounds import SessionBounds
+from dpproxy.sql.clock import session_zone
 from dpproxy.sql.query import PublicQuery
 
-CacheKey = tuple[str, tuple[tuple[type, str], ...], float, object]
+CacheKey = tuple[str, tuple[tuple[type, str], ...], float, object, str]
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,9 @@ def cache_key(
     sql: str, params: Sequence[object], epsilon: float, bounds: SessionBounds | None = None
 ) -> CacheKey:
     """The exact input: the text, each parameter by its type and its repr (1, True, 1.0 and
-    Decimal('1.0') are equal in Python but bind as different constants), ε, and the bounds the
-    session set (dpproxy.sql.bounds)."""
-    return (sql, tuple((type(p), repr(p)) for p in params), float(epsilon), bounds)
+    Decimal('1.0') are equal in Python but bind as different constants), ε, the bounds the
+    session set (dpproxy.sql.bounds), and the statement clock's time zone (dpproxy.sql.clock)."""
+    return (sql, tuple((type(p), repr(p)) for p in params), float(epsilon), bounds, session_zone())
 
 
 class PlanCaches:

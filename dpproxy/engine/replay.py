@@ -15,6 +15,7 @@ from dpproxy.policy import AnalystPolicy
 from dpproxy.privacy import Cost
 from dpproxy.release.stream import streamable
 from dpproxy.results import Result, ResultStream, decode_result, encode_result
+from dpproxy.sql.clock import session_zone
 
 
 def answer_plan(
@@ -44,7 +45,9 @@ def answer_plan(
 
 
 def replay_key(engine: EngineLike, plan: Plan) -> str:
-    """The policy, the normalised statement (parameters bound), ε, δ and the operator's data epoch.
+    """The policy, the normalised statement (parameters bound), ε, δ, the bounds the session set
+    (which the statement's text does not show), the session's time zone (which casts to timestamptz
+    are folded in) and the operator's data epoch.
 
     Nothing else, and nothing read from the database: no table statistics, no file times, and no
     call to the backend at all. Whether a repeat is free (a stored answer) or charged (a fresh one)
@@ -62,6 +65,8 @@ def replay_key(engine: EngineLike, plan: Plan) -> str:
             plan.query.text,
             repr(plan.epsilon),
             repr(plan.delta),
+            repr(plan.query.bounds),
+            session_zone(),
             engine.policy.defaults.data_epoch,
         ]
     )

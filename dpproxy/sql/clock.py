@@ -67,6 +67,13 @@ def current_clock() -> Clock:
     return clock if clock is not None else Clock(dt.datetime.now(dt.UTC))
 
 
+def session_zone() -> str:
+    """The name of the time zone the statement is analysed in (the session's; UTC when no one set
+    a clock): casts to timestamptz and timestamptz arithmetic are folded in it, so what keys an
+    analysis or an answer carries it."""
+    return str(current_clock().zone)
+
+
 @contextmanager
 def statement_clock() -> Iterator[Clock]:
     """One instant for the whole analysis of a statement: the clock already set (by the session, or

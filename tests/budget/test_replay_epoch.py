@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import duckdb
 import psycopg
@@ -23,6 +25,8 @@ from dpproxy.budget.sqlite import SQLiteLedger
 from dpproxy.engine import Engine
 from dpproxy.errors import BackendUnavailable
 from dpproxy.policy import Policy, parse_policy
+from dpproxy.sql.bounds import SessionBounds
+from dpproxy.sql.clock import CLOCK, Clock
 
 POLICY = """
 version: 1
@@ -199,3 +203,26 @@ def test_replay_epoch_backend_offers_no_data_version() -> None:
     assert not hasattr(Backend, "data_version")
     with DuckDBBackend.from_statements([]) as backend:
         assert not hasattr(backend, "data_version")
+
+
+def test_replay_keys_the_bounds_the_session_set_and_its_time_zone(tmp_path: Path) -> None:
+    """A repeat under other session bounds (which the statement's text does not show) or in another
+    time zone (which casts to timestamptz are folded in) is another question: answered afresh and
+    charged, never the answer to the earlier settings; under the same ones, free."""
+    path, ledger = tmp_path / "people.duckdb", tmp_path / "ledger.sqlite"
+    build_duckdb(path, 500)
+    text = POLICY.format(epoch=0).replace("privacy_unit: id", "privacy_unit: id\n    max_rows_per_unit: 10")
+    with Engine(parse_policy(text), open_backend(str(path)), SQLiteLedger(ledger)) as engine:
+        one, two = SessionBounds(rows=1), SessionBounds(rows=2)
+        assert not engine.execute(SQL, analyst="alice", bounds=one).replayed
+        assert engine.execute(SQL, analyst="alice", bounds=one).replayed
+        again = engine.execute(SQL, analyst="alice", bounds=two)
+        assert not again.replayed and "at most 2 row(s) per person" in " ".join(again.notes)
+        assert spent(engine) == pytest.approx(1.0)
+        token = CLOCK.set(Clock(datetime.now(UTC), ZoneInfo("Asia/Tokyo")))
+        try:
+            assert not engine.execute(SQL, analyst="alice", bounds=one).replayed
+            assert engine.execute(SQL, analyst="alice", bounds=one).replayed
+        finally:
+            CLOCK.reset(token)
+        assert spent(engine) == pytest.approx(1.5)
