@@ -104,7 +104,11 @@ class SelectionSpec:
         else:
             noise = sample_discrete_gaussian(self.scale, n, bytes_source)
         # c + Z >= threshold, written so that no int64 overflows: threshold − c >= threshold − 2^63 + 1.
-        released = noise >= self.threshold - counts
+        # A group no unit is counted in is never released: the measurement's keys are those the data
+        # has. With g chosen below the group ceiling, a group that persons rank only past their first
+        # g is in the statement's rows with a count of 0; released on Z >= threshold, it would exist
+        # on D and not on D minus one of them, a δ no threshold paid for (docs/privacy.md §5).
+        released = (noise >= self.threshold - counts) & (counts > 0)
         return np.flatnonzero(released).tolist()
 
 

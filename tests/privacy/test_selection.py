@@ -123,8 +123,10 @@ def test_partition_selection_release_probabilities_between_neighbours() -> None:
 def test_released_sets_have_the_distribution_of_opendps_threshold_measurement(mechanism: Mechanism) -> None:
     """select draws its noise with dpproxy's sampler, not OpenDP's measurement: the released set of
     four groups (16 possible sets) has the same distribution as the measurement's, and both the
-    exact one (independent groups, each released with P[Z >= τ − c])."""
-    scale, threshold, counts = 1.5, 3, [0, 2, 3, 5]
+    exact one (independent groups, each released with P[Z >= τ − c]). Groups with units in them:
+    one no unit is counted in is never released (test_a_group_no_unit_is_counted_in_is_never_released),
+    where OpenDP's measurement, whose keys come from the data, would release a key given with 0."""
+    scale, threshold, counts = 1.5, 3, [1, 2, 3, 5]
     spec = SelectionSpec(len(counts), scale, threshold, 0.0, 0.0, mechanism)
     trials = 12_000
     measure = (threshold_measurement if mechanism == LAPLACE else gaussian_threshold_measurement)(
@@ -182,6 +184,17 @@ def test_a_group_of_one_unit_is_released_with_probability_at_most_delta() -> Non
     # Below the threshold release is the exception, at every count.
     below = [len(selection.select([c] * 2_000)) / 2_000 for c in range(0, selection.threshold)]
     assert all(rate < 0.5 for rate in below)
+
+
+def test_a_group_no_unit_is_counted_in_is_never_released() -> None:
+    """With g chosen below the group ceiling, a group that persons rank only past their first g is
+    in the statement's rows with a count of 0 (its values still in the sums): on the neighbour
+    without them it does not exist, so no noise, however large, may release it."""
+    selection = partition_selection(1, 0.05, 0.2)  # τ small against the noise: zeros would pass
+    assert laplace_tail(selection.scale, selection.threshold) > 0.05
+    counts = [0, 1, 0, selection.threshold + 3] * 5_000
+    kept = selection.select(counts)
+    assert kept and all(counts[i] > 0 for i in kept)
 
 
 def test_selection_keeps_large_groups_and_drops_singletons() -> None:
