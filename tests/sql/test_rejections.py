@@ -333,6 +333,31 @@ REJECTIONS = [
     ("SELECT SUM(CAST(age AS numeric(5, 2, 1))) FROM patients", "22023", ["invalid NUMERIC type modifier"]),
     ("SELECT SUM(CAST(age AS numeric(50, 2))) FROM patients", "0A000", ["numeric(50, 2) is not supported"]),
     ("SELECT SUM(CAST(age AS numeric(5, 7))) FROM patients", "0A000", ["numeric(5, 7)", "s <= p <= 38"]),
+    # Text that could outgrow what the backend holds, on the rows a CASE lets through: whether the
+    # query failed would tell one person's value (an adversarial review read an age so).
+    (
+        "SELECT COUNT(*) FROM patients WHERE length(replace(replace(CASE WHEN patient_id = 17 AND "
+        f"age >= 14 THEN '1' ELSE '' END, '1', '{'1' * 9}'), '1', '{'1' * 9}')) > 0",
+        "0A000",
+        ["replace() could build a text 81 times as long", "at most 64 times", "(WHERE)"],
+    ),
+    (
+        "SELECT COUNT(*) FROM patients WHERE length(" + " || ".join(["zip"] * 65) + ") > 0",
+        "0A000",
+        ["|| could build a text 65 times as long"],
+    ),
+    (  # a CTE's text grows again each time it is concatenated: the inlined expression is counted
+        "WITH a AS (SELECT patient_id, concat(" + ", ".join(["zip"] * 40) + ") AS x FROM patients) "
+        "SELECT COUNT(*) FROM a WHERE length(concat(x, x)) > 0",
+        "0A000",
+        ["concat() could build a text 80 times as long"],
+    ),
+    (  # a cast to text keeps what it casts
+        "SELECT COUNT(*) FROM patients WHERE CAST(replace(replace(zip, '0', '00000000'), '0', "
+        "'00000000') AS text) || 'a' = 'b'",
+        "0A000",
+        ["|| could build a text 65 times as long"],
+    ),
 ]
 
 
@@ -366,6 +391,7 @@ def test_rejections_never_depend_on_data_because_no_backend_is_needed(engine: En
         "SELECT date_trunc('month', visit_date), COUNT(*) FROM visits GROUP BY 1",
         "SELECT extract(year FROM visit_date) y, CAST(SUM(duration_minutes) AS double precision) FROM visits GROUP BY y",
         "SELECT lower(zip), COUNT(*) FROM patients WHERE length(zip) = 5 GROUP BY lower(zip)",
+        "SELECT concat(sex, '-', zip), COUNT(*) FROM patients WHERE replace(zip, '0', 'zero') <> '' GROUP BY 1",
         "SELECT COUNT(*) FROM patients WHERE age > $1",
         "SELECT sex, COUNT(*) AS n FROM patients GROUP BY sex HAVING sex = 'F' AND COUNT(*) > '3' ORDER BY n",
         "SELECT visit_date, COUNT(*) FROM visits GROUP BY 1 HAVING visit_date > '2023-01-01T00:00:00Z'",

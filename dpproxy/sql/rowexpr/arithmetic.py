@@ -402,7 +402,8 @@ class ArithmeticRules:
                 check_castable_text(inner.sql.this, target)
                 return typed_constant(inner, target)
             if target.is_text:
-                return Typed(exp.Cast(this=inner.sql, to=canonical_type(to, target)), target, constant=True)
+                sql = exp.Cast(this=inner.sql, to=canonical_type(to, target))
+                return Typed(sql, target, constant=True, growth=inner.growth)
             raise NotSupported(
                 f"CAST of the text expression {node.this.sql('postgres')} to {target.value} is not supported "
                 f"({self.scope.clause})",
@@ -450,6 +451,7 @@ class ArithmeticRules:
             None,
             inner.uses_unit,
             inner.constant,
+            growth=inner.growth,
         )
 
     def _cast_number(self, node: exp.Expression, inner: Typed, to: exp.DataType, target: PgType) -> Typed:

@@ -250,6 +250,7 @@ class PredicateRules:
             double=double,
             smallest=smallest,
             wide=wide,
+            growth=max(v.growth for v in all_values),
         )
 
     def _variadic_same_type(self, node: exp.Expression) -> Typed:
@@ -274,6 +275,7 @@ class PredicateRules:
             double=double,
             smallest=smallest,
             wide=wide,
+            growth=max(p.growth for p in parts),
         )
 
     def _nullif(self, node: exp.Expression) -> Typed:
@@ -288,6 +290,7 @@ class PredicateRules:
             double=double,
             smallest=smallest,
             wide=wide,
+            growth=first.growth,
         )
 
 

@@ -19,6 +19,11 @@ _ASCII_LOWER_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 ASCII_LOWER_TABLE = str.maketrans(_ASCII_UPPER_LETTERS, _ASCII_LOWER_LETTERS)
 
+# The most a text expression may grow (Typed.growth): 64 times the longest column value or constant
+# of the statement. Concatenating a few columns, or replacing a separator by a slightly longer one,
+# stays far below it; nested replaces by long texts, which build gigabytes from one character, do not.
+TEXT_GROWTH_LIMIT = 64
+
 
 def _ascii_case(value: exp.Expression, *, lower: bool) -> exp.Expression:
     """lower() or upper() of ASCII letters only, through TRANSLATE, which both engines have."""
@@ -52,7 +57,7 @@ class TextRules:
         # ASCII letters only, alike on every engine: PostgreSQL maps other letters by its
         # collation's locale (or not at all under "C"), DuckDB by Unicode.
         sql = _ascii_case(inner.sql, lower=isinstance(node, exp.Lower))
-        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant)
+        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant, growth=inner.growth)
 
     def _length(self, node: exp.Expression) -> Typed:
         inner = self._text(node.this, "length()")
@@ -80,7 +85,9 @@ class TextRules:
         args: dict[str, exp.Expression] = {"this": inner.sql, "start": exp.Literal.number(start)}
         if length is not None:
             args["length"] = exp.Literal.number(length)
-        return Typed(exp.Substring(**args), PgType.TEXT, None, inner.uses_unit, inner.constant)
+        return Typed(
+            exp.Substring(**args), PgType.TEXT, None, inner.uses_unit, inner.constant, growth=inner.growth
+        )
 
     def _trim(self, node: exp.Expression) -> Typed:
         inner = self._text(node.this, "trim()")
@@ -91,13 +98,15 @@ class TextRules:
             )
         if node.args.get("position"):
             args["position"] = node.args["position"]
-        return Typed(exp.Trim(**args), PgType.TEXT, None, inner.uses_unit, inner.constant)
+        return Typed(
+            exp.Trim(**args), PgType.TEXT, None, inner.uses_unit, inner.constant, growth=inner.growth
+        )
 
     def _left_right(self, node: exp.Expression) -> Typed:
         inner = self._text(node.this, f"{node.sql_name().lower()}()")
         count = int_argument(node.expression, f"the length of {node.sql_name().lower()}()")
         sql = type(node)(this=inner.sql, expression=number_literal(count))
-        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant)
+        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant, growth=inner.growth)
 
     def _concat(self, node: exp.Expression) -> Typed:
         args = node.expressions if isinstance(node, exp.Concat) else [node.this, node.expression]
@@ -121,7 +130,11 @@ class TextRules:
             sql: exp.Expression = exp.Concat(expressions=casted, safe=True, coalesce=True)
         else:
             sql = exp.DPipe(this=casted[0], expression=casted[1], safe=True)
-        return Typed(sql, PgType.TEXT, None, any(p.uses_unit for p in parts), all(p.constant for p in parts))
+        growth = self._bounded_growth(
+            sum(p.growth for p in parts), "concat()" if isinstance(node, exp.Concat) else "||"
+        )
+        uses_unit, constant = any(p.uses_unit for p in parts), all(p.constant for p in parts)
+        return Typed(sql, PgType.TEXT, None, uses_unit, constant, growth=growth)
 
     def _replace(self, node: exp.Expression) -> Typed:
         inner = self._text(node.this, "replace()")
@@ -130,7 +143,26 @@ class TextRules:
         sql = exp.Replace(
             this=inner.sql, expression=exp.Literal.string(find), replacement=exp.Literal.string(replacement)
         )
-        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant)
+        # Each occurrence of the search text becomes the replacement: the text grows by their ratio
+        # at most (an empty search text finds nothing on either engine).
+        ratio = -(-len(replacement) // len(find)) if find else 1
+        growth = self._bounded_growth(inner.growth * max(1, ratio), "replace()")
+        return Typed(sql, PgType.TEXT, None, inner.uses_unit, inner.constant, growth=growth)
+
+    def _bounded_growth(self, growth: int, what: str) -> int:
+        """`growth` (Typed.growth) when at most TEXT_GROWTH_LIMIT, else refused: a text built longer
+        than the backend can hold fails (PostgreSQL past 1 GB, DuckDB past 4 GiB, and DuckDB's
+        database is then unusable), and whether it does would depend on the rows a CASE lets
+        through — one person's value decided by a query's success (an adversarial review
+        read an age in seven queries so)."""
+        if growth > TEXT_GROWTH_LIMIT:
+            raise NotSupported(
+                f"{what} could build a text {growth} times as long as a column value or constant of "
+                f"the statement ({self.scope.clause}); at most {TEXT_GROWTH_LIMIT} times is accepted, "
+                "so that no row's text outgrows what the database can hold",
+                hint="concatenate fewer values, or replace with a text no longer than the one searched",
+            )
+        return growth
 
     def _strpos(self, node: exp.Expression) -> Typed:
         inner = self._text(node.this, "strpos()")

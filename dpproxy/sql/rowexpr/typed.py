@@ -45,6 +45,10 @@ class Typed:
     # An integer value without a declared range: the range it is known to lie in (its columns'
     # types' ranges through the arithmetic), for overflow checks only, never a bound to clip by.
     reach: Interval | None = None
+    # Text: its length is at most `growth` times the longest text one column value or one constant
+    # of the statement holds (concat adds, replace by a longer text multiplies). Bounded so that no
+    # row's text outgrows what the backend can hold (dpproxy.sql.rowexpr.text, docs/privacy.md §7).
+    growth: int = 1
 
     @property
     def exact_integer(self) -> bool:
