@@ -712,6 +712,30 @@ def test_series_limit_reserves_both_costs_before_reading_anything(backend_dsn: s
         assert backend.sent == [] and 2.0 - engine.budget("bob").spent.epsilon == pytest.approx(left)
 
 
+def test_series_limit_keeps_both_queries_within_the_per_query_cap(backend_dsn: str, tmp_path: Path) -> None:
+    """One statement, two private queries: their ε together is held to the analyst's per-query cap,
+    refused before anything is read (an adversarial review had one statement spend twice the cap)."""
+    text = (
+        Path(POLICY)
+        .read_text()
+        .replace(
+            "    epsilon: 2.0\n    delta: 1.0e-6\n",
+            "    epsilon: 2.0\n    delta: 1.0e-6\n    max_epsilon_per_query: 0.5\n",
+        )
+    )
+    assert "max_epsilon_per_query: 0.5" in text
+    backend = _Recording(open_backend(backend_dsn))
+    with Engine(parse_policy(text), backend, SQLiteLedger(tmp_path / "ledger.sqlite")) as engine:
+        backend.sent.clear()
+        with pytest.raises(InvalidParameter) as refused:
+            engine.execute(SERIES, analyst="bob", epsilon=0.5)
+        assert "ε = 1 in all, more than the per-query cap ε = 0.5" in refused.value.message
+        assert "SET dpproxy.epsilon = 0.25" in (refused.value.hint or "")
+        assert backend.sent == [] and engine.budget("bob").spent.epsilon == 0
+        result = engine.execute(SERIES, analyst="bob", epsilon=0.25)
+        assert result.cost.epsilon == pytest.approx(0.5)
+
+
 def test_series_limit_over_public_keys_keeps_only_the_top_k(recorded) -> None:
     engine, _ = recorded
     # A bar chart with a series limit: the main query's keys are all public (zero-filled when

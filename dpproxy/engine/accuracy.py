@@ -33,6 +33,9 @@ def least_epsilon(plan: Plan, target: float, low: float, high: float) -> float:
     of `plan` has a ± at 95% of at most `target`. NotSupported (0A000) without such a column;
     InvalidParameter when even `high` does not meet the target (the message says about what would)."""
     columns = [a for a, agg in enumerate(plan.query.aggregates) if agg.kind in _STEERING]
+    # A cap below the range's lower end (a session on an earlier policy whose min_epsilon exceeds
+    # the cap now in force): the cap wins, the chosen ε is never above it.
+    low = min(low, high)
     if not columns:
         raise NotSupported(
             "dpproxy.target_error applies to COUNT and SUM columns, whose ± the plan fixes; this query "

@@ -21,7 +21,7 @@ from sqlglot import exp
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
 from dpproxy.engine.protocol import EngineLike
-from dpproxy.errors import NotSupported, PrivateQueryFailed, UndefinedColumn
+from dpproxy.errors import InvalidParameter, NotSupported, PrivateQueryFailed, UndefinedColumn
 from dpproxy.policy import AnalystPolicy
 from dpproxy.results import Result, ResultColumn
 from dpproxy.sql.bounds import SessionBounds
@@ -94,6 +94,13 @@ def execute_series(
         )
     main_cost = engine.plan_private(estimate, epsilon, bounds=bounds).cost
     total = inner_plan.cost + main_cost
+    cap = engine.policy.epsilon_limits(who)[1]
+    if total.epsilon > cap * (1 + 1e-9):  # one statement: both queries' ε within the per-query cap
+        raise InvalidParameter(
+            f"a series limit asks two private queries, ε = {epsilon:g} each: ε = {total.epsilon:g} in "
+            f"all, more than the per-query cap ε = {cap:g}",
+            hint=f"SET dpproxy.epsilon = {cap / 2:g} or less for this chart",
+        )
     charge = engine.charge(who, total, statement.text, record)
     ranked = engine.run_charged(inner_plan, charge, cancel)
     positions = key_positions(series, inner)

@@ -17,6 +17,7 @@ import yaml
 from dpproxy.engine import Engine
 from dpproxy.errors import BudgetExhausted, InvalidParameter
 from dpproxy.policy import Refresh, parse_policy
+from dpproxy.sql.bounds import SessionBounds
 
 POLICY = Path(__file__).parents[2] / "policies" / "demo.yaml"
 QUERY = "SELECT COUNT(*) FROM patients WHERE age > {}"
@@ -110,3 +111,14 @@ def test_a_reloaded_refresh_window_is_where_sessions_on_the_earlier_policy_spend
         new.execute(QUERY.format(9), analyst="alice")
     with pytest.raises(BudgetExhausted):
         old.execute(QUERY.format(9), analyst="alice")
+
+
+def test_accuracy_first_never_goes_past_a_cap_below_the_earlier_policys_least_epsilon(engines) -> None:  # type: ignore[no-untyped-def]
+    """The earlier policy's min_epsilon (0.01) above the cap now in force (0.005): the least ε that
+    meets a target is the cap's at most (an adversarial review was charged 0.01)."""
+    start, reload = engines
+    defaults = yaml.safe_load(POLICY.read_text())["defaults"]
+    old = start(_text({"defaults": {**defaults, "min_epsilon": 0.01}}))
+    reload(old, _text(max_epsilon_per_query=0.005))
+    answer = old.execute(QUERY.format(0), analyst="alice", bounds=SessionBounds(target_error=1e6))
+    assert answer.cost.epsilon <= 0.005
