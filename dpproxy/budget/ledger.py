@@ -55,6 +55,8 @@ _REPLAY_KEY = re.compile(r"[0-9a-f]{16,128}")
 
 # The store's tables: the suffix each adds to the entries table's name.
 _TABLES = {"entries": "", "meta": "_meta", "totals": "_totals", "replay": "_replay", "audit": "_audit"}
+# The meta key of the newest entry id when the data set's budget was last reset (Ledger.reset_data_set).
+_DATASET_RESET_KEY = "data_set_reset_entry"
 
 _AUDIT_INSERT = (
     f"INSERT INTO {{audit}} ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)})"
@@ -357,8 +359,26 @@ class Ledger(ABC):
             self._lock(conn, "analyst", DATASET)
             spent = self._totals(conn, DATASET).spent
             self._delete_totals(conn, DATASET)
+            # Reservations made before now are no longer in the data set's totals: one released
+            # later must not take its cost from the totals made after the reset (they would go
+            # negative, or lose what later queries spent). Entry ids grow; the newest marks the line.
+            (newest,) = conn.execute(self._sql("SELECT COALESCE(MAX(id), 0) FROM {entries}")).fetchone()
+            conn.execute(
+                self._sql(
+                    "INSERT INTO {meta} (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                ),
+                (_DATASET_RESET_KEY, str(int(newest))),
+            )
             self._operator_record(conn, DATASET, "budget reset of the data set's budget (all analysts)", by)
             return spent
+
+    def _data_set_reset_line(self, conn: Any) -> int:
+        """The newest entry id when the data set's budget was last reset (0: never)."""
+        row = conn.execute(
+            self._sql("SELECT value FROM {meta} WHERE key = ?"), (_DATASET_RESET_KEY,)
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
 
     def spent_now(self, name: str, refresh: Refresh) -> Cost:
         """What the budget `name` (an analyst, or DATASET) has spent in its current window."""
@@ -504,7 +524,10 @@ class Ledger(ABC):
                 (str(status), self._stamp(_now()), reservation.id),
             )
             if status == EntryStatus.RELEASED:
+                reset_after = self._data_set_reset_line(conn) >= reservation.id
                 for account in reservation.accounts or (reservation.analyst,):
+                    if reset_after and (account == DATASET or account.startswith(DATASET + "@")):
+                        continue  # reset since it was reserved: no longer in these totals
                     self._change_totals(conn, account, reservation.cost, -1)
             if record is not None and record.audit_id is not None:
                 conn.execute(self._sql(_AUDIT_FINISH), self._audit_finish_row(record))

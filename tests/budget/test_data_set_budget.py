@@ -115,6 +115,29 @@ def test_an_analysts_reset_keeps_the_data_sets_spending_and_is_audited(ledger: L
     assert ledger.audit_entries()[0].statement == "budget reset of the data set's budget (all analysts)"
 
 
+def test_a_reservation_released_after_a_data_set_reset_leaves_the_new_totals_alone(ledger: Ledger) -> None:
+    """An operator resets the data set's budget while a query holds a reservation; the query then
+    never reaches the data and is released. Its cost is no longer in the data set's totals: taken
+    from them, it left them negative, and the budget of 1.0 granted 1.9 (an adversarial review)."""
+    held = ledger.reserve("alice", Cost(0.9, 0.0), OWN, shared=SHARED)
+    ledger.reset_data_set(by="owner")
+    after = ledger.reserve("bob", Cost(0.3, 0.0), OWN, shared=SHARED)  # counted in the new totals
+    ledger.release(held)
+    assert ledger.spent(DATASET).epsilon == pytest.approx(0.3)
+    assert ledger.spent("alice") == Cost.ZERO  # the analyst's own totals still give it back
+    ledger.commit(after)
+    granted = 0.3
+    for _ in range(10):
+        try:
+            ledger.commit(ledger.reserve("bob", Cost(0.2, 0.0), OWN, shared=SHARED))
+            granted += 0.2
+        except BudgetExhausted:
+            break
+    assert granted <= 1.0 + 1e-9
+    ledger.release(ledger.reserve("alice", Cost(0.05, 0.0), OWN, shared=SHARED))  # after: given back
+    assert ledger.spent(DATASET).epsilon == pytest.approx(granted)
+
+
 def test_a_refreshed_budget_counts_the_current_window_and_keeps_the_earlier_ones(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
