@@ -13,7 +13,8 @@ benchmarks at ℓ = 1 or 2 for airports, carriers, genres, years, lecturers and 
 person's first ℓ values by a hash needed ℓ = 32 to 256 for the same count.
 
 Per group, a person's ℓ is shared among the groups they hold values in: their (group, value) pairs
-are put in an order of their own (a salted hash of the person, the group's key and the value), and
+are put in an order of their own (a salted hash of the person, the group's key and the value; equal
+hashes by the key and value as spelled, never by the backend's row order), and
 their capacity in a group at ℓ is how many of their first ℓ pairs fall in it — about in proportion
 to what they hold there, never more in all than ℓ, and growing with ℓ (so M_g grows with ℓ too).
 Each group's count moves by at most the person's capacity there, so the counts of all groups
@@ -49,6 +50,7 @@ def carried_per_group(
     keys = list(groups)
     person_ids: dict[Hashable, int] = {}
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per group: persons, cells, hashes
+    spelled: list[str] = []  # each pair's group key and value, spelled: the order among equal hashes
     cell_group: list[int] = []
     for g, key in enumerate(keys):
         if not groups[key]:
@@ -57,6 +59,7 @@ def carried_per_group(
         value_ids: dict[Hashable, int] = {}
         cells = [value_ids.setdefault(v, len(value_ids)) for v in held_values]
         hashed = map(hash, zip(repeat(salt), persons, repeat(key), held_values))
+        spelled += [repr((key, v)) for v in held_values]
         parts.append(
             (
                 np.array([person_ids.setdefault(p, len(person_ids)) for p in persons], dtype=np.int64),
@@ -72,13 +75,18 @@ def carried_per_group(
     # One slot per (person, group) they hold values in; one pair per (slot, value), kept once.
     _, first = np.unique(person * len(cell_group) + cell, return_index=True)
     person, cell, hashes = person[first], cell[first], hashes[first]
+    # Python's hash ties for some distinct pairs (hash(-1) == hash(-2), and so every tuple differing
+    # only there): ties are broken by the pair itself, never by where the backend's rows put it —
+    # that order depends on other persons' rows (an adversarial review moved 20 persons' capacity
+    # between two groups with one row of someone else).
+    _, tie = np.unique(np.array(spelled, dtype=object)[first], return_inverse=True)
     slot_ids, slot_of_pair = np.unique(person * len(keys) + groups_of_cells[cell], return_inverse=True)
     slots = len(slot_ids)
     pairs = np.stack([slot_of_pair.ravel(), cell], axis=1)
     values = np.bincount(groups_of_cells, minlength=len(keys))
     held = np.bincount(pairs[:, 0], minlength=slots)  # values a person holds in a group
     # Each person's pairs in their salted order: rank = place among the person's pairs.
-    order = np.lexsort((hashes, person))
+    order = np.lexsort((tie.ravel(), hashes, person))
     starts = np.searchsorted(person[order], person[order], side="left")
     rank = np.empty(len(pairs), dtype=np.int64)
     rank[order] = np.arange(len(pairs)) - starts
