@@ -111,6 +111,12 @@ class UnknownAnalyst(DPProxyError):
     sqlstate = "28000"  # invalid_authorization_specification
 
 
+class TLSRequired(DPProxyError):
+    """The only method the server may ask for sends the password in cleartext: over TLS only."""
+
+    sqlstate = "28000"  # invalid_authorization_specification, as PostgreSQL's hostssl-only refusal
+
+
 class PolicyError(DPProxyError):
     """The policy file is invalid. Carries every problem found, not only the first."""
 

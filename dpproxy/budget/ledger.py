@@ -17,6 +17,7 @@ import dataclasses
 import decimal
 import math
 import re
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -372,6 +373,19 @@ class Ledger(ABC):
             )
             self._operator_record(conn, DATASET, "budget reset of the data set's budget (all analysts)", by)
             return spent
+
+    def secret(self, purpose: str) -> bytes:
+        """32 random bytes kept in the ledger for `purpose`, drawn the first time and the same ever
+        after, for every process sharing the ledger: what must survive restarts and policy
+        reloads, such as the key of the decoy credentials of unknown user names (dpproxy.wire.auth)."""
+        key = f"secret:{purpose}"
+        with self._transaction() as conn:
+            conn.execute(
+                self._sql("INSERT INTO {meta} (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"),
+                (key, secrets.token_hex(32)),
+            )
+            (value,) = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = ?"), (key,)).fetchone()
+        return bytes.fromhex(value)
 
     def _data_set_reset_line(self, conn: Any) -> int:
         """The newest entry id when the data set's budget was last reset (0: never)."""

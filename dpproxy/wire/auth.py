@@ -21,13 +21,12 @@ import hmac
 import os
 import re
 from abc import ABC, abstractmethod
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from dpproxy import scram
-from dpproxy.errors import AuthenticationFailed, NotSupported, ProtocolViolation
+from dpproxy.errors import AuthenticationFailed, NotSupported, ProtocolViolation, TLSRequired
 from dpproxy.policy import AnalystPolicy, AuthMethod, Policy
 from dpproxy.scram import ScramVerifier
 from dpproxy.wire import codec
@@ -231,28 +230,45 @@ class Authenticator:
     client which kind of credential a name has, as with PostgreSQL's own md5/SCRAM fallback.
     """
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, secret: bytes | None = None) -> None:
         self._policy = policy
         self._methods = policy.server.auth_methods
         self._verifiers = {a.name: scram.parse_verifier(a.password) for a in policy.analysts if a.password}
-        # The mock's iteration count is the policy's most common one, so it looks like a real one.
-        counts = Counter(v.iterations for v in self._verifiers.values())
-        self._mock_iterations = counts.most_common(1)[0][0] if counts else scram.DEFAULT_ITERATIONS
-        # Mock salts must be stable per user name (a salt that changed between attempts would
-        # give away an unknown user) and unpredictable: derived from a secret no client can know,
-        # the policy's own credentials, so they also survive restarts.
-        material = b"dpproxy mock credentials\x00" + b"\x00".join(
-            f"{a.name}:{a.password or ''}:{a.md5_password or ''}".encode() for a in policy.analysts
-        )
-        self._mock_secret = hashlib.sha256(material).digest()
+        # The mock's iteration count is the default one, what `dpproxy policy passwd` writes (as
+        # PostgreSQL's mock uses its scram_iterations): one that hung on the policy's credentials
+        # would change with them. An analyst whose verifier has another count stands out by it.
+        self._mock_iterations = scram.DEFAULT_ITERATIONS
+        # Mock salts must be stable per user name (a salt that changed between attempts would give
+        # away an unknown user) and unpredictable: derived from `secret`, kept in the ledger (as
+        # PostgreSQL keeps its mock nonce), so the same across restarts and policy reloads, where
+        # real salts stay too: a key drawn from the credentials changed every unknown name's salt
+        # when an analyst was added, and the names whose salt did not were the real ones (an
+        # adversarial review). Without a ledger (the Python API, tests), the policy's credentials.
+        if secret is None:
+            secret = hashlib.sha256(
+                b"dpproxy mock credentials\x00"
+                + b"\x00".join(
+                    f"{a.name}:{a.password or ''}:{a.md5_password or ''}".encode() for a in policy.analysts
+                )
+            ).digest()
+        self._mock_secret = hmac.digest(secret, b"dpproxy mock credentials", "sha256")
 
-    def start(self, user: str) -> AuthExchange:
+    def start(self, user: str, *, encrypted: bool = True) -> AuthExchange:
+        """The exchange for `user`; `encrypted`: the connection went through TLS, without which a
+        cleartext password is never asked for (28000 when no other method is listed)."""
+        methods = [m for m in self._methods if encrypted or m is not AuthMethod.PASSWORD]
+        if not methods:
+            raise TLSRequired(
+                "the server asks for passwords in cleartext (server.auth_methods: [password]), which "
+                "it does only over TLS",
+                hint="connect with TLS (sslmode=require), or ask the operator to list scram-sha-256",
+            )
         analyst = self._policy.analyst(user)
-        for method in self._methods:
+        for method in methods:
             exchange = self._real(method, user, analyst)
             if exchange is not None:
                 return exchange
-        return self._mock(self._methods[0], user)
+        return self._mock(methods[0], user)
 
     def _real(self, method: AuthMethod, user: str, analyst: AnalystPolicy | None) -> AuthExchange | None:
         if analyst is None:

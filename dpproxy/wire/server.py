@@ -409,7 +409,7 @@ class Server:
             return left
 
         # Before the startup packet: SSL and GSSAPI negotiation, or a cancel request.
-        ssl_answered = gss_answered = False
+        ssl_answered = gss_answered = encrypted = False
         try:
             while True:
                 message = decoder.next_message()
@@ -429,7 +429,7 @@ class Server:
                     writer.write(b"S")
                     await writer.drain()
                     await writer.start_tls(self._ssl, ssl_handshake_timeout=startup_left())
-                    gss_answered = True
+                    gss_answered = encrypted = True
                     continue
                 if isinstance(message, codec.GSSENCRequest):
                     if gss_answered:
@@ -451,7 +451,7 @@ class Server:
         assert self._shared is not None
         process_id, secret_key = self._new_key()
         peer = client_address(writer.get_extra_info("peername"))
-        session = Session(self._shared, process_id, secret_key, client=peer)
+        session = Session(self._shared, process_id, secret_key, client=peer, encrypted=encrypted)
         connection.session = session
         decoder.startup = False
         decoder.max_length = MAX_AUTH_MESSAGE_LENGTH

@@ -70,6 +70,19 @@ def running_proxy(policy: Path, backend: str, ledger: Path, **config: object) ->
         server.stop()
 
 
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate and its key for localhost, valid one day (openssl is installed
+    with the system's packages)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
 def private_copy(demo_duckdb: Path, directory: Path) -> str:
     """A copy of the demo database: DuckDB refuses a second connection to a file that this process
     already holds with another configuration (demo_pg_dsn reads the shared file)."""

@@ -10,14 +10,13 @@ import contextlib
 import random
 import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from dpproxy.wire import codec
-from tests.wire.proxy import ALICE, Proxy, private_copy, running_proxy, write_policy
+from tests.wire.proxy import ALICE, Proxy, private_copy, running_proxy, self_signed_certificate, write_policy
 from tests.wire.raw import (
     SYNC,
     RawClient,
@@ -356,13 +355,7 @@ def test_idle_and_startup_timeouts(demo_duckdb: Path, tmp_path: Path) -> None:
 def test_tls_when_a_certificate_is_configured(demo_duckdb: Path, tmp_path: Path) -> None:
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is needed to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed_certificate(tmp_path)
     policy = write_policy(tmp_path / "policy.yaml")
     backend = private_copy(demo_duckdb, tmp_path)
     with running_proxy(policy, backend, tmp_path / "l.sqlite", tls_cert=cert, tls_key=key) as proxy:

@@ -132,9 +132,17 @@ class Session(SessionCommands, PortalCommands):
     both return the backend messages to send. `closing` turns True when the connection must end."""
 
     def __init__(
-        self, shared: EngineCatalogAuth, process_id: int, secret_key: int, *, client: str = ""
+        self,
+        shared: EngineCatalogAuth,
+        process_id: int,
+        secret_key: int,
+        *,
+        client: str = "",
+        encrypted: bool = False,
     ) -> None:
         self.shared = shared
+        # The connection went through TLS: only then is a cleartext password asked for.
+        self.encrypted = encrypted
         # For audit records: the client's "host:port", this session's random id, its statement count.
         self.client = client
         self.session_id = new_session_id()
@@ -210,7 +218,10 @@ class Session(SessionCommands, PortalCommands):
         self.user = user
         self.database = parameters.pop("database", "") or user
         self._startup_parameters = parameters
-        self._exchange = self.shared.authenticator.start(user)
+        try:
+            self._exchange = self.shared.authenticator.start(user, encrypted=self.encrypted)
+        except DPProxyError as refused:
+            return self._fatal(out, refused)
         self.phase = Phase.AUTHENTICATING
         out.append(self._exchange.start())
         return out

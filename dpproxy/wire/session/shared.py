@@ -60,7 +60,10 @@ class EngineCatalogAuth:
         self.database = database
         self.catalog = catalog
         self.run_blocking = _refusing_deep_recursion(run_blocking)
-        self.authenticator = authenticator or Authenticator(engine.policy)
+        if authenticator is None:  # decoy credentials keyed by a secret kept in the ledger, if any
+            secret = engine.ledger.secret("mock-credentials") if engine.ledger is not None else None
+            authenticator = Authenticator(engine.policy, secret)
+        self.authenticator = authenticator
         self.exposed = frozenset(t.name for t in engine.exposed_tables())
         self._routes: OrderedDict[str, Statement] = OrderedDict()
         self._descriptions: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
