@@ -445,11 +445,9 @@ class Engine:
     # -- execution ---------------------------------------------------------------------------------
 
     def analyst(self, name: str) -> AnalystPolicy:
-        """The analyst's policy, with the limits in force now: after a policy reload, a session
-        still on an earlier policy gets the lower of its policy's limits and the current one's (ε,
-        δ, and the per-query cap each policy gives the analyst, its own or its defaults'), the
-        current policy's refresh window (the one whose spending the current policy counts), and an
-        analyst the current policy no longer lists is refused (spending stops at once)."""
+        """The analyst's policy, with the limits in force now: after a reload, a session on an earlier
+        policy gets the lower of both policies' ε, δ and per-query caps (the analyst's own, or
+        max_epsilon) and the current refresh window; one the current policy no longer lists is refused."""
         analyst = self.policy.analyst(name)
         if analyst is None:
             raise UnknownAnalyst(
@@ -464,7 +462,6 @@ class Engine:
                 f'analyst "{name}" is no longer in the policy (it was reloaded)',
                 hint="ask the data owner to add you again",
             )
-        # Each policy's per-query cap for the analyst: its own, else the policy's max_epsilon.
         cap = min(self.policy.epsilon_limits(analyst)[1], current.epsilon_limits(now)[1])
         return dataclasses.replace(
             analyst,
@@ -670,8 +667,7 @@ class Engine:
         """Reserve `cost` for the analyst (53400 when their budget cannot pay it): the charge every
         private path finishes by the one rule."""
         limit = Cost(analyst.epsilon, analyst.delta)
-        budget = self._live.policy.budget  # the data set's budget in force now, even for a session
-        # still on an earlier policy (Engine.analyst)
+        budget = self._live.policy.budget  # in force now, for sessions on an earlier policy too
         shared = None if budget is None else SharedBudget(Cost(budget.epsilon, budget.delta), budget.refresh)
         reservation = None
         if self.ledger is not None:

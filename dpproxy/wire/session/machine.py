@@ -140,9 +140,7 @@ class Session(SessionCommands, PortalCommands):
         client: str = "",
         encrypted: bool = False,
     ) -> None:
-        self.shared = shared
-        # The connection went through TLS: only then is a cleartext password asked for.
-        self.encrypted = encrypted
+        self.shared, self.encrypted = shared, encrypted  # encrypted: the connection went through TLS
         # For audit records: the client's "host:port", this session's random id, its statement count.
         self.client = client
         self.session_id = new_session_id()
@@ -218,7 +216,7 @@ class Session(SessionCommands, PortalCommands):
         self.user = user
         self.database = parameters.pop("database", "") or user
         self._startup_parameters = parameters
-        try:
+        try:  # (a refusal: cleartext passwords are asked for over TLS only)
             self._exchange = self.shared.authenticator.start(user, encrypted=self.encrypted)
         except DPProxyError as refused:
             return self._fatal(out, refused)
