@@ -171,6 +171,16 @@ class AggregateRules:
         per_bin = -(-(hi - lo) // max(1, candidates - 1))
         fine = min(self.FINE_BINS, per_bin) if hi - lo + 1 > candidates else 0
         fine = fine if fine > 1 else 0
+        if (hi - lo) * max(candidates - 1, fine) >= 2**63:
+            # The histograms' bins are (v − lo)·(K − 1) div (hi − lo) and a remainder by it times the
+            # sub-bins, in 64-bit integers (rewrite/row_pipeline.py): past 2^63 a row reaching the
+            # top of the range would fail the query — a bit of one person's value, noise-free.
+            raise NotSupported(
+                f"{name.upper()}({arg.sql('postgres')}) over the range [{interval.lo}, {interval.hi}] is "
+                f"not supported ({name.upper()} argument): its histogram's integer arithmetic could overflow",
+                hint="clamp the argument to the range that matters, e.g. LEAST(GREATEST(x, 0), 1000000), "
+                "or ask the data owner for narrower bounds",
+            )
         text = typed.sql.sql("postgres")
         refined = f"{fine}:" if fine else ""
         histogram = self._histogram(
