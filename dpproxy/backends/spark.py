@@ -57,6 +57,11 @@ SESSION_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     # A rewritten query is one plan: never let Spark fall back to a cartesian-product refusal.
     "spark.sql.crossJoin.enabled": "true",
+    # Decimal arithmetic in the types the analysis computed (DECIMAL(38, 10) keeps 10 places): by
+    # default Spark cuts a product's or sum's scale to fit 38 digits, so 0.0001 · 0.0001 was 0 there
+    # and 1e-8 on PostgreSQL and DuckDB (an adversarial review). The analysis already keeps products
+    # within what 38 digits hold at the full scale.
+    "spark.sql.decimalOperations.allowPrecisionLoss": "false",
 }
 
 # How often the client retries a call the server did not answer (connection refused, server

@@ -283,6 +283,20 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
                 node.set(arg, cast(exp.Null(), "BOOLEAN"))
     if isinstance(node, exp.Div) and node.args.get("typed"):
         return exp.IntDiv(this=node.this, expression=node.expression)
+    if isinstance(node, exp.Sign) and node.type is not None:
+        # Spark's SIGN is a double, NaN's NaN: PostgreSQL's has its argument's type, NaN's 0.
+        if _is_double(node):
+            nan = exp.Anonymous(this="ISNAN", expressions=[node.this.copy()])
+            return exp.Case(ifs=[exp.If(this=nan, true=cast(exp.Literal.number(0), "DOUBLE"))], default=node)
+        if node.type.this is exp.DataType.Type.DECIMAL:
+            return cast(node, DECIMAL_TYPE)
+    if isinstance(node, (exp.Floor, exp.Ceil)) and _is_double(node):
+        # Spark's FLOOR and CEIL of a double are BIGINTs (capped past 2^63; NaN becomes 0), where
+        # PostgreSQL keeps a double: a double, computed below 2^52 only, past which every double
+        # is whole already (NaN too: Spark orders it above every number).
+        value = node.this
+        whole = exp.GTE(this=exp.Abs(this=value.copy()), expression=cast(exp.Literal.number(2**52), "DOUBLE"))
+        return exp.Case(ifs=[exp.If(this=whole, true=value.copy())], default=cast(node, "DOUBLE"))
     if isinstance(node, exp.DataType):
         if node.this is exp.DataType.Type.TIMESTAMP:
             return exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")
@@ -348,6 +362,10 @@ def _spark_like_pattern(pattern: str, escape: str) -> str:
 def _is_instant(node: exp.Expression) -> bool:
     """Whether a node is typed as PostgreSQL's timestamptz (`typed_node`)."""
     return node.type is not None and node.type.this is exp.DataType.Type.TIMESTAMPTZ
+
+
+def _is_double(node: exp.Expression) -> bool:
+    return node.type is not None and node.type.this is exp.DataType.Type.DOUBLE
 
 
 def _spark_tree(tree: exp.Expression) -> exp.Expression:

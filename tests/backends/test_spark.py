@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import socket
 import threading
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from sqlglot import exp
 
 from dpproxy.backends import (
     USER_REQUEST,
@@ -34,6 +36,9 @@ from dpproxy.backends.spark import SparkBackend, connect_session
 from dpproxy.cli import main, spark_demo_policy
 from dpproxy.engine import Engine
 from dpproxy.errors import PolicyError, QueryCanceled
+from dpproxy.sql.public import backend_sql
+from dpproxy.sql.rowexpr.typed import typed_node
+from dpproxy.sql.types import PgType
 from tests.conftest import SPARK, SparkServer
 
 pytestmark = SPARK
@@ -284,6 +289,36 @@ def test_result_types_are_the_python_values_of_every_backend(spark_server: Spark
     ]
     row = rows[0]
     assert type(row[1]) is int and type(row[2]) is int and type(row[0]) is Decimal and type(row[7]) is bool
+
+
+def test_decimal_arithmetic_keeps_its_scale_as_on_the_other_backends(spark_server: SparkServer) -> None:
+    # Spark's default would cut the product's scale to 6 places (0.000000): PostgreSQL and DuckDB
+    # give 1E-8, and a WHERE y * y > 0 counted other rows on Spark.
+    with open_backend(spark_server.url) as backend:
+        rows = backend.run(
+            "SELECT CAST('0.0001' AS DECIMAL(38,10)) * CAST('0.0001' AS DECIMAL(38,10)) AS product, "
+            "CAST('0.0000000004' AS DECIMAL(38,10)) + CAST('0.0000000004' AS DECIMAL(38,10)) AS total"
+        )
+    assert rows == [(Decimal("1E-8"), Decimal("8E-10"))]
+
+
+def test_floor_ceil_and_sign_of_doubles_mean_what_postgresql_means(spark_server: SparkServer) -> None:
+    # Spark's FLOOR and CEIL of a double are BIGINTs (NaN became 0, 1e19 was capped) and its SIGN
+    # of NaN is NaN: spelled for Spark (dpproxy.sql.numbers), they give PostgreSQL's doubles.
+    def double(text: str) -> exp.Expression:
+        return typed_node(
+            exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DOUBLE")), PgType.FLOAT8
+        )
+
+    columns = []
+    for value in ("NaN", "1e19", "-2.5", "Infinity"):
+        for function in (exp.Floor, exp.Ceil, exp.Sign):
+            columns.append(typed_node(function(this=double(value)), PgType.FLOAT8))
+    sql = backend_sql(exp.select(*columns), "spark")
+    with open_backend(spark_server.url) as backend:
+        [row] = backend.run(sql)
+    expected = [math.nan, math.nan, 0.0, 1e19, 1e19, 1.0, -3.0, -2.0, -1.0, math.inf, math.inf, 1.0]
+    assert [repr(float(v)) for v in row] == [repr(v) for v in expected]
 
 
 # --- what the backend sends, and what it lets out -------------------------------------------------

@@ -159,6 +159,13 @@ SPARK_TRAPS = [
     "SELECT score AS k, COUNT(*) FROM patients GROUP BY 1",
     "SELECT score * 0 AS k, COUNT(*) FROM patients GROUP BY 1",
     "SELECT SUM(income), AVG(cost), SUM(income * 2), SUM(cost / 3) FROM patients JOIN visits USING (patient_id)",
+    # FLOOR and CEIL of doubles (Spark's are BIGINTs: NaN became 0, large values capped), decimal
+    # products and sums at their full scale (Spark's default cut them to 6 places: 1e-8 was 0).
+    "SELECT floor(score) AS a, ceil(score * 1000) AS b, COUNT(*) FROM patients GROUP BY 1, 2",
+    "SELECT COUNT(*) FROM patients WHERE floor(score * 1000000000) > 9300000000000000000 OR floor(score) = 0",
+    "SELECT COUNT(*), SUM(income * 0.0001 * 0.0001) FROM patients WHERE income * 0.0001 * 0.0001 > 0",
+    # sign(): Spark's is a double, and NaN's NaN where PostgreSQL's is 0.
+    "SELECT sign(score) AS a, sign(income - 1000) AS b, sign(age - 40) AS c, COUNT(*) FROM patients GROUP BY 1, 2, 3",
 ]
 
 
