@@ -12,10 +12,11 @@ the caller got from the backend.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from dpproxy.policy.model import Policy, TablePolicy
+from dpproxy.policy.model import ColumnPolicy, Policy, TablePolicy
 from dpproxy.policy.types import ColumnType
 
 
@@ -111,6 +112,8 @@ def check_against_schema(policy: Policy, live: Mapping[str, Sequence[LiveColumnL
                     f"{found.sql_type}, which dpproxy does not support; remove the column from the policy, "
                     "or expose a view that casts it to a supported type"
                 )
+            elif (problem := _bounds_outscale(column, found)) is not None:
+                problems.append(f"{policy.source}: {column_path}: the database column {qualified}.{problem}")
             elif found.type not in _ACCEPTS[column.type]:
                 widest = found.type.is_number and column.type.is_number
                 what = "wider than" if widest else "incompatible with"
@@ -120,6 +123,28 @@ def check_against_schema(policy: Policy, live: Mapping[str, Sequence[LiveColumnL
                     "in the policy (and check its bounds)"
                 )
     return problems
+
+
+def _bounds_outscale(column: ColumnPolicy, found: LiveColumnLike) -> str | None:
+    """Why a decimal column's bounds cannot be compared with its values (None: they can). A bound
+    with more decimals than the database column is compared in a decimal of its scale: DuckDB then
+    fails on a value whose integer digits do not fit in the rest of 38 (policy `scale: 1` over a
+    DECIMAL(38,0) failed on 10^37), and whether a query fails would depend on that value."""
+    shape = _DECIMAL.fullmatch(found.sql_type.strip()) if column.type is ColumnType.NUMERIC else None
+    if shape is None or column.lower is None or column.upper is None:
+        return None
+    precision, scale = int(shape.group(1)), int(shape.group(2))
+    places = max(-min(0, b.as_tuple().exponent) for b in (column.lower, column.upper))  # type: ignore[union-attr]
+    if places <= scale or precision - scale + places <= 38:
+        return None
+    return (
+        f"{column.name} is {found.sql_type}: bounds with {places} decimal(s) are compared with its values "
+        f"in a decimal of that scale, which cannot hold its {precision - scale} integer digits; write the "
+        f"bounds with at most {scale} decimal(s) and declare `scale: {scale}`"
+    )
+
+
+_DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\((\d+),\s*(\d+)\)", re.IGNORECASE)
 
 
 def reference_warnings(

@@ -34,3 +34,17 @@ def test_schema_check_finds_schema_qualified_tables():
     policy = load("version: 1\ntables:\n  z: {public: true, schema: ref, columns: {n: {type: bigint}}}\n")
     assert check_against_schema(policy, {"ref.z": [Live("n", ColumnType.INTEGER, "integer")]}) == []
     assert "no table ref.z" in check_against_schema(policy, {})[0]
+
+
+def test_bounds_with_more_decimals_than_a_wide_decimal_column_are_refused():
+    """Compared with its bounds at their scale, a DECIMAL(38,0) column's value of 10^37 failed the
+    query on DuckDB (an adversarial review): a value-dependent failure, refused at start instead."""
+    text = "version: 1\ntables:\n  t:\n    privacy_unit: pid\n    columns:\n      pid: {type: integer}\n"
+    wide = load(text + "      y: {type: numeric, lower: 0, upper: 100.5, scale: 1}\n")
+    live = {"t": [Live("pid", ColumnType.INTEGER, "INTEGER"), Live("y", ColumnType.NUMERIC, "DECIMAL(38,0)")]}
+    [problem] = check_against_schema(wide, live)
+    assert "t.y is DECIMAL(38,0): bounds with 1 decimal(s)" in problem and "declare `scale: 0`" in problem
+    whole = load(text + "      y: {type: numeric, lower: 0, upper: 100, scale: 1}\n")
+    assert check_against_schema(whole, live) == []  # whole bounds: compared at the column's scale
+    live["t"][1] = Live("y", ColumnType.NUMERIC, "DECIMAL(18,3)")  # room for the decimal: fine
+    assert check_against_schema(wide, live) == []
