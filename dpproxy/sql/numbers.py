@@ -283,14 +283,14 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
                 node.set(arg, cast(exp.Null(), "BOOLEAN"))
     if isinstance(node, exp.Div) and node.args.get("typed"):
         return exp.IntDiv(this=node.this, expression=node.expression)
-    if isinstance(node, exp.Sign) and node.type is not None:
+    if isinstance(node, exp.Sign):
         # Spark's SIGN is a double, NaN's NaN: PostgreSQL's has its argument's type, NaN's 0.
-        if _is_double(node):
+        if _typed_as(node, exp.DataType.Type.DOUBLE):
             nan = exp.Anonymous(this="ISNAN", expressions=[node.this.copy()])
             return exp.Case(ifs=[exp.If(this=nan, true=cast(exp.Literal.number(0), "DOUBLE"))], default=node)
-        if node.type.this is exp.DataType.Type.DECIMAL:
+        if _typed_as(node, exp.DataType.Type.DECIMAL):
             return cast(node, DECIMAL_TYPE)
-    if isinstance(node, (exp.Floor, exp.Ceil)) and _is_double(node):
+    if isinstance(node, (exp.Floor, exp.Ceil)) and _typed_as(node, exp.DataType.Type.DOUBLE):
         # Spark's FLOOR and CEIL of a double are BIGINTs (capped past 2^63; NaN becomes 0), where
         # PostgreSQL keeps a double: a double, computed below 2^52 only, past which every double
         # is whole already (NaN too: Spark orders it above every number).
@@ -320,7 +320,11 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
         pattern, escape = node.this.expression, node.expression
         if isinstance(pattern, exp.Literal) and isinstance(escape, exp.Literal) and len(escape.name) == 1:
             node.this.set("expression", exp.Literal.string(_spark_like_pattern(pattern.name, escape.name)))
-    if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.TEXT_TYPES) and _is_instant(node.this):
+    if (
+        isinstance(node, exp.Cast)
+        and node.to.is_type(*exp.DataType.TEXT_TYPES)
+        and _typed_as(node.this, exp.DataType.Type.TIMESTAMPTZ)
+    ):
         # PostgreSQL writes a timestamptz with its offset (UTC here: +00); Spark writes none.
         return exp.Concat(expressions=[node, exp.Literal.string("+00")], safe=True)
     if isinstance(node, exp.Collate) and node.expression.name.upper() == "C":
@@ -359,13 +363,10 @@ def _spark_like_pattern(pattern: str, escape: str) -> str:
     return "".join(out)
 
 
-def _is_instant(node: exp.Expression) -> bool:
-    """Whether a node is typed as PostgreSQL's timestamptz (`typed_node`)."""
-    return node.type is not None and node.type.this is exp.DataType.Type.TIMESTAMPTZ
-
-
-def _is_double(node: exp.Expression) -> bool:
-    return node.type is not None and node.type.this is exp.DataType.Type.DOUBLE
+def _typed_as(node: exp.Expression, kind: exp.DataType.Type) -> bool:
+    """Whether a node is typed (`typed_node`) as `kind`: TIMESTAMPTZ for PostgreSQL's timestamptz,
+    DOUBLE for double precision, DECIMAL for numeric."""
+    return node.type is not None and node.type.this is kind
 
 
 def _spark_tree(tree: exp.Expression) -> exp.Expression:
