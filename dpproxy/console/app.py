@@ -84,12 +84,13 @@ class Console:
         return self._policy
 
     def set_policy(self, policy: Policy) -> None:
-        """Show `policy` from now on (a reload). Owners it no longer lists are logged out; a policy
+        """Show `policy` from now on (a reload). Owners it no longer lists, or lists with another
+        password, are logged out; a policy
         without a `console:` section is refused (ValueError) and the running one stays."""
         _with_console(policy)
         assert policy.console is not None
         self._policy = policy
-        self.sessions.close_others({o.name for o in policy.console.owners})
+        self.sessions.close_stale(policy.console)
 
     def app(self) -> web.Application:
         application = web.Application(middlewares=[self._headers], client_max_size=64 * 1024)
@@ -124,7 +125,7 @@ class Console:
     def _page(self, handler: Callable[[web.Request, str], Awaitable[web.StreamResponse]]) -> Handler:
         @functools.wraps(handler)
         async def guarded(request: web.Request) -> web.StreamResponse:
-            owner = self.sessions.owner(request.cookies.get(auth.COOKIE))
+            owner = self._owner(request)
             if owner is None:
                 if request.path.endswith(".json"):
                     return web.json_response({"problem": "log in first"}, status=401)
@@ -132,6 +133,11 @@ class Console:
             return await handler(request, owner)
 
         return guarded
+
+    def _owner(self, request: web.Request) -> str | None:
+        console = self.policy.console
+        assert console is not None
+        return self.sessions.owner(request.cookies.get(auth.COOKIE), console)
 
     def render(self, template: str, status: int = 200, **context: Any) -> web.Response:
         text = self.templates.get_template(template).render(version=__version__, **context)
@@ -147,22 +153,40 @@ class Console:
     # -- login -------------------------------------------------------------------------------------
 
     async def login_form(self, request: web.Request) -> web.StreamResponse:
-        if self.sessions.owner(request.cookies.get(auth.COOKIE)) is not None:
+        if self._owner(request) is not None:
             return _redirect("/budgets")
-        return self.render("login.html", error=None, name="")
+        return self.login_page(request, 200, None, "")
+
+    def login_page(self, request: web.Request, status: int, error: str | None, name: str) -> web.Response:
+        """The login form with a fresh token in its hidden field and in a cookie (auth.login_token)."""
+        token = auth.login_token()
+        response = self.render("login.html", status, error=error, name=name, token=token)
+        response.set_cookie(
+            auth.LOGIN_COOKIE,
+            token,
+            max_age=auth.LOGIN_MINUTES * 60,
+            path="/login",
+            httponly=True,
+            samesite="Strict",
+            secure=request.secure,
+        )
+        return response
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         _same_origin(request)
-        address = request.remote or "?"
         form = await request.post()
         name = str(form.get("name", ""))[:200]
         password = str(form.get("password", ""))[:1024]
-        if not self.failures.claim(address):  # counted as failed until the password is found right
-            return self.render(
-                "login.html", 429, error="Too many failed logins from your address: wait a minute.", name=name
-            )
+        if not auth.tokens_agree(request.cookies.get(auth.LOGIN_COOKIE), str(form.get("token", ""))):
+            error = "The login form had expired or did not come from this console: log in again."
+            return self.login_page(request, 403, error, name)
         console = self.policy.console
         assert console is not None
+        address = request.remote or "?"
+        key = (address, name if console.owner(name) is not None else "")
+        if not self.failures.claim(key):  # counted as failed until the password is found right
+            error = "Too many failed logins for this name from your address: wait a minute."
+            return self.login_page(request, 429, error, name)
         loop = asyncio.get_running_loop()
         good = bool(password) and await loop.run_in_executor(
             None, auth.check_password, console, name, password
@@ -170,8 +194,8 @@ class Console:
         if not good:
             log.warning("console: failed login from %s", address)
             await asyncio.sleep(self.failure_delay)
-            return self.render("login.html", 401, error="Wrong name or password.", name=name)
-        self.failures.forgive(address)
+            return self.login_page(request, 401, "Wrong name or password.", name)
+        self.failures.forgive(key)
         try:  # an operator action in the audit log: who logged in, from where
             await loop.run_in_executor(
                 None,
@@ -181,8 +205,11 @@ class Console:
             )
         except Exception as error:  # the login stands; only its audit row is missing
             log.warning("console: could not audit a login: %s", type(error).__name__)
-        token = self.sessions.open(name, console.session_minutes)
+        verifier = console.owner(name)
+        assert verifier is not None
+        token = self.sessions.open(name, console.session_minutes, verifier.password)
         response = _redirect("/budgets")
+        response.del_cookie(auth.LOGIN_COOKIE, path="/login", samesite="Strict")
         response.set_cookie(
             auth.COOKIE,
             token,

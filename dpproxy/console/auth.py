@@ -21,6 +21,8 @@ from dpproxy import scram
 from dpproxy.policy import ConsolePolicy
 
 COOKIE = "dpproxy_console"
+LOGIN_COOKIE = "dpproxy_login"  # the login form's token (login_token), sent back only to /login
+LOGIN_MINUTES = 30  # how long a login form stays good
 # Failed logins allowed per client address within FAILURE_WINDOW seconds before it must wait.
 MAX_FAILURES = 5
 FAILURE_WINDOW = 60.0
@@ -40,6 +42,20 @@ def check_password(console: ConsolePolicy, name: str, password: str) -> bool:
 class Session:
     owner: str
     expires: float  # time.monotonic()
+    # The owner's verifier at login (in memory only): a reload that changes the password ends it.
+    verifier: str
+
+
+def login_token() -> str:
+    """A fresh token for the login form: sent in a SameSite=Strict cookie and in the form's hidden
+    field, and a login is accepted only when both agree. Another site can make a browser post the
+    form but can neither read nor set the cookie, so it cannot log the browser in to its own account
+    (login CSRF), even from a browser that sends no Origin header."""
+    return secrets.token_urlsafe(24)
+
+
+def tokens_agree(cookie: str | None, field: str | None) -> bool:
+    return bool(cookie) and bool(field) and secrets.compare_digest(str(cookie), str(field))
 
 
 class Sessions:
@@ -49,22 +65,26 @@ class Sessions:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
-    def open(self, owner: str, minutes: int) -> str:
+    def open(self, owner: str, minutes: int, verifier: str) -> str:
         token = secrets.token_urlsafe(32)
         with self._lock:
             self._expire()
-            self._sessions[token] = Session(owner, time.monotonic() + minutes * 60)
+            self._sessions[token] = Session(owner, time.monotonic() + minutes * 60, verifier)
         return token
 
-    def owner(self, token: str | None) -> str | None:
-        """The owner a live session token belongs to, or None."""
+    def owner(self, token: str | None, console: ConsolePolicy) -> str | None:
+        """The owner a live session token belongs to, or None. A session ends when it expires, when
+        `console` (the current policy's) no longer lists its owner, or when the owner's verifier is
+        not the one they logged in with (their password was changed by a reload), so a login checked
+        against the old policy while the reload happened cannot outlive it either."""
         if not token:
             return None
         with self._lock:
             session = self._sessions.get(token)
             if session is None:
                 return None
-            if session.expires <= time.monotonic():
+            current = console.owner(session.owner)
+            if session.expires <= time.monotonic() or current is None or current.password != session.verifier:
                 del self._sessions[token]
                 return None
             return session.owner
@@ -74,11 +94,14 @@ class Sessions:
             with self._lock:
                 self._sessions.pop(token, None)
 
-    def close_others(self, owners: set[str]) -> None:
-        """Log out every session whose owner is not in `owners` (after a policy reload removed one)."""
+    def close_stale(self, console: ConsolePolicy) -> None:
+        """Log out every session whose owner `console` no longer lists, or lists with another
+        password (after a policy reload)."""
         with self._lock:
-            for token in [t for t, s in self._sessions.items() if s.owner not in owners]:
-                del self._sessions[token]
+            for token, session in list(self._sessions.items()):
+                current = console.owner(session.owner)
+                if current is None or current.password != session.verifier:
+                    del self._sessions[token]
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -87,15 +110,20 @@ class Sessions:
 
 
 class Failures:
-    """Failed logins per client address in the last FAILURE_WINDOW seconds."""
+    """Failed logins per (client address, owner name) in the last FAILURE_WINDOW seconds.
+
+    Keyed by the name as well as the address: behind a reverse proxy every owner has the proxy's
+    address, and five wrong passwords for one name would otherwise lock every owner out. Guessing is
+    still limited per owner and address. Names the policy does not list share one key per address,
+    so that made-up names cannot grow the table."""
 
     def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW) -> None:
         self.limit = limit
         self.window = window
-        self._seen: dict[str, deque[float]] = {}
+        self._seen: dict[str | tuple[str, str], deque[float]] = {}
         self._lock = threading.Lock()
 
-    def claim(self, address: str) -> bool:
+    def claim(self, address: str | tuple[str, str]) -> bool:
         """Count an attempt as failed before its password is checked, unless the address is blocked
         (False): attempts sent at once are limited as attempts sent one by one. `forgive` it if good."""
         with self._lock:
@@ -105,14 +133,14 @@ class Failures:
             recent.append(time.monotonic())
             return True
 
-    def forgive(self, address: str) -> None:
+    def forgive(self, address: str | tuple[str, str]) -> None:
         """Take back the attempt last claimed from `address` (its password was right)."""
         with self._lock:
             recent = self._seen.get(address)
             if recent:
                 recent.pop()
 
-    def _recent(self, address: str) -> deque[float]:
+    def _recent(self, address: str | tuple[str, str]) -> deque[float]:
         seen = self._seen.setdefault(address, deque())
         cutoff = time.monotonic() - self.window
         while seen and seen[0] <= cutoff:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.cookiejar
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -61,5 +62,17 @@ class Client:
             body,
         )
 
+    @staticmethod
+    def sessions(answer: Answer) -> list[str]:
+        """The session cookies `answer` sets (the login form's own token cookie left out)."""
+        return [c for c in answer.set_cookie if c.startswith("dpproxy_console=")]
+
     def login(self, name: str = OWNER, password: str = OWNER_PASSWORD) -> Answer:
-        return self.request("/login", {"name": name, "password": password})
+        """Log in as a browser does: the form first (its token and cookie), then the post."""
+        form = self.request("/login")
+        if form.status == 303:  # logged in already: the login page sends the owner on; log out first
+            self.request("/logout", {})
+            form = self.request("/login")
+        token = re.search(r'name="token" value="([^"]+)"', form.body)
+        assert token is not None, form.body
+        return self.request("/login", {"name": name, "password": password, "token": token.group(1)})
