@@ -337,6 +337,46 @@ def test_rows_without_a_person_are_left_out(loader: Loader, fixed: bool) -> None
     assert "IS NULL" in plan.statements[0]
 
 
+# -- the candidates' division ------------------------------------------------------------------
+
+
+@CERT_SETTINGS
+@given(people=database, rows=st.integers(1, 4))
+def test_candidates_divide_directly_or_by_quotient_and_remainder_alike(
+    loader: Loader, people: list[list[tuple]], rows: int
+) -> None:
+    """trunc(|v|·FINE·k / total) is divided directly when the product stays below 2^62, and split
+    into a quotient and remainder per row otherwise: both spellings give the same statement rows."""
+    from unittest import mock
+
+    bound_groups = importlib.import_module("dpproxy.sql.rewrite.bound_groups")
+    per_group = importlib.import_module("dpproxy.sql.rewrite.per_group")
+    sql = "SELECT grp, COUNT(*), SUM(x), AVG(y), SUM(y) FROM t WHERE x IS NOT NULL OR y > 1 GROUP BY grp"
+    loader.load(flatten(people))
+    answers = []
+    for split in (False, True):
+        engine = Engine(parse_policy(policy_text(rows=rows, groups=2)), None, dialect=loader.kind)
+        with (
+            mock.patch.object(bound_groups, "splits_quotient", lambda ctx, i, split=split: split),
+            mock.patch.object(per_group, "splits_quotient", lambda ctx, i, split=split: split),
+        ):
+            plan = engine.plan_private(engine.analyze(sql), 1.0, salt="split")
+        assert ('"__q' in plan.statements[0]) == split
+        answers.append(sorted(loader.run(plan.statements[0]), key=repr))
+    assert answers[0] == answers[1]
+
+
+def test_values_whose_candidates_could_pass_2_to_the_62_are_split() -> None:
+    wide = policy_text(rows=8).replace("upper: 100,", "upper: 100000000000000,")
+    for text, split in ((policy_text(rows=8), False), (wide, True)):
+        engine = Engine(parse_policy(text), None, dialect="duckdb")
+        plan = engine.plan("SELECT grp, SUM(y), COUNT(*) FROM t GROUP BY grp", salt="s")
+        assert ('"__q0"' in plan.statements[0], '"__q1"' in plan.statements[0]) == (
+            split,
+            False,
+        )  # SUM(y), COUNT(*)
+
+
 # -- histograms at every candidate k -------------------------------------------------------------
 
 MANY_ROWS = [[("a", "a", v, None) for v in range(6)] + [("b", "b", 3, None)], [("a", "c", 1, None)] * 3]

@@ -27,7 +27,7 @@ from sqlglot import exp
 
 from dpproxy.sql.numbers import bigint_quotient, summable_integer
 from dpproxy.sql.query import FINE, ComponentKind
-from dpproxy.sql.rewrite.bound_groups import scaled_sources
+from dpproxy.sql.rewrite.bound_groups import scaled_sources, splits_quotient
 from dpproxy.sql.rewrite.state import (
     GROUP_RANK,
     GROUPS,
@@ -102,16 +102,25 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
                 value = exp.Literal.number(0)
             else:
                 limit = exp.Literal.number(k)
-                # On the fine grid: trunc(value·FINE·k/total) = (|v|·FINE div total)·k +
-                # ((|v|·FINE mod total)·k) div total, signed; value·FINE below k of it.
-                magnitude = exp.Add(
-                    this=exp.Mul(this=col(quotient_column(i)), expression=limit),
-                    expression=bigint_quotient(
-                        exp.Mul(this=col(remainder_column(i)), expression=limit.copy()), col(TOTAL)
-                    ),
-                )
+                negative = component.contribution_range(1)[0] < 0
+                magnitude: exp.Expression
+                if splits_quotient(ctx, i):
+                    # On the fine grid: trunc(value·FINE·k/total) = (|v|·FINE div total)·k +
+                    # ((|v|·FINE mod total)·k) div total, signed; value·FINE below k of it.
+                    magnitude = exp.Add(
+                        this=exp.Mul(this=col(quotient_column(i)), expression=limit),
+                        expression=bigint_quotient(
+                            exp.Mul(this=col(remainder_column(i)), expression=limit.copy()), col(TOTAL)
+                        ),
+                    )
+                else:  # the same integer: |v|·FINE·k stays below 2^62
+                    source = col(scaled_from[i])
+                    absolute = exp.Abs(this=source) if negative else source
+                    magnitude = bigint_quotient(
+                        exp.Mul(this=absolute, expression=exp.Literal.number(FINE * k)), col(TOTAL)
+                    )
                 scaled_value: exp.Expression = exp.Paren(this=magnitude)
-                if component.contribution_range(1)[0] < 0:
+                if negative:
                     scaled_value = exp.Mul(this=col(sign_column(i)), expression=scaled_value)
                 over = exp.GT(this=col(TOTAL), expression=limit.copy())
                 unscaled = exp.Mul(this=col(scaled_from[i]), expression=exp.Literal.number(FINE))

@@ -1,27 +1,7 @@
 SELECT
   *,
-  (
-    "__rows" * 1000 / "__total"
-  ) AS "__q0",
-  "__rows" * 1000 % "__total" AS "__m0",
-  (
-    "__c1" * 1000 / "__total"
-  ) AS "__q1",
-  "__c1" * 1000 % "__total" AS "__m1",
-  (
-    "__c2" * 1000 / "__total"
-  ) AS "__q2",
-  "__c2" * 1000 % "__total" AS "__m2",
   CASE WHEN "__c3" < 0 THEN -1 ELSE 1 END AS "__sign3",
-  (
-    ABS("__c3") * 1000 / "__total"
-  ) AS "__q3",
-  ABS("__c3") * 1000 % "__total" AS "__m3",
-  CASE WHEN "__c4" < 0 THEN -1 ELSE 1 END AS "__sign4",
-  (
-    ABS("__c4") * 1000 / "__total"
-  ) AS "__q4",
-  ABS("__c4") * 1000 % "__total" AS "__m4"
+  CASE WHEN "__c4" < 0 THEN -1 ELSE 1 END AS "__sign4"
 FROM (
   SELECT
     *,

@@ -5,8 +5,8 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q0" * 1 + (
-            "__m0" * 1 / "__total"
+          (
+            "__rows" * 1000 / "__total"
           )
         )
         ELSE "__rows" * 1000
@@ -19,8 +19,8 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q0" * 2 + (
-            "__m0" * 2 / "__total"
+          (
+            "__rows" * 2000 / "__total"
           )
         )
         ELSE "__rows" * 1000
@@ -33,8 +33,8 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q0" * 4 + (
-            "__m0" * 4 / "__total"
+          (
+            "__rows" * 4000 / "__total"
           )
         )
         ELSE "__rows" * 1000
@@ -47,8 +47,8 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q1" * 1 + (
-            "__m1" * 1 / "__total"
+          (
+            "__c1" * 1000 / "__total"
           )
         )
         ELSE "__c1" * 1000
@@ -61,8 +61,8 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q1" * 2 + (
-            "__m1" * 2 / "__total"
+          (
+            "__c1" * 2000 / "__total"
           )
         )
         ELSE "__c1" * 1000
@@ -75,8 +75,8 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q1" * 4 + (
-            "__m1" * 4 / "__total"
+          (
+            "__c1" * 4000 / "__total"
           )
         )
         ELSE "__c1" * 1000
@@ -89,8 +89,8 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q2" * 1 + (
-            "__m2" * 1 / "__total"
+          (
+            "__c2" * 1000 / "__total"
           )
         )
         ELSE "__c2" * 1000
@@ -103,8 +103,8 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q2" * 2 + (
-            "__m2" * 2 / "__total"
+          (
+            "__c2" * 2000 / "__total"
           )
         )
         ELSE "__c2" * 1000
@@ -117,8 +117,8 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q2" * 4 + (
-            "__m2" * 4 / "__total"
+          (
+            "__c2" * 4000 / "__total"
           )
         )
         ELSE "__c2" * 1000
@@ -131,8 +131,8 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN "__sign3" * (
-          "__q3" * 1 + (
-            "__m3" * 1 / "__total"
+          (
+            ABS("__c3") * 1000 / "__total"
           )
         )
         ELSE "__c3" * 1000
@@ -145,8 +145,8 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN "__sign3" * (
-          "__q3" * 2 + (
-            "__m3" * 2 / "__total"
+          (
+            ABS("__c3") * 2000 / "__total"
           )
         )
         ELSE "__c3" * 1000
@@ -159,8 +159,8 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN "__sign3" * (
-          "__q3" * 4 + (
-            "__m3" * 4 / "__total"
+          (
+            ABS("__c3") * 4000 / "__total"
           )
         )
         ELSE "__c3" * 1000
@@ -173,8 +173,8 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN "__sign4" * (
-          "__q4" * 1 + (
-            "__m4" * 1 / "__total"
+          (
+            ABS("__c4") * 1000 / "__total"
           )
         )
         ELSE "__c4" * 1000
@@ -187,8 +187,8 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN "__sign4" * (
-          "__q4" * 2 + (
-            "__m4" * 2 / "__total"
+          (
+            ABS("__c4") * 2000 / "__total"
           )
         )
         ELSE "__c4" * 1000
@@ -201,8 +201,8 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN "__sign4" * (
-          "__q4" * 4 + (
-            "__m4" * 4 / "__total"
+          (
+            ABS("__c4") * 4000 / "__total"
           )
         )
         ELSE "__c4" * 1000

@@ -5,8 +5,8 @@ SELECT
       CASE
         WHEN "__total" > 1
         THEN (
-          "__q0" * 1 + (
-            "__m0" * 1 / "__total"
+          (
+            "__rows" * 1000 / "__total"
           )
         )
         ELSE "__rows" * 1000
@@ -19,8 +19,8 @@ SELECT
       CASE
         WHEN "__total" > 2
         THEN (
-          "__q0" * 2 + (
-            "__m0" * 2 / "__total"
+          (
+            "__rows" * 2000 / "__total"
           )
         )
         ELSE "__rows" * 1000
@@ -33,8 +33,8 @@ SELECT
       CASE
         WHEN "__total" > 4
         THEN (
-          "__q0" * 4 + (
-            "__m0" * 4 / "__total"
+          (
+            "__rows" * 4000 / "__total"
           )
         )
         ELSE "__rows" * 1000
