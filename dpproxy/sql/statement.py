@@ -42,11 +42,8 @@ def parse_statement(sql: str) -> exp.Expression:
     limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
-    # A numeral keeps its position: the plan cache maps the numerals it abstracts to tokens by it
-    # (dpproxy.sql.shape.token_slots).
     for node in statement.walk():
-        if not isinstance(node, exp.Literal) or node.is_string:
-            node._meta = None
+        node._meta = None
     return statement
 
 
@@ -251,9 +248,6 @@ def bind_parameters(tree: exp.Expression, params: Sequence[object]) -> exp.Expre
                     hint=f"the statement was given {len(params)} parameter(s)",
                 )
             value = literals.constant(params[index - 1])
-            numeral = value.this if isinstance(value, exp.Paren) else value
-            if isinstance(numeral, exp.Literal) and not numeral.is_string:
-                numeral._meta = {"parameter": index}  # which value a plan-cache slot holds (sql/shape)
             # In parentheses, a number is a value wherever it stands: ORDER BY $1 sorts by a constant
             # in PostgreSQL, where ORDER BY 1 would name the first column.
             return (

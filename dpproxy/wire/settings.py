@@ -73,10 +73,19 @@ def invalid_value(name: str, value: str, hint: str | None = None) -> InvalidPara
     return InvalidParameter(f'invalid value for parameter "{canonical(name)}": "{value}"', hint=hint)
 
 
+# A number as PostgreSQL's settings spell one: ASCII digits only (Python's int() and float() would
+# also take "٣" and "1_0"); infinity and NaN are read, as PostgreSQL reads them, and refused later.
+_NUMBER = re.compile(r"[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+_WHOLE = re.compile(r"[0-9]+")
+
+
 def number_value(name: str, value: str, parse: Callable[[str], _Number], hint: str) -> _Number:
     """A setting's value read as a number by `parse` (int, float), else invalid_value's error."""
+    text = value.strip()
     try:
-        return parse(value.strip())
+        if not _NUMBER.fullmatch(text):
+            raise ValueError(text)
+        return parse(text)
     except ValueError:
         raise invalid_value(name, value, hint=hint) from None
 
@@ -244,7 +253,7 @@ def _check_bound(name: str) -> Callable[[str], str]:
         text = value.strip().lower()
         if text in ("chosen", "default"):
             return "chosen"
-        if text.isdigit() and 1 <= int(text) <= 100_000:
+        if _WHOLE.fullmatch(text) and 1 <= int(text) <= 100_000:
             return str(int(text))
         raise invalid_value(
             name,
@@ -260,10 +269,7 @@ def _check_target(value: str) -> str:
     text = value.strip().lower()
     if text in ("off", "default", ""):
         return "off"
-    try:
-        target = float(text)
-    except ValueError:
-        target = math.nan
+    target = float(text) if _NUMBER.fullmatch(text) else math.nan
     if not (math.isfinite(target) and target > 0):
         raise invalid_value(
             TARGET_SETTING,
@@ -280,7 +286,7 @@ def target_value(text: str | None) -> float | None:
 
 def bound_value(text: str | None) -> int | None:
     """A bound setting's value as the engine takes it: None when each query chooses."""
-    return int(text) if text and text.isdigit() else None
+    return int(text) if text and _WHOLE.fullmatch(text) else None
 
 
 def session_bounds(get: Callable[[str], str | None]) -> SessionBounds | None:

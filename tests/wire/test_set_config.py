@@ -68,6 +68,14 @@ def test_crashes_and_silent_drops_set_config_checks_and_refuses_as_set_does(duck
                 "outside the range the policy allows",
             ),
             ("SELECT set_config('dpproxy.epsilon', 'lots', false)", "22023", 'parameter "dpproxy.epsilon"'),
+            # Numbers as PostgreSQL spells them: ASCII digits, no underscores (Python's int() takes both).
+            ("SELECT set_config('dpproxy.epsilon', '0_5', false)", "22023", 'parameter "dpproxy.epsilon"'),
+            (
+                "SELECT set_config('dpproxy.max_rows_per_unit', '٣', false)",
+                "22023",
+                'parameter "dpproxy.max_rows_per_unit"',
+            ),
+            ("SELECT set_config('dpproxy.target_error', '1_0', false)", "22023", '"dpproxy.target_error"'),
             (
                 "SELECT set_config('dpproxy.budget', '100', false)",
                 "55P02",
