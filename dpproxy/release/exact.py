@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from dpproxy.release.distinct import carried_per_group
 from dpproxy.sql.bounds import distinct_bounds
@@ -130,12 +130,22 @@ def canonical_value(value: object) -> object:
     if type(value) in _SPELLED_ONE_WAY:
         return value
     if isinstance(value, float):
-        return value + 0.0  # -0.0 + 0.0 is +0.0; other values, NaN included, are unchanged
+        if value != value:  # one NaN object: a dict finds a NaN key only by identity
+            return _NAN
+        return value + 0.0  # -0.0 + 0.0 is +0.0; other values are unchanged
+    if isinstance(value, Decimal) and value.is_nan():
+        return _DECIMAL_NAN
     if isinstance(value, Decimal) and value.is_finite():
         if value == value.to_integral_value():
             return int(value)
-        return value.normalize()
+        # Only the trailing zeros go: normalize() in the default context would also round to 28
+        # digits and make two keys that differ past them one.
+        return value.normalize(Context(prec=max(28, len(value.as_tuple().digits))))
     return value
+
+
+_NAN = float("nan")
+_DECIMAL_NAN = Decimal("NaN")
 
 
 # Types whose equal values have one spelling (checked first: the common keys).

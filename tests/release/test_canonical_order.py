@@ -282,3 +282,61 @@ def test_canonical_order_of_common_groups_is_the_same_on_neighbouring_databases(
     assert [k for k in shown if k in both] == [k for k in shown_neighbour if k in both]
     if "LIMIT" not in which:
         assert len(shown) == len(common) and set(shown) <= set(shown_neighbour)
+
+
+KEYS_POLICY = """
+version: 1
+defaults: {epsilon: 1.0, delta: 1.0e-6, max_epsilon: 1000}
+analysts: {alice: {epsilon: 100000, delta: 0.5}}
+tables:
+  t:
+    privacy_unit: pid
+    max_groups_per_unit: 1
+    max_rows_per_unit: 1
+    columns:
+      pid: {type: integer}
+      z: {type: numeric, summable: false}
+      f: {type: double precision, summable: false}
+      x: {type: integer, lower: 0, upper: 100}
+"""
+
+
+def test_keys_past_28_digits_and_nan_keys_stay_their_own_groups(tmp_path) -> None:
+    """canonical_value strips a numeric key's trailing zeros without rounding it to 28 digits (two
+    keys that differ past them were one dictionary slot, and tied in every sort, so the backend's
+    order showed), and every NaN double is one key (a NaN is found in a dict only by identity, so its
+    group lost its quantile's histogram)."""
+    import duckdb
+
+    path = tmp_path / "keys.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE t (pid INTEGER, z DECIMAL(38, 30), f DOUBLE, x INTEGER)")
+        rows = [
+            (
+                p,
+                "1.000000000000000000000000000010" if p % 2 else "1.000000000000000000000000000020",
+                p % 3,
+                90,
+            )
+            for p in range(400)
+        ]
+        rows = [(p, z, math.nan if f == 0 else float(f), x if f else 10) for p, z, f, x in rows]
+        con.executemany("INSERT INTO t VALUES (?, ?::DECIMAL(38, 30), ?, ?)", rows)
+    engine = Engine.open(parse_policy(KEYS_POLICY), str(path), tmp_path / "ledger.sqlite")
+    try:
+        answer = engine.execute(
+            "SELECT z, COUNT(*), MEDIAN(x) FROM t GROUP BY z", analyst="alice", epsilon=500
+        )
+        assert [r[0] for r in answer.rows] == [
+            Decimal("1.00000000000000000000000000001"),
+            Decimal("1.00000000000000000000000000002"),
+        ]
+        assert all(abs(r[1] - 200) < 5 and abs(r[2] - 90) <= 10 for r in answer.rows)
+        answer = engine.execute(
+            "SELECT f, COUNT(*), MEDIAN(x) FROM t GROUP BY f", analyst="alice", epsilon=500
+        )
+        nan = [r for r in answer.rows if isinstance(r[0], float) and math.isnan(r[0])]
+        assert len(nan) == 1 and answer.rows[-1] is nan[0]  # one group, sorted last
+        assert abs(nan[0][2] - 10) <= 10  # its own rows' median, not a draw from an empty histogram
+    finally:
+        engine.close()
