@@ -176,10 +176,18 @@ class PostgresBackend(Backend):
         # One direct connection first, so an unreachable server fails at once with libpq's reason
         # instead of after the pool has retried for connect_timeout_s.
         try:
-            with psycopg.connect(dsn, **connect_kwargs):
-                pass
+            with psycopg.connect(dsn, **connect_kwargs) as first:
+                encoding = first.info.parameter_status("server_encoding")
         except psycopg.Error as exc:
             raise BackendUnreachable(f"could not connect to {self.description}: {exc}") from exc
+        if encoding is None or encoding.upper() == "SQL_ASCII":
+            # SQL_ASCII stores bytes unchecked: one person's value that is not UTF-8 would fail the
+            # query that reads it, and the failure would tell that the value is there.
+            raise BackendError(
+                f"{self.description} stores text as SQL_ASCII (unchecked bytes): dpproxy reads text as "
+                "UTF-8 and needs a database whose encoding converts to it (create it with ENCODING "
+                "'UTF8', or any encoding other than SQL_ASCII)"
+            )
         self._pool = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -201,6 +209,14 @@ class PostgresBackend(Backend):
         conn.execute(f"SET statement_timeout = {self._statement_timeout_ms}")
         # Timestamps with time zone are truncated, extracted and compared in UTC, as on DuckDB.
         conn.execute("SET TimeZone = 'UTC'")
+        # Text as the loaders read it, whatever the DSN or PGCLIENTENCODING/PGDATESTYLE asked: every
+        # server encoding but SQL_ASCII (refused at open) converts to UTF8, so no stored value can
+        # fail its conversion and tell the analyst it is there.
+        conn.execute("SET client_encoding = 'UTF8'")
+        conn.execute("SET DateStyle = 'ISO, MDY'")
+        conn.execute("SET IntervalStyle = 'postgres'")
+        conn.execute("SET extra_float_digits = 3")
+        conn.execute("SET bytea_output = 'hex'")
         conn.adapters.register_loader("numeric", _NumericLoader)
 
     def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:

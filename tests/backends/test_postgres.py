@@ -4,8 +4,10 @@ server reported quickly, and connections replaced after the server dropped them.
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 import time
+import uuid
 from typing import Any
 
 import psycopg
@@ -78,3 +80,36 @@ def test_postgres_waits_acquire_timeout_for_a_connection_then_is_unreachable(
         with pytest.raises(BackendUnreachable):
             backend.run("SELECT 1")
         assert time.monotonic() - started < 10
+
+
+def test_text_is_read_as_utf8_whatever_the_dsn_asks(pg_conn: psycopg.Connection, pg_dsn: str) -> None:
+    """A DSN (or PGCLIENTENCODING, PGDATESTYLE) may ask for LATIN1 and German dates: a value LATIN1
+    cannot hold would then fail the query that reads it, telling the analyst it is there. Sessions
+    pin the client encoding and the output styles the loaders read."""
+    pg_conn.execute("CREATE TABLE t (name text, d date, i interval)")
+    pg_conn.execute("INSERT INTO t VALUES ('Zoë €', '2024-03-01', '1 day 02:00')")
+    options = "options=-c%20DateStyle%3DGerman%20-c%20IntervalStyle%3Dsql_standard"
+    dsn = f"{pg_dsn}?client_encoding=LATIN1&{options}"
+    with PostgresBackend(dsn, min_size=1, max_size=1) as backend:
+        assert backend.run("SELECT name, d, i FROM t") == [
+            ("Zoë €", dt.date(2024, 3, 1), dt.timedelta(days=1, hours=2))
+        ]
+        assert backend.run("SHOW client_encoding") == [("UTF8",)]
+
+
+def test_a_sql_ascii_database_is_refused_at_open(pg_cluster) -> None:
+    """SQL_ASCII keeps bytes unchecked: one person's value that is not UTF-8 would fail the query
+    reading it. Such a database is refused when the backend opens, naming what to do."""
+    from tests.pgcluster import _admin, drop_database
+
+    name = f"ascii_{uuid.uuid4().hex[:8]}"
+    with _admin(pg_cluster) as conn:
+        conn.execute(
+            f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+        )
+    try:
+        with pytest.raises(BackendError, match="SQL_ASCII") as caught:
+            open_backend(pg_cluster.dsn(name))
+        assert "ENCODING 'UTF8'" in str(caught.value)
+    finally:
+        drop_database(pg_cluster, name)
