@@ -136,13 +136,46 @@ def double_constant(value: Decimal) -> exp.Expression:
     return double_from_text(format(value, "f"))
 
 
-def as_double(value: exp.Expression, *, exact_integer: bool) -> exp.Expression:
+def as_double(value: exp.Expression, *, exact_integer: bool, within: bool = False) -> exp.Expression:
     """An exact number as a double: integers directly (a correctly rounded conversion on both
     engines), decimals through their text, which both engines parse correctly rounded (DuckDB's
-    direct conversion divides by a power of ten after converting, rounding twice)."""
+    direct conversion divides by a power of ten after converting, rounding twice).
+
+    The conversion never fails: PostgreSQL's numeric holds values a double cannot, and its text
+    parser fails on a non-zero magnitude below 4.9e-324 or above 1.8e308, so one stored value would
+    fail the query that reads it. Below 1e-100 a decimal reads as 0, as floats do (SNAP); unless
+    `within` (its range is known to lie within ±1e300), above 1e308 it reads as ±Infinity, and
+    PostgreSQL's numeric NaN stays NaN."""
     if exact_integer:
         return cast(value, "DOUBLE PRECISION")
-    return cast(cast(value, "TEXT"), "DOUBLE PRECISION")
+    ifs = [
+        exp.If(
+            this=exp.LT(this=exp.Abs(this=value.copy()), expression=exp.Literal.number(SNAP)),
+            true=double_from_text("0"),
+        )
+    ]
+    if not within:
+        text = cast(value.copy(), "TEXT")
+        ifs = [
+            exp.If(
+                this=exp.EQ(this=text, expression=exp.Literal.string("NaN")), true=double_from_text("NaN")
+            ),
+            *ifs,
+            exp.If(
+                this=exp.GT(this=value.copy(), expression=exp.Literal.number(HUGE)),
+                true=double_from_text("Infinity"),
+            ),
+            exp.If(
+                this=exp.LT(this=value.copy(), expression=exp.Neg(this=exp.Literal.number(HUGE))),
+                true=double_from_text("-Infinity"),
+            ),
+        ]
+    return exp.Case(ifs=ifs, default=cast(cast(value, "TEXT"), "DOUBLE PRECISION"))
+
+
+# Exact numbers above this magnitude read as ±Infinity when converted to doubles (as_double).
+HUGE = "1e308"
+WITHIN_DOUBLES = Decimal("1e300")
 
 
 def snap_tiny(value: exp.Expression) -> exp.Expression:

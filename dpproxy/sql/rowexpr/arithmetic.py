@@ -113,7 +113,8 @@ class ArithmeticRules:
         interval = typed.interval
         if typed.constant and interval is not None and interval.lo == interval.hi:
             return numbers.double_constant(interval.lo)
-        return numbers.as_double(typed.sql, exact_integer=typed.type.is_integer)
+        within = interval is not None and interval.within(-numbers.WITHIN_DOUBLES, numbers.WITHIN_DOUBLES)
+        return numbers.as_double(typed.sql, exact_integer=typed.type.is_integer, within=within)
 
     def _exact_or_double(self, parts: list[Typed]) -> tuple[list[exp.Expression], bool]:
         """Number operands in one representation both engines compare alike: bigints as they are,
@@ -488,7 +489,10 @@ class ArithmeticRules:
                 hint="keep the value a double, or round it to an integer first",
             )
         typmod = numbers.numeric_typmod(to)
-        self._check_numeric_precision(to, typmod, interval, node)
+        if typmod is None and inner.type is PgType.NUMERIC:
+            return inner  # numeric to numeric: nothing to convert, nothing that could overflow
+        # A bare NUMERIC is written DECIMAL(38, 10): what it holds is checked as for that type.
+        self._check_numeric_precision(to, typmod or (38, 10), interval, node)
         # DECIMAL(p, s) as written; a bare NUMERIC (three decimals on DuckDB) as DECIMAL(38, 10).
         sql = exp.Cast(this=inner.sql, to=canonical_type(to, PgType.NUMERIC))
         return Typed(
@@ -507,14 +511,8 @@ class ArithmeticRules:
         return None
 
     def _check_numeric_precision(
-        self,
-        to: exp.DataType,
-        typmod: tuple[int, int] | None,
-        interval: Interval | None,
-        node: exp.Expression,
+        self, to: exp.DataType, typmod: tuple[int, int], interval: Interval | None, node: exp.Expression
     ) -> None:
-        if typmod is None:
-            return
         precision, scale = typmod
         limit = Decimal(10) ** (precision - scale)
         if interval is None or not interval.within(-limit + 1, limit - 1):
