@@ -47,7 +47,22 @@ class _FreshNames:
 def inline(tree: exp.Select) -> exp.Select:
     """Return a copy of `tree` with its CTEs and row-level FROM-subqueries inlined."""
     expanded = expand_ctes(tree)
-    return _inline_from(expanded, _FreshNames(expanded))
+    inlined = _inline_from(expanded, _FreshNames(expanded))
+    _refuse_column_aliases(inlined)
+    return inlined
+
+
+def _refuse_column_aliases(tree: exp.Expression) -> None:
+    """Column alias lists that inlining did not apply (`FROM t AS x(a, b)`, an aggregating subquery's
+    `AS q(a, b)`): read as if absent they would silently name other columns."""
+    for alias in tree.find_all(exp.TableAlias):
+        if alias.columns and isinstance(alias.parent, (exp.Table, exp.Subquery)):
+            written = alias.sql("postgres")
+            raise NotSupported(
+                f"column alias lists such as {written} are not supported on a table or an aggregating "
+                "subquery",
+                hint="name the columns inside a subquery with AS, e.g. (SELECT a AS x FROM t) AS s",
+            )
 
 
 def expand_ctes(tree: exp.Expression) -> exp.Expression:
@@ -67,10 +82,36 @@ def expand_ctes(tree: exp.Expression) -> exp.Expression:
                     hint="set operations are not supported in CTEs",
                 )
             # Earlier CTEs may be used by later ones.
-            ctes[cte.alias.lower()] = _replace_cte_references(body, ctes)
+            body = _replace_cte_references(body, ctes)
+            names = cte.args["alias"].columns if cte.args.get("alias") is not None else []
+            ctes[cte.alias.lower()] = _renamed(body, [n.name for n in names], cte.alias)
         tree.set("with_", None)
         tree.set("with", None)
     return _replace_cte_references(tree, ctes)
+
+
+def _renamed(body: exp.Select, names: list[str], alias: str) -> exp.Select:
+    """`body` with its first len(names) output columns renamed by position (a column alias list
+    such as `WITH c(a, b) AS …` or `(…) AS q(a, b)`), as PostgreSQL applies one."""
+    if not names:
+        return body
+    items = body.expressions
+    if len(names) > len(items) or any(isinstance(i, exp.Star) or i.find(exp.Star) for i in items):
+        raise NotSupported(
+            f"{alias} names {len(names)} columns, but its SELECT list has {len(items)}"
+            if len(names) > len(items)
+            else f"a column alias list on {alias} needs its SELECT list written out",
+            hint="name each column inside the subquery with AS",
+        )
+    body = body.copy()
+    body.set(
+        "expressions",
+        [
+            exp.alias_(i.this if isinstance(i, exp.Alias) else i, n, quoted=True) if k < len(names) else i
+            for k, (i, n) in enumerate(zip(body.expressions, [*names, *[""] * len(items)], strict=False))
+        ],
+    )
+    return body
 
 
 def _replace_cte_references(tree: exp.Expression, ctes: dict[str, exp.Expression]) -> exp.Expression:
@@ -81,8 +122,14 @@ def _replace_cte_references(tree: exp.Expression, ctes: dict[str, exp.Expression
         name = table.name.lower()
         if table.args.get("db") is None and name in ctes and isinstance(table.parent, (exp.From, exp.Join)):
             alias = table.alias_or_name
+            # The reference's own column list wins over the CTE's (both rename by position).
+            written = table.args.get("alias")
+            columns = [c.copy() for c in (written.columns if written is not None and written.columns else [])]
             table.replace(
-                exp.Subquery(this=ctes[name].copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+                exp.Subquery(
+                    this=ctes[name].copy(),
+                    alias=exp.TableAlias(this=exp.to_identifier(alias), columns=columns or None),
+                )
             )
     return tree
 
@@ -163,6 +210,62 @@ def _inline_from(select: exp.Select, fresh: _FreshNames) -> exp.Select:
             return select
 
 
+# PostgreSQL's set-returning functions that sqlglot parses as plain function calls.
+_SET_RETURNING = frozenset(
+    {
+        "generate_series",
+        "generate_subscripts",
+        "unnest",
+        "regexp_matches",
+        "regexp_split_to_table",
+        "string_to_table",
+        "json_array_elements",
+        "json_array_elements_text",
+        "jsonb_array_elements",
+        "jsonb_array_elements_text",
+        "json_each",
+        "json_each_text",
+        "jsonb_each",
+        "jsonb_each_text",
+        "json_object_keys",
+        "jsonb_object_keys",
+        "json_populate_recordset",
+        "jsonb_populate_recordset",
+        "json_to_recordset",
+        "jsonb_to_recordset",
+        "pg_options_to_table",
+        "txid_snapshot_xip",
+        "pg_snapshot_xip",
+        "aclexplode",
+        "ts_debug",
+        "ts_parse",
+        "ts_stat",
+        "ts_token_type",
+        "jsonb_path_query",
+    }
+)
+# System functions (catalog, files, settings, sessions) many of which return sets.
+_SYSTEM_PREFIXES = ("pg_", "ts_", "json")
+
+
+def _set_returning(item: exp.Expression) -> str | None:
+    """The name of a set-returning (or system) function `item` calls outside nested subqueries, if
+    any. A deny-list: what it misses is a user-defined SETOF function, which no private query may
+    call where it is read either."""
+    for node in item.walk():
+        if isinstance(node, (exp.Subquery, exp.Select)) and node is not item:
+            continue
+        if isinstance(node, (exp.Explode, exp.Unnest)):
+            return "unnest"
+        if type(node).__name__ in ("GenerateSeries", "ExplodingGenerateSeries"):
+            return "generate_series"
+        if isinstance(node, exp.Anonymous):
+            name = str(node.this).lower()
+            if name in _SET_RETURNING or name.startswith(_SYSTEM_PREFIXES):
+                return name
+    return None
+
+
 def _and_where(select: exp.Select, condition: exp.Expression) -> None:
     where = select.args.get("where")
     parts = [condition, where.this] if where is not None else [condition]
@@ -174,10 +277,13 @@ def _flatten(
 ) -> tuple[exp.Expression, list[exp.Join], exp.Expression | None]:
     """Merge a row-level subquery into `outer`: its FROM item, its joins, its WHERE (renamed), and
     every outer reference alias.col replaced by the subquery's expression for col."""
-    inner: exp.Select = subquery.this
     alias = subquery.alias
     if not alias:
         raise NotSupported("a subquery in FROM needs an alias", hint="write (SELECT …) AS name")
+    written = subquery.args["alias"]
+    inner: exp.Select = _renamed(subquery.this, [c.name for c in written.columns or []], alias)
+    if written.columns:
+        written.set("columns", None)
     inner_from = inner.args.get("from_") or inner.args.get("from")
     if inner_from is None:
         raise NotSupported(f"subquery {alias} reads no table")
@@ -226,6 +332,16 @@ def _flatten(
 
     projections: dict[str, exp.Expression] = {}
     for item in inner.expressions:
+        # Columns the outer query never reads are not analysed, but one that returns a set would
+        # multiply the subquery's rows in PostgreSQL: the answer would be another one.
+        returning_sets = _set_returning(item)
+        if returning_sets is not None:
+            raise NotSupported(
+                f"{returning_sets}() in the select list of subquery {alias} is not supported: "
+                "set-returning and system functions are not, even in a column the outer query does "
+                "not read (a set multiplies the rows)",
+                hint="drop the column, or aggregate the values without a set-returning function",
+            )
         name = item.alias_or_name.lower()
         expression = item.this if isinstance(item, exp.Alias) else item
         projections[name] = expression.transform(rename)

@@ -27,6 +27,22 @@ def engine() -> Engine:
 
 
 REJECTIONS = [
+    # a set-returning function multiplies a subquery's rows, even in a column the outer query never reads
+    (
+        "SELECT COUNT(*) FROM (SELECT patient_id, generate_series(1, age) AS g FROM patients) AS s",
+        "0A000",
+        ["generate_series() in the select list of subquery s", "a set multiplies the rows"],
+    ),
+    (
+        "WITH s AS (SELECT patient_id, unnest(ARRAY[1, 2]) AS g FROM visits) SELECT COUNT(*) FROM s",
+        "0A000",
+        ["unnest() in the select list of subquery s"],
+    ),
+    (
+        "SELECT COUNT(*) FROM (SELECT patient_id, pg_get_keywords() AS k FROM patients) AS s",
+        "0A000",
+        ["pg_get_keywords() in the select list of subquery s"],
+    ),
     # raw rows
     ("SELECT * FROM patients", "42501", ["SELECT * would return raw rows", "patients"]),
     ("SELECT age, income FROM patients", "42501", ["raw rows", "patients", "COUNT(*)"]),
