@@ -39,6 +39,7 @@ from dpproxy.audit import (
     audit_values,
 )
 from dpproxy.budget.composition import Totals, check_fits, exact_totals, float_down
+from dpproxy.budget.windows import WindowTotals
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import ACCOUNTING, DATASET, Refresh, account_key
 from dpproxy.privacy.accounting import Cost
@@ -58,6 +59,7 @@ _REPLAY_KEY = re.compile(r"[0-9a-f]{16,128}")
 _TABLES = {"entries": "", "meta": "_meta", "totals": "_totals", "replay": "_replay", "audit": "_audit"}
 # The meta key of the newest entry id when the data set's budget was last reset (Ledger.reset_data_set).
 _DATASET_RESET_KEY = "data_set_reset_entry"
+RESET_ENTRIES = "*reset"  # whose entries a budget reset leaves: no analyst's name (lowercase identifiers)
 
 _AUDIT_INSERT = (
     f"INSERT INTO {{audit}} ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join('?' for _ in AUDIT_COLUMNS)})"
@@ -130,7 +132,7 @@ class LedgerEntry:
         return self.status != EntryStatus.RELEASED
 
 
-class Ledger(ABC):
+class Ledger(WindowTotals, ABC):
     """Per-analyst privacy spending and stored answers. Thread-safe; several processes may share one store."""
 
     # The store's parameter placeholder, and what locks the entry a commit or release reads.
@@ -332,7 +334,7 @@ class Ledger(ABC):
             return conn.execute(self._sql("DELETE FROM {replay} WHERE analyst = ?"), (analyst,)).rowcount
 
     def reset(self, analyst: str, *, by: str = "") -> int:
-        """Operator action: delete every entry, total (of every window) and stored answer of the
+        """Operator action: forget every entry, total (of every window) and stored answer of the
         analyst; return how many entries. The data set's budget keeps what they spent (a person's
         loss is not undone by forgetting who asked). The reset is audited in the same transaction:
         a record of kind "operator" naming the analyst, who did it (`by`) and what was removed."""
@@ -346,7 +348,15 @@ class Ledger(ABC):
             )
             conn.execute(self._sql("DELETE FROM {replay} WHERE analyst = ?"), (analyst,))
             self._delete_totals(conn, analyst)
-            removed = conn.execute(self._sql("DELETE FROM {entries} WHERE analyst = ?"), (analyst,)).rowcount
+            # Kept, under a name no analyst has, for the data set's windows rebuilt from the entries
+            # (dpproxy.budget.windows); one still reserved can never be finished: spent for good.
+            removed = conn.execute(
+                self._sql(
+                    "UPDATE {entries} SET analyst = ?, status = CASE WHEN status = 'reserved' "
+                    "THEN 'abandoned' ELSE status END WHERE analyst = ?"
+                ),
+                (RESET_ENTRIES, analyst),
+            ).rowcount
             entries = "ledger entry" if removed == 1 else "ledger entries"
             what = f"budget reset of analyst {analyst}: {removed} {entries} removed"
             self._operator_record(conn, analyst, what, by)
@@ -364,13 +374,7 @@ class Ledger(ABC):
             # later must not take its cost from the totals made after the reset (they would go
             # negative, or lose what later queries spent). Entry ids grow; the newest marks the line.
             (newest,) = conn.execute(self._sql("SELECT COALESCE(MAX(id), 0) FROM {entries}")).fetchone()
-            conn.execute(
-                self._sql(
-                    "INSERT INTO {meta} (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-                ),
-                (_DATASET_RESET_KEY, str(int(newest))),
-            )
+            self._set_meta(conn, _DATASET_RESET_KEY, str(int(newest)))
             self._operator_record(conn, DATASET, "budget reset of the data set's budget (all analysts)", by)
             return spent
 
@@ -396,7 +400,9 @@ class Ledger(ABC):
 
     def spent_now(self, name: str, refresh: Refresh) -> Cost:
         """What the budget `name` (an analyst, or DATASET) has spent in its current window."""
-        return self.spent(account_key(name, refresh, _now()))
+        with self._transaction(durable=False) as conn:
+            self._lock(conn, "analyst", name)
+            return self._window_totals(conn, name, refresh, self._not_before_newest(conn, _now())).spent
 
     def _delete_totals(self, conn: Any, name: str) -> None:
         """Delete the totals of `name` in every window (keys "name" and "name@…")."""
@@ -444,9 +450,8 @@ class Ledger(ABC):
 
     def analysts(self) -> list[str]:
         """Every analyst with at least one entry, sorted."""
-        return [
-            a for (a,) in self._read(self._sql("SELECT DISTINCT analyst FROM {entries} ORDER BY analyst"))
-        ]
+        query = self._sql("SELECT DISTINCT analyst FROM {entries} WHERE analyst <> ? ORDER BY analyst")
+        return [a for (a,) in self._read(query, (RESET_ENTRIES,))]
 
     @abstractmethod
     def close(self) -> None:
@@ -476,20 +481,27 @@ class Ledger(ABC):
         refresh: Refresh,
         shared: SharedBudget | None,
     ) -> Reservation:
-        now = _now()
-        own = account_key(analyst, refresh, now)
-        accounts = (own,)
         shared_after = None
         with self._transaction() as conn:
             # Every statement after the lock sees all reservations made before it. The data set's
             # lock is always taken second: no two reservations wait for each other.
             self._lock(conn, "analyst", analyst)
-            after = check_fits(analyst, self._totals(conn, own), cost, limit, accounting)
+            now = self._not_before_newest(conn, _now())
+            own = account_key(analyst, refresh, now)
+            accounts = (own,)
+            after = check_fits(
+                analyst, self._window_totals(conn, analyst, refresh, now), cost, limit, accounting
+            )
             if shared is not None:
                 key = account_key(DATASET, shared.refresh, now)
                 self._lock(conn, "analyst", DATASET)
                 shared_after = check_fits(
-                    analyst, self._totals(conn, key), cost, shared.limit, accounting, whose=DATASET_BUDGET
+                    analyst,
+                    self._window_totals(conn, DATASET, shared.refresh, now),
+                    cost,
+                    shared.limit,
+                    accounting,
+                    whose=DATASET_BUDGET,
                 )
                 accounts = (own, key)
             for account in accounts:
@@ -770,6 +782,8 @@ def _finish_problem(
     if row is None:
         return f"cannot mark {where} {verb}: no such ledger entry (never reserved, or removed by a reset)"
     analyst, epsilon, delta, rho, current = row
+    if analyst == RESET_ENTRIES:
+        return f"cannot mark {where} {verb}: its entry was removed by a reset of the analyst's budget"
     rho = rho or 0.0
     if (analyst, epsilon, delta, rho) != (
         reservation.analyst,

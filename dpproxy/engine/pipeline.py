@@ -664,8 +664,8 @@ class Engine:
     def charge(
         self, analyst: AnalystPolicy, cost: Cost, statement: str, record: StatementRecord | None = None
     ) -> Charge:
-        """Reserve `cost` for the analyst (53400 when their budget cannot pay it): the charge every
-        private path finishes by the one rule."""
+        """Reserve `cost` (53400 beyond the budget) under the limits in force now: the one rule's charge."""
+        analyst = self.analyst(analyst.name)
         limit = Cost(analyst.epsilon, analyst.delta)
         budget = self._live.policy.budget  # in force now, for sessions on an earlier policy too
         shared = None if budget is None else SharedBudget(Cost(budget.epsilon, budget.delta), budget.refresh)

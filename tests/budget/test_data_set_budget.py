@@ -161,6 +161,60 @@ def test_a_refreshed_budget_counts_the_current_window_and_keeps_the_earlier_ones
     assert ledger.spent("alice@2026-11-27") == Cost.ZERO  # a reset forgets every window
 
 
+def test_a_changed_refresh_counts_what_the_new_window_already_spent(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Totals are kept per window key: a reload from daily to never (or back, or to weekly) read a
+    key nothing had been added to, and let 2.0 be spent against 1.0 (an adversarial review). The new
+    window's total is rebuilt from the entries once the refresh changes."""
+    wednesday = datetime(2026, 11, 25, 12, tzinfo=UTC)
+    thursday = datetime(2026, 11, 26, 9, tzinfo=UTC)
+    limit = Cost(1.0, 1e-5)
+    shared = SharedBudget(Cost(1.5, 1e-5), Refresh.DAILY)
+    monkeypatch.setattr(ledger_module, "_now", lambda: wednesday)
+    ledger.commit(ledger.reserve("alice", Cost(1.0, 0.0), limit, refresh=Refresh.DAILY, shared=shared))
+    for refresh in (Refresh.NEVER, Refresh.DAILY, Refresh.MONTHLY, Refresh.NEVER):
+        with pytest.raises(BudgetExhausted):
+            ledger.reserve("alice", HALF, limit, refresh=refresh)
+    monkeypatch.setattr(ledger_module, "_now", lambda: thursday)
+    ledger.commit(ledger.reserve("alice", HALF, limit, refresh=Refresh.DAILY))  # a new day
+    with pytest.raises(BudgetExhausted):
+        ledger.reserve("alice", HALF, limit, refresh=Refresh.WEEKLY)  # 1.5 this week
+    assert ledger.spent_now("alice", Refresh.WEEKLY).epsilon == 1.5
+    # The data set's budget alike: 1.0 spent on Wednesday, counted once it never refreshes.
+    never = SharedBudget(Cost(1.5, 1e-5), Refresh.NEVER)
+    with pytest.raises(BudgetExhausted) as caught:
+        ledger.reserve("bob", Cost(0.6, 0.0), limit, shared=never)
+    assert DATASET_BUDGET in str(caught.value)
+
+
+def test_a_data_set_window_rebuilt_after_an_analysts_reset_still_counts_what_they_spent(
+    ledger: Ledger,
+) -> None:
+    """A reset forgets the analyst's own spending, not the data set's: their entries stay, under a
+    name no analyst has, for a data-set window rebuilt when its refresh changes."""
+    ledger.commit(
+        ledger.reserve("alice", Cost(1.0, 0.0), OWN, shared=SharedBudget(Cost(1.5, 1e-5), Refresh.DAILY))
+    )
+    assert ledger.reset("alice") == 1 and ledger.analysts() == []
+    with pytest.raises(BudgetExhausted):
+        ledger.reserve("bob", Cost(0.6, 0.0), OWN, shared=SharedBudget(Cost(1.5, 1e-5), Refresh.NEVER))
+    assert ledger.spent("alice") == Cost.ZERO and ledger.history("alice") == []
+
+
+def test_a_clock_stepped_back_does_not_open_a_window_already_spent(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An NTP step, a VM restored from a snapshot, or a host with a slower clock on a shared ledger:
+    a reservation is never charged to a window earlier than the newest entry's."""
+    today = datetime(2026, 11, 28, 9, tzinfo=UTC)
+    monkeypatch.setattr(ledger_module, "_now", lambda: today)
+    ledger.commit(ledger.reserve("alice", Cost(1.0, 0.0), Cost(1.0, 1e-5), refresh=Refresh.DAILY))
+    monkeypatch.setattr(ledger_module, "_now", lambda: datetime(2026, 11, 27, 8, tzinfo=UTC))
+    with pytest.raises(BudgetExhausted):
+        ledger.reserve("alice", HALF, Cost(1.0, 1e-5), refresh=Refresh.DAILY)
+
+
 # --- the commands: the ledger the policy names --------------------------------------------------------
 
 

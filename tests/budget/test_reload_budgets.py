@@ -122,3 +122,24 @@ def test_accuracy_first_never_goes_past_a_cap_below_the_earlier_policys_least_ep
     reload(old, _text(max_epsilon_per_query=0.005))
     answer = old.execute(QUERY.format(0), analyst="alice", bounds=SessionBounds(target_error=1e6))
     assert answer.cost.epsilon <= 0.005
+
+
+def test_a_reload_while_a_statement_is_prepared_holds_at_its_charge(engines) -> None:  # type: ignore[no-untyped-def]
+    """The analyst's limits are read when the statement is charged, not when it arrived: preparing
+    it (public subqueries run on the backend first) may take seconds, and a reload in between that
+    lowered the budget or removed the analyst must hold for it (an adversarial review answered three
+    such queries, 3.0 against a budget lowered to 0.5)."""
+    from dpproxy.errors import UnknownAnalyst
+    from dpproxy.privacy import Cost
+
+    start, reload = engines
+    old = start(_text(epsilon=10.0))
+    arrived = old.analyst("alice")  # what the statement read on arrival
+    reload(old, _text(epsilon=0.4))
+    with pytest.raises(BudgetExhausted):
+        old.charge(arrived, Cost(0.5, 0.0), "SELECT …")
+    without = yaml.safe_load(_text())
+    del without["analysts"]["alice"]
+    reload(old, yaml.safe_dump(without))
+    with pytest.raises(UnknownAnalyst):
+        old.charge(arrived, Cost(0.5, 0.0), "SELECT …")

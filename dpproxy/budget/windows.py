@@ -1,0 +1,95 @@
+"""The budget windows a ledger charges: which window a reservation falls in, and that window's
+totals when the budget's refresh changed since the ledger last charged it.
+
+A ledger keeps one total per budget and window (`account_key`: "alice", "alice@2026-11-28"). Two
+things would make a window's total miss what was spent in it:
+  - the refresh changed (a policy reload or a restart from daily to never, or back): the new key was
+    never added to, and a daily budget of 1.0 spent that day let 1.0 more be spent at once;
+  - the clock stepped back (NTP, a VM restored from a snapshot, hosts with different clocks on one
+    ledger): a window already left, and spent, would be charged afresh.
+So every reservation's moment is at least the newest entry's, and a window whose budget last
+followed another refresh has its total rebuilt from the entries it holds (README, Policy reference:
+refresh). Mixed into `Ledger`; every method runs under the caller's transaction and lock.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from dpproxy.budget.composition import Totals
+from dpproxy.policy import DATASET, Refresh, account_key
+from dpproxy.policy.refresh import window_start
+from dpproxy.privacy.accounting import Cost
+
+
+class WindowTotals:
+    """The window methods of `Ledger` (which provides the store's statements and conversions)."""
+
+    def _sql(self, statement: str) -> str:
+        raise NotImplementedError
+
+    def _moment(self, stored: Any) -> datetime:
+        raise NotImplementedError
+
+    def _stamp(self, moment: datetime) -> Any:
+        raise NotImplementedError
+
+    def _totals(self, conn: Any, analyst: str) -> Totals:
+        raise NotImplementedError
+
+    def _write_totals(self, conn: Any, analyst: str, totals: Totals) -> None:
+        raise NotImplementedError
+
+    def _data_set_reset_line(self, conn: Any) -> int:
+        raise NotImplementedError
+
+    def _not_before_newest(self, conn: Any, now: datetime) -> datetime:
+        """`now`, or the newest entry's moment if the clock reads earlier (an NTP step back, a VM
+        restored from a snapshot, hosts with different clocks on one ledger): a window once left is
+        never charged again, or stepping the clock back a day would open a spent day afresh."""
+        row = conn.execute(self._sql("SELECT created_at FROM {entries} ORDER BY id DESC LIMIT 1")).fetchone()
+        if row is None:
+            return now
+        newest = self._moment(row[0])
+        return max(now, newest if newest.tzinfo is not None else newest.replace(tzinfo=UTC))
+
+    def _window_totals(self, conn: Any, name: str, refresh: Refresh, now: datetime) -> Totals:
+        """The totals of `name`'s window at `now`, true when its refresh changed (a reload, a restart
+        under another policy) since the ledger last charged it: totals are kept per window key, so
+        what was spent under another refresh (daily, then never) is not in the new key's. Then they
+        are rebuilt from the window's entries and written, with the refresh they follow (kept if the
+        caller's transaction commits: once per change); under the caller's lock."""
+        marker = f"refresh:{name}"
+        key = account_key(name, refresh, now)
+        row = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = ?"), (marker,)).fetchone()
+        if row is not None and row[0] == refresh.value:
+            return self._totals(conn, key)
+        start = window_start(refresh, now)
+        where = ["status <> 'released'"]
+        params: list[Any] = []
+        if name == DATASET:  # every analyst's entries, since the last reset of the data set's budget
+            where.append("id > ?")
+            params.append(self._data_set_reset_line(conn))
+        else:
+            where.append("analyst = ?")
+            params.append(name)
+        if start is not None:
+            where.append("created_at >= ?")
+            params.append(self._stamp(datetime(start.year, start.month, start.day, tzinfo=UTC)))
+        totals = Totals()
+        query = "SELECT epsilon, delta, rho FROM {entries} WHERE " + " AND ".join(where)
+        for epsilon, delta, rho in conn.execute(self._sql(query), tuple(params)).fetchall():
+            totals = totals.plus(Cost(float(epsilon), float(delta), float(rho or 0.0)))
+        self._write_totals(conn, key, totals)
+        self._set_meta(conn, marker, refresh.value)
+        return totals
+
+    def _set_meta(self, conn: Any, key: str, value: str) -> None:
+        conn.execute(
+            self._sql(
+                "INSERT INTO {meta} (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+            ),
+            (key, value),
+        )
