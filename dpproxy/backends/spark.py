@@ -349,14 +349,26 @@ def _check_single_select(sql: str) -> None:
 
 
 def _unreachable(exc: BaseException) -> bool:
-    """Whether an error says the server could not be reached (rather than that the query failed)."""
-    status = getattr(exc, "getGrpcStatusCode", None)
-    code = status() if callable(status) else None
-    name = getattr(code, "name", "") or ""
-    text = str(exc)
-    return name in ("UNAVAILABLE", "UNAUTHENTICATED", "PERMISSION_DENIED") or any(
-        marker in text for marker in ("UNAVAILABLE", "failed to connect", "Connection refused")
-    )
+    """Whether an error says the server could not be reached, so the query never ran (and is not
+    charged): a refused login, or a channel that could not connect. Read from the gRPC status code,
+    never from the error's text alone, which may quote the data (a failing query whose message held
+    "Connection refused" was given back for free), and an UNAVAILABLE that is not the channel's own
+    failure to connect may come after the query ran (a server that died running it): charged."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the client's retries wrap the channel's error (RETRIES_EXCEEDED)
+        if seen is None:
+            return False
+        status = getattr(seen, "getGrpcStatusCode", None) or getattr(seen, "code", None)
+        code = status() if callable(status) else None
+        name = getattr(code, "name", "") or ""
+        if name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            return True
+        if name == "UNAVAILABLE":
+            details = getattr(seen, "details", None)
+            text = details() if callable(details) else str(seen)
+            return "failed to connect to all addresses" in str(text)
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def query_arrow(session: Any, sql: str) -> pyarrow.Table:

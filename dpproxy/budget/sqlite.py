@@ -186,8 +186,13 @@ class SQLiteLedger(Ledger):
         in_memory = self._in_memory = self.path == ":memory:"
         self._mutex = threading.RLock()
         self._owner = uuid.uuid4().hex
-        self._owner_locks = _OwnerLocks(Path(self.path + "-owners")) if not in_memory else None
+        # One directory per file, however it is named (a symlink or another relative path to the same
+        # ledger must see the same live owners, or their reservations would look abandoned).
+        owners = Path(os.path.realpath(self.path) + "-owners")
+        self._owner_locks = _OwnerLocks(owners) if not in_memory else None
         self._owner_file: BinaryIO | None = None
+        if not in_memory:
+            _create_private(self.path)
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -311,3 +316,11 @@ class SQLiteLedger(Ledger):
         totals_columns = {row[1] for row in conn.execute(f"PRAGMA table_info({_SQLITE_TOTALS})")}
         if "rho" not in totals_columns:
             conn.execute(f"ALTER TABLE {_SQLITE_TOTALS} ADD COLUMN rho TEXT NOT NULL DEFAULT '0'")
+
+
+def _create_private(path: str) -> None:
+    """Create the ledger's file readable by its owner only (SQLite gives its -wal and -shm files the
+    same mode): it holds the audit log's statements and the key of the decoy credentials. A file
+    that exists keeps the mode its operator gave it."""
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

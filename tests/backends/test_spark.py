@@ -356,3 +356,37 @@ def test_spark_errors_print_nothing_and_never_the_token(
     for text in (out, err, caplog.text):
         assert spark_server.token not in text
         assert "secret value 42" not in text and "JVM stacktrace" not in text and "Traceback" not in text
+
+
+def test_only_the_channels_own_failure_to_connect_counts_as_unreachable() -> None:
+    """An unreachable server's query is not charged, so the classification must not read the data:
+    an error whose text quotes "Connection refused" or "UNAVAILABLE" (a value in a failing query's
+    message) is the query's failure, charged; so is an UNAVAILABLE that may come after the query ran."""
+    import enum
+
+    from dpproxy.backends.spark import _unreachable
+
+    class Code(enum.Enum):
+        UNAVAILABLE = 14
+        INTERNAL = 13
+        UNAUTHENTICATED = 16
+
+    class Grpc(Exception):
+        def __init__(self, code: Code, text: str) -> None:
+            super().__init__(text)
+            self.status = code
+
+        def getGrpcStatusCode(self) -> Code:  # pyspark's name
+            return self.status
+
+    down = Grpc(Code.UNAVAILABLE, "failed to connect to all addresses; last error: Connection refused")
+    assert _unreachable(down) and _unreachable(Grpc(Code.UNAUTHENTICATED, "bad token"))
+    retried = RuntimeError("[RETRIES_EXCEEDED] The maximum number of retries has been exceeded.")
+    retried.__cause__ = down
+    assert _unreachable(retried)
+    for charged in (
+        Grpc(Code.INTERNAL, "value 'Connection refused UNAVAILABLE failed to connect' is not a number"),
+        Grpc(Code.UNAVAILABLE, "Socket closed"),  # the server went away, perhaps while running it
+        RuntimeError("UNAVAILABLE: failed to connect to all addresses"),  # text alone
+    ):
+        assert not _unreachable(charged)

@@ -125,3 +125,29 @@ def test_sqlite_ledger_dropped_without_close_counts_as_crashed(tmp_path: Path) -
         assert reopened.spent("alice") == Cost(1.25, 1e-7)
         with pytest.raises(ValueError, match="already abandoned"):
             reopened.release(reservation)
+
+
+def test_a_ledger_opened_through_a_symlink_sees_the_same_live_owners(tmp_path: Path) -> None:
+    """Owners are kept beside the file itself, not beside the name it was opened by: `budget show
+    --ledger alias.sqlite` (a symlink) took a live server's reservation for an orphan, and the
+    server's answer then failed (an adversarial review)."""
+
+    path = tmp_path / "ledger.sqlite"
+    alias = tmp_path / "alias.sqlite"
+    first = SQLiteLedger(path)
+    alias.symlink_to(path)
+    reservation = first.reserve("alice", Cost(1.0), BUDGET)
+    with SQLiteLedger(alias) as second:
+        assert statuses(second, "alice") == ["reserved"]
+    first.commit(reservation)
+    first.close()
+
+
+def test_a_new_sqlite_ledger_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """It holds the audit log's statements and the key of the decoy credentials."""
+
+    path = tmp_path / "ledger.sqlite"
+    with SQLiteLedger(path) as ledger:
+        ledger.commit(ledger.reserve("alice", Cost(0.5), BUDGET))
+        modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir() if p.is_file()}
+    assert modes and set(modes.values()) == {0o600}, modes
