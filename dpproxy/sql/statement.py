@@ -38,7 +38,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SyntaxProblem("empty query")
     if len(statements) > 1:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
-    statement = _bound_forms(_to_chars(_date_casts(_plain_negations(statements[0]))))
+    statement = _bound_forms(_to_chars(_date_casts(_every(_plain_negations(statements[0])))))
     limits.check_tree(statement, planned=True)
     # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
     # made while planning would copy it again.
@@ -59,6 +59,15 @@ def _plain_negations(tree: exp.Expression) -> exp.Expression:
         parent = node.parent
         negated = parent if isinstance(parent, exp.Escape) and node.arg_key == "this" else node
         negated.replace(exp.Not(this=negated.copy()))
+    return tree
+
+
+def _every(tree: exp.Expression) -> exp.Expression:
+    """`every(b)`, PostgreSQL's SQL-standard name of `bool_and(b)`, as that aggregate (sqlglot reads
+    it as an unknown function, which was taken for a raw row value)."""
+    for node in list(tree.find_all(exp.Anonymous)):
+        if node.name.lower() == "every" and len(node.expressions) == 1:
+            node.replace(exp.LogicalAnd(this=node.expressions[0].copy()))
     return tree
 
 

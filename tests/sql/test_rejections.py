@@ -43,6 +43,8 @@ REJECTIONS = [
         "0A000",
         ["pg_get_keywords() in the select list of subquery s"],
     ),
+    # every(b) is bool_and(b), an aggregate (not a raw row value)
+    ("SELECT every(smoker) FROM patients", "0A000", ["aggregate BOOL_AND is not supported"]),
     # raw rows
     ("SELECT * FROM patients", "42501", ["SELECT * would return raw rows", "patients"]),
     ("SELECT age, income FROM patients", "42501", ["raw rows", "patients", "COUNT(*)"]),
