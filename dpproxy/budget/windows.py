@@ -59,11 +59,17 @@ class WindowTotals:
         under another policy) since the ledger last charged it: totals are kept per window key, so
         what was spent under another refresh (daily, then never) is not in the new key's. Then they
         are rebuilt from the window's entries and written, with the refresh they follow (kept if the
-        caller's transaction commits: once per change); under the caller's lock."""
+        caller's transaction commits: once per change); under the caller's lock. A data-set budget
+        rebuilt so counts every entry since its last reset, those from before it existed included."""
         marker = f"refresh:{name}"
         key = account_key(name, refresh, now)
         row = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = ?"), (marker,)).fetchone()
-        if row is not None and row[0] == refresh.value:
+        if row is None or row[0] == refresh.value:
+            # The first charge of `name` (or under a ledger from before refreshes were followed):
+            # its key's total is what it was, as a data-set budget a reload adds counts spending
+            # from then on (README, Policy reload).
+            if row is None:
+                self._set_meta(conn, marker, refresh.value)
             return self._totals(conn, key)
         start = window_start(refresh, now)
         where = ["status <> 'released'"]
