@@ -141,6 +141,9 @@ WHERE n.nspname = %s AND t.relkind IN ('r', 'p')
 ORDER BY t.relname, ci.relname
 """
 
+# Server encodings every stored value of which converts to UTF-8 (the client encoding sessions pin).
+_TOTAL_ENCODINGS = frozenset({"UTF8", "LATIN1"})
+
 _CURSOR_NUMBERS = itertools.count()  # names of server-side cursors (each lives in its own transaction)
 
 _NUMERIC_HEAD = struct.Struct("!HhHH")  # ndigits, weight, sign, dscale
@@ -180,13 +183,14 @@ class PostgresBackend(Backend):
                 encoding = first.info.parameter_status("server_encoding")
         except psycopg.Error as exc:
             raise BackendUnreachable(f"could not connect to {self.description}: {exc}") from exc
-        if encoding is None or encoding.upper() == "SQL_ASCII":
-            # SQL_ASCII stores bytes unchecked: one person's value that is not UTF-8 would fail the
-            # query that reads it, and the failure would tell that the value is there.
+        if encoding is None or encoding.upper() not in _TOTAL_ENCODINGS:
+            # Text is read as UTF-8. SQL_ASCII stores bytes unchecked, and WIN1252, LATIN3 and others
+            # store bytes with no Unicode character: one person's such value would fail every query
+            # that reads it (even in a group never released), and the failure would tell it is there.
             raise BackendError(
-                f"{self.description} stores text as SQL_ASCII (unchecked bytes): dpproxy reads text as "
-                "UTF-8 and needs a database whose encoding converts to it (create it with ENCODING "
-                "'UTF8', or any encoding other than SQL_ASCII)"
+                f"{self.description} stores text as {encoding}, which does not convert to UTF-8 for "
+                "every value: dpproxy reads text as UTF-8 and needs a database created with ENCODING "
+                "'UTF8' (or LATIN1, every byte of which is a character)"
             )
         self._pool = ConnectionPool(
             dsn,

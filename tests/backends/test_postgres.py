@@ -97,18 +97,20 @@ def test_text_is_read_as_utf8_whatever_the_dsn_asks(pg_conn: psycopg.Connection,
         assert backend.run("SHOW client_encoding") == [("UTF8",)]
 
 
-def test_a_sql_ascii_database_is_refused_at_open(pg_cluster) -> None:
-    """SQL_ASCII keeps bytes unchecked: one person's value that is not UTF-8 would fail the query
-    reading it. Such a database is refused when the backend opens, naming what to do."""
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "WIN1252"])
+def test_a_database_whose_text_may_not_convert_to_utf8_is_refused_at_open(pg_cluster, encoding: str) -> None:
+    """SQL_ASCII keeps bytes unchecked, and WIN1252 stores 0x81, which has no Unicode character: one
+    person's such value would fail every query reading it. Such a database is refused when the
+    backend opens, naming what to do."""
     from tests.pgcluster import _admin, drop_database
 
-    name = f"ascii_{uuid.uuid4().hex[:8]}"
+    name = f"enc_{uuid.uuid4().hex[:8]}"
     with _admin(pg_cluster) as conn:
         conn.execute(
-            f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+            f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
         )
     try:
-        with pytest.raises(BackendError, match="SQL_ASCII") as caught:
+        with pytest.raises(BackendError, match=encoding) as caught:
             open_backend(pg_cluster.dsn(name))
         assert "ENCODING 'UTF8'" in str(caught.value)
     finally:
