@@ -334,10 +334,9 @@ class Ledger(WindowTotals, ABC):
             return conn.execute(self._sql("DELETE FROM {replay} WHERE analyst = ?"), (analyst,)).rowcount
 
     def reset(self, analyst: str, *, by: str = "") -> int:
-        """Operator action: forget every entry, total (of every window) and stored answer of the
-        analyst; return how many entries. The data set's budget keeps what they spent (a person's
-        loss is not undone by forgetting who asked). The reset is audited in the same transaction:
-        a record of kind "operator" naming the analyst, who did it (`by`) and what was removed."""
+        """Operator action: forget the analyst's entries, totals and stored answers; return how many
+        entries. The data set's budget keeps what they spent (a person's loss is not undone by
+        forgetting who asked). Audited in the same transaction (kind "operator", who: `by`)."""
         _check_analyst(analyst)
         with self._transaction() as conn:
             self._lock(conn, "analyst", analyst)
@@ -534,9 +533,11 @@ class Ledger(WindowTotals, ABC):
         )
 
     def _finish(self, reservation: Reservation, status: EntryStatus, record: StatementRecord | None) -> None:
-        # Losing a commit to a machine crash is safe (the entry stays reserved, then abandoned: spent);
-        # losing a release only keeps a cost that could have been returned. Neither needs an fsync.
+        # A commit lost to a crash is safe (the entry stays reserved, then abandoned: spent), and a
+        # lost release only keeps a cost: neither needs an fsync.
         with self._transaction(durable=False) as conn:
+            if status == EntryStatus.RELEASED and any(map(_data_set_account, reservation.accounts)):
+                self._lock(conn, "analyst", DATASET)  # the reset line is read under its lock
             row = conn.execute(
                 self._sql("SELECT analyst, epsilon, delta, rho, status FROM {entries} WHERE id = ?")
                 + self.FOR_UPDATE,
@@ -552,7 +553,7 @@ class Ledger(WindowTotals, ABC):
             if status == EntryStatus.RELEASED:
                 reset_after = self._data_set_reset_line(conn) >= reservation.id
                 for account in reservation.accounts or (reservation.analyst,):
-                    if reset_after and (account == DATASET or account.startswith(DATASET + "@")):
+                    if reset_after and _data_set_account(account):
                         continue  # reset since it was reserved: no longer in these totals
                     self._change_totals(conn, account, reservation.cost, -1)
             if record is not None and record.audit_id is not None:
@@ -773,24 +774,22 @@ def _check_replay_limit(replay_limit: int) -> int:
     return replay_limit
 
 
+def _data_set_account(account: str) -> bool:  # "*", "*@2026-11-28"
+    return account == DATASET or account.startswith(DATASET + "@")
+
+
 def _finish_problem(
     reservation: Reservation, status: EntryStatus, row: tuple[str, float, float, float | None, str] | None
 ) -> str | None:
     """Why the stored entry `row` (analyst, ε, δ, ρ, status) cannot be finished, or None if it can."""
     verb = "committed" if status == EntryStatus.COMMITTED else "released"
     where = f"reservation {reservation.id} of analyst {reservation.analyst!r}"
-    if row is None:
+    if row is None or row[0] == RESET_ENTRIES:
         return f"cannot mark {where} {verb}: no such ledger entry (never reserved, or removed by a reset)"
     analyst, epsilon, delta, rho, current = row
-    if analyst == RESET_ENTRIES:
-        return f"cannot mark {where} {verb}: its entry was removed by a reset of the analyst's budget"
     rho = rho or 0.0
-    if (analyst, epsilon, delta, rho) != (
-        reservation.analyst,
-        float(reservation.cost.epsilon),
-        float(reservation.cost.delta),
-        float(reservation.cost.rho),
-    ):
+    cost = reservation.cost
+    if (analyst, epsilon, delta, rho) != (reservation.analyst, cost.epsilon, cost.delta, cost.rho):
         return (
             f"cannot mark {where} {verb}: it does not match ledger entry {reservation.id} "
             f"(analyst {analyst!r}, ε={epsilon!r}, δ={delta!r}, ρ={rho!r})"
