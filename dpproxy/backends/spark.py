@@ -178,7 +178,7 @@ class SparkBackend(Backend):
                 raise QueryCancelled.of(cancel, started=True) from exc
             if timed_out.is_set() and self._statement_timeout_ms is not None:
                 raise QueryCancelled.by_time_limit(self._statement_timeout_ms / 1000) from exc
-            if _unreachable(exc):
+            if _unreachable(exc, sent=True):
                 raise BackendUnreachable(
                     f"lost the connection to {self.description}: {self._operator_text(exc)}"
                 ) from exc
@@ -348,12 +348,14 @@ def _check_single_select(sql: str) -> None:
         raise BackendError("the backend runs exactly one SELECT statement per call")
 
 
-def _unreachable(exc: BaseException) -> bool:
+def _unreachable(exc: BaseException, *, sent: bool = False) -> bool:
     """Whether an error says the server could not be reached, so the query never ran (and is not
-    charged): a refused login, or a channel that could not connect. Read from the gRPC status code,
-    never from the error's text alone, which may quote the data (a failing query whose message held
-    "Connection refused" was given back for free), and an UNAVAILABLE that is not the channel's own
-    failure to connect may come after the query ran (a server that died running it): charged."""
+    charged): a refused login, or (for what reads no data, not `sent`) a channel that could not
+    connect. Read from the gRPC status code, never from the error's text alone, which may quote the
+    data (a failing query whose message held "Connection refused" was given back for free). Once a
+    query was handed to the client, an UNAVAILABLE is charged: the client retries it and raises the
+    last attempt's error, so a server that died running the query and stayed down reads "failed to
+    connect" although the first attempt ran it."""
     seen: BaseException | None = exc
     for _ in range(8):  # the client's retries wrap the channel's error (RETRIES_EXCEEDED)
         if seen is None:
@@ -363,7 +365,7 @@ def _unreachable(exc: BaseException) -> bool:
         name = getattr(code, "name", "") or ""
         if name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
             return True
-        if name == "UNAVAILABLE":
+        if name == "UNAVAILABLE" and not sent:
             details = getattr(seen, "details", None)
             text = details() if callable(details) else str(seen)
             return "failed to connect to all addresses" in str(text)

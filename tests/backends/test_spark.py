@@ -384,6 +384,8 @@ def test_only_the_channels_own_failure_to_connect_counts_as_unreachable() -> Non
     retried = RuntimeError("[RETRIES_EXCEEDED] The maximum number of retries has been exceeded.")
     retried.__cause__ = down
     assert _unreachable(retried)
+    assert not _unreachable(retried, sent=True)  # the query may have run before the server went away
+    assert _unreachable(Grpc(Code.UNAUTHENTICATED, "bad token"), sent=True)
     for charged in (
         Grpc(Code.INTERNAL, "value 'Connection refused UNAVAILABLE failed to connect' is not a number"),
         Grpc(Code.UNAVAILABLE, "Socket closed"),  # the server went away, perhaps while running it
