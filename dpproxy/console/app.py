@@ -183,7 +183,7 @@ class Console:
         console = self.policy.console
         assert console is not None
         address = request.remote or "?"
-        key = (address, name if console.owner(name) is not None else "")
+        key = (address, name)
         if not self.failures.claim(key):  # counted as failed until the password is found right
             error = "Too many failed logins for this name from your address: wait a minute."
             return self.login_page(request, 429, error, name)

@@ -3,7 +3,9 @@
 This module owns checking a submitted password against an owner's SCRAM-SHA-256 verifier from the
 policy's `console:` section (SaltedPassword from the verifier's salt and iterations, then ClientKey
 and StoredKey, compared in constant time), the sessions a login opens (a random token, kept in
-memory, that expires), and the per-address limit on failed logins.
+memory, that expires and ends when the owner's password changes), the login form's token (so
+that another site cannot log a browser in under its attacker's name), and the limit on failed
+logins per client address and name tried.
 
 It must never store, log or show a password or a verifier's fields; a session token is only ever
 sent in the cookie that carries it.
@@ -23,7 +25,7 @@ from dpproxy.policy import ConsolePolicy
 COOKIE = "dpproxy_console"
 LOGIN_COOKIE = "dpproxy_login"  # the login form's token (login_token), sent back only to /login
 LOGIN_MINUTES = 30  # how long a login form stays good
-# Failed logins allowed per client address within FAILURE_WINDOW seconds before it must wait.
+# Failed logins allowed per client address and name within FAILURE_WINDOW seconds before it must wait.
 MAX_FAILURES = 5
 FAILURE_WINDOW = 60.0
 
@@ -110,12 +112,16 @@ class Sessions:
 
 
 class Failures:
-    """Failed logins per (client address, owner name) in the last FAILURE_WINDOW seconds.
+    """Failed logins per (client address, name tried) in the last FAILURE_WINDOW seconds.
 
     Keyed by the name as well as the address: behind a reverse proxy every owner has the proxy's
     address, and five wrong passwords for one name would otherwise lock every owner out. Guessing is
-    still limited per owner and address. Names the policy does not list share one key per address,
-    so that made-up names cannot grow the table."""
+    still limited per name and address, and every name is counted alike, owner or not, so that the
+    answers (401, then 429) never tell which names are owners. At most MAX_KEYS keys are counted at
+    once: past that, during a flood of made-up names, a name not yet counted is refused (429) until
+    the window has passed (a flood can delay logins; it cannot reset an owner's count)."""
+
+    MAX_KEYS = 10_000
 
     def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW) -> None:
         self.limit = limit
@@ -123,29 +129,32 @@ class Failures:
         self._seen: dict[str | tuple[str, str], deque[float]] = {}
         self._lock = threading.Lock()
 
-    def claim(self, address: str | tuple[str, str]) -> bool:
-        """Count an attempt as failed before its password is checked, unless the address is blocked
+    def claim(self, key: str | tuple[str, str]) -> bool:
+        """Count an attempt as failed before its password is checked, unless its key is blocked
         (False): attempts sent at once are limited as attempts sent one by one. `forgive` it if good."""
         with self._lock:
-            recent = self._recent(address)
-            if len(recent) >= self.limit:
+            recent = self._recent(key)
+            if recent is None or len(recent) >= self.limit:
                 return False
             recent.append(time.monotonic())
             return True
 
-    def forgive(self, address: str | tuple[str, str]) -> None:
-        """Take back the attempt last claimed from `address` (its password was right)."""
+    def forgive(self, key: str | tuple[str, str]) -> None:
+        """Take back the attempt last claimed for `key` (its password was right)."""
         with self._lock:
-            recent = self._seen.get(address)
+            recent = self._seen.get(key)
             if recent:
                 recent.pop()
 
-    def _recent(self, address: str | tuple[str, str]) -> deque[float]:
-        seen = self._seen.setdefault(address, deque())
+    def _recent(self, key: str | tuple[str, str]) -> deque[float] | None:
+        """The key's attempts within the window; None when it is not counted and there is no room."""
         cutoff = time.monotonic() - self.window
+        if key not in self._seen and len(self._seen) >= self.MAX_KEYS:
+            for quiet in [k for k, times in self._seen.items() if not times or times[-1] <= cutoff]:
+                del self._seen[quiet]
+            if len(self._seen) >= self.MAX_KEYS:
+                return None
+        seen = self._seen.setdefault(key, deque())
         while seen and seen[0] <= cutoff:
             seen.popleft()
-        if len(self._seen) > 10_000:  # forget quiet addresses rather than grow without bound
-            for quiet in [a for a, times in self._seen.items() if not times and a != address]:
-                del self._seen[quiet]
         return seen
