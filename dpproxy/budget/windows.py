@@ -14,13 +14,17 @@ refresh). Mixed into `Ledger`; every method runs under the caller's transaction 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dpproxy.budget.composition import Totals
 from dpproxy.policy import DATASET, Refresh, account_key
 from dpproxy.policy.refresh import window_start
 from dpproxy.privacy.accounting import Cost
+
+log = logging.getLogger("dpproxy.budget")
+_SKEW = timedelta(minutes=5)  # a newest entry further ahead of the clock than this is logged
 
 
 class WindowTotals:
@@ -52,7 +56,16 @@ class WindowTotals:
         if row is None:
             return now
         newest = self._moment(row[0])
-        return max(now, newest if newest.tzinfo is not None else newest.replace(tzinfo=UTC))
+        newest = newest if newest.tzinfo is not None else newest.replace(tzinfo=UTC)
+        if newest - now > _SKEW:  # conservative (windows do not refresh early), but say so
+            log.warning(
+                "ledger: the newest entry is stamped %s, ahead of this host's clock (%s): reservations "
+                "are charged at that moment until the clock reaches it; check the clocks of the hosts "
+                "sharing the ledger",
+                newest.isoformat(timespec="seconds"),
+                now.isoformat(timespec="seconds"),
+            )
+        return max(now, newest)
 
     def _window_totals(self, conn: Any, name: str, refresh: Refresh, now: datetime) -> Totals:
         """The totals of `name`'s window at `now`, true when its refresh changed (a reload, a restart

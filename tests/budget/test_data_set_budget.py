@@ -231,7 +231,7 @@ def test_a_data_set_window_rebuilt_after_an_analysts_reset_still_counts_what_the
 
 
 def test_a_clock_stepped_back_does_not_open_a_window_already_spent(
-    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An NTP step, a VM restored from a snapshot, or a host with a slower clock on a shared ledger:
     a reservation is never charged to a window earlier than the newest entry's."""
@@ -239,8 +239,9 @@ def test_a_clock_stepped_back_does_not_open_a_window_already_spent(
     monkeypatch.setattr(ledger_module, "_now", lambda: today)
     ledger.commit(ledger.reserve("alice", Cost(1.0, 0.0), Cost(1.0, 1e-5), refresh=Refresh.DAILY))
     monkeypatch.setattr(ledger_module, "_now", lambda: datetime(2026, 11, 27, 8, tzinfo=UTC))
-    with pytest.raises(BudgetExhausted):
+    with caplog.at_level("WARNING", logger="dpproxy.budget"), pytest.raises(BudgetExhausted):
         ledger.reserve("alice", HALF, Cost(1.0, 1e-5), refresh=Refresh.DAILY)
+    assert "ahead of this host's clock" in caplog.text
 
 
 # --- the commands: the ledger the policy names --------------------------------------------------------
