@@ -47,7 +47,7 @@ from dpproxy.privacy.accounting import Cost
 # Version of the ledger's table layout, stored in the store's meta table. Bump it, and add a step to
 # the migration, when the layout changes. 2: the per-analyst totals table. 3: ρ in the totals (zCDP
 # composition) and the replay store. 4: the audit log. 5: the audit log's error messages.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Stored answers kept per analyst; older ones are evicted (and bought again if asked again).
 REPLAY_LIMIT = 10_000
@@ -614,14 +614,13 @@ class Ledger(WindowTotals, ABC):
                 self._migrate(conn, version)
 
     def _migrate(self, conn: Any, version: int) -> None:
-        """Bring a version 1, 2, 3 or 4 store to SCHEMA_VERSION, inside the schema transaction.
+        """Bring a version 1 to 5 store to SCHEMA_VERSION, inside the schema transaction.
 
         Version 1 had no totals, version 2 no ρ total (and no replay table, created with the others):
         sum every analyst's entries once, exactly, in Python (PostgreSQL's float8 → numeric cast keeps
         only 15 digits, which is not the double's value); for version 2 the ε and δ sums come out as
-        they were. Version 3 had no audit table (created with the others, empty: entries before it
-        have no records). Version 4's audit table had no message column.
-        """
+        they were. Version 3 had no audit table (created with the others, empty). Version 4's audit
+        table had no message column. Version 5's reset deleted entries (windows._keep_reset_costs)."""
         if version < 3:
             self._add_rho_total(conn)
             entries: dict[str, list[tuple[float, float, float | None]]] = {}
@@ -634,6 +633,8 @@ class Ledger(WindowTotals, ABC):
                 self._write_totals(conn, analyst, exact_totals(amounts))
         if version == 4:  # (an older store's audit table is created with the column)
             self._add_audit_message(conn)
+        if version < 6:
+            self._keep_reset_costs(conn, self._stamp(_now()))
         conn.execute(
             self._sql("UPDATE {meta} SET value = ? WHERE key = 'schema_version'"), (str(SCHEMA_VERSION),)
         )

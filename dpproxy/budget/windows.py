@@ -15,7 +15,9 @@ refresh). Mixed into `Ledger`; every method runs under the caller's transaction 
 from __future__ import annotations
 
 import logging
+import math
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from dpproxy.budget.composition import Totals
@@ -24,6 +26,14 @@ from dpproxy.policy.refresh import window_start
 from dpproxy.privacy.accounting import Cost
 
 log = logging.getLogger("dpproxy.budget")
+
+
+def _up(value: Decimal) -> float:
+    """The float nearest `value` from above (a cost entered must never be below what it stands for)."""
+    near = float(value)
+    return near if Decimal(near) >= value else math.nextafter(near, math.inf)
+
+
 _SKEW = timedelta(minutes=5)  # a newest entry further ahead of the clock than this is logged
 
 
@@ -77,12 +87,13 @@ class WindowTotals:
         marker = f"refresh:{name}"
         key = account_key(name, refresh, now)
         row = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = ?"), (marker,)).fetchone()
-        if row is None or row[0] == refresh.value:
-            # The first charge of `name` (or under a ledger from before refreshes were followed):
-            # its key's total is what it was, as a data-set budget a reload adds counts spending
-            # from then on (README, Policy reload).
-            if row is None:
-                self._set_meta(conn, marker, refresh.value)
+        if row is not None and row[0] == refresh.value:
+            return self._totals(conn, key)
+        if row is None and (self._has_totals(conn, key, key) or not self._has_totals(conn, name, name + "@")):
+            # The first charge of `name`, or under a ledger from before refreshes were followed with
+            # its key in use: its total is what it was, as a data-set budget a reload adds counts
+            # spending from then on (README, Policy reload).
+            self._set_meta(conn, marker, refresh.value)
             return self._totals(conn, key)
         start = window_start(refresh, now)
         where = ["status <> 'released'"]
@@ -104,6 +115,11 @@ class WindowTotals:
         self._set_meta(conn, marker, refresh.value)
         return totals
 
+    def _has_totals(self, conn: Any, key: str, prefix: str) -> bool:
+        """Whether the totals hold `key`, or a key starting with `prefix`."""
+        query = "SELECT 1 FROM {totals} WHERE analyst = ? OR substr(analyst, 1, ?) = ? LIMIT 1"
+        return conn.execute(self._sql(query), (key, len(prefix), prefix)).fetchone() is not None
+
     def _set_meta(self, conn: Any, key: str, value: str) -> None:
         conn.execute(
             self._sql(
@@ -112,3 +128,31 @@ class WindowTotals:
             ),
             (key, value),
         )
+
+    def _keep_reset_costs(self, conn: Any, now: Any) -> None:
+        """Migration to schema 6: before it, an analyst's reset deleted their entries while the data
+        set's lifetime total kept their cost, so a total rebuilt from the entries would miss it.
+        What the total holds beyond the entries since the data set's last reset is entered once, as
+        committed entries of RESET_ENTRIES stamped `now`, the migration's moment: a window rebuilt
+        later counts them if it holds that moment (perhaps more than it spent, never less)."""
+        from dpproxy.budget.ledger import RESET_ENTRIES
+
+        stored = self._totals(conn, DATASET)
+        rows = conn.execute(
+            self._sql("SELECT epsilon, delta, rho FROM {entries} WHERE status <> 'released' AND id > ?"),
+            (self._data_set_reset_line(conn),),
+        ).fetchall()
+        counted = Totals()
+        for epsilon, delta, rho in rows:
+            counted = counted.plus(Cost(float(epsilon), float(delta), float(rho or 0.0)))
+        epsilon, delta, rho = (
+            _up(max(Decimal(0), getattr(stored, part) - getattr(counted, part)))
+            for part in ("epsilon", "delta", "rho")
+        )
+        insert = (
+            "INSERT INTO {entries} (analyst, epsilon, delta, rho, status, statement, created_at) "
+            "VALUES (?, ?, ?, ?, 'committed', 'spent by analysts reset before schema 6', ?)"
+        )
+        for cost in ((epsilon, delta, 0.0), (0.0, 0.0, rho)):
+            if any(cost):
+                conn.execute(self._sql(insert), (RESET_ENTRIES, *cost, now))

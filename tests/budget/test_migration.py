@@ -143,3 +143,29 @@ def test_version_2_ledger_is_migrated_to_version_3(store: Store) -> None:
     else:
         with psycopg.connect(store.spec) as check:
             assert check.execute(f"SELECT value FROM {store.table}_meta").fetchone() == (str(SCHEMA_VERSION),)
+
+
+def test_version_5_ledger_keeps_what_analysts_reset_before_it_spent_of_the_data_set(tmp_path: Path) -> None:
+    """Version 5's reset deleted the analyst's entries while the data set's total kept their cost:
+    a data-set window rebuilt from the entries after a change of refresh would have missed it (0.9
+    spent, then 0.9 more granted against 1.0). Migration enters the difference once."""
+    from dpproxy.budget import SharedBudget
+    from dpproxy.policy import DATASET, Refresh
+
+    path = tmp_path / "v5.sqlite"
+    shared = SharedBudget(Cost(1.0, 1e-5))
+    with SQLiteLedger(path) as ledger:
+        ledger.commit(ledger.reserve("alice", Cost(0.9, 0.0), Cost(10.0, 1e-5), shared=shared))
+    with sqlite3.connect(path) as raw:  # what version 5's `budget reset alice` left
+        raw.execute("DELETE FROM dpproxy_ledger WHERE analyst = 'alice'")
+        raw.execute("DELETE FROM dpproxy_ledger_totals WHERE analyst = 'alice'")
+        raw.execute("DELETE FROM dpproxy_ledger_meta WHERE key LIKE 'refresh:%'")
+        raw.execute("UPDATE dpproxy_ledger_meta SET value = '5' WHERE key = 'schema_version'")
+    with SQLiteLedger(path) as ledger:
+        assert ledger.spent(DATASET).epsilon == pytest.approx(0.9)
+        for refresh in (Refresh.NEVER, Refresh.MONTHLY, Refresh.NEVER):  # the last one rebuilt
+            with pytest.raises(BudgetExhausted):
+                ledger.reserve(
+                    "bob", Cost(0.9, 0.0), Cost(10.0, 1e-5), shared=SharedBudget(Cost(1.0, 1e-5), refresh)
+                )
+        assert ledger.analysts() == []
