@@ -252,7 +252,7 @@ def _visits_with_a_heavy_person(con) -> None:
         con.execute(f"INSERT INTO visits VALUES (3, DATE '2024-02-0{day}')")
 
 
-def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has(
+def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has_rounded_up(
     tmp_path: Path, pg_conn, pg_dsn: str
 ) -> None:
     """`policy init` counts, with the data owner's connection, the most rows one person has in each
@@ -260,17 +260,20 @@ def test_policy_init_sets_the_rows_ceiling_to_the_most_rows_one_person_has(
     keep k at or above a quarter of the ceiling); `policy check --backend` warns about a ceiling far
     above it; on DuckDB and PostgreSQL alike."""
     for backend, out in _drafted_on_both(tmp_path, pg_conn, pg_dsn, _visits_with_a_heavy_person):
-        assert "max_rows_per_unit: 7  # TODO: the most rows one person has here when drafted" in out
+        # 7 rounded up to a power of two: analysts see the ceiling, and 7 is one person's count
+        assert (
+            "max_rows_per_unit: 8  # TODO: the most rows one person has here when drafted, rounded up" in out
+        )
         draft = tmp_path / "draft.yaml"
         draft.write_text(out)
-        assert load_policy(draft).table("visits").max_rows_per_unit == 7
+        assert load_policy(draft).table("visits").max_rows_per_unit == 8
         # `policy check --backend` says when a ceiling is far above what anyone has.
         assert "max_rows_per_unit is" not in _checked(draft, backend)
-        draft.write_text(draft.read_text().replace("max_rows_per_unit: 7 ", "max_rows_per_unit: 100 "))
+        draft.write_text(draft.read_text().replace("max_rows_per_unit: 8 ", "max_rows_per_unit: 100 "))
         assert (
             "warning: tables.visits.max_rows_per_unit is 100, and the most rows one person has in visits "
             "is 7: with bounds chosen per query many queries keep at least a quarter of the ceiling per "
-            "person, so a ceiling this far above costs accuracy; write max_rows_per_unit: 7"
+            "person, so a ceiling this far above costs accuracy; write max_rows_per_unit: 8"
         ) in _checked(draft, backend)
 
 

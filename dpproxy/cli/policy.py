@@ -156,6 +156,8 @@ def _ceiling_warnings(db: Backend, loaded: Policy, live: Mapping[str, object]) -
     has (counted with the data owner's connection): with bounds chosen per query, counts over public
     keys, quantiles of a whole table and private groups keep k at or above a quarter of the ceiling
     (docs/privacy.md §3), so such a ceiling costs accuracy."""
+    from dpproxy.policy import drafting
+
     warnings = []
     for table in loaded.tables:
         unit = table.privacy_unit
@@ -170,7 +172,8 @@ def _ceiling_warnings(db: Backend, loaded: Policy, live: Mapping[str, object]) -
             f"tables.{table.name}.max_rows_per_unit is {table.max_rows_per_unit}, and the most rows one "
             f"person has in {table.name} is {most}: with bounds chosen per query many queries keep at "
             f"least a quarter of the ceiling per person, so a ceiling this far above costs accuracy; "
-            f"write max_rows_per_unit: {most}"
+            f"write max_rows_per_unit: {drafting.rows_ceiling(most)} (the count rounded up to a power "
+            "of two: analysts see the ceiling)"
         )
     return warnings
 

@@ -58,6 +58,13 @@ class _Unit:
     note: str = ""
 
 
+def rows_ceiling(most: int) -> int:
+    """The rows ceiling to write for a table whose heaviest person has `most` rows: rounded up to a
+    power of two, as analysts see the ceilings (NOTICE, EXPLAIN) and the exact count would be one
+    person's, published without noise."""
+    return min(1 << (max(most, 1) - 1).bit_length(), MAX_CONTRIBUTIONS)
+
+
 def draft_policy(
     live: Mapping[str, Sequence[LiveColumnLike]],
     *,
@@ -83,7 +90,8 @@ def draft_policy(
 
     `most_rows(table, unit)`: the most rows one person has in the table (keyed as in `live`), read
     by the caller (`policy init` counts them), or None. A table whose unit is one of its columns
-    then gets that number as its `max_rows_per_unit` ceiling: with bounds chosen per query a ceiling
+    then gets that number, rounded up to a power of two (analysts see the ceilings, and the exact
+    count is one person's), as its `max_rows_per_unit` ceiling: with bounds chosen per query a ceiling
     far above it costs accuracy (the choice never goes below a quarter of the ceiling), and one
     below it drops data. Without it the draft keeps the restrictive 1.
 
@@ -167,10 +175,10 @@ def draft_policy(
             )
             most = most_rows(key, unit) if most_rows is not None else None
             if most is not None and most >= 1:
-                most = min(most, MAX_CONTRIBUTIONS)
+                ceiling = rows_ceiling(most)
                 out.append(
-                    f"    max_rows_per_unit: {most}  # TODO: the most rows one person has here when drafted;"
-                    " keep the ceiling near it"
+                    f"    max_rows_per_unit: {ceiling}  # TODO: the most rows one person has here when"
+                    " drafted, rounded up to a power of two (analysts see it: never a person's exact count)"
                 )
             else:
                 out.append(
