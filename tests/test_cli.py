@@ -468,3 +468,14 @@ def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn,
         ) in _checked(draft, backend), backend
         draft.write_text(wide.replace("upper: 100000", "upper: 300"))
         assert "warning" not in _checked(draft, backend)
+
+
+def test_the_backend_may_come_from_the_environment(demo_copy: Path, tmp_path: Path) -> None:
+    """$DPPROXY_BACKEND keeps a DSN's password out of the process list (/proc/PID/cmdline)."""
+    result = CliRunner(env={"DPPROXY_BACKEND": str(demo_copy)}).invoke(
+        main,
+        ["query", "--policy", str(POLICY), "--analyst", "alice", "--ledger", str(tmp_path / "l.sqlite"),
+         "SELECT COUNT(*) FROM patients"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "spent ε=0.5" in result.output

@@ -182,7 +182,9 @@ class PostgresBackend(Backend):
             with psycopg.connect(dsn, **connect_kwargs) as first:
                 encoding = first.info.parameter_status("server_encoding")
         except psycopg.Error as exc:
-            raise BackendUnreachable(f"could not connect to {self.description}: {exc}") from exc
+            raise BackendUnreachable(
+                f"could not connect to {self.description}: {mask_password(str(exc), dsn)}"
+            ) from exc
         if encoding is None or encoding.upper() not in _TOTAL_ENCODINGS:
             # Text is read as UTF-8. SQL_ASCII stores bytes unchecked, and WIN1252, LATIN3 and others
             # store bytes with no Unicode character: one person's such value would fail every query
@@ -418,3 +420,14 @@ def _describe(dsn: str) -> str:
     port = params.get("port") or "5432"
     dbname = params.get("dbname") or "default database"
     return f"PostgreSQL database {dbname} at {host}:{port}"
+
+
+def mask_password(text: str, dsn: str) -> str:
+    """`text` (a driver's error, which may quote the DSN) with the DSN's password replaced by ***;
+    when the DSN does not parse, libpq's message (which quotes the offending part, the password
+    perhaps) is not shown at all."""
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
+    except psycopg.Error:
+        return "the DSN could not be parsed (its text is not shown: it may hold a password)"
+    return text.replace(str(password), "***") if password else text

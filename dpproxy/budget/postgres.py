@@ -100,9 +100,11 @@ class PostgresLedger(Ledger):
         self._closed = False
         try:
             self._owner_conn = psycopg.connect(dsn, autocommit=True)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:  # an unparsable DSN too: libpq's text may quote its password
+            from dpproxy.backends.postgres import mask_password
+
             raise DPProxyError(
-                f"cannot connect to the PostgreSQL privacy ledger: {exc}",
+                f"cannot connect to the PostgreSQL privacy ledger: {mask_password(str(exc), dsn)}",
                 hint="check the ledger DSN and that the server is running",
             ) from exc
         self._pool: ConnectionPool | None = None

@@ -84,8 +84,12 @@ def format_table(names: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+# The backend's DSN from the environment instead of the command line, where every local user can
+# read it (/proc/PID/cmdline): a password or token in it stays out of the process list.
+BACKEND_ENV = "DPPROXY_BACKEND"
 BACKEND_HELP = (
-    "postgresql://… DSN, a DuckDB file path, or a Spark Connect URL sc://HOST:15002/;token=…;use_ssl=true."
+    "postgresql://… DSN, a DuckDB file path, or a Spark Connect URL sc://HOST:15002/;token=…;use_ssl=true "
+    f"[or ${BACKEND_ENV}: a password in the command line is readable by every local user]."
 )
 
 policy_option = click.option(

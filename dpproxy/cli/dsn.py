@@ -76,13 +76,9 @@ def mask_dsn(dsn: str) -> str:
 
 def mask_password(text: str, dsn: str) -> str:
     """`text` (a driver's error, which may quote the DSN) with the DSN's password replaced by ***."""
-    import psycopg
+    from dpproxy.backends.postgres import mask_password as masked
 
-    try:
-        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
-    except psycopg.Error:
-        return "the DSN could not be parsed"
-    return text.replace(str(password), "***") if password else text
+    return masked(text, dsn)
 
 
 _URL_PASSWORD = re.compile(r"^(postgres(?:ql)?://[^:@/]*:)[^@/]*@", re.IGNORECASE)

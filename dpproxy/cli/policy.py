@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 from sqlglot import exp
 
-from dpproxy.cli.common import OptionDecorator, _run, seconds_option
+from dpproxy.cli.common import BACKEND_ENV, OptionDecorator, _run, seconds_option
 from dpproxy.cli.dsn import _shown_backend
 
 if TYPE_CHECKING:
@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 
 def _backend_option(purpose: str, *, required: bool) -> OptionDecorator:
     """--backend of `policy check` and `policy init`: the database whose schema they read."""
-    return click.option("--backend", required=required, help=f"{purpose} (a DSN, DuckDB file or sc://… URL).")
+    return click.option(
+        "--backend",
+        required=required,
+        envvar=BACKEND_ENV,
+        help=f"{purpose} (a DSN, DuckDB file or sc://… URL; or ${BACKEND_ENV}).",
+    )
 
 
 @click.group()

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from dpproxy.cli.common import (
+    BACKEND_ENV,
     BACKEND_HELP,
     _ledger_spec,
     _run,
@@ -19,7 +20,7 @@ from dpproxy.cli.common import (
 
 @click.command()
 @policy_option
-@click.option("--backend", required=True, help=BACKEND_HELP)
+@click.option("--backend", required=True, envvar=BACKEND_ENV, help=BACKEND_HELP)
 @click.option("--analyst", required=True, help="Analyst name from the policy (whose budget is charged).")
 @click.option("--epsilon", type=float, default=None, help="Per-query ε, within the policy's limits.")
 @click.option("--param", "params", multiple=True, help="Value for $1, $2, … (repeat in order).")
@@ -52,6 +53,7 @@ def query(
 @click.option(
     "--backend",
     default=None,
+    envvar=BACKEND_ENV,
     help="Optional: check the policy against it and emit its dialect (PostgreSQL, DuckDB or sc://… Spark).",
 )
 @click.option(

@@ -16,6 +16,7 @@ import click
 from dpproxy import __version__
 from dpproxy.backends import BackendError
 from dpproxy.cli.common import (
+    BACKEND_ENV,
     BACKEND_HELP,
     OptionDecorator,
     _address,
@@ -227,7 +228,7 @@ def _metrics_line(metrics_host: str, metrics_port: int | None) -> str | None:
 
 @click.command()
 @policy_option
-@click.option("--backend", required=True, help=BACKEND_HELP)
+@click.option("--backend", required=True, envvar=BACKEND_ENV, help=BACKEND_HELP)
 @host_option
 @port_option(6432)
 @ledger_option

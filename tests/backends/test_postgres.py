@@ -115,3 +115,15 @@ def test_a_database_whose_text_may_not_convert_to_utf8_is_refused_at_open(pg_clu
         assert "ENCODING 'UTF8'" in str(caught.value)
     finally:
         drop_database(pg_cluster, name)
+
+
+@pytest.mark.parametrize("dsn", ["postgresql://u:SeCrEt%ZZ@localhost/db", "postgresql://u:SeCrEt@[::1/db"])
+def test_an_unparsable_dsn_is_refused_without_quoting_its_password(dsn: str) -> None:
+    """libpq's message for a DSN it cannot parse quotes the offending part, the password perhaps."""
+    from dpproxy.budget import open_ledger
+    from dpproxy.errors import DPProxyError
+
+    for opener in (open_backend, open_ledger):
+        with pytest.raises((BackendError, DPProxyError)) as caught:
+            opener(dsn)
+        assert "SeCrEt" not in str(caught.value) and "could not be parsed" in str(caught.value)
