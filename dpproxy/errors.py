@@ -157,6 +157,22 @@ class PublicSubqueryFailed(DPProxyError):
         )
 
 
+class PublicQueryFailed(DPProxyError):
+    """A query over public tables only failed in the database. Its failure says nothing about
+    protected data, but the database's text is still not shown (it is for operators), and a query
+    over public tables spends no budget."""
+
+    sqlstate = "XX000"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the query over public tables could not be completed by the backing database; nothing was "
+            "charged",
+            hint="check its casts and divisions against the tables' values (a division by zero, a cast of "
+            "text to a number)",
+        )
+
+
 class PrivateQueryFailed(DPProxyError):
     """The backing database failed while running a private query.
 

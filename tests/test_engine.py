@@ -192,6 +192,17 @@ def test_constant_and_public_queries_cost_nothing(engine: Engine) -> None:
     assert engine.budget("alice").spent.epsilon == 0
 
 
+def test_a_failing_public_query_says_nothing_was_charged(engine: Engine) -> None:
+    """Not the private query's fixed text, which says its cost was charged: a query over public
+    tables only spends no budget."""
+    from dpproxy.errors import PublicQueryFailed
+
+    with pytest.raises(PublicQueryFailed) as caught:
+        engine.execute("SELECT CAST(city AS integer) FROM zip_info", analyst="alice")
+    assert caught.value.sqlstate == "XX000" and "nothing was charged" in str(caught.value)
+    assert engine.budget("alice").spent.epsilon == 0
+
+
 def test_public_aggregates_are_named_as_postgresql_names_them(engine: Engine) -> None:
     sql = "SELECT state, COUNT(*), AVG(population), max(city), population / 2, 1 + 1 FROM zip_info GROUP BY 1, 5"
     result = engine.execute(sql, analyst="alice")

@@ -49,6 +49,7 @@ from dpproxy.errors import (
     DPProxyError,
     InvalidParameter,
     PolicyError,
+    PublicQueryFailed,
     PublicSubqueryFailed,
     UnknownAnalyst,
     failure,
@@ -304,9 +305,8 @@ class Engine:
         try:
             return backend.run(backend_sql(query.sql, backend.dialect))
         except Exception as error:
-            raise backend_failure(
-                error, charged=False, failed=lambda: PublicSubqueryFailed(query.text)
-            ) from None
+            failed = functools.partial(PublicSubqueryFailed, query.text)
+            raise backend_failure(error, charged=False, failed=failed) from None
 
     @with_statement_clock
     def describe(self, sql: str, parameter_types: Sequence[PgType | None] = ()) -> Description:
@@ -640,7 +640,7 @@ class Engine:
         except Exception as error:
             if record is not None:
                 record.reached = reached_data(error)
-            raise backend_failure(error, charged=None) from None
+            raise backend_failure(error, charged=None, failed=PublicQueryFailed) from None
         finally:
             if record is not None:
                 record.add_stage("backend", time.perf_counter() - started)
