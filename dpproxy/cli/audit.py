@@ -106,8 +106,18 @@ def audit(
     _run(action)
 
 
-# C0 and C1 control characters (ESC, CSI, BEL, …) in an audit table's statement column.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+# C0 and C1 control characters (ESC, CSI, BEL, …) and the bidirectional overrides and isolates
+# (U+202A–U+202E, U+2066–U+2069, which reorder what is shown) in an audit table's statement column.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# The same in a CSV cell, but for the line breaks and tabs a quoted cell holds.
+_CSV_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(text: str, pattern: re.Pattern[str] = _CONTROL) -> str:
+    """What an analyst wrote, unable to drive the operator's terminal: those characters as \\x1b
+    or \\u202e."""
+    return pattern.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
 
 # What a spreadsheet reads as a formula at the start of a cell (OWASP, "CSV Injection").
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -117,8 +127,10 @@ def _csv_cell(value: object) -> object:
     """A CSV cell a spreadsheet shows as text: an analyst's `=HYPERLINK(…)` (or any text starting
     with = + - @, a tab or a carriage return) gets a leading single quote, as OWASP advises, so that
     opening the export never evaluates what an analyst wrote. Numbers are left as they are."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
+    if isinstance(value, str):
+        value = _escaped(value, _CSV_CONTROL)  # a CSV export is read in terminals too
+        if value.startswith(_FORMULA_START):
+            return "'" + value
     return value
 
 
@@ -173,7 +185,7 @@ def format_audit(entries: Sequence[AuditEntry], fmt: str) -> str:
         if entry.parameters:
             text += " -- " + json.dumps(list(entry.parameters), ensure_ascii=False)
         # What an analyst wrote never drives the operator's terminal: control characters escaped.
-        text = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+        text = _escaped(text)
         epsilon = entry.cost.epsilon if not entry.replayed else "replayed"
         rows.append(
             (

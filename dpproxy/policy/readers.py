@@ -25,7 +25,11 @@ def read_decimal(node: Node, path: str, p: Problems) -> Decimal | None:
     # Numbers are read from the text as written, so 0.1 stays exactly 0.1 and 1e-5 (a string to
     # YAML 1.1) and 010 (octal to YAML 1.1) mean what a person reading them means.
     if node.kind == "scalar" and node.plain and DECIMAL_TEXT.fullmatch(node.text):
-        return Decimal(node.text)
+        value = Decimal(node.text)
+        if value and not -1000 <= value.adjusted() <= 1000:  # arithmetic on it would overflow
+            p.add(node.line, path, "is far too large or too small", "write a number such as 0.5")
+            return None
+        return value
     if node.kind == "scalar" and isinstance(node.value, float):
         p.add(node.line, path, "must be a finite number", "write a number such as 0.5")
     else:

@@ -116,3 +116,13 @@ def test_names_equal_after_case_folding_are_rejected():
 def test_names_must_be_sql_identifiers(name):
     text = f'version: 1\ntables:\n  "{name}": {{public: true}}\n'
     only_problem(text, 3, f"tables.{name}", "not a valid table name", "lowercase letters, digits and _")
+
+
+@pytest.mark.parametrize("value", ["1e999999999", "-1e-999999999"])
+def test_a_number_far_out_of_any_range_is_a_problem_not_a_crash(value: str) -> None:
+    """Decimal reads 1e999999999, but arithmetic on it overflows: `policy check` printed a traceback."""
+    text = (
+        "version: 1\ntables:\n  t:\n    privacy_unit: row\n    columns:\n"
+        f"      a: {{type: numeric, lower: 0, upper: {value}}}\n"
+    )
+    only_problem(text, 6, "tables.t.columns.a.upper", "far too large or too small")
