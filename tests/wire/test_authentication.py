@@ -39,11 +39,17 @@ def _auth_error(dsn: str) -> psycopg.OperationalError:
     return caught.value
 
 
-def test_wrong_password_and_unknown_user_fail_identically(duck_proxy: Proxy) -> None:
-    wrong = _auth_error(duck_proxy.dsn(password="not-her-password"))
-    unknown = _auth_error(duck_proxy.dsn(user="mallory", password="whatever"))
+def test_wrong_password_and_unknown_user_fail_identically(
+    duck_proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="dpproxy.wire"):
+        wrong = _auth_error(duck_proxy.dsn(password="not-her-password"))
+        unknown = _auth_error(duck_proxy.dsn(user="mal\x1bory", password="whatever"))
     assert 'password authentication failed for user "alice"' in str(wrong)
-    assert str(unknown) == str(wrong).replace('"alice"', '"mallory"')
+    assert str(unknown) == str(wrong).replace('"alice"', '"mal\x1bory"')
+    # Each failure is in the operator's log, as PostgreSQL logs it (a name an analyst wrote, escaped).
+    failed = [r.getMessage() for r in caplog.records if "authentication failed" in r.getMessage()]
+    assert len(failed) == 2 and "'alice' from 127.0.0.1:" in failed[0] and "'mal\\x1bory'" in failed[1]
 
 
 def test_analyst_without_password_cannot_connect(tmp_path: Path, demo_duckdb: Path) -> None:

@@ -17,9 +17,9 @@ and the ledger writes it with any charge), finished with its status and SQLSTATE
 is queued, then handed to `EngineCatalogAuth.observe`. A record holds the statement as sent, its
 parameters apart, and the number of rows released, never a row.
 
-Nothing reaches the engine or the catalog before authentication succeeds. Errors a client sees are
-DPProxyErrors rendered here once; any other exception becomes a fixed internal-error message, and
-its text (which could hold a value) goes only to the operator's log.
+Nothing reaches the engine or the catalog before authentication succeeds (a failure is logged, as
+PostgreSQL logs it). Errors a client sees are DPProxyErrors rendered here once; any other exception
+becomes a fixed internal-error message, its text (which could hold a value) only in the log.
 """
 
 from __future__ import annotations
@@ -119,8 +119,7 @@ _CONNECTION_LOST = BackendUnavailable.sqlstate  # connection_failure
 
 
 def client_address(peer: object) -> str:
-    """A client's address as audit records show it, from the socket's peername: "host:port"
-    ("[host]:port" for IPv6), else the peername's text."""
+    """A client's address as audit records show it: "host:port" ("[host]:port" for IPv6)."""
     if isinstance(peer, tuple) and len(peer) >= 2:
         host, port = str(peer[0]), peer[1]
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -281,6 +280,7 @@ class Session(SessionCommands, PortalCommands):
         if not step.finished:
             return
         if not exchange.authenticated:
+            log.warning("password authentication failed for user %r from %s", self.user, self.client)
             self._fatal(out, exchange.failure())
             return
         self.analyst = self.engine.analyst(self.user)
