@@ -240,6 +240,13 @@ class SubqueryTooLarge(DPProxyError):
     sqlstate = "54000"  # program_limit_exceeded
 
 
+class TooManyInSession(DPProxyError):
+    """A session keeping more prepared statements, or more portals and cursors, than
+    dpproxy.wire.session.portals.SESSION_LIMIT: each holds memory of the server all sessions share."""
+
+    sqlstate = "54000"  # program_limit_exceeded
+
+
 class StatementTooComplex(DPProxyError):
     """A statement larger or more deeply nested than dpproxy plans (dpproxy.sql.limits): refused
     before it is parsed or analysed, so that no statement can hold a worker for long."""

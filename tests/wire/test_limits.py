@@ -244,3 +244,28 @@ def test_a_recursion_error_anywhere_reaches_the_client_as_54001(
             conn.execute("SELECT COUNT(*) FROM patients")
         assert "nested too deeply" in str(caught.value)
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_session_keeps_at_most_session_limit_prepared_statements_and_cursors(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each kept statement or portal holds memory of the server every session shares: an analyst's
+    session could otherwise grow it without bound (0.86 MB per Parse in an adversarial review)."""
+    from dpproxy.wire.session import portals
+
+    monkeypatch.setattr(portals, "SESSION_LIMIT", 3)
+    with proxy.connect(autocommit=True) as conn:
+        for i in range(3):
+            conn.execute(f"PREPARE p{i} AS SELECT {i}")
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded) as caught:
+            conn.execute("PREPARE p3 AS SELECT 3")
+        assert "already keeps 3 prepared statements" in str(caught.value)
+        assert caught.value.diag.message_hint == "DEALLOCATE the ones no longer needed"
+        conn.execute("DEALLOCATE p0")
+        conn.execute("PREPARE p3 AS SELECT 3")
+        conn.execute("BEGIN")
+        for i in range(3):
+            conn.execute(f"DECLARE c{i} CURSOR FOR SELECT zip FROM zip_info")
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded):
+            conn.execute("DECLARE c3 CURSOR FOR SELECT zip FROM zip_info")
+        conn.execute("ROLLBACK")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dpproxy.errors import (
     DPProxyError,
@@ -33,6 +33,7 @@ from dpproxy.errors import (
     ObjectNotInState,
     ProtocolViolation,
     SyntaxProblem,
+    TooManyInSession,
     UndefinedParameter,
 )
 from dpproxy.wire import codec
@@ -64,6 +65,10 @@ if TYPE_CHECKING:
     from dpproxy.audit import StatementRecord
     from dpproxy.wire.session.shared import EngineCatalogAuth
 
+# Named prepared statements one session may keep, and named portals and cursors (each holds its
+# parsed statement or its rows in the memory every session of the server shares).
+SESSION_LIMIT = 1000
+
 
 def _is_binary_cursor(statement: Statement) -> bool:
     # The router decides what a statement is; it refuses BINARY cursors today, and a `binary`
@@ -86,6 +91,15 @@ class PortalCommands:
     _audited: Callable[..., AbstractContextManager[StatementRecord]]
     _note_kind: Callable[[StatementRecord, Statement], None]
     _note_answer: Callable[[StatementRecord, Outcome], None]
+
+    def _room(self, kept: dict[str, Any], name: str, what: str, drop: str) -> None:
+        """Refuse (54000) a new named `what` beyond SESSION_LIMIT of them: one analyst's session
+        could otherwise fill the memory every session of the server shares."""
+        if name and name not in kept and len(kept) >= SESSION_LIMIT:
+            raise TooManyInSession(
+                f"this session already keeps {len(kept)} {what}, the most one session may",
+                hint=f"{drop} the ones no longer needed",
+            )
 
     # -- cursors --------------------------------------------------------------------------------
 
@@ -129,6 +143,7 @@ class PortalCommands:
         inner = statement.inner
         if name in self._portals:
             raise DuplicateCursor(f'cursor "{name}" already exists')
+        self._room(self._portals, name, "portals and cursors", "CLOSE")
         if not statement.hold and self.status is TransactionStatus.IDLE and not in_implicit_block:
             raise NoActiveTransaction(
                 "DECLARE CURSOR can only be used in transaction blocks",
@@ -179,6 +194,7 @@ class PortalCommands:
             assert inner is not None
             if name in self._statements:
                 raise DuplicatePreparedStatement(f'prepared statement "{name}" already exists')
+            self._room(self._statements, name, "prepared statements", "DEALLOCATE")
             given = tuple(BY_NAME[t].oid for t in statement.type_names)
             oids, columns = await self._describe_statement(inner, given)
             self._statements[name] = PreparedStatement(name, inner, oids, columns, inner.sql)
@@ -239,6 +255,7 @@ class PortalCommands:
     async def _prepare(self, message: codec.Parse) -> None:
         if message.statement and message.statement in self._statements:
             raise DuplicatePreparedStatement(f'prepared statement "{message.statement}" already exists')
+        self._room(self._statements, message.statement, "prepared statements", "Close (or DEALLOCATE)")
         texts = await self.shared.split(message.sql)
         if len(texts) > 1:
             raise SyntaxProblem("cannot insert multiple commands into a prepared statement")
@@ -369,6 +386,7 @@ class PortalCommands:
                 ) from None
         if message.portal and message.portal in self._portals:
             raise DuplicateCursor(f'portal "{message.portal}" already exists')
+        self._room(self._portals, message.portal, "portals and cursors", "Close")
         columns = self._statement_columns(prepared)
         count = len(columns) if columns is not None else 0
         if len(message.result_formats) not in (0, 1, count):
