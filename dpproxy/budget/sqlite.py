@@ -9,6 +9,7 @@ them is written once, in dpproxy.budget.ledger.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sqlite3
@@ -321,6 +322,15 @@ class SQLiteLedger(Ledger):
 def _create_private(path: str) -> None:
     """Create the ledger's file readable by its owner only (SQLite gives its -wal and -shm files the
     same mode): it holds the audit log's statements and the key of the decoy credentials. A file
-    that exists keeps the mode its operator gave it."""
-    with suppress(FileExistsError):
+    that exists keeps the mode its operator gave it, with a warning when others may read it."""
+    try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o077:
+            logging.getLogger("dpproxy.budget").warning(
+                "the ledger %s can be read by other users (mode %04o), and it holds the audit log's "
+                "statements: chmod 600 it (and its -wal and -shm files)",
+                path,
+                mode,
+            )

@@ -47,6 +47,12 @@ def _tls_options(tls_cert: Path | None, tls_key: Path | None) -> _Tls:
     """--tls-cert and --tls-key as their ServerConfig fields, once checked: both or neither."""
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
+    if tls_key is not None and tls_key.exists() and tls_key.stat().st_mode & 0o037:
+        # As PostgreSQL refuses one: a key others can read (or a group can write) is not private.
+        raise click.UsageError(
+            f"the TLS key {tls_key} can be read by other users (mode {tls_key.stat().st_mode & 0o777:04o}): "
+            f"make it readable by its owner only (chmod 600 {tls_key}; 640 for a group that must read it)"
+        )
     return {"tls_cert": tls_cert, "tls_key": tls_key}
 
 

@@ -151,3 +151,14 @@ def test_a_new_sqlite_ledger_is_readable_by_its_owner_only(tmp_path: Path) -> No
         ledger.commit(ledger.reserve("alice", Cost(0.5), BUDGET))
         modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir() if p.is_file()}
     assert modes and set(modes.values()) == {0o600}, modes
+
+
+def test_a_ledger_other_users_can_read_is_opened_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ledger.sqlite"
+    SQLiteLedger(path).close()
+    path.chmod(0o644)  # made by an earlier version, or by hand
+    with caplog.at_level("WARNING", logger="dpproxy.budget"), SQLiteLedger(path):
+        pass
+    assert "can be read by other users (mode 0644)" in caplog.text

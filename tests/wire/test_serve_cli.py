@@ -132,6 +132,16 @@ def test_serve_refuses_half_a_tls_configuration(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--tls-key" in result.output
 
 
+def test_serve_refuses_a_tls_key_other_users_can_read(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("not used")
+    key.write_text("not used")
+    key.chmod(0o644)
+    args = ["serve", "--policy", str(REPO / "policies" / "demo.yaml"), "--backend", "x.duckdb"]
+    result = CliRunner().invoke(main, [*args, "--tls-cert", str(cert), "--tls-key", str(key)])
+    assert result.exit_code == 2 and "can be read by other users (mode 0644)" in result.output
+
+
 def test_serve_reports_an_unusable_backend(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main,
