@@ -87,6 +87,9 @@ class ServerConfig:
     max_message_length: int = codec.DEFAULT_MAX_MESSAGE_LENGTH  # after authentication
     workers: int = 64  # threads for engine and catalog calls (per process: see wire/workers.py)
     max_connections: int = 1000
+    # Connections one client address may have that have not logged in yet: idle sockets from one
+    # host cannot take every slot of max_connections from analysts (each waits startup_timeout).
+    max_pending_per_address: int = 32
     # The database name clients must connect to (3D000 otherwise), which current_database()
     # returns; None accepts any name (and echoes it). `dpproxy serve --database` sets it.
     database: str | None = None
@@ -114,7 +117,7 @@ class Operations:
 class _Connection:
     """One client connection: its streams, its session once started, and whether it is idle."""
 
-    __slots__ = ("authenticated", "idle", "reader", "session", "writer")
+    __slots__ = ("address", "authenticated", "idle", "reader", "session", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
@@ -122,6 +125,8 @@ class _Connection:
         self.session: Session | None = None
         self.idle = False  # waiting for the client's next message
         self.authenticated = False
+        peer = writer.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
 
 
 class _ConnectionClosed(Exception):
@@ -348,7 +353,12 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         connection = _Connection(reader, writer)
-        if self._stopping or len(self._connections) >= self.config.max_connections:
+        pending = sum(not c.authenticated and c.address == connection.address for c in self._connections)
+        if (
+            self._stopping
+            or len(self._connections) >= self.config.max_connections
+            or pending >= self.config.max_pending_per_address
+        ):
             refusal = CannotConnectNow() if self._stopping else TooManyConnections()
             self._send_fatal(connection, codec.error_from(refusal, severity="FATAL"))
             writer.close()

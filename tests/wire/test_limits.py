@@ -269,3 +269,28 @@ def test_a_session_keeps_at_most_session_limit_prepared_statements_and_cursors(
         with pytest.raises(psycopg.errors.ProgramLimitExceeded):
             conn.execute("DECLARE c3 CURSOR FOR SELECT zip FROM zip_info")
         conn.execute("ROLLBACK")
+
+
+def test_one_address_cannot_hold_every_connection_slot_before_logging_in(
+    demo_duckdb: Path, tmp_path: Path
+) -> None:
+    """Idle sockets that never log in each wait startup_timeout: without a cap per address, one host
+    with no credentials took every slot of max_connections from the analysts."""
+    import socket
+
+    backend = private_copy(demo_duckdb, tmp_path)
+    policy = write_policy(tmp_path / "policy.yaml")
+    with running_proxy(policy, backend, tmp_path / "ledger.sqlite", max_pending_per_address=3) as proxy:
+        idle = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(3)]
+        try:
+            time.sleep(0.3)  # accepted
+            with pytest.raises(psycopg.OperationalError, match="too many clients"):
+                psycopg.connect(proxy.dsn(), connect_timeout=5).close()
+        finally:
+            for sock in idle:
+                sock.close()
+        time.sleep(0.3)
+        sessions = [psycopg.connect(proxy.dsn()) for _ in range(4)]  # logged-in sessions do not count
+        assert sessions[-1].execute("SELECT 1").fetchone() == (1,)
+        for session in sessions:
+            session.close()
