@@ -161,15 +161,7 @@ class Console:
         """The login form with a fresh token in its hidden field and in a cookie (auth.login_token)."""
         token = auth.login_token()
         response = self.render("login.html", status, error=error, name=name, token=token)
-        response.set_cookie(
-            auth.LOGIN_COOKIE,
-            token,
-            max_age=auth.LOGIN_MINUTES * 60,
-            path="/login",
-            httponly=True,
-            samesite="Strict",
-            secure=request.secure,
-        )
+        _set_cookie(response, request, auth.LOGIN_COOKIE, token, auth.LOGIN_MINUTES, "/login")
         return response
 
     async def login(self, request: web.Request) -> web.StreamResponse:
@@ -210,15 +202,7 @@ class Console:
         token = self.sessions.open(name, console.session_minutes, verifier.password)
         response = _redirect("/budgets")
         response.del_cookie(auth.LOGIN_COOKIE, path="/login", samesite="Strict")
-        response.set_cookie(
-            auth.COOKIE,
-            token,
-            max_age=console.session_minutes * 60,
-            path="/",
-            httponly=True,
-            samesite="Strict",
-            secure=request.secure,
-        )
+        _set_cookie(response, request, auth.COOKIE, token, console.session_minutes, "/")
         return response
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
@@ -360,6 +344,15 @@ def _with_console(policy: Policy) -> Policy:
             "to the console; add one (README: Policy reference, console)"
         )
     return policy
+
+
+def _set_cookie(
+    response: web.Response, request: web.Request, name: str, value: str, minutes: int, path: str
+) -> None:
+    """A cookie scripts cannot read and other sites' requests do not carry, expiring in `minutes`."""
+    response.set_cookie(
+        name, value, max_age=minutes * 60, path=path, httponly=True, samesite="Strict", secure=request.secure
+    )
 
 
 def _redirect(location: str) -> web.Response:
