@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 from dpproxy.audit import StatementRecord
-from dpproxy.backends import Cancellation
+from dpproxy.backends import STREAM_BATCH_ROWS, Cancellation
 from dpproxy.engine.collector import gc_paused
 from dpproxy.engine.plan import Plan, answer_columns
 from dpproxy.engine.protocol import EngineLike
@@ -65,6 +65,7 @@ def stream_plan(
     def batches() -> Iterator[list[tuple[object, ...]]]:
         release = StreamedRelease(plan.query, plan.noise)
         stored: list[tuple[object, ...]] | None = [] if replay is not None else None
+        pending: list[tuple[object, ...]] = []
         source = backend.stream(ordered_sql(plan, backend.dialect), cancel=cancel)
         try:
             clock = time.perf_counter()
@@ -78,11 +79,18 @@ def stream_plan(
                     stored.extend(out)
                     if len(stored) > engine.REPLAY_MAX_ROWS:
                         stored = None
-                if out:
-                    yield out
+                pending.extend(out)
+                # Sent in batches of a fixed number of released rows, never at a backend batch's
+                # end: a batch ends after STREAM_BATCH_ROWS groups, hidden ones included, so where
+                # the client sees a pause in the rows would count the groups partition selection hid.
+                while len(pending) >= STREAM_BATCH_ROWS:
+                    yield pending[:STREAM_BATCH_ROWS]
+                    del pending[:STREAM_BATCH_ROWS]
                     clock = time.perf_counter()
                 if release.done:  # LIMIT met: the rest of the answer is never read
                     break
+            if pending:
+                yield pending
         except GeneratorExit:
             count_rows()
             charge.abandon(sent=True)  # asked for at least once: the statement was sent

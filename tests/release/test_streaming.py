@@ -100,3 +100,39 @@ def test_which_queries_stream() -> None:
     )
     plan = chosen.plan(SELECT, epsilon=1.0)
     assert plan.chooses_bounds and not streamable(plan.query, len(plan.statements))
+
+
+def test_batches_are_cut_by_released_rows_never_by_the_backends_batches(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A backend batch ends after a fixed number of groups, hidden ones included: sent at those
+    ends, the pauses a client sees in a streamed answer counted the groups partition selection hid
+    (one person alone in a group, D against D′; an adversarial review read it over the wire)."""
+    import functools
+
+    import duckdb
+
+    import dpproxy.engine.streaming as streaming
+
+    monkeypatch.setattr(streaming, "STREAM_BATCH_ROWS", 2)
+    policy = parse_policy(
+        "version: 1\ndefaults: {epsilon: 1.0, delta: 1.0e-6, replay: false}\n"
+        "analysts: {alice: {epsilon: 1000, delta: 0.5}}\n"
+        "tables:\n  t:\n    privacy_unit: pid\n    contribution_bounds: fixed\n"
+        "    max_groups_per_unit: 1\n    max_rows_per_unit: 1\n"
+        "    columns: {pid: {type: integer}, k: {type: varchar}}\n"
+    )
+    sizes = []
+    for lone in (False, True):
+        path = tmp_path / f"d{int(lone)}.duckdb"
+        with duckdb.connect(str(path)) as con:
+            con.execute("CREATE TABLE t (pid INTEGER, k VARCHAR)")
+            rows = [(g * 100 + i, k) for g, k in enumerate("abcde") for i in range(60)]
+            con.executemany("INSERT INTO t VALUES (?, ?)", rows + ([(9999, "c5")] if lone else []))
+        engine = Engine.open(policy, str(path), tmp_path / f"l{int(lone)}.sqlite")
+        backend = engine.backend_or_fail()
+        backend.stream = functools.partial(backend.stream, batch_rows=2)  # type: ignore[method-assign]
+        answer = engine.execute("SELECT k, COUNT(*) FROM t GROUP BY k", analyst="alice", stream=True)
+        batches = [len(batch) for batch in answer]
+        assert sum(batches) == 5  # the lone person's group is hidden
+        sizes.append(batches)
+        engine.close()
+    assert sizes[0] == sizes[1] == [2, 2, 1]
