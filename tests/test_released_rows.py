@@ -106,6 +106,13 @@ def test_describe_and_explain_name_the_outer_querys_columns(engine: Engine) -> N
         ("SELECT * FROM (SELECT zip, SUM(zip) FROM patients GROUP BY zip) t", "42883", "sum"),
         # Two columns of one name cannot be told apart.
         ("SELECT * FROM (SELECT COUNT(*), COUNT(age) FROM patients) t", "0A000", 'two columns named "count"'),
+        # A subquery beside window functions is not post-processing either (it failed after the charge).
+        (
+            "SELECT diagnosis, SUM(COUNT(*)) OVER () + (SELECT count(*) FROM aggregates) FROM patients "
+            "GROUP BY diagnosis",
+            "42501",
+            'table "aggregates" is not exposed',
+        ),
     ],
 )
 def test_what_is_not_post_processing_is_refused_without_charge(

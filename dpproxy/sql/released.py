@@ -118,6 +118,10 @@ class ReleasedQuery:
         return layers[::-1]
 
 
+# What an outer query over released rows may not hold: it would read something else too.
+_ELSEWHERE = (exp.Table, exp.Subquery, exp.Exists, exp.Values, exp.Lateral)
+
+
 def split_released(tree: exp.Expression, units: Collection[str] = ()) -> ReleasedSplit | None:
     """The inner aggregate and the outer query of `SELECT … FROM (<aggregate>) t …` (or of a CTE
     whose body aggregates, read by name), or None when the statement is not that shape. A subquery
@@ -165,7 +169,7 @@ def split_released(tree: exp.Expression, units: Collection[str] = ()) -> Release
     for node in outer.walk():
         if node is table:
             continue
-        if isinstance(node, (exp.Table, exp.Subquery, exp.Exists, exp.Values, exp.Lateral)):
+        if isinstance(node, _ELSEWHERE):
             return None  # the outer query reads something else too: not post-processing alone
         if isinstance(node, (exp.Into, exp.Lock)):
             raise PolicyViolation("SELECT INTO and row locks are not allowed")
@@ -322,9 +326,12 @@ def _lift_windows(tree: exp.Select) -> ReleasedSplit | None:
         inner.set(clause, None)
     if group is not None:
         inner.set("group", exp.Group(expressions=keys))
-    outer = exp.select(*outer_items).from_(exp.Table(this=exp.to_identifier(LIFTED, quoted=True)))
+    lifted = exp.Table(this=exp.to_identifier(LIFTED, quoted=True))
+    outer = exp.select(*outer_items).from_(lifted)
     if outer_order:
         outer.set("order", exp.Order(expressions=outer_order))
+    if any(isinstance(node, _ELSEWHERE) and node is not lifted for node in outer.walk()):
+        return None  # a subquery beside the windows reads something else: not post-processing alone
     for clause in ("limit", "offset"):
         if tree.args.get(clause) is not None:
             outer.set(clause, tree.args[clause].copy())
