@@ -89,7 +89,7 @@ class ServerConfig:
     max_connections: int = 1000
     # Connections one client address may have that have not logged in yet: idle sockets from one
     # host cannot take every slot of max_connections from analysts (each waits startup_timeout).
-    max_pending_per_address: int = 32
+    max_pending_per_address: int = 256  # a quarter of max_connections: pools log in many at once
     # The database name clients must connect to (3D000 otherwise), which current_database()
     # returns; None accepts any name (and echoes it). `dpproxy serve --database` sets it.
     database: str | None = None
