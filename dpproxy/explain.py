@@ -167,11 +167,13 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                 )
             elif choice.decile:
                 aim = f"a tenth of the persons ({floor})"
-            elif choice.capped:
+            elif choice.capped and choice.per_group:
                 aim = (
                     f"about {choice.target} person(s) (so many per public group released, at most a"
                     f" tenth of the persons, {floor})"
                 )
+            elif choice.capped:
+                aim = f"about {choice.target} person(s) (at most a tenth of the persons)"
             else:
                 aim = f"about {choice.target} person(s)"
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"
