@@ -403,13 +403,6 @@ class Ledger(WindowTotals, ABC):
             self._lock(conn, "analyst", name)
             return self._window_totals(conn, name, refresh, self._not_before_newest(conn, _now())).spent
 
-    def _delete_totals(self, conn: Any, name: str) -> None:
-        """Delete the totals of `name` in every window (keys "name" and "name@…")."""
-        conn.execute(
-            self._sql("DELETE FROM {totals} WHERE analyst = ? OR substr(analyst, 1, ?) = ?"),
-            (name, len(name) + 1, name + "@"),
-        )
-
     def _operator_record(self, conn: Any, analyst: str, what: str, by: str) -> None:
         """An operator's action in the audit log: kind "operator", its text, who (`by`)."""
         record = StatementRecord(analyst, what, client=f"operator {by}".strip(), kind="operator")

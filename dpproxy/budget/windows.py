@@ -20,10 +20,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from dpproxy.budget.composition import Totals
+from dpproxy.budget.composition import Totals, exact_totals
 from dpproxy.policy import DATASET, Refresh, account_key
 from dpproxy.policy.refresh import window_start
-from dpproxy.privacy.accounting import Cost
 
 log = logging.getLogger("dpproxy.budget")
 
@@ -35,6 +34,13 @@ def _up(value: Decimal) -> float:
 
 
 _SKEW = timedelta(minutes=5)  # a newest entry further ahead of the clock than this is logged
+
+# The totals keys of one budget in every window: "name" and "name@…" (not "names", another's).
+_KEYS_OF_NAME = "(analyst = ? OR substr(analyst, 1, ?) = ?)"
+
+
+def _keys_of_name(name: str) -> tuple[str, int, str]:
+    return name, len(name) + 1, name + "@"
 
 
 class WindowTotals:
@@ -89,7 +95,8 @@ class WindowTotals:
         row = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = ?"), (marker,)).fetchone()
         if row is not None and row[0] == refresh.value:
             return self._totals(conn, key)
-        if row is None and (self._has_totals(conn, key, key) or not self._has_totals(conn, name, name + "@")):
+        keys = self._window_keys(conn, name)
+        if row is None and (key in keys or not keys):
             # The first charge of `name`, or under a ledger from before refreshes were followed with
             # its key in use: its total is what it was, as a data-set budget a reload adds counts
             # spending from then on (README, Policy reload).
@@ -107,18 +114,20 @@ class WindowTotals:
         if start is not None:
             where.append("created_at >= ?")
             params.append(self._stamp(datetime(start.year, start.month, start.day, tzinfo=UTC)))
-        totals = Totals()
         query = "SELECT epsilon, delta, rho FROM {entries} WHERE " + " AND ".join(where)
-        for epsilon, delta, rho in conn.execute(self._sql(query), tuple(params)).fetchall():
-            totals = totals.plus(Cost(float(epsilon), float(delta), float(rho or 0.0)))
+        totals = exact_totals(conn.execute(self._sql(query), tuple(params)).fetchall())
         self._write_totals(conn, key, totals)
         self._set_meta(conn, marker, refresh.value)
         return totals
 
-    def _has_totals(self, conn: Any, key: str, prefix: str) -> bool:
-        """Whether the totals hold `key`, or a key starting with `prefix`."""
-        query = "SELECT 1 FROM {totals} WHERE analyst = ? OR substr(analyst, 1, ?) = ? LIMIT 1"
-        return conn.execute(self._sql(query), (key, len(prefix), prefix)).fetchone() is not None
+    def _window_keys(self, conn: Any, name: str) -> set[str]:
+        """The totals keys of `name` in every window ("name" and "name@…")."""
+        query = "SELECT analyst FROM {totals} WHERE " + _KEYS_OF_NAME
+        return {k for (k,) in conn.execute(self._sql(query), _keys_of_name(name)).fetchall()}
+
+    def _delete_totals(self, conn: Any, name: str) -> None:
+        """Delete the totals of `name` in every window."""
+        conn.execute(self._sql("DELETE FROM {totals} WHERE " + _KEYS_OF_NAME), _keys_of_name(name))
 
     def _set_meta(self, conn: Any, key: str, value: str) -> None:
         conn.execute(
@@ -142,9 +151,7 @@ class WindowTotals:
             self._sql("SELECT epsilon, delta, rho FROM {entries} WHERE status <> 'released' AND id > ?"),
             (self._data_set_reset_line(conn),),
         ).fetchall()
-        counted = Totals()
-        for epsilon, delta, rho in rows:
-            counted = counted.plus(Cost(float(epsilon), float(delta), float(rho or 0.0)))
+        counted = exact_totals(rows)
         epsilon, delta, rho = (
             _up(max(Decimal(0), getattr(stored, part) - getattr(counted, part)))
             for part in ("epsilon", "delta", "rho")

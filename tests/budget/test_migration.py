@@ -169,3 +169,22 @@ def test_version_5_ledger_keeps_what_analysts_reset_before_it_spent_of_the_data_
                     "bob", Cost(0.9, 0.0), Cost(10.0, 1e-5), shared=SharedBudget(Cost(1.0, 1e-5), refresh)
                 )
         assert ledger.analysts() == []
+
+
+def test_a_budget_charged_before_refreshes_were_followed_under_another_window_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """Upgraded from version 5 (no refresh marker), alice spent 1.0 under `monthly`, then the policy
+    says `never`: her lifetime key "alice" is new, and only a window key "alice@…" holds the 1.0. The
+    check for her key must be exact (a prefix test took "alice@…" for "alice" and adopted an empty
+    total)."""
+    from dpproxy.policy import Refresh
+
+    path = tmp_path / "v5.sqlite"
+    limit = Cost(1.0, 1e-5)
+    with SQLiteLedger(path) as ledger:
+        ledger.commit(ledger.reserve("alice", Cost(1.0, 0.0), limit, refresh=Refresh.MONTHLY))
+    with sqlite3.connect(path) as raw:  # version 5 kept no refresh marker
+        raw.execute("DELETE FROM dpproxy_ledger_meta WHERE key LIKE 'refresh:%'")
+    with SQLiteLedger(path) as ledger, pytest.raises(BudgetExhausted):
+        ledger.reserve("alice", Cost(0.5, 0.0), limit, refresh=Refresh.NEVER)
