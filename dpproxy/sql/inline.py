@@ -104,13 +104,13 @@ def _renamed(body: exp.Select, names: list[str], alias: str) -> exp.Select:
             hint="name each column inside the subquery with AS",
         )
     body = body.copy()
-    body.set(
-        "expressions",
-        [
-            exp.alias_(i.this if isinstance(i, exp.Alias) else i, n, quoted=True) if k < len(names) else i
-            for k, (i, n) in enumerate(zip(body.expressions, [*names, *[""] * len(items)], strict=False))
-        ],
-    )
+    items = body.expressions
+    # names is at most as long as items (checked above)
+    renamed = [
+        exp.alias_(i.this if isinstance(i, exp.Alias) else i, n, quoted=True)
+        for i, n in zip(items, names, strict=False)
+    ]
+    body.set("expressions", [*renamed, *items[len(names) :]])
     return body
 
 
@@ -210,7 +210,8 @@ def _inline_from(select: exp.Select, fresh: _FreshNames) -> exp.Select:
             return select
 
 
-# PostgreSQL's set-returning functions that sqlglot parses as plain function calls.
+# PostgreSQL's set-returning functions that sqlglot parses as plain function calls (beside those
+# _SYSTEM_PREFIXES names: json_each, pg_ls_dir, ts_parse, …).
 _SET_RETURNING = frozenset(
     {
         "generate_series",
@@ -219,29 +220,8 @@ _SET_RETURNING = frozenset(
         "regexp_matches",
         "regexp_split_to_table",
         "string_to_table",
-        "json_array_elements",
-        "json_array_elements_text",
-        "jsonb_array_elements",
-        "jsonb_array_elements_text",
-        "json_each",
-        "json_each_text",
-        "jsonb_each",
-        "jsonb_each_text",
-        "json_object_keys",
-        "jsonb_object_keys",
-        "json_populate_recordset",
-        "jsonb_populate_recordset",
-        "json_to_recordset",
-        "jsonb_to_recordset",
-        "pg_options_to_table",
         "txid_snapshot_xip",
-        "pg_snapshot_xip",
         "aclexplode",
-        "ts_debug",
-        "ts_parse",
-        "ts_stat",
-        "ts_token_type",
-        "jsonb_path_query",
     }
 )
 # System functions (catalog, files, settings, sessions) many of which return sets.
