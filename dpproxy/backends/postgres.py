@@ -215,9 +215,9 @@ class PostgresBackend(Backend):
         conn.execute(f"SET statement_timeout = {self._statement_timeout_ms}")
         # Timestamps with time zone are truncated, extracted and compared in UTC, as on DuckDB.
         conn.execute("SET TimeZone = 'UTC'")
-        # Text as the loaders read it, whatever the DSN or PGCLIENTENCODING/PGDATESTYLE asked: every
-        # server encoding but SQL_ASCII (refused at open) converts to UTF8, so no stored value can
-        # fail its conversion and tell the analyst it is there.
+        # Text as the loaders read it, whatever the DSN or PGCLIENTENCODING/PGDATESTYLE asked: the
+        # server encodings served (_TOTAL_ENCODINGS, checked at open) convert every value to UTF8, so
+        # no stored value can fail its conversion and tell the analyst it is there.
         conn.execute("SET client_encoding = 'UTF8'")
         conn.execute("SET DateStyle = 'ISO, MDY'")
         conn.execute("SET IntervalStyle = 'postgres'")
