@@ -23,6 +23,7 @@ from dpproxy.budget import Ledger, Reservation, SharedBudget
 from dpproxy.errors import (
     BackendUnavailable,
     DPProxyError,
+    InvalidParameter,
     PrivateQueryFailed,
     QueryCanceled,
 )
@@ -49,6 +50,18 @@ def backend_failure(
     if isinstance(error, BackendUnreachable):
         return BackendUnavailable(f"cannot reach the backing database{suffix}")
     return failed()
+
+
+def within_cap(cost: Cost, cap: float) -> None:
+    """Refuse (22023) a statement whose ε is above the per-query cap in force when it is charged: a
+    reload may lower the cap while the statement is prepared (public subqueries run first), and the
+    cap, like the budget, holds at the charge."""
+    if cost.epsilon > cap * (1 + 1e-9):
+        raise InvalidParameter(
+            f"this statement costs ε = {cost.epsilon:g}, more than the per-query cap in force now "
+            f"(ε = {cap:g}: the policy was reloaded since the statement arrived)",
+            hint=f"run it again, or SET dpproxy.epsilon = {cap:g} or less",
+        )
 
 
 def reached_data(error: BaseException) -> bool:

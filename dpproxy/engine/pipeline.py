@@ -38,7 +38,7 @@ from dpproxy.backends import Backend, BackendUnreachable, Cancellation, LiveColu
 from dpproxy.budget import Ledger, SharedBudget, open_ledger
 from dpproxy.engine.accuracy import least_epsilon
 from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
-from dpproxy.engine.charge import Charge, backend_failure, reached_data
+from dpproxy.engine.charge import Charge, backend_failure, reached_data, within_cap
 from dpproxy.engine.collector import gc_paused
 from dpproxy.engine.plan import Plan, answer_columns, plan_private
 from dpproxy.engine.released import ReleasedPlan, analyze_released, plan_released, post_process_released
@@ -664,8 +664,9 @@ class Engine:
     def charge(
         self, analyst: AnalystPolicy, cost: Cost, statement: str, record: StatementRecord | None = None
     ) -> Charge:
-        """Reserve `cost` (53400 beyond the budget) under the limits in force now: the one rule's charge."""
+        """Reserve `cost` (53400 beyond the budget) under the limits in force now, cap included."""
         analyst = self.analyst(analyst.name)
+        within_cap(cost, self.policy.epsilon_limits(analyst)[1])
         limit = Cost(analyst.epsilon, analyst.delta)
         budget = self._live.policy.budget  # in force now, for sessions on an earlier policy too
         shared = None if budget is None else SharedBudget(Cost(budget.epsilon, budget.delta), budget.refresh)
@@ -684,9 +685,8 @@ class Engine:
         return Charge(self.ledger, reservation, record, analyst.name, limit, shared)
 
     def run_charged(self, plan: Plan, charge: Charge, cancel: Cancellation | None) -> Result:
-        """Run a plan's statements and release its answer under `charge` (made for it, and maybe for
-        more). On failure the charge is finished by its rule and the analyst's error raised; on
-        success it is left for the caller to commit."""
+        """Run a plan's statements and release its answer under `charge` (made for it, maybe for more):
+        on failure the charge is finished by its rule; on success the caller commits it."""
         record = charge.record
         if plan.query.subquery_placeholders:
             charge.abandon(sent=False)

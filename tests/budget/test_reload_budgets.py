@@ -143,3 +143,21 @@ def test_a_reload_while_a_statement_is_prepared_holds_at_its_charge(engines) -> 
     reload(old, yaml.safe_dump(without))
     with pytest.raises(UnknownAnalyst):
         old.charge(arrived, Cost(0.5, 0.0), "SELECT …")
+
+
+def test_a_per_query_cap_lowered_while_a_statement_is_prepared_holds_at_its_charge(engines) -> None:  # type: ignore[no-untyped-def]
+    """The per-query cap, like the budget, is the one in force at the charge: a statement planned at
+    ε = 0.5 before a reload lowered the cap to 0.2 is refused (22023) and charges nothing."""
+    from dpproxy.privacy import Cost
+
+    start, reload = engines
+    old = start(_text(epsilon=10.0))
+    arrived = old.analyst("alice")
+    assert old.policy.epsilon_limits(arrived)[1] >= 0.5
+    reload(old, _text(epsilon=10.0, max_epsilon_per_query=0.2))
+    with pytest.raises(InvalidParameter) as refused:
+        old.charge(arrived, Cost(0.5, 0.0), "SELECT …")
+    assert refused.value.sqlstate == "22023"
+    assert "per-query cap in force now (ε = 0.2" in refused.value.message
+    assert old.budget("alice").spent.epsilon == 0.0
+    old.charge(arrived, Cost(0.2, 0.0), "SELECT …")  # at the cap: reserved
