@@ -34,6 +34,7 @@ from dpproxy.sql.bounds import choosing, component_bounds, distinct_bounds
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.rewrite.row_pipeline import RefinementStatement, refinement_statement
+from dpproxy.sql.types import PgType, from_sqlglot
 
 
 @dataclass(frozen=True)
@@ -297,13 +298,51 @@ def answer_columns(plan: Plan, errors: Sequence[float | str | None]) -> tuple[Re
     columns = []
     for output in plan.query.post_processing.outputs:
         error: float | str | None = None
-        node = output.expression
-        while isinstance(node, (exp.Cast, exp.Paren)):  # COUNT(*)::int4 keeps its ±
+        node, wrappers = output.expression, []
+        while isinstance(node, (exp.Cast, exp.Paren, exp.Round)):  # COUNT(*)::int4 keeps its ±
+            wrappers.append(node)
             node = node.this
         if node.name.startswith("__agg_") and node.key == "column":
-            error = errors[int(node.name.removeprefix("__agg_"))]
+            index = int(node.name.removeprefix("__agg_"))
+            error = errors[index]
+            if isinstance(error, (int, float)):
+                slack = _rounding_slack(wrappers, plan.query.aggregates[index].result_type)
+                error = None if slack is None else error + slack
         if isinstance(error, str):
             columns.append(ResultColumn(output.name, output.type, None, error))
         else:
             columns.append(ResultColumn(output.name, output.type, error))
     return tuple(columns)
+
+
+def _rounding_slack(wrappers: Sequence[exp.Expression], inner: PgType) -> float | None:
+    """How much the casts and ROUNDs around a released aggregate (outermost first) may add to its ±:
+    rounding the released value and the true one each moves them by at most half a unit of the last
+    digit kept, so together by at most one unit (ROUND(AVG(x)::numeric, 1): 0.1; a cast of a
+    double to an integer: 1; a cast of an integer, or to a double or a numeric: 0). None when a ROUND
+    keeps a number of digits that is not a constant (the ± is then not shown)."""
+    slack, current = 0.0, inner
+    for node in reversed(wrappers):
+        if isinstance(node, exp.Round):
+            decimals = node.args.get("decimals")
+            digits = 0 if decimals is None else _integer(decimals)
+            if digits is None:
+                return None
+            slack += 0.0 if current.is_integer and digits >= 0 else 10.0**-digits
+        elif isinstance(node, exp.Cast):
+            target = from_sqlglot(node.args["to"])
+            if target.is_integer and not current.is_integer:
+                slack += 1.0
+            current = target
+    return slack
+
+
+def _integer(node: exp.Expression) -> int | None:
+    """The value of an integer constant (in parentheses, negated), else None."""
+    sign = 1
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        return sign * int(node.this)
+    return None

@@ -130,6 +130,26 @@ def test_casts_round_and_aliases_keep_the_interval(engine: Engine) -> None:
     assert low <= mean <= high
 
 
+def test_a_rounded_or_cast_aggregate_keeps_its_plus_minus_widened_by_the_unit_it_rounds_to(
+    engine: Engine,
+) -> None:
+    """The NOTICE's ± of ROUND(AVG(x)::numeric, 1) is AVG's plus 0.1 (rounding the released and the
+    true value moves each by at most half of it); of a double cast to an integer, plus 1; of a count
+    cast to int4, the count's own (an accuracy audit found ROUND(AVG(…)::numeric, 1) with no ± at all)."""
+    sql = (
+        "SELECT diagnosis, AVG(income) AS a, ROUND(AVG(income)::numeric, 1) AS r, "
+        "ROUND(AVG(income)::numeric, -3) AS k, CAST(AVG(age) AS int) AS i, AVG(age) AS f, "
+        "COUNT(*)::int4 AS n, COUNT(*) AS c FROM patients GROUP BY diagnosis"
+    )
+    # One plan, one release: the plain and the wrapped columns share their aggregates.
+    errors = {c.name: c.error95 for c in ask(engine, sql).columns}
+    assert errors["a"] is not None and errors["f"] is not None and errors["c"] is not None
+    assert errors["r"] == pytest.approx(errors["a"] + 0.1)
+    assert errors["k"] == pytest.approx(errors["a"] + 1000)
+    assert errors["i"] == pytest.approx(errors["f"] + 1)
+    assert errors["n"] == errors["c"]
+
+
 def test_having_and_order_by_read_the_interval(engine: Engine) -> None:
     result = ask(
         engine,
