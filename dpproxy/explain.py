@@ -39,6 +39,7 @@ class Explanation:
     choices: tuple[str, ...] = ()  # releases by the exponential mechanism
     subqueries: str | None = None  # how subqueries over public tables were answered, if any
     target: str | None = None  # accuracy first: the target and the ε it costs (dpproxy.engine.accuracy)
+    clipping: str | None = None  # value ranges chosen per query (dpproxy.engine.clipping)
 
     def render(self) -> str:
         lines = [f"query: {self.text}", f"kind: {self.kind}"]
@@ -46,6 +47,8 @@ class Explanation:
             lines.append(f"accuracy: {self.target}")
         if self.subqueries:
             lines.append(f"subqueries: {self.subqueries}")
+        if self.clipping:
+            lines.append(f"value ranges: {self.clipping}")
         for i, (name, summary, sql) in enumerate(self.steps, 1):
             lines += ["", f"-- pass {i}: {name} — {summary}", sql]
         if self.final_sql:

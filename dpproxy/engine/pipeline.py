@@ -39,6 +39,7 @@ from dpproxy.budget import Ledger, SharedBudget, open_ledger
 from dpproxy.engine.accuracy import least_epsilon
 from dpproxy.engine.caches import PlanCaches, PublicStatement, cache_key
 from dpproxy.engine.charge import Charge, backend_failure, reached_data, within_cap
+from dpproxy.engine.clipping import explain_clipping
 from dpproxy.engine.collector import gc_paused
 from dpproxy.engine.plan import Plan, answer_columns, plan_private
 from dpproxy.engine.released import ReleasedPlan, analyze_released, plan_released, post_process_released
@@ -424,12 +425,11 @@ class Engine:
                 f"(post-processing, no further cost): {query.outer.sql('postgres')}"
             )
             outputs = tuple((o.name, o.type.value) for o in query.outputs)
-            return dataclasses.replace(
-                explanation, text=query.text, subqueries=note, outputs=outputs, target=target
-            )
-        explanation = dataclasses.replace(
-            explain_plan(self.plan_private(query, chosen, bounds=bounds), self.dialect), target=target
-        )
+            explanation = dataclasses.replace(explanation, text=query.text, subqueries=note, outputs=outputs)
+            return dataclasses.replace(explanation, target=target)
+        plan = self.plan_private(query, chosen, bounds=bounds)
+        clipping = explain_clipping(self, plan, bounds) if parts is None else None
+        explanation = dataclasses.replace(explain_plan(plan, self.dialect), target=target, clipping=clipping)
         if parts is None:
             return explanation
         top_k = self.plan_private(parts.inner, chosen, bounds=bounds)
@@ -580,7 +580,7 @@ class Engine:
             answer = answer_plan(self, prepared.private, who, cancel, False, record)
             assert isinstance(answer, Result)
             return post_process_released(prepared, answer)
-        return answer_plan(self, prepared, who, cancel, stream, record)
+        return answer_plan(self, prepared, who, cancel, stream, record, bounds, clip=True)
 
     @with_statement_clock
     def prepare(
@@ -589,8 +589,8 @@ class Engine:
         """What `execute` runs for a statement at a per-query ε, from the caches when this exact input
         was analysed before (dpproxy.engine.caches), else analysed cold: a private plan, a statement over
         public tables, a constant query, a probe answered without data, or a series limit (analysed
-        again when run: never cached). Touches neither data nor budget, but public subqueries are run
-        and inlined. The language tests compare it, cached and cold, statement by statement."""
+        again when run: never cached). Touches neither data nor budget (public subqueries are run and
+        inlined); the language tests compare it, cached and cold, statement by statement."""
         key = cache_key(sql, params, epsilon, bounds)
         cached = self.caches.public.get(key) or self.caches.private.get(key)
         if cached is not None:

@@ -8,6 +8,7 @@ import json
 
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
+from dpproxy.engine.clipping import clip_parts, run_clipped
 from dpproxy.engine.plan import Plan
 from dpproxy.engine.protocol import EngineLike
 from dpproxy.engine.streaming import stream_plan
@@ -15,6 +16,7 @@ from dpproxy.policy import AnalystPolicy
 from dpproxy.privacy import Cost
 from dpproxy.release.stream import streamable
 from dpproxy.results import Result, ResultStream, decode_result, encode_result
+from dpproxy.sql.bounds import SessionBounds
 from dpproxy.sql.clock import session_zone
 
 
@@ -25,8 +27,12 @@ def answer_plan(
     cancel: Cancellation | None,
     stream: bool,
     record: StatementRecord,
+    bounds: SessionBounds | None = None,
+    *,
+    clip: bool = False,
 ) -> Result | ResultStream:
-    """A private plan's answer: a stored one replayed, or streamed, or run and charged."""
+    """A private plan's answer: a stored one replayed, or streamed, or run and charged; with `clip`,
+    its averages' and spreads' value ranges chosen first when it has such (dpproxy.engine.clipping)."""
     replay = replay_key(engine, plan) if engine.policy.defaults.replay and engine.ledger is not None else None
     if replay is not None:
         stored = engine.ledger.replay_get(who.name, replay)  # type: ignore[union-attr]
@@ -36,9 +42,13 @@ def answer_plan(
             record.cost = Cost.ZERO
             record.rows = len(replayed.rows)
             return replayed
-    if stream and streamable(plan.query, len(plan.statements)):
+    clipped = clip_parts(engine, plan, bounds) if clip else None
+    if clipped is None and stream and streamable(plan.query, len(plan.statements)):
         return stream_plan(engine, plan, who, cancel, replay, record)
-    result = engine.run(plan, analyst=who, cancel=cancel, record=record)
+    if clipped is not None:
+        result = run_clipped(engine, plan, clipped, who, cancel, record)
+    else:
+        result = engine.run(plan, analyst=who, cancel=cancel, record=record)
     if replay is not None and len(result.rows) <= engine.REPLAY_MAX_ROWS:
         engine.ledger.replay_put(who.name, replay, encode_result(result))  # type: ignore[union-attr]
     return result

@@ -10,6 +10,7 @@ true value.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
@@ -98,6 +99,7 @@ def interval_column(
     if aggregate.kind in (AggregateKind.QUANTILE, AggregateKind.MODE):
         raise ValueError("the exponential mechanism's releases have no interval of values")
     floor, ceiling = _interval_clamp(aggregate)
+    clipped = _clipped_ends(aggregate)
     low = end == "low"
     out: list[object] = []
     for value, own in zip(values, group_errors, strict=True):
@@ -109,6 +111,14 @@ def interval_column(
             ctx.prec = 200  # exact: a value of at most ~60 digits, a float's exact expansion
             released = Decimal(value)  # type: ignore[arg-type]  # exact, floats included
             reached = released - Decimal(error) if low else released + Decimal(error)
+            if clipped is not None:
+                # An end at a bound the argument was clipped to: the values beyond it may pull the
+                # average as asked anywhere up to the declared bound.
+                (clip_low, reach_low), (clip_high, reach_high) = clipped
+                if low and reached <= clip_low:
+                    reached = reach_low
+                if not low and reached >= clip_high:
+                    reached = reach_high
             if floor is not None:
                 reached = max(reached, floor)
             if ceiling is not None:
@@ -117,10 +127,23 @@ def interval_column(
     return out
 
 
+def _clipped_ends(aggregate: Aggregate) -> tuple[tuple[Decimal, Decimal], tuple[Decimal, Decimal]] | None:
+    """An AVG whose argument was clipped to a range chosen per query: ((clipped lower bound, declared
+    lower bound), (clipped upper, declared upper)); None for any other aggregate."""
+    if aggregate.kind is not AggregateKind.AVG or aggregate.reach is None or aggregate.interval is None:
+        return None
+    interval, reach = aggregate.interval, aggregate.reach
+    return (interval.lo, reach.lo), (interval.hi, reach.hi)
+
+
 def _interval_clamp(aggregate: Aggregate) -> tuple[Decimal | None, Decimal | None]:
-    """What the release clamps an aggregate's value into, which holds the true value as well."""
+    """What the release clamps an aggregate's value into, which holds the true value as well (of an
+    argument clipped to a range chosen per query, the true value of the statement as asked:
+    Aggregate.reach)."""
     if aggregate.kind in COUNTS or aggregate.kind is AggregateKind.COUNT_RESPONSES:
         return Decimal(0), None
+    if aggregate.reach is not None:
+        aggregate = dataclasses.replace(aggregate, interval=aggregate.reach)
     interval = aggregate.interval
     if aggregate.kind is AggregateKind.SUM and interval is not None:
         return (Decimal(0) if interval.lo >= 0 else None), (Decimal(0) if interval.hi <= 0 else None)

@@ -1,0 +1,369 @@
+"""Value ranges chosen per query (docs/privacy.md §3, "Value ranges chosen per query"): an AVG, VAR or
+STDDEV of a column whose declared range is wide is answered as two private queries under one charge —
+a histogram of the column's values first, then the query with the aggregate's argument clipped to
+the range the histogram shows the values in.
+
+A column's declared bounds are the most any value may be (an arrival delay of −90 to 1,300 minutes),
+while an average's noise grows with the width of the range its values are clipped to: nearly all
+delays lie within −60 to 200, and the noise of a delay averaged per airline was five times what that
+narrower range needs. The data owner cannot know the range a question needs (delays of one route, of
+one month); the query learns it privately:
+
+1. **The histogram** (`histogram_sql`): for each such column, `SELECT <bin of the column>,
+   COUNT(*) … WHERE <the query's WHERE> AND <bin> IN (0, …, BINS − 1) GROUP BY 1`, over the query's
+   own tables and joins, BINS equal bins of the declared range. It is an ordinary private query,
+   analysed and planned as any other: its keys are the values the query names (public, zero-filled),
+   and each person counts for one row in all (`SessionBounds(rows=1)`: a person's rows are scaled to
+   one row's worth), so a person moves the whole histogram by at most 1. It takes 1/SHARE of the
+   query's ε, split among the columns.
+2. **The range** (`chosen_range`): from the released counts and their 95% error e, the bins that hold
+   at least 2e persons' worth (a bin of no one's reaches 2e with probability 0.1%), widened by one bin
+   on each side. Post-processing of released counts: any range is private.
+3. **The query** (`clipped_tree`): the statement with each such aggregate's argument `x` written as
+   `CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END`, analysed afresh (the
+   analyser derives its range from the constants) and answered at the rest of ε.
+
+Both statements are the analyser's, as every statement that reaches the backend is; the released
+range is said in the NOTICE. One reservation holds both costs before anything runs, as for a series
+limit (dpproxy.engine.series): the clipped query's cost is the statement's own at the rest of ε,
+known before its range is. The charge stands once the histogram was sent (dpproxy.engine.charge).
+
+Which queries: a plain SELECT (no WITH, subquery, window or set operation) over tables whose bounds
+each query chooses (not `contribution_bounds: fixed`, not every row its own person), whose AVG, VAR
+or STDDEV take a bare column of a protected table with a declared number range of more than
+MIN_STEPS steps of its grid (a rating of 1 to 5 is its own range; a double always qualifies), at
+most MAX_COLUMNS such columns; not under `dpproxy.target_error`. Everything else runs as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+import sqlglot
+from sqlglot import exp
+
+from dpproxy.audit import StatementRecord
+from dpproxy.backends import Cancellation
+from dpproxy.engine.plan import Plan
+from dpproxy.engine.protocol import EngineLike
+from dpproxy.errors import PrivateQueryFailed
+from dpproxy.policy import AnalystPolicy, ColumnPolicy, TablePolicy
+from dpproxy.privacy.accounting import even_share, remainder, sum_up
+from dpproxy.results import Result
+from dpproxy.sql.bounds import SessionBounds, contribution_bounds
+from dpproxy.sql.intervals import Interval
+from dpproxy.sql.query import AggregateKind, PrivateQuery
+
+# Equal bins of the declared range in the histogram.
+BINS = 32
+# The histograms take 1/SHARE of the query's ε (as a choice of bounds takes about a sixth).
+SHARE = 6
+# At most this many columns' ranges chosen in one query.
+MAX_COLUMNS = 3
+# A declared range of at most this many steps of its column's grid is the column's own domain (a
+# rating, a month): not narrowed.
+MIN_STEPS = 128
+# The aggregates whose argument is clipped: averages and spreads, whose noise grows with the range.
+# Digits of BINS / (upper − lower) in the histogram's bin expression (a range wider than 10^12 / BINS…
+# is not narrowed: its bins would be rounded to nothing).
+PER_BIN_DIGITS = 12
+# Each person counts for one row's worth in a histogram (their rows scaled to it).
+ONE_ROW = SessionBounds(rows=1)
+CLIPPED = (exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column whose values a query's averages and spreads read, with its declared range."""
+
+    table: str
+    policy: ColumnPolicy
+    sql: exp.Column  # as the statement names it
+
+    @property
+    def lower(self) -> Decimal:
+        assert isinstance(self.policy.lower, Decimal)
+        return self.policy.lower
+
+    @property
+    def upper(self) -> Decimal:
+        assert isinstance(self.policy.upper, Decimal)
+        return self.policy.upper
+
+    @property
+    def per_bin(self) -> Decimal:
+        """BINS / (upper − lower), to PER_BIN_DIGITS decimals (a numeric constant of at most 18)."""
+        return (Decimal(BINS) / (self.upper - self.lower)).quantize(Decimal(1).scaleb(-PER_BIN_DIGITS))
+
+    def edge(self, i: int) -> Decimal:
+        """The lower edge of bin i (i = BINS: the upper bound)."""
+        return self.lower + (self.upper - self.lower) * i / BINS
+
+
+@dataclass(frozen=True)
+class ClipParts:
+    """A statement answered with value ranges chosen per query: its tree, its columns, and the
+    session's bounds (which the clipped query keeps)."""
+
+    tree: exp.Select
+    columns: tuple[Column, ...]
+    bounds: SessionBounds | None
+
+
+def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> ClipParts | None:
+    """The statement of `plan` taken apart for value ranges chosen per query; None when it is not
+    one (the module docstring)."""
+    query = plan.query
+    if contribution_bounds(query) is None or query.inlined_subqueries or query.subquery_placeholders:
+        return None
+    if bounds is not None and bounds.target_error is not None:
+        return None
+    if not any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates):
+        return None
+    try:
+        tree = sqlglot.parse_one(query.text, read="postgres")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or tree.args.get("with") is not None:
+        return None
+    if any(isinstance(n, (exp.Subquery, exp.Window, exp.SetOperation)) for n in tree.walk()):
+        return None
+    if any(isinstance(n, exp.Select) and n is not tree for n in tree.walk()):
+        return None
+    tables = _tables(engine, tree)
+    if tables is None:
+        return None
+    found: dict[tuple[str, str], Column] = {}
+    for node in tree.find_all(*CLIPPED):
+        argument = node.this
+        if not isinstance(argument, exp.Column):
+            continue
+        column = _column(tables, argument)
+        if column is not None:
+            found.setdefault((column.table, column.policy.name), column)
+    if not found or len(found) > MAX_COLUMNS:
+        return None
+    return ClipParts(tree, tuple(found.values()), bounds)
+
+
+def _tables(engine: EngineLike, tree: exp.Select) -> dict[str, TablePolicy] | None:
+    """The tables of the FROM and its joins by the name the statement refers to them with; None when
+    one is not a plain table of the policy."""
+    found: dict[str, TablePolicy] = {}
+    sources = [tree.args.get("from_"), *(tree.args.get("joins") or [])]
+    for source in sources:
+        if source is None:
+            return None
+        table = source.this
+        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+            return None
+        policy = engine.policy.table(table.name if table.this.quoted else table.name.lower())
+        if policy is None:
+            return None
+        found[table.alias_or_name.lower()] = policy
+    return found
+
+
+def _column(tables: dict[str, TablePolicy], node: exp.Column) -> Column | None:
+    """The protected column `node` names, when its range qualifies (the module docstring)."""
+    name = node.name if node.this.quoted else node.name.lower()
+    if node.table:
+        candidates = [tables.get(node.table.lower())]
+    else:
+        candidates = [t for t in tables.values() if t.column(name) is not None]
+        if len(candidates) != 1:
+            return None
+    table = candidates[0]
+    if table is None or table.public or table.unit_is_row:
+        return None
+    column = table.column(name)
+    if column is None or not column.type.is_number or not column.bounded or not column.summable:
+        return None
+    if name == table.privacy_unit or not isinstance(column.lower, Decimal):
+        return None
+    assert isinstance(column.upper, Decimal)
+    width = column.upper - column.lower
+    if width.scaleb(column.grid_scale) <= MIN_STEPS or not 10**-PER_BIN_DIGITS < BINS / width < 10**12:
+        return None
+    return Column(table.name, column, node)
+
+
+def _literal(value: Decimal) -> exp.Expression:
+    text = format(value, "f")
+    number = exp.Literal.number(text.lstrip("-"))
+    return exp.Neg(this=number) if text.startswith("-") else number
+
+
+def histogram_sql(parts: ClipParts, column: Column) -> str:
+    """The histogram statement of `column` (the module docstring, 1): the bin of a value is
+    floor((x − lower) · BINS / (upper − lower)), BINS for the upper bound itself (counted in the last
+    bin); NULL for NULL, which no named key holds."""
+    x = column.sql
+    offset = exp.Paren(this=exp.Sub(this=x.copy(), expression=exp.Paren(this=_literal(column.lower))))
+    scaled = exp.Mul(this=offset, expression=_literal(column.per_bin))
+    bins = exp.Cast(this=exp.Floor(this=scaled), to=exp.DataType.build("integer"))
+    named = exp.In(this=bins.copy(), expressions=[exp.Literal.number(i) for i in range(BINS + 1)])
+    where = parts.tree.args.get("where")
+    condition = named if where is None else exp.and_(exp.Paren(this=where.this.copy()), named)
+    select = exp.select(exp.alias_(bins, "bin"), exp.Count(this=exp.Star()))
+    select.set("from_", parts.tree.args["from_"].copy())
+    select.set("joins", [j.copy() for j in parts.tree.args.get("joins") or []])
+    return select.where(condition).group_by(exp.Literal.number(1)).sql("postgres")
+
+
+def chosen_range(
+    column: Column, counts: Sequence[tuple[object, object]], error: float | None
+) -> tuple[Decimal, Decimal]:
+    """The range of `column` from its released histogram (the module docstring, 2): the declared
+    range when no bin holds 2e persons' worth."""
+    by_bin: dict[int, float] = {}
+    for b, c in counts:
+        if b is not None and c is not None:
+            i = min(int(b), BINS - 1)  # type: ignore[call-overload]
+            by_bin[i] = by_bin.get(i, 0.0) + float(c)  # type: ignore[arg-type]
+    if error is None:
+        return column.lower, column.upper
+    held = [i for i in range(BINS) if by_bin.get(i, 0.0) >= 2 * error]
+    if not held:
+        return column.lower, column.upper
+    low, high = max(0, held[0] - 1), min(BINS, held[-1] + 2)
+    digits = column.policy.grid_scale
+    unit = Decimal(1).scaleb(-digits)
+    lower = column.edge(low).quantize(unit, rounding=ROUND_FLOOR) if low > 0 else column.lower
+    upper = column.edge(high).quantize(unit, rounding=ROUND_CEILING) if high < BINS else column.upper
+    lower, upper = max(lower, column.lower), min(upper, column.upper)
+    if 2 * (upper - lower) > column.upper - column.lower:
+        # Less than halving the range halves the noise less than the clipping may move the answer
+        # (the flights' distances: 0 to 2,812 of 5,000 cut Honolulu's flights): the declared range.
+        return column.lower, column.upper
+    return lower, upper
+
+
+def clipped_tree(
+    parts: ClipParts, ranges: dict[tuple[str, str], tuple[Decimal, Decimal]]
+) -> tuple[exp.Select, dict[str, Column]]:
+    """The statement with each average's and spread's argument clipped to its column's range (the
+    module docstring, 3), and the clipped arguments' SQL with their columns."""
+    tree = parts.tree.copy()
+    arguments: dict[str, Column] = {}
+    tables = {c.sql.sql("postgres"): c for c in parts.columns}
+    for node in list(tree.find_all(*CLIPPED)):
+        argument = node.this
+        column = tables.get(argument.sql("postgres")) if isinstance(argument, exp.Column) else None
+        if column is None:
+            continue
+        lower, upper = ranges[(column.table, column.policy.name)]
+        if lower <= column.lower and upper >= column.upper:
+            continue
+        clipped: exp.Expression = argument.copy()
+        if lower > column.lower:
+            clipped = exp.Greatest(this=clipped, expressions=[_literal(lower)])
+        if upper < column.upper:
+            clipped = exp.Least(this=clipped, expressions=[_literal(upper)])
+        guarded = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=argument.copy(), expression=exp.Null()), true=exp.Null())],
+            default=clipped,
+        )
+        node.set("this", guarded)
+        arguments[guarded.sql("postgres")] = column
+    return tree, arguments
+
+
+def with_reach(query: PrivateQuery, arguments: dict[str, Column]) -> PrivateQuery:
+    """`query` (the clipped statement, analysed) with each clipped aggregate's declared range as its
+    reach (Aggregate.reach): what its interval's ends are clamped into. Release only: neither the
+    SQL nor the noise reads it."""
+    aggregates = []
+    for aggregate in query.aggregates:
+        _, _, rest = aggregate.text.partition("(")
+        column = arguments.get(rest[:-1]) if rest.endswith(")") else None
+        if column is not None and (aggregate.kind is AggregateKind.AVG or aggregate.kind.is_spread):
+            reach = Interval(column.lower, column.upper)
+            aggregate = dataclasses.replace(aggregate, reach=reach)
+        aggregates.append(aggregate)
+    return dataclasses.replace(query, aggregates=tuple(aggregates))
+
+
+def run_clipped(
+    engine: EngineLike,
+    plan: Plan,
+    parts: ClipParts,
+    who: AnalystPolicy,
+    cancel: Cancellation | None,
+    record: StatementRecord | None,
+) -> Result:
+    """The histograms, then the clipped statement, under one charge of the statement's ε."""
+    epsilon = plan.epsilon
+    # Shares whose sum, rounded up as the ledger adds, is at most the statement's ε.
+    share = even_share(epsilon / SHARE, len(parts.columns))
+    rest = remainder(epsilon, sum_up([share] * len(parts.columns)))
+    histograms = []
+    for column in parts.columns:
+        histogram = engine.prepare(histogram_sql(parts, column), epsilon=share, bounds=ONE_ROW)
+        if not isinstance(histogram, Plan):
+            return engine.run(plan, analyst=who, cancel=cancel, record=record)
+        histograms.append(histogram)
+    estimate = engine.plan_private(plan.query, rest, bounds=None)
+    total = histograms[0].cost
+    for histogram in histograms[1:]:
+        total = total + histogram.cost
+    total = total + estimate.cost
+    charge = engine.charge(who, total, plan.query.text, record)
+    ranges: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
+    for column, histogram in zip(parts.columns, histograms, strict=True):
+        released = engine.run_charged(histogram, charge, cancel)
+        ranges[(column.table, column.policy.name)] = chosen_range(
+            column, [(row[0], row[1]) for row in released.rows], released.columns[1].error95
+        )
+    try:
+        tree, arguments = clipped_tree(parts, ranges)
+        main = engine.analyze_tree(tree, answer=True)
+        if not isinstance(main, PrivateQuery):
+            raise PrivateQueryFailed()
+        main = with_reach(main, arguments)
+        main_plan = engine.plan_private(main, rest, bounds=parts.bounds)
+        if not main_plan.cost.fits_within(estimate.cost):
+            raise PrivateQueryFailed()
+    except BaseException as error:
+        raise charge.fail(error, keep=True) from None
+    result = engine.run_charged(main_plan, charge, cancel)
+    notes = tuple(
+        _note(column, ranges[(column.table, column.policy.name)], share) for column in parts.columns
+    )
+    result = dataclasses.replace(result, notes=(*result.notes, *notes))
+    return charge.commit(result, total)
+
+
+def _note(column: Column, chosen: tuple[Decimal, Decimal], share: float) -> str:
+    lower, upper = chosen
+    name = f"{column.table}.{column.policy.name}"
+    if lower <= column.lower and upper >= column.upper:
+        return (
+            f"averages and spreads of {name}: its declared range {column.lower} to {column.upper} kept "
+            f"(a private histogram of its values, at ε = {share:.3g}, found no narrower one)"
+        )
+    return (
+        f"averages and spreads of {name}: values clipped to {lower} to {upper} (declared {column.lower} "
+        f"to {column.upper}), a range chosen privately from a histogram of the persons' values at "
+        f"ε = {share:.3g}; what lies outside it moves them (not in the ±)"
+    )
+
+
+def explain_clipping(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> str | None:
+    """What EXPLAIN says of a statement answered with value ranges chosen per query; None for any
+    other."""
+    parts = clip_parts(engine, plan, bounds)
+    if parts is None:
+        return None
+    share = even_share(plan.epsilon / SHARE, len(parts.columns))
+    names = ", ".join(f"{c.table}.{c.policy.name} ({c.lower} to {c.upper})" for c in parts.columns)
+    return (
+        f"averages and spreads of {names}: a private histogram of each column's values ({BINS} bins of "
+        f"its declared range, one row per person, ε = {share:.3g} each) is asked first; the "
+        "statement then runs with their arguments clipped to the bins that hold the values (widened "
+        "by one bin; the declared range when that does not halve it), at the rest of ε; the plan "
+        "below is the statement's before clipping"
+    )

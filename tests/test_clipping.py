@@ -1,0 +1,272 @@
+"""Value ranges chosen per query (dpproxy.engine.clipping; docs/privacy.md §3, "Value ranges chosen per
+query"): an AVG, VAR or STDDEV of a column with a wide declared range is answered from a private
+histogram of the column's values, then the statement with its argument clipped to the range the
+histogram shows, under one charge of the statement's ε.
+
+On a table of 2,000 persons, one row each, whose values x lie in 0–100 but for 20 persons at
+5,000–10,000 (declared 0 to 10,000), through the real engine on DuckDB (and the demo data on
+PostgreSQL): what reaches the backend, the range and the value released, the charge, the interval
+columns of a group beyond the range, and which statements keep their declared range.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpproxy.backends import open_backend
+from dpproxy.engine import Engine, Plan
+from dpproxy.engine.clipping import ONE_ROW, clip_parts, clipped_tree, histogram_sql
+from dpproxy.errors import BudgetExhausted
+from dpproxy.policy import parse_policy
+from tests.certify import certify
+
+PERSONS = 2000
+OUTLIERS = 20
+PER_BIN = "0.0032"  # 32 bins of 0 to 10,000: the histogram's constant
+
+
+def _policy(*, replay: bool = False, budget: float = 100.0, fixed: bool = False) -> str:
+    return f"""
+version: 1
+defaults: {{epsilon: 0.5, delta: 1.0e-7, max_epsilon: 10000, replay: {str(replay).lower()}}}
+analysts:
+  alice: {{epsilon: {budget}, delta: 1.0e-3}}
+tables:
+  t:
+    privacy_unit: pid
+    max_rows_per_unit: 4
+    max_groups_per_unit: 2
+    contribution_bounds: {"fixed" if fixed else "chosen"}
+    columns:
+      pid: {{type: integer, summable: false}}
+      x: {{type: double precision, lower: 0, upper: 10000}}
+      rating: {{type: integer, lower: 1, upper: 5}}
+      g: {{type: text, public_values: [a, b]}}
+      band: {{type: text, public_values: [near, far]}}
+"""
+
+
+def _value(i: int) -> float:
+    """x of person i, as the table holds it."""
+    return 5000.0 + 250 * i if i < OUTLIERS else float((i * 37) % 101)
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Path:
+    path = tmp_path / "t.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE t (pid INTEGER, x DOUBLE, rating INTEGER, g TEXT, band TEXT)")
+        con.execute(
+            f"""INSERT INTO t SELECT i,
+                  CASE WHEN i < {OUTLIERS} THEN 5000 + 250 * i ELSE (i * 37) % 101 END,
+                  1 + i % 5, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END,
+                  CASE WHEN i < {OUTLIERS} THEN 'far' ELSE 'near' END
+                FROM range({PERSONS}) r(i)"""
+        )
+    return path
+
+
+class Spy:
+    """The real DuckDB backend, recording each statement it runs."""
+
+    def __init__(self, backend) -> None:  # type: ignore[no-untyped-def]
+        self.backend = backend
+        self.sent: list[str] = []
+
+    def run(self, sql: str, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent.append(sql)
+        return self.backend.run(sql, **kwargs)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.backend, name)
+
+
+@pytest.fixture
+def engine(database: Path, tmp_path: Path) -> Iterator[Engine]:
+    with Engine.open(parse_policy(_policy()), str(database), tmp_path / "ledger.sqlite") as e:
+        yield e
+
+
+def _range(notes: tuple[str, ...], column: str = "t.x") -> tuple[Decimal, Decimal]:
+    [note] = [n for n in notes if f"of {column}: values clipped to" in n]
+    found = re.search(r"values clipped to (\S+) to (\S+) \(declared", note)
+    assert found is not None
+    return Decimal(found.group(1)), Decimal(found.group(2))
+
+
+def test_an_average_of_a_wide_column_reads_a_histogram_then_the_clipped_statement(engine: Engine) -> None:
+    spy = Spy(engine.backend)
+    engine.backend = spy  # type: ignore[assignment]
+    result = engine.execute("SELECT AVG(x) FROM t", analyst="alice", epsilon=0.5)
+    assert len(spy.sent) == 2
+    lower, upper = _range(result.notes)
+    # The persons' values lie in 0–100 (bins of 312.5): the first bin, widened by one.
+    assert lower == 0 and upper == Decimal("625")
+    # The bin is floor(x · 32 / 10,000): its constant is in the histogram only, the range's in the
+    # clipped statement only.
+    assert PER_BIN in spy.sent[0] and "625" not in spy.sent[0]
+    assert PER_BIN not in spy.sent[1] and "625" in spy.sent[1]
+    assert result.cost.epsilon == 0.5
+    assert engine.budget("alice").spent.epsilon == 0.5  # one entry: both statements, ε in all
+    explained = engine.explain("SELECT AVG(x) FROM t").render()
+    assert "value ranges: averages and spreads of t.x (0 to 10000)" in explained
+
+
+def test_the_value_released_is_the_average_of_the_clipped_values(engine: Engine) -> None:
+    """At ε = 6 the noise is small: the answer is the clipped values' average (one row per person: no
+    reweighting), not the raw one (which the 20 outliers lift from about 50 to 125). (At a far larger
+    ε the histogram sees the outliers' bins, one or two persons each, and the range is kept.)"""
+    result = engine.execute("SELECT AVG(x), STDDEV_POP(x) FROM t", analyst="alice", epsilon=6)
+    lower, upper = _range(result.notes)
+    values = [_value(i) for i in range(PERSONS)]
+    clipped_values = [min(max(v, float(lower)), float(upper)) for v in values]
+    clipped = statistics.fmean(clipped_values)
+    spread = statistics.pstdev(clipped_values)
+    raw = statistics.fmean(values)
+    [(average, deviation)] = result.rows
+    assert average == pytest.approx(clipped, abs=2)
+    assert deviation == pytest.approx(spread, abs=5)
+    assert abs(average - raw) > 50
+
+
+def test_the_two_statements_cost_the_statements_epsilon_exactly(database: Path, tmp_path: Path) -> None:
+    with Engine.open(parse_policy(_policy(budget=1.0)), str(database), tmp_path / "l.sqlite") as engine:
+        for epsilon in (0.1, 0.3, 0.6):
+            engine.execute("SELECT g, AVG(x) FROM t GROUP BY g", analyst="alice", epsilon=epsilon)
+        assert engine.budget("alice").spent.epsilon <= 1.0
+        with pytest.raises(BudgetExhausted):
+            engine.execute("SELECT AVG(x) FROM t", analyst="alice", epsilon=1e-3)
+
+
+def test_a_group_beyond_the_range_is_released_at_its_bound_with_an_interval_to_the_declared_one(
+    engine: Engine,
+) -> None:
+    result = engine.execute(
+        "SELECT band, AVG(x), dp_interval_low(AVG(x)), dp_interval_high(AVG(x)) FROM t GROUP BY band",
+        analyst="alice",
+        epsilon=1.0,
+    )
+    lower, upper = _range(result.notes)
+    rows = {band: (value, low, high) for band, value, low, high in result.rows}
+    value, _, high = rows["far"]
+    assert value <= float(upper)  # the 20 far persons' clipped values, noised, in the clipped range…
+    assert high == 10000  # …but the truth (7,375) may lie anywhere out to the declared bound
+    near = rows["near"]
+    assert near[2] < float(upper) and near[1] >= float(lower)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT AVG(rating) FROM t",  # 1 to 5: the column's own domain
+        "SELECT SUM(x) FROM t",  # sums keep their range: a clipped total would lose what lies beyond
+        "WITH s AS (SELECT pid, x FROM t) SELECT AVG(x) FROM s",
+        "SELECT AVG(x) FILTER (WHERE g = 'a') FROM t WHERE x IN (SELECT 1)",
+        "SELECT AVG(x * 2) FROM t",
+    ],
+)
+def test_statements_that_keep_the_declared_range(engine: Engine, sql: str) -> None:
+    spy = Spy(engine.backend)
+    engine.backend = spy  # type: ignore[assignment]
+    try:
+        result = engine.execute(sql, analyst="alice", epsilon=0.5)
+    except Exception:  # some are refused; none is clipped
+        result = None
+    assert not any(PER_BIN in s for s in spy.sent)  # no histogram
+    if result is not None:
+        assert not any("clipped to" in n for n in result.notes)
+        assert "value ranges" not in engine.explain(sql).render()
+
+
+def test_a_table_with_fixed_bounds_keeps_the_declared_range(database: Path, tmp_path: Path) -> None:
+    with Engine.open(parse_policy(_policy(fixed=True)), str(database), None) as engine:
+        result = engine.execute("SELECT AVG(x) FROM t", analyst="alice", epsilon=0.5)
+        assert not any("clipped to" in n for n in result.notes)
+
+
+def test_a_repeat_is_replayed_free(database: Path, tmp_path: Path) -> None:
+    with Engine.open(parse_policy(_policy(replay=True)), str(database), tmp_path / "l.sqlite") as engine:
+        first = engine.execute("SELECT AVG(x) FROM t", analyst="alice", epsilon=0.5)
+        again = engine.execute("SELECT AVG(x) FROM t", analyst="alice", epsilon=0.5)
+        assert again.replayed and again.rows == first.rows
+        assert engine.budget("alice").spent.epsilon == 0.5
+
+
+def test_postgresql_answers_the_same_statements(demo_pg_dsn: str) -> None:
+    """The histogram's bin (floor of a numeric, cast to integer) and the clipped statement run on
+    PostgreSQL: the demo's visit costs (declared 0 to 20,000) are clipped to a range chosen privately
+    that holds their median."""
+    policy = Path(__file__).parent.parent / "policies" / "demo.yaml"
+    sql = "SELECT department, AVG(cost), STDDEV(cost), AVG(duration_minutes) FROM visits GROUP BY department"
+    with Engine.open(policy, demo_pg_dsn, None) as engine:
+        result = engine.execute(sql, analyst="alice", epsilon=1.0)
+        lower, upper = _range(result.notes, "visits.cost")
+        assert 2 * (upper - lower) <= 20000
+        assert len(result.rows) == 8
+        # The answer's columns are those Describe gives (what a driver was told before it ran).
+        described = engine.describe(sql).columns
+        assert [(c.name, c.type) for c in result.columns] == [(c.name, c.type) for c in described]
+    backend = open_backend(demo_pg_dsn)
+    try:
+        [(median,)] = backend.run("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY cost) FROM visits")
+        assert lower <= median <= upper
+    finally:
+        backend.close()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 7),
+            st.one_of(st.none(), st.floats(-100, 12000, allow_nan=False)),
+            st.sampled_from(["near", "far"]),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    lower=st.integers(0, 9000),
+    width=st.integers(1, 5000),
+)
+def test_the_histogram_and_the_clipped_statement_are_certified(
+    rows: list[tuple[int, float | None, str]], lower: int, width: int
+) -> None:
+    """Both statements the clipping sends, over any data and any range the histogram could give:
+    every value each releases moves by at most its sensitivity when a person is removed (the
+    certificate of tests/certify.py, on DuckDB)."""
+    engine = Engine(parse_policy(_policy()), None, dialect="duckdb")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (pid INTEGER, x DOUBLE, rating INTEGER, g TEXT, band TEXT)")
+    con.executemany("INSERT INTO t VALUES (?, ?, 3, 'a', ?)", rows)
+
+    def run(sql: str, without: int | None) -> list[tuple]:
+        if without is None:
+            return con.execute(sql).fetchall()
+        con.execute("BEGIN")
+        try:
+            con.execute("DELETE FROM t WHERE pid = ?", [without])
+            return con.execute(sql).fetchall()
+        finally:
+            con.execute("ROLLBACK")
+
+    plan = engine.plan("SELECT band, AVG(x), STDDEV_POP(x) FROM t GROUP BY band", epsilon=0.5)
+    parts = clip_parts(engine, plan, None)
+    assert parts is not None
+    [column] = parts.columns
+    histogram = engine.prepare(histogram_sql(parts, column), epsilon=0.1, bounds=ONE_ROW)
+    assert isinstance(histogram, Plan)
+    chosen = (Decimal(lower), Decimal(min(lower + width, 10000)))
+    tree, _ = clipped_tree(parts, {(column.table, column.policy.name): chosen})
+    main = engine.plan(tree.sql("postgres"), epsilon=0.4)
+    persons = {pid for pid, _, _ in rows}
+    for statement in (histogram, main):
+        certify(statement, run, persons)
