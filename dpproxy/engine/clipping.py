@@ -199,10 +199,12 @@ def _literal(value: Decimal) -> exp.Expression:
 
 def histogram_sql(parts: ClipParts, column: Column) -> str:
     """The histogram statement of `column` (the module docstring, 1): the bin of a value is
-    floor((x − lower) · BINS / (upper − lower)), BINS for the upper bound itself (counted in the last
-    bin); NULL for NULL, which no named key holds."""
-    x = column.sql
-    offset = exp.Paren(this=exp.Sub(this=x.copy(), expression=exp.Paren(this=_literal(column.lower))))
+    floor((x::double precision − lower) · BINS / (upper − lower)), BINS for the upper bound itself
+    (counted in the last bin); NULL for NULL, which no named key holds."""
+    # In double precision: exact arithmetic on a numeric column made the histogram five times slower
+    # (DuckDB, DECIMAL(38, 10)), and a bin needs no exactness.
+    x = exp.Cast(this=column.sql.copy(), to=exp.DataType.build("double"))
+    offset = exp.Paren(this=exp.Sub(this=x, expression=exp.Paren(this=_literal(column.lower))))
     scaled = exp.Mul(this=offset, expression=_literal(column.per_bin))
     bins = exp.Cast(this=exp.Floor(this=scaled), to=exp.DataType.build("integer"))
     named = exp.In(this=bins.copy(), expressions=[exp.Literal.number(i) for i in range(BINS + 1)])
