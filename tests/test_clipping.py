@@ -21,12 +21,13 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlglot import exp
 
 from dpproxy.backends import open_backend
-from dpproxy.engine import Engine, Plan
-from dpproxy.engine.clipping import ONE_ROW, clip_parts, clipped_tree, histogram_sql
+from dpproxy.engine import Engine, Plan, clipping
+from dpproxy.engine.clipping import ONE_ROW, Column, chosen_range, clip_parts, clipped_tree, histogram_sql
 from dpproxy.errors import BudgetExhausted
-from dpproxy.policy import parse_policy
+from dpproxy.policy import ColumnPolicy, TablePolicy, column_type_from_sql, parse_policy
 from tests.certify import certify
 
 PERSONS = 2000
@@ -109,32 +110,30 @@ def test_an_average_of_a_wide_column_reads_a_histogram_then_the_clipped_statemen
     result = engine.execute("SELECT AVG(x) FROM t", analyst="alice", epsilon=0.5)
     assert len(spy.sent) == 2
     lower, upper = _range(result.notes)
-    # The persons' values lie in 0–100 (bins of 312.5): the first bin, widened by one.
-    assert lower == 0 and upper == Decimal("625")
+    # The persons' values lie in 0–100 (bins of 312.5): the first bin, widened by two.
+    assert lower == 0 and upper == Decimal("937.50")
     # The bin is floor(x · 32 / 10,000): its constant is in the histogram only, the range's in the
     # clipped statement only.
-    assert PER_BIN in spy.sent[0] and "625" not in spy.sent[0]
-    assert PER_BIN not in spy.sent[1] and "625" in spy.sent[1]
+    assert PER_BIN in spy.sent[0] and "937.5" not in spy.sent[0]
+    assert PER_BIN not in spy.sent[1] and "937.5" in spy.sent[1]
     assert result.cost.epsilon == 0.5
     assert engine.budget("alice").spent.epsilon == 0.5  # one entry: both statements, ε in all
     explained = engine.explain("SELECT AVG(x) FROM t").render()
-    assert "value ranges: averages and spreads of t.x (0 to 10000)" in explained
+    assert "value ranges: averages of t.x (0 to 10000)" in explained
 
 
 def test_the_value_released_is_the_average_of_the_clipped_values(engine: Engine) -> None:
     """At ε = 6 the noise is small: the answer is the clipped values' average (one row per person: no
-    reweighting), not the raw one (which the 20 outliers lift from about 50 to 125). (At a far larger
-    ε the histogram sees the outliers' bins, one or two persons each, and the range is kept.)"""
-    result = engine.execute("SELECT AVG(x), STDDEV_POP(x) FROM t", analyst="alice", epsilon=6)
+    reweighting), not the raw one (which the 20 outliers lift from about 50 to 125), however the
+    column is spelled. (At a far larger ε the histogram sees the outliers' bins, one or two persons
+    each, and the range is kept.)"""
+    result = engine.execute("SELECT AVG(x), AVG(t.x) FROM t", analyst="alice", epsilon=6)
     lower, upper = _range(result.notes)
     values = [_value(i) for i in range(PERSONS)]
-    clipped_values = [min(max(v, float(lower)), float(upper)) for v in values]
-    clipped = statistics.fmean(clipped_values)
-    spread = statistics.pstdev(clipped_values)
+    clipped = statistics.fmean(min(max(v, float(lower)), float(upper)) for v in values)
     raw = statistics.fmean(values)
-    [(average, deviation)] = result.rows
-    assert average == pytest.approx(clipped, abs=2)
-    assert deviation == pytest.approx(spread, abs=5)
+    [(average, spelled)] = result.rows
+    assert average == pytest.approx(clipped, abs=2) and spelled == pytest.approx(clipped, abs=2)
     assert abs(average - raw) > 50
 
 
@@ -172,6 +171,11 @@ def test_a_group_beyond_the_range_is_released_at_its_bound_with_an_interval_to_t
         "WITH s AS (SELECT pid, x FROM t) SELECT AVG(x) FROM s",
         "SELECT AVG(x) FILTER (WHERE g = 'a') FROM t WHERE x IN (SELECT 1)",
         "SELECT AVG(x * 2) FROM t",
+        "SELECT STDDEV(x), VAR_POP(x) FROM t",  # a spread is ruled by its tails: never clipped
+        "SELECT band, AVG(x) FROM t GROUP BY band HAVING AVG(x) > 1000",  # rows kept by clipped values
+        "SELECT band, AVG(x) AS a FROM t GROUP BY band ORDER BY a DESC LIMIT 1",
+        "SELECT AVG(x) FROM t WHERE pid < 300",  # 300 persons: too few to see a range (the note says so)
+        "SELECT AVG(a.x), AVG(b.x) FROM t a JOIN t b ON a.pid = b.pid",  # one alias's range not the other's
     ],
 )
 def test_statements_that_keep_the_declared_range(engine: Engine, sql: str) -> None:
@@ -181,9 +185,13 @@ def test_statements_that_keep_the_declared_range(engine: Engine, sql: str) -> No
         result = engine.execute(sql, analyst="alice", epsilon=0.5)
     except Exception:  # some are refused; none is clipped
         result = None
-    assert not any(PER_BIN in s for s in spy.sent)  # no histogram
     if result is not None:
         assert not any("clipped to" in n for n in result.notes)
+    if "pid < 300" in sql:  # asked, and kept
+        assert result is not None and any("declared range 0 to 10000 kept" in n for n in result.notes)
+        return
+    assert not any(PER_BIN in s for s in spy.sent)  # no histogram
+    if result is not None:
         assert "value ranges" not in engine.explain(sql).render()
 
 
@@ -199,6 +207,72 @@ def test_a_repeat_is_replayed_free(database: Path, tmp_path: Path) -> None:
         again = engine.execute("SELECT AVG(x) FROM t", analyst="alice", epsilon=0.5)
         assert again.replayed and again.rows == first.rows
         assert engine.budget("alice").spent.epsilon == 0.5
+
+
+def _column(lower: str, upper: str, kind: str = "double precision") -> Column:
+    policy = ColumnPolicy("x", column_type_from_sql(kind), Decimal(lower), Decimal(upper))
+    return Column("t", policy, exp.column("x"))
+
+
+def test_the_range_holds_the_bins_of_2e_persons_two_more_and_all_but_3_percent() -> None:
+    """chosen_range on released counts (e = 10): the bins holding 20 or more, two more bins each side;
+    then more while the bins beyond hold over 3% of the persons (less a sixth of e each, what noise
+    clamped at 0 puts in an empty bin); the declared range over fewer than 10 · 2e persons, or when
+    the range would not halve it."""
+    column = _column("0", "3200")  # bins of 100
+    bulk = [(0, 900.0), (1, 600.0), (2, 300.0)]
+    assert chosen_range(column, bulk, 10.0) == (Decimal(0), Decimal(500))
+    # 240 persons (13%) spread thin beyond, 15 a bin (under 2e each): the range reaches over them.
+    thin = bulk + [(i, 15.0) for i in range(10, 26)]
+    lower, upper = chosen_range(column, thin, 10.0)
+    assert lower == 0 and upper >= 2500
+    # A stray bin of noise far from the data does not make the range.
+    assert chosen_range(column, [(0, 150.0), (1, 30.0), (30, 25.0)], 10.0) == (Decimal(0), Decimal(3200))
+    # Too few persons in all (under 200), or no bin of 2e: declared.
+    assert chosen_range(column, [(0, 150.0), (1, 30.0)], 10.0) == (Decimal(0), Decimal(3200))
+    assert chosen_range(column, [(i, 15.0) for i in range(32)], 10.0) == (Decimal(0), Decimal(3200))
+    # Not half the declared width: declared.
+    wide = [(i, 100.0) for i in range(15)]
+    assert chosen_range(column, wide, 10.0) == (Decimal(0), Decimal(3200))
+    # The upper bound itself (bin 32) counts in the last bin; integer columns round outwards.
+    integer = _column("-5", "315", "integer")  # bins of 10
+    assert chosen_range(integer, [(3, 500.0), (4, 200.0)], 10.0) == (Decimal(5), Decimal(65))
+    assert chosen_range(integer, [(31, 300.0), (32, 400.0)], 10.0) == (Decimal(285), Decimal(315))
+
+
+def test_a_range_too_wide_for_the_bins_factor_keeps_its_declared_range() -> None:
+    """BINS / (upper − lower) is written with 12 decimals: a range over 3.2e10 wide would have it
+    rounded by more than 0.05% (0 to 2.4e13: 1e-12 for 1.33e-12, every bin a quarter off), so it is
+    not narrowed; below, the bins' edges are read from the rounded factor, as the SQL computes them."""
+    tables = {
+        "t": TablePolicy(
+            "t",
+            (
+                ColumnPolicy("pid", column_type_from_sql("integer")),
+                ColumnPolicy("x", column_type_from_sql("bigint"), Decimal(0), Decimal("2.4e13")),
+            ),
+            privacy_unit="pid",
+        )
+    }
+    assert clipping._column(tables, exp.column("x")) is None
+    column = _column("0", "30000000")
+    assert column.per_bin == Decimal("0.000001066667")
+    assert column.edge(1) == 1 / column.per_bin
+
+
+def test_a_gaussian_policy_under_pure_accounting_spends_the_statements_delta_once(
+    database: Path, tmp_path: Path
+) -> None:
+    """The histogram is noised with Laplace under pure accounting (public keys, one row per person:
+    δ = 0), so the statement's δ is the clipped statement's alone, as EXPLAIN says (a Gaussian
+    histogram spent the per-query δ once more)."""
+    text = _policy().replace("max_epsilon: 10000,", "max_epsilon: 10000, mechanism: gaussian,")
+    with Engine.open(parse_policy(text), str(database), tmp_path / "l.sqlite") as engine:
+        planned = engine.plan("SELECT band, AVG(x) FROM t GROUP BY band", epsilon=0.5).cost
+        result = engine.execute("SELECT band, AVG(x) FROM t GROUP BY band", analyst="alice", epsilon=0.5)
+        assert any("values clipped to" in n for n in result.notes)
+        assert result.cost.delta == planned.delta > 0
+        assert engine.budget("alice").spent.delta == planned.delta
 
 
 def test_postgresql_answers_the_same_statements(demo_pg_dsn: str) -> None:

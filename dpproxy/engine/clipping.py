@@ -1,7 +1,7 @@
-"""Value ranges chosen per query (docs/privacy.md §3, "Value ranges chosen per query"): an AVG, VAR or
-STDDEV of a column whose declared range is wide is answered as two private queries under one charge —
-a histogram of the column's values first, then the query with the aggregate's argument clipped to
-the range the histogram shows the values in.
+"""Value ranges chosen per query (docs/privacy.md §3, "Value ranges chosen per query"): an AVG of a
+column whose declared range is wide is answered as two private queries under one charge — a histogram
+of the column's values first, then the query with the AVG's argument clipped to the range the
+histogram shows the values in.
 
 A column's declared bounds are the most any value may be (an arrival delay of −90 to 1,300 minutes),
 while an average's noise grows with the width of the range its values are clipped to: nearly all
@@ -10,16 +10,18 @@ narrower range needs. The data owner cannot know the range a question needs (del
 one month); the query learns it privately:
 
 1. **The histogram** (`histogram_sql`): for each such column, `SELECT <bin of the column>,
-   COUNT(*) … WHERE <the query's WHERE> AND <bin> IN (0, …, BINS − 1) GROUP BY 1`, over the query's
-   own tables and joins, BINS equal bins of the declared range. It is an ordinary private query,
-   analysed and planned as any other: its keys are the values the query names (public, zero-filled),
-   and each person counts for one row in all (`SessionBounds(rows=1)`: a person's rows are scaled to
-   one row's worth), so a person moves the whole histogram by at most 1. It takes 1/SHARE of the
-   query's ε, split among the columns.
+   COUNT(*) … WHERE <the query's WHERE> AND <bin> IN (0, …, BINS) GROUP BY 1`, over the query's own
+   tables and joins, BINS equal bins of the declared range. It is an ordinary private query, analysed
+   and planned as any other: its keys are the values the query names (public, zero-filled), and each
+   person counts for one row in all (`SessionBounds(rows=1)`: a person's rows are scaled to one row's
+   worth), so a person moves the whole histogram by at most 1. It takes 1/SHARE of the query's ε,
+   split among the columns, with Laplace noise under pure accounting (δ = 0: `histogram_plan`).
 2. **The range** (`chosen_range`): from the released counts and their 95% error e, the bins that hold
-   at least 2e persons' worth (a bin of no one's reaches 2e with probability 0.1%), widened by one bin
-   on each side. Post-processing of released counts: any range is private.
-3. **The query** (`clipped_tree`): the statement with each such aggregate's argument `x` written as
+   at least 2e persons' worth (a bin of no one's reaches 2e with probability 0.1%), widened by MARGIN
+   bins on each side, and further while the bins beyond hold more than CUT_SHARE of the persons; the
+   declared range when the histogram holds fewer than MIN_PERSONS · 2e persons' worth, or when the
+   range would not halve it. Post-processing of released counts: any range is private.
+3. **The query** (`clipped_tree`): the statement with each such AVG's argument `x` written as
    `CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END`, analysed afresh (the
    analyser derives its range from the constants) and answered at the rest of ε.
 
@@ -28,11 +30,13 @@ range is said in the NOTICE. One reservation holds both costs before anything ru
 limit (dpproxy.engine.series): the clipped query's cost is the statement's own at the rest of ε,
 known before its range is. The charge stands once the histogram was sent (dpproxy.engine.charge).
 
-Which queries: a plain SELECT (no WITH, subquery, window or set operation) over tables whose bounds
-each query chooses (not `contribution_bounds: fixed`, not every row its own person), whose AVG, VAR
-or STDDEV take a bare column of a protected table with a declared number range of more than
-MIN_STEPS steps of its grid (a rating of 1 to 5 is its own range; a double always qualifies), at
-most MAX_COLUMNS such columns; not under `dpproxy.target_error`. Everything else runs as before.
+Which queries: a plain SELECT (no WITH, subquery, window or set operation; no HAVING, and no ORDER BY
+with LIMIT or OFFSET, which would keep or drop rows by clipped values) over tables whose bounds each
+query chooses (not `contribution_bounds: fixed`, not every row its own person), whose AVGs take a
+bare column of a protected table with a declared number range of more than MIN_STEPS steps of its
+grid (a rating of 1 to 5 is its own range; a double always qualifies), at most MAX_COLUMNS such
+columns; not under `dpproxy.target_error`. VAR and STDDEV keep their declared range (CLIPPED).
+Everything else runs as before.
 """
 
 from __future__ import annotations
@@ -47,13 +51,13 @@ from sqlglot import exp
 
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
-from dpproxy.engine.plan import Plan
+from dpproxy.engine.plan import Plan, plan_private
 from dpproxy.engine.protocol import EngineLike
 from dpproxy.errors import PrivateQueryFailed
-from dpproxy.policy import AnalystPolicy, ColumnPolicy, TablePolicy
+from dpproxy.policy import AnalystPolicy, ColumnPolicy, Mechanism, TablePolicy
 from dpproxy.privacy.accounting import even_share, remainder, sum_up
 from dpproxy.results import Result
-from dpproxy.sql.bounds import SessionBounds, contribution_bounds
+from dpproxy.sql.bounds import SessionBounds, contribution_bounds, with_session_bounds
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
@@ -66,18 +70,33 @@ MAX_COLUMNS = 3
 # A declared range of at most this many steps of its column's grid is the column's own domain (a
 # rating, a month): not narrowed.
 MIN_STEPS = 128
-# The aggregates whose argument is clipped: averages and spreads, whose noise grows with the range.
-# Digits of BINS / (upper − lower) in the histogram's bin expression (a range wider than 10^12 / BINS…
-# is not narrowed: its bins would be rounded to nothing).
+# Digits of BINS / (upper − lower) in the histogram's bin expression, and its least value: a range
+# wider than BINS / MIN_PER_BIN (3.2·10^10) is not narrowed (its factor would be rounded by more than
+# 0.05%, and the bins' edges are read from the rounded factor).
 PER_BIN_DIGITS = 12
+MIN_PER_BIN = Decimal("1e-9")
+# Bins added on each side of those that hold 2e persons' worth.
+MARGIN = 2
+# A range is chosen only over at least MIN_PERSONS · 2e persons' worth (about 720 at ε = 0.5): with
+# fewer, the bins that reach 2e are the mode's alone (a carrier's 200 planes: its delays clipped at
+# 40 minutes, 15% of its flights cut) or a bin of noise (25 planes: averaged at 214 to 1,213).
+MIN_PERSONS = 10
+# …and cuts at most this share of them on each side (less the noise of the bins beyond it): bins are
+# added to the range until it does.
+CUT_SHARE = 0.03
 # Each person counts for one row's worth in a histogram (their rows scaled to it).
 ONE_ROW = SessionBounds(rows=1)
-CLIPPED = (exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
+# The aggregates whose argument is clipped: averages, whose noise grows with the range. Not VAR or
+# STDDEV: a spread is ruled by its tails, and clipping never widens it (clipping is 1-Lipschitz), so
+# a few persons far out, too few for the histogram to see at its share of ε, made it wrong by ten
+# times (a standard deviation of 64 for 744), its ± covering the clipped value only; on the flights
+# the standard deviation of delays came out 12–16% low, of one carrier's 50% low.
+CLIPPED = (exp.Avg,)
 
 
 @dataclass(frozen=True)
 class Column:
-    """A column whose values a query's averages and spreads read, with its declared range."""
+    """A column whose values a query's averages read, with its declared range."""
 
     table: str
     policy: ColumnPolicy
@@ -99,8 +118,9 @@ class Column:
         return (Decimal(BINS) / (self.upper - self.lower)).quantize(Decimal(1).scaleb(-PER_BIN_DIGITS))
 
     def edge(self, i: int) -> Decimal:
-        """The lower edge of bin i (i = BINS: the upper bound)."""
-        return self.lower + (self.upper - self.lower) * i / BINS
+        """The lower edge of bin i as the histogram's SQL computes bins (from `per_bin`, rounded),
+        at most the upper bound."""
+        return min(self.lower + i / self.per_bin, self.upper)
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,7 @@ class ClipParts:
     tree: exp.Select
     columns: tuple[Column, ...]
     bounds: SessionBounds | None
+    tables: dict[str, TablePolicy]  # by the name the statement refers to each with
 
 
 def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> ClipParts | None:
@@ -121,13 +142,19 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
         return None
     if bounds is not None and bounds.target_error is not None:
         return None
-    if not any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates):
+    if not any(a.kind is AggregateKind.AVG for a in query.aggregates):
         return None
     try:
         tree = sqlglot.parse_one(query.text, read="postgres")
     except sqlglot.errors.ParseError:
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("with") is not None:
+        return None
+    if tree.args.get("having") is not None or (
+        tree.args.get("order") is not None and (tree.args.get("limit") or tree.args.get("offset"))
+    ):
+        # Rows kept or dropped by a clipped value: a group whose values lie beyond the range would be
+        # filtered out by its clipped average (HAVING AVG(x) > 1000 dropped a group averaging 7,375).
         return None
     if any(isinstance(n, (exp.Subquery, exp.Window, exp.SetOperation)) for n in tree.walk()):
         return None
@@ -146,7 +173,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
             found.setdefault((column.table, column.policy.name), column)
     if not found or len(found) > MAX_COLUMNS:
         return None
-    return ClipParts(tree, tuple(found.values()), bounds)
+    return ClipParts(tree, tuple(found.values()), bounds, tables)
 
 
 def _tables(engine: EngineLike, tree: exp.Select) -> dict[str, TablePolicy] | None:
@@ -161,7 +188,9 @@ def _tables(engine: EngineLike, tree: exp.Select) -> dict[str, TablePolicy] | No
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
             return None
         policy = engine.policy.table(table.name if table.this.quoted else table.name.lower())
-        if policy is None:
+        if policy is None or any(t is policy for t in found.values()):
+            # A table under two names (a self-join): a histogram of one alias's values would clip
+            # the other's (AVG(b.x) answered 494 for 3,275 from a.x's range).
             return None
         found[table.alias_or_name.lower()] = policy
     return found
@@ -186,7 +215,7 @@ def _column(tables: dict[str, TablePolicy], node: exp.Column) -> Column | None:
         return None
     assert isinstance(column.upper, Decimal)
     width = column.upper - column.lower
-    if width.scaleb(column.grid_scale) <= MIN_STEPS or not 10**-PER_BIN_DIGITS < BINS / width < 10**12:
+    if width.scaleb(column.grid_scale) <= MIN_STEPS or not MIN_PER_BIN <= BINS / width < 10**12:
         return None
     return Column(table.name, column, node)
 
@@ -219,8 +248,9 @@ def histogram_sql(parts: ClipParts, column: Column) -> str:
 def chosen_range(
     column: Column, counts: Sequence[tuple[object, object]], error: float | None
 ) -> tuple[Decimal, Decimal]:
-    """The range of `column` from its released histogram (the module docstring, 2): the declared
-    range when no bin holds 2e persons' worth."""
+    """The range of `column` from its released histogram (the module docstring, 2), or its declared
+    range: with fewer than MIN_PERSONS · 2e persons' worth in all, with no bin holding 2e, or when
+    the range would not halve the declared one."""
     by_bin: dict[int, float] = {}
     for b, c in counts:
         if b is not None and c is not None:
@@ -228,10 +258,21 @@ def chosen_range(
             by_bin[i] = by_bin.get(i, 0.0) + float(c)  # type: ignore[arg-type]
     if error is None:
         return column.lower, column.upper
+    total = sum(by_bin.values())
     held = [i for i in range(BINS) if by_bin.get(i, 0.0) >= 2 * error]
-    if not held:
+    if total < MIN_PERSONS * 2 * error or not held:
         return column.lower, column.upper
-    low, high = max(0, held[0] - 1), min(BINS, held[-1] + 2)
+    low, high = max(0, held[0] - MARGIN), min(BINS, held[-1] + 1 + MARGIN)  # bins low … high − 1
+
+    def beyond(bins: range) -> float:
+        # What the bins hold, less what noise clamped at 0 puts in a bin that holds no one (Laplace:
+        # half its scale, a sixth of e; a Gaussian's is less).
+        return sum(by_bin.get(i, 0.0) - error / 6 for i in bins)
+
+    while high < BINS and beyond(range(high, BINS)) > CUT_SHARE * total:
+        high += 1
+    while low > 0 and beyond(range(0, low)) > CUT_SHARE * total:
+        low -= 1
     digits = column.policy.grid_scale
     unit = Decimal(1).scaleb(-digits)
     lower = column.edge(low).quantize(unit, rounding=ROUND_FLOOR) if low > 0 else column.lower
@@ -247,15 +288,14 @@ def chosen_range(
 def clipped_tree(
     parts: ClipParts, ranges: dict[tuple[str, str], tuple[Decimal, Decimal]]
 ) -> tuple[exp.Select, dict[str, Column]]:
-    """The statement with each average's and spread's argument clipped to its column's range (the
-    module docstring, 3), and the clipped arguments' SQL with their columns."""
+    """The statement with each AVG's argument clipped to its column's range (the module docstring,
+    3), and the clipped arguments' SQL with their columns."""
     tree = parts.tree.copy()
     arguments: dict[str, Column] = {}
-    tables = {c.sql.sql("postgres"): c for c in parts.columns}
     for node in list(tree.find_all(*CLIPPED)):
         argument = node.this
-        column = tables.get(argument.sql("postgres")) if isinstance(argument, exp.Column) else None
-        if column is None:
+        column = _column(parts.tables, argument) if isinstance(argument, exp.Column) else None
+        if column is None:  # `x` and `t.x` are one column, clipped alike
             continue
         lower, upper = ranges[(column.table, column.policy.name)]
         if lower <= column.lower and upper >= column.upper:
@@ -282,11 +322,27 @@ def with_reach(query: PrivateQuery, arguments: dict[str, Column]) -> PrivateQuer
     for aggregate in query.aggregates:
         _, _, rest = aggregate.text.partition("(")
         column = arguments.get(rest[:-1]) if rest.endswith(")") else None
-        if column is not None and (aggregate.kind is AggregateKind.AVG or aggregate.kind.is_spread):
+        if column is not None and aggregate.kind is AggregateKind.AVG:
             reach = Interval(column.lower, column.upper)
             aggregate = dataclasses.replace(aggregate, reach=reach)
         aggregates.append(aggregate)
     return dataclasses.replace(query, aggregates=tuple(aggregates))
+
+
+def histogram_plan(engine: EngineLike, sql: str, share: float) -> Plan | None:
+    """The histogram statement's plan at `share`, one row per person; None when it is not private.
+    Under pure accounting its noise is Laplace's whatever the policy's mechanism: its keys are
+    public and a person moves it by at most 1 in L1, so it is ε-DP with δ = 0, and the statement's δ
+    stays the clipped statement's alone (a Gaussian histogram spent the per-query δ once more)."""
+    query = engine.analyze_tree(sqlglot.parse_one(sql, read="postgres"), answer=True)
+    if not isinstance(query, PrivateQuery):
+        return None
+    policy = engine.policy
+    if policy.defaults.accounting == "pure" and policy.defaults.mechanism is not Mechanism.LAPLACE:
+        laplace = dataclasses.replace(policy.defaults, mechanism=Mechanism.LAPLACE)
+        policy = dataclasses.replace(policy, defaults=laplace)
+    query = with_session_bounds(query, ONE_ROW)
+    return plan_private(query, policy, share, engine.dialect, salt=engine.new_salt())
 
 
 def run_clipped(
@@ -304,8 +360,8 @@ def run_clipped(
     rest = remainder(epsilon, sum_up([share] * len(parts.columns)))
     histograms = []
     for column in parts.columns:
-        histogram = engine.prepare(histogram_sql(parts, column), epsilon=share, bounds=ONE_ROW)
-        if not isinstance(histogram, Plan):
+        histogram = histogram_plan(engine, histogram_sql(parts, column), share)
+        if histogram is None:
             return engine.run(plan, analyst=who, cancel=cancel, record=record)
         histograms.append(histogram)
     estimate = engine.plan_private(plan.query, rest, bounds=None)
@@ -314,13 +370,14 @@ def run_clipped(
         total = total + histogram.cost
     total = total + estimate.cost
     charge = engine.charge(who, total, plan.query.text, record)
-    ranges: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
-    for column, histogram in zip(parts.columns, histograms, strict=True):
-        released = engine.run_charged(histogram, charge, cancel)
-        ranges[(column.table, column.policy.name)] = chosen_range(
-            column, [(row[0], row[1]) for row in released.rows], released.columns[1].error95
-        )
+    answers = [engine.run_charged(histogram, charge, cancel) for histogram in histograms]
     try:
+        ranges = {
+            (column.table, column.policy.name): chosen_range(
+                column, [(row[0], row[1]) for row in released.rows], released.columns[1].error95
+            )
+            for column, released in zip(parts.columns, answers, strict=True)
+        }
         tree, arguments = clipped_tree(parts, ranges)
         main = engine.analyze_tree(tree, answer=True)
         if not isinstance(main, PrivateQuery):
@@ -340,16 +397,17 @@ def run_clipped(
 
 
 def _note(column: Column, chosen: tuple[Decimal, Decimal], share: float) -> str:
-    lower, upper = chosen
+    lower, upper = (format(end, "f") for end in chosen)
     name = f"{column.table}.{column.policy.name}"
-    if lower <= column.lower and upper >= column.upper:
+    declared_lower, declared_upper = format(column.lower, "f"), format(column.upper, "f")
+    if chosen[0] <= column.lower and chosen[1] >= column.upper:
         return (
-            f"averages and spreads of {name}: its declared range {column.lower} to {column.upper} kept "
-            f"(a private histogram of its values, at ε = {share:.3g}, found no narrower one)"
+            f"averages of {name}: its declared range {declared_lower} to {declared_upper} kept (a "
+            f"private histogram of its values, at ε = {share:.3g}, found no range half as wide)"
         )
     return (
-        f"averages and spreads of {name}: values clipped to {lower} to {upper} (declared {column.lower} "
-        f"to {column.upper}), a range chosen privately from a histogram of the persons' values at "
+        f"averages of {name}: values clipped to {lower} to {upper} (declared {declared_lower} to "
+        f"{declared_upper}), a range chosen privately from a histogram of the persons' values at "
         f"ε = {share:.3g}; what lies outside it moves them (not in the ±)"
     )
 
@@ -363,9 +421,19 @@ def explain_clipping(engine: EngineLike, plan: Plan, bounds: SessionBounds | Non
     share = even_share(plan.epsilon / SHARE, len(parts.columns))
     names = ", ".join(f"{c.table}.{c.policy.name} ({c.lower} to {c.upper})" for c in parts.columns)
     return (
-        f"averages and spreads of {names}: a private histogram of each column's values ({BINS} bins of "
-        f"its declared range, one row per person, ε = {share:.3g} each) is asked first; the "
-        "statement then runs with their arguments clipped to the bins that hold the values (widened "
-        "by one bin; the declared range when that does not halve it), at the rest of ε; the plan "
+        f"averages of {names}: a private histogram of each column's values ({BINS} bins of its "
+        f"declared range, one row per person, ε = {share:.3g} each{_laplace(engine)}) is asked "
+        "first; the statement "
+        f"then runs with the AVGs' arguments clipped to the bins that hold at least twice the counts' "
+        f"95% error, {MARGIN} more on each side (more while those beyond hold over "
+        f"{CUT_SHARE:.0%} of the persons; the declared range when that does not halve it, or over "
+        f"fewer than {MIN_PERSONS} times that error's double in persons), at the rest of ε; the plan "
         "below is the statement's before clipping"
     )
+
+
+def _laplace(engine: EngineLike) -> str:
+    defaults = engine.policy.defaults
+    if defaults.accounting == "pure" and defaults.mechanism is not Mechanism.LAPLACE:
+        return ", Laplace noise: δ = 0"
+    return ""

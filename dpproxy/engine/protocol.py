@@ -29,6 +29,7 @@ class EngineLike(Protocol):
     policy: Policy
     ledger: Ledger | None
     database: str | None
+    dialect: str
     new_salt: Callable[[], str]
     REPLAY_MAX_ROWS: int
 

@@ -203,10 +203,10 @@ class Aggregate:
     centre: int = 0
     histogram: int = -1  # QUANTILE, MODE: index into PrivateQuery.histograms
     alpha: Fraction | None = None  # QUANTILE: the fraction (0: MIN, 1: MAX)
-    # AVG, VAR, STDDEV whose argument the engine clipped to a range chosen per query
-    # (dpproxy.engine.clipping): the column's declared range, which the value as asked lies in. Its
-    # interval's ends are clamped into it, not into `interval`, and an AVG's end that reaches a
-    # clipped bound reaches on to the declared one (dpproxy.release.intervals).
+    # An AVG whose argument the engine clipped to a range chosen per query (dpproxy.engine.clipping):
+    # the column's declared range, which the value as asked lies in. Its interval's ends are clamped
+    # into it, not into `interval`, and an end that reaches a clipped bound reaches on to the
+    # declared one (dpproxy.release.intervals).
     reach: Interval | None = None
 
 
