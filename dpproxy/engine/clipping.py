@@ -17,9 +17,10 @@ one month); the query learns it privately:
    worth), so a person moves the whole histogram by at most 1. It takes 1/SHARE of the query's ε,
    split among the columns, with Laplace noise under pure accounting (δ = 0: `histogram_plan`).
 2. **The range** (`chosen_range`): from the released counts and their 95% error e, the bins that hold
-   at least 2e persons' worth (a bin of no one's reaches 2e with probability 0.1%), widened by MARGIN
+   at least HELD·e persons' worth (a bin of no one's reaches 3e with probability 6·10^-5 under
+   Laplace noise, 0.2% that one of 33 does), widened by MARGIN
    bins on each side, and further while the bins beyond hold more than CUT_SHARE of the persons; the
-   declared range when the histogram holds fewer than MIN_PERSONS · 2e persons' worth, or when the
+   declared range when the histogram holds fewer than MIN_PERSONS · e persons' worth, or when the
    range would not halve it. Post-processing of released counts: any range is private.
 3. **The query** (`clipped_tree`): the statement with each such AVG's argument `x` written as
    `CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END`, analysed afresh (the
@@ -32,7 +33,8 @@ known before its range is. The charge stands once the histogram was sent (dpprox
 
 Which queries: a plain SELECT (no WITH, subquery, window or set operation; no HAVING, and no ORDER BY
 with LIMIT or OFFSET, which would keep or drop rows by clipped values) over tables whose bounds each
-query chooses (not `contribution_bounds: fixed`, not every row its own person), whose AVGs take a
+query chooses (not `contribution_bounds: fixed`, not every row its own person) and which do not say
+`value_ranges: declared`, whose AVGs take a
 bare column of a protected table with a declared number range of more than MIN_STEPS steps of its
 grid (a rating of 1 to 5 is its own range; a double always qualifies), at most MAX_COLUMNS such
 columns; not under `dpproxy.target_error`. VAR and STDDEV keep their declared range (CLIPPED).
@@ -75,12 +77,15 @@ MIN_STEPS = 128
 # 0.05%, and the bins' edges are read from the rounded factor).
 PER_BIN_DIGITS = 12
 MIN_PER_BIN = Decimal("1e-9")
-# Bins added on each side of those that hold 2e persons' worth.
-MARGIN = 2
-# A range is chosen only over at least MIN_PERSONS · 2e persons' worth (about 720 at ε = 0.5): with
-# fewer, the bins that reach 2e are the mode's alone (a carrier's 200 planes: its delays clipped at
+# A bin holds values when its count is at least HELD times the counts' 95% error e: 2e let a bin of no
+# one's through in 4% of histograms (33 bins), which made the range span the declared one.
+HELD = 3
+# Bins added on each side of those that hold HELD·e persons' worth.
+MARGIN = 3
+# A range is chosen only over at least MIN_PERSONS · e persons' worth (about 720 at ε = 0.5): with
+# fewer, the bins that reach HELD·e are the mode's alone (a carrier's 200 planes: its delays clipped at
 # 40 minutes, 15% of its flights cut) or a bin of noise (25 planes: averaged at 214 to 1,213).
-MIN_PERSONS = 10
+MIN_PERSONS = 20
 # …and cuts at most this share of them on each side (less the noise of the bins beyond it): bins are
 # added to the range until it does.
 CUT_SHARE = 0.03
@@ -206,7 +211,7 @@ def _column(tables: dict[str, TablePolicy], node: exp.Column) -> Column | None:
         if len(candidates) != 1:
             return None
     table = candidates[0]
-    if table is None or table.public or table.unit_is_row:
+    if table is None or table.public or table.unit_is_row or table.value_ranges != "chosen":
         return None
     column = table.column(name)
     if column is None or not column.type.is_number or not column.bounded or not column.summable:
@@ -249,7 +254,7 @@ def chosen_range(
     column: Column, counts: Sequence[tuple[object, object]], error: float | None
 ) -> tuple[Decimal, Decimal]:
     """The range of `column` from its released histogram (the module docstring, 2), or its declared
-    range: with fewer than MIN_PERSONS · 2e persons' worth in all, with no bin holding 2e, or when
+    range: with fewer than MIN_PERSONS · e persons' worth in all, with no bin holding HELD·e, or when
     the range would not halve the declared one."""
     by_bin: dict[int, float] = {}
     for b, c in counts:
@@ -259,8 +264,8 @@ def chosen_range(
     if error is None:
         return column.lower, column.upper
     total = sum(by_bin.values())
-    held = [i for i in range(BINS) if by_bin.get(i, 0.0) >= 2 * error]
-    if total < MIN_PERSONS * 2 * error or not held:
+    held = [i for i in range(BINS) if by_bin.get(i, 0.0) >= HELD * error]
+    if total < MIN_PERSONS * error or not held:
         return column.lower, column.upper
     low, high = max(0, held[0] - MARGIN), min(BINS, held[-1] + 1 + MARGIN)  # bins low … high − 1
 
@@ -424,10 +429,10 @@ def explain_clipping(engine: EngineLike, plan: Plan, bounds: SessionBounds | Non
         f"averages of {names}: a private histogram of each column's values ({BINS} bins of its "
         f"declared range, one row per person, ε = {share:.3g} each{_laplace(engine)}) is asked "
         "first; the statement "
-        f"then runs with the AVGs' arguments clipped to the bins that hold at least twice the counts' "
-        f"95% error, {MARGIN} more on each side (more while those beyond hold over "
+        f"then runs with the AVGs' arguments clipped to the bins that hold at least {HELD} times the "
+        f"counts' 95% error, {MARGIN} more on each side (more while those beyond hold over "
         f"{CUT_SHARE:.0%} of the persons; the declared range when that does not halve it, or over "
-        f"fewer than {MIN_PERSONS} times that error's double in persons), at the rest of ε; the plan "
+        f"fewer than {MIN_PERSONS} times that error in persons), at the rest of ε; the plan "
         "below is the statement's before clipping"
     )
 

@@ -86,6 +86,10 @@ ROW_BOUNDING = ("clamp", "sample")
 # Whether each query chooses its contribution bounds within the table's limits (`chosen`, the
 # default: the limits are ceilings) or uses the limits themselves (`fixed`), see TablePolicy.
 CONTRIBUTION_BOUNDS = ("chosen", "fixed")
+# Whether an AVG of a column with a wide declared range clips its values to a range chosen per query
+# (`chosen`, the default, with contribution_bounds chosen) or reads them within the declared bounds
+# (`declared`), see TablePolicy.
+VALUE_RANGES = ("chosen", "declared")
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,10 @@ class TablePolicy(NamedColumns[ColumnPolicy]):
     # bounds it uses within them, privately (docs/privacy.md §3, "Bounds chosen per query");
     # "fixed": every query uses the limits themselves, enforced by `row_bounding`.
     contribution_bounds: str = "chosen"
+    # "chosen": an AVG of a column whose declared range is wide clips its values to a range a private
+    # histogram shows them in (docs/privacy.md §3, "Value ranges chosen per query"; with
+    # contribution_bounds chosen only); "declared": the declared bounds, one statement.
+    value_ranges: str = "chosen"
     # COUNT(DISTINCT unit) … WHERE predicate is answered by randomized response (the survey
     # protocol: each person reports whether the predicate holds for them, truthfully with p = 3/4).
     randomized_response: bool = False

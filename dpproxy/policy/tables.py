@@ -22,6 +22,7 @@ from dpproxy.policy.marked_yaml import Node
 from dpproxy.policy.model import (
     CONTRIBUTION_BOUNDS,
     ROW_BOUNDING,
+    VALUE_RANGES,
     ColumnPolicy,
     TablePolicy,
     UnitReference,
@@ -52,6 +53,7 @@ _PRIVACY_KEYS = (
     "max_rows_per_unit",
     "row_bounding",
     "contribution_bounds",
+    "value_ranges",
     "randomized_response",
     "unit_unique",
 )
@@ -320,6 +322,7 @@ class _Contributions(TypedDict):
     unit_unique: bool
     row_bounding: str
     contribution_bounds: str
+    value_ranges: str
 
 
 def _read_contributions(
@@ -328,7 +331,7 @@ def _read_contributions(
     """How much each person of a protected table contributes and how that is enforced, keyed by the
     `TablePolicy` fields, which are the policy's keys: max_groups_per_unit and max_rows_per_unit
     (1..MAX_CONTRIBUTIONS, 1 with `privacy_unit: row`; 1 when absent or refused), randomized_response,
-    unit_unique, row_bounding and contribution_bounds (fixed when rows are sampled)."""
+    unit_unique, row_bounding, contribution_bounds (fixed when rows are sampled) and value_ranges."""
     limits = {}
     for key in ("max_groups_per_unit", "max_rows_per_unit"):
         limits[key] = 1
@@ -395,7 +398,21 @@ def _read_contributions(
             )
         elif value_text is not None:
             bounds = value_text
+    value_ranges = "chosen"
+    if "value_ranges" in entries:
+        value_ranges = (
+            read_choice(
+                entries["value_ranges"],
+                f"{path}.value_ranges",
+                p,
+                VALUE_RANGES,
+                what="a way of ranging averaged values",
+                fix="write chosen (each AVG's range chosen per query) or declared (the declared bounds)",
+            )
+            or value_ranges
+        )
     return _Contributions(
+        value_ranges=value_ranges,
         max_groups_per_unit=limits["max_groups_per_unit"],
         max_rows_per_unit=limits["max_rows_per_unit"],
         randomized_response=flags["randomized_response"],
