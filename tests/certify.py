@@ -253,3 +253,24 @@ def certify_fixed(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None
         _certify_carried(plan, measured, measured_neighbour, unit)
         for i, sensitivity in enumerate(sensitivities):
             assert l1[i] <= g * sensitivity, (plan.query.text, i, l1[i], g, sensitivity)
+
+
+def runner(kind: str, conn) -> Runner:  # type: ignore[no-untyped-def]
+    """Rows of a statement on D, or on D minus person `without` (deleted from table t by pid inside a
+    rolled-back transaction), on a raw DuckDB or PostgreSQL connection."""
+
+    def run(sql: str, without: int | None = None) -> list[tuple]:
+        if without is None:
+            return conn.execute(sql).fetchall()
+        if kind == "postgres":
+            with conn.transaction(force_rollback=True):
+                conn.execute("DELETE FROM t WHERE pid = %s", (without,))
+                return conn.execute(sql).fetchall()
+        conn.execute("BEGIN")
+        try:
+            conn.execute("DELETE FROM t WHERE pid = ?", [without])
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.execute("ROLLBACK")
+
+    return run

@@ -28,7 +28,7 @@ from dpproxy.engine import Engine, Plan, clipping
 from dpproxy.engine.clipping import ONE_ROW, Column, chosen_range, clip_parts, clipped_tree, histogram_sql
 from dpproxy.errors import BudgetExhausted, PolicyError
 from dpproxy.policy import ColumnPolicy, TablePolicy, column_type_from_sql, parse_policy
-from tests.certify import certify
+from tests.certify import certify, runner
 
 PERSONS = 2000
 OUTLIERS = 20
@@ -350,16 +350,7 @@ def test_the_histogram_and_the_clipped_statement_are_certified(
     con = duckdb.connect()
     con.execute("CREATE TABLE t (pid INTEGER, x DOUBLE, rating INTEGER, g TEXT, band TEXT)")
     con.executemany("INSERT INTO t VALUES (?, ?, 3, 'a', ?)", rows)
-
-    def run(sql: str, without: int | None) -> list[tuple]:
-        if without is None:
-            return con.execute(sql).fetchall()
-        con.execute("BEGIN")
-        try:
-            con.execute("DELETE FROM t WHERE pid = ?", [without])
-            return con.execute(sql).fetchall()
-        finally:
-            con.execute("ROLLBACK")
+    run = runner("duckdb", con)
 
     plan = engine.plan("SELECT band, AVG(x), STDDEV_POP(x) FROM t GROUP BY band", epsilon=0.5)
     parts = clip_parts(engine, plan, None)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.sql.query import ComponentKind
-from tests.certify import at_ceilings, certify, measure
+from tests.certify import at_ceilings, certify, measure, runner
 from tests.sql.test_certificates import CERT_SETTINGS
 
 POLICY = """
@@ -124,24 +124,6 @@ def load(kind: str, conn, people: list[list[tuple]]) -> None:
             cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s)", rows)
     else:
         conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
-
-
-def runner(kind: str, conn):
-    def run(sql: str, without: int | None = None) -> list[tuple]:
-        if without is None:
-            return conn.execute(sql).fetchall()
-        if kind == "postgres":
-            with conn.transaction(force_rollback=True):
-                conn.execute("DELETE FROM t WHERE pid = %s", (without,))
-                return conn.execute(sql).fetchall()
-        conn.execute("BEGIN")
-        try:
-            conn.execute("DELETE FROM t WHERE pid = ?", [without])
-            return conn.execute(sql).fetchall()
-        finally:
-            conn.execute("ROLLBACK")
-
-    return run
 
 
 row = st.tuples(
