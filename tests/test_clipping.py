@@ -304,6 +304,33 @@ def test_a_gaussian_policy_under_pure_accounting_spends_the_statements_delta_onc
         assert engine.budget("alice").spent.delta <= 3 * planned.delta
 
 
+def test_a_range_released_to_an_analyst_is_used_again_over_the_same_rows(
+    database: Path, tmp_path: Path
+) -> None:
+    """With replay on, the range of a column over the same rows (tables, joins, WHERE) released to an
+    analyst earlier in the data epoch is used again: one statement, the whole ε for it, the NOTICE
+    says so. Another WHERE asks a histogram of its own; another analyst never reads it."""
+    text = _policy(replay=True).replace("analysts:\n", "analysts:\n  bob: {epsilon: 100, delta: 1.0e-3}\n")
+    with Engine.open(parse_policy(text), str(database), tmp_path / "l.sqlite") as engine:
+        spy = Spy(engine.backend)
+        engine.backend = spy  # type: ignore[assignment]
+        first = engine.execute("SELECT g, AVG(x) FROM t GROUP BY g", analyst="alice", epsilon=0.5)
+        assert len(spy.sent) == 2
+        [chosen] = [n for n in first.notes if "averages of t.x" in n]
+        again = engine.execute("SELECT band, AVG(x) FROM t GROUP BY band", analyst="alice", epsilon=0.5)
+        assert len(spy.sent) == 3 and again.cost.epsilon == 0.5
+        [reused] = [n for n in again.notes if "averages of t.x" in n]
+        assert "released to you earlier over the same rows (no ε spent on it now)" in reused
+        if "values clipped to" in chosen:
+            assert _range(first.notes) == _range(again.notes)
+            assert format(_range(first.notes)[1], "f") in spy.sent[-1]
+        assert engine.budget("alice").spent.epsilon == 1.0
+        engine.execute("SELECT band, AVG(x) FROM t WHERE g = 'a' GROUP BY band", analyst="alice", epsilon=0.5)
+        assert len(spy.sent) == 5  # another WHERE: its own histogram
+        engine.execute("SELECT band, AVG(x) FROM t GROUP BY band", analyst="bob", epsilon=0.5)
+        assert len(spy.sent) == 7  # another analyst: their own
+
+
 def test_postgresql_answers_the_same_statements(demo_pg_dsn: str) -> None:
     """The histogram's bin (floor of a numeric, cast to integer) and the clipped statement run on
     PostgreSQL: the demo's visit costs (declared 0 to 20,000) are clipped to a range chosen privately

@@ -44,6 +44,8 @@ Everything else runs as before.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -57,9 +59,11 @@ from dpproxy.engine.plan import Plan, plan_private
 from dpproxy.engine.protocol import EngineLike
 from dpproxy.errors import PrivateQueryFailed
 from dpproxy.policy import AnalystPolicy, ColumnPolicy, Mechanism, TablePolicy
+from dpproxy.privacy import Cost
 from dpproxy.privacy.accounting import even_share, remainder, sum_up
 from dpproxy.results import Result
 from dpproxy.sql.bounds import SessionBounds, contribution_bounds, with_session_bounds
+from dpproxy.sql.clock import session_zone
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
@@ -358,31 +362,33 @@ def run_clipped(
     cancel: Cancellation | None,
     record: StatementRecord | None,
 ) -> Result:
-    """The histograms, then the clipped statement, under one charge of the statement's ε."""
+    """The histograms, then the clipped statement, under one charge of the statement's ε. A range
+    this analyst was released before over the same rows (`stored_ranges`) is used again, its
+    histogram not asked: its share of ε goes to the statement."""
+    stored = stored_ranges(engine, who, parts)
+    fresh = [column for column in parts.columns if _key(column) not in stored]
     epsilon = plan.epsilon
     # Shares whose sum, rounded up as the ledger adds, is at most the statement's ε.
-    share = even_share(epsilon / SHARE, len(parts.columns))
-    rest = remainder(epsilon, sum_up([share] * len(parts.columns)))
+    share = even_share(epsilon / SHARE, len(fresh)) if fresh else 0.0
+    rest = remainder(epsilon, sum_up([share] * len(fresh))) if fresh else epsilon
     histograms = []
-    for column in parts.columns:
+    for column in fresh:
         histogram = histogram_plan(engine, histogram_sql(parts, column), share)
         if histogram is None:
             return engine.run(plan, analyst=who, cancel=cancel, record=record)
         histograms.append(histogram)
     estimate = engine.plan_private(plan.query, rest, bounds=None)
-    total = histograms[0].cost
-    for histogram in histograms[1:]:
+    total = Cost.ZERO
+    for histogram in histograms:
         total = total + histogram.cost
     total = total + estimate.cost
     charge = engine.charge(who, total, plan.query.text, record)
     answers = [engine.run_charged(histogram, charge, cancel) for histogram in histograms]
     try:
-        ranges = {
-            (column.table, column.policy.name): chosen_range(
-                column, [(row[0], row[1]) for row in released.rows], released.columns[1].error95
-            )
-            for column, released in zip(parts.columns, answers, strict=True)
-        }
+        ranges = dict(stored)
+        for column, released in zip(fresh, answers, strict=True):
+            counts = [(row[0], row[1]) for row in released.rows]
+            ranges[_key(column)] = chosen_range(column, counts, released.columns[1].error95)
         tree, arguments = clipped_tree(parts, ranges)
         main = engine.analyze_tree(tree, answer=True)
         if not isinstance(main, PrivateQuery):
@@ -394,26 +400,83 @@ def run_clipped(
     except BaseException as error:
         raise charge.fail(error, keep=True) from None
     result = engine.run_charged(main_plan, charge, cancel)
-    notes = tuple(
-        _note(column, ranges[(column.table, column.policy.name)], share) for column in parts.columns
-    )
+    notes = tuple(_note(c, ranges[_key(c)], None if _key(c) in stored else share) for c in parts.columns)
     result = dataclasses.replace(result, notes=(*result.notes, *notes))
-    return charge.commit(result, total)
+    committed = charge.commit(result, total)
+    store_ranges(engine, who, parts, {_key(c): ranges[_key(c)] for c in fresh})
+    return committed
 
 
-def _note(column: Column, chosen: tuple[Decimal, Decimal], share: float) -> str:
+def _key(column: Column) -> tuple[str, str]:
+    return (column.table, column.policy.name)
+
+
+def _range_key(engine: EngineLike, parts: ClipParts, column: Column) -> str | None:
+    """Where a range released to an analyst is kept (the replay store, `defaults.replay`): the
+    policy, the histogram's statement (the statement's tables, joins and WHERE, the column and its
+    bins), the session's time zone and the data epoch; None without replay or a ledger."""
+    if engine.ledger is None or not engine.policy.defaults.replay:
+        return None
+    material = json.dumps(
+        [
+            "value range",
+            engine.policy_digest,
+            histogram_sql(parts, column),
+            session_zone(),
+            engine.policy.defaults.data_epoch,
+        ]
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def stored_ranges(
+    engine: EngineLike, who: AnalystPolicy, parts: ClipParts
+) -> dict[tuple[str, str], tuple[Decimal, Decimal]]:
+    """The ranges of `parts`' columns released to this analyst before, in this data epoch, over the
+    same rows: using one again is post-processing of a release they already hold, as a replayed
+    answer is (docs/privacy.md §3)."""
+    found: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
+    for column in parts.columns:
+        key = _range_key(engine, parts, column)
+        payload = None if key is None or engine.ledger is None else engine.ledger.replay_get(who.name, key)
+        if payload is not None:
+            lower, upper = json.loads(payload)
+            found[_key(column)] = (Decimal(lower), Decimal(upper))
+    return found
+
+
+def store_ranges(
+    engine: EngineLike,
+    who: AnalystPolicy,
+    parts: ClipParts,
+    ranges: dict[tuple[str, str], tuple[Decimal, Decimal]],
+) -> None:
+    """Keep the ranges just released to this analyst for their later statements (`stored_ranges`)."""
+    for column in parts.columns:
+        key = _range_key(engine, parts, column)
+        if key is not None and engine.ledger is not None and _key(column) in ranges:
+            lower, upper = ranges[_key(column)]
+            engine.ledger.replay_put(who.name, key, json.dumps([str(lower), str(upper)]).encode())
+
+
+def _note(column: Column, chosen: tuple[Decimal, Decimal], share: float | None) -> str:
     lower, upper = (format(end, "f") for end in chosen)
     name = f"{column.table}.{column.policy.name}"
     declared_lower, declared_upper = format(column.lower, "f"), format(column.upper, "f")
+    source = (
+        "the range a private histogram released to you earlier over the same rows (no ε spent on it now)"
+        if share is None
+        else f"a private histogram of its values, at ε = {share:.3g}"
+    )
     if chosen[0] <= column.lower and chosen[1] >= column.upper:
         return (
-            f"averages of {name}: its declared range {declared_lower} to {declared_upper} kept (a "
-            f"private histogram of its values, at ε = {share:.3g}, found no range half as wide)"
+            f"averages of {name}: its declared range {declared_lower} to {declared_upper} kept ({source}, "
+            "found no range half as wide)"
         )
     return (
         f"averages of {name}: values clipped to {lower} to {upper} (declared {declared_lower} to "
-        f"{declared_upper}), a range chosen privately from a histogram of the persons' values at "
-        f"ε = {share:.3g}; what lies outside it moves them (not in the ±)"
+        f"{declared_upper}), a range chosen privately ({source}); what lies outside it moves them (not in "
+        "the ±)"
     )
 
 
