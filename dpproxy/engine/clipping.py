@@ -57,7 +57,7 @@ from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
 from dpproxy.engine.plan import Plan, plan_private
 from dpproxy.engine.protocol import EngineLike
-from dpproxy.errors import PrivateQueryFailed
+from dpproxy.errors import DPProxyError, PrivateQueryFailed
 from dpproxy.policy import AnalystPolicy, ColumnPolicy, Mechanism, TablePolicy
 from dpproxy.privacy import Cost
 from dpproxy.privacy.accounting import even_share, remainder, sum_up
@@ -282,16 +282,21 @@ def chosen_range(
         high += 1
     while low > 0 and beyond(range(0, low)) > CUT_SHARE * total:
         low -= 1
-    digits = column.policy.grid_scale
-    unit = Decimal(1).scaleb(-digits)
-    lower = column.edge(low).quantize(unit, rounding=ROUND_FLOOR) if low > 0 else column.lower
-    upper = column.edge(high).quantize(unit, rounding=ROUND_CEILING) if high < BINS else column.upper
-    lower, upper = max(lower, column.lower), min(upper, column.upper)
+    lower, upper = _edges(column, low, high)
     if 2 * (upper - lower) > column.upper - column.lower:
         # Less than halving the range halves the noise less than the clipping may move the answer
         # (the flights' distances: 0 to 2,812 of 5,000 cut Honolulu's flights): the declared range.
         return column.lower, column.upper
     return lower, upper
+
+
+def _edges(column: Column, low: int, high: int) -> tuple[Decimal, Decimal]:
+    """The range from the lower edge of bin `low` to the upper edge of bin `high` − 1, rounded
+    outwards onto the column's grid, within the declared range."""
+    unit = Decimal(1).scaleb(-column.policy.grid_scale)
+    lower = column.edge(low).quantize(unit, rounding=ROUND_FLOOR) if low > 0 else column.lower
+    upper = column.edge(high).quantize(unit, rounding=ROUND_CEILING) if high < BINS else column.upper
+    return max(lower, column.lower), min(upper, column.upper)
 
 
 def clipped_tree(
@@ -343,7 +348,10 @@ def histogram_plan(engine: EngineLike, sql: str, share: float) -> Plan | None:
     Under pure accounting its noise is Laplace's whatever the policy's mechanism: its keys are
     public and a person moves it by at most 1 in L1, so it is ε-DP with δ = 0, and the statement's δ
     stays the clipped statement's alone (a Gaussian histogram spent the per-query δ once more)."""
-    query = engine.analyze_tree(sqlglot.parse_one(sql, read="postgres"), answer=True)
+    try:
+        query = engine.analyze_tree(sqlglot.parse_one(sql, read="postgres"), answer=True)
+    except DPProxyError:  # of the text and the policy alone, before any charge: the plain statement
+        return None
     if not isinstance(query, PrivateQuery):
         return None
     policy = engine.policy
@@ -352,6 +360,17 @@ def histogram_plan(engine: EngineLike, sql: str, share: float) -> Plan | None:
         policy = dataclasses.replace(policy, defaults=laplace)
     query = with_session_bounds(query, ONE_ROW)
     return plan_private(query, policy, share, engine.dialect, salt=engine.new_salt())
+
+
+def _clips(engine: EngineLike, parts: ClipParts) -> bool:
+    """Whether the statement clipped to a range (bins 1 to 15 of each declared one, in its place)
+    is analysed as a private query: checked before anything is charged, so that a statement the
+    analyser would refuse once clipped is answered plainly instead of failing after its histogram."""
+    placeholder = {_key(c): _edges(c, 1, BINS // 2) for c in parts.columns}
+    try:
+        return isinstance(engine.analyze_tree(clipped_tree(parts, placeholder)[0], answer=True), PrivateQuery)
+    except DPProxyError:
+        return False
 
 
 def run_clipped(
@@ -374,7 +393,7 @@ def run_clipped(
     histograms = []
     for column in fresh:
         histogram = histogram_plan(engine, histogram_sql(parts, column), share)
-        if histogram is None:
+        if histogram is None or not _clips(engine, parts):
             return engine.run(plan, analyst=who, cancel=cancel, record=record)
         histograms.append(histogram)
     estimate = engine.plan_private(plan.query, rest, bounds=None)
