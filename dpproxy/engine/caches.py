@@ -18,11 +18,16 @@ A statement with new constants is analysed cold. (Earlier versions re-bound lear
 public templates by editing emitted text; an analyst made one run SQL the analyser had refused. The
 cost of not doing so is measured in bench/cpu.py and the README's Performance section.)
 
+Also here: `kept_key`, the key of what the ledger keeps for an analyst (a replayed answer, a released
+value range), which no reload or new epoch may reuse.
+
 Nothing here analyses SQL or runs it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,3 +65,11 @@ class PlanCaches:
     def __init__(self, size: int = SIZE) -> None:
         self.private: LRU[CacheKey, Plan] = LRU(size)
         self.public: LRU[CacheKey, PublicStatement] = LRU(size)
+
+
+def kept_key(policy_digest: str, data_epoch: int | str, *material: str) -> str:
+    """The key under which the ledger keeps something released to an analyst: the policy, `material`
+    (what was asked), the session's time zone (which casts to timestamptz are folded in) and the
+    operator's data epoch — nothing read from the database (dpproxy.engine.replay.replay_key)."""
+    digest = json.dumps([policy_digest, *material, session_zone(), data_epoch])
+    return hashlib.sha256(digest.encode()).hexdigest()

@@ -44,7 +44,6 @@ Everything else runs as before.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from sqlglot import exp
 
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
+from dpproxy.engine.caches import kept_key
 from dpproxy.engine.plan import Plan, plan_private
 from dpproxy.engine.protocol import EngineLike
 from dpproxy.errors import DPProxyError, PrivateQueryFailed
@@ -63,7 +63,6 @@ from dpproxy.privacy import Cost
 from dpproxy.privacy.accounting import even_share, remainder, sum_up
 from dpproxy.results import Result
 from dpproxy.sql.bounds import SessionBounds, contribution_bounds, with_session_bounds
-from dpproxy.sql.clock import session_zone
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
@@ -179,7 +178,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
             continue
         column = _column(tables, argument)
         if column is not None:
-            found.setdefault((column.table, column.policy.name), column)
+            found.setdefault(_key(column), column)
     if not found or len(found) > MAX_COLUMNS:
         return None
     return ClipParts(tree, tuple(found.values()), bounds, tables)
@@ -311,7 +310,7 @@ def clipped_tree(
         column = _column(parts.tables, argument) if isinstance(argument, exp.Column) else None
         if column is None:  # `x` and `t.x` are one column, clipped alike
             continue
-        lower, upper = ranges[(column.table, column.policy.name)]
+        lower, upper = ranges[_key(column)]
         if lower <= column.lower and upper >= column.upper:
             continue
         clipped: exp.Expression = argument.copy()
@@ -384,7 +383,10 @@ def run_clipped(
     """The histograms, then the clipped statement, under one charge of the statement's ε. A range
     this analyst was released before over the same rows (`stored_ranges`) is used again, its
     histogram not asked: its share of ε goes to the statement."""
-    stored = stored_ranges(engine, who, parts)
+    if not _clips(engine, parts):
+        return engine.run(plan, analyst=who, cancel=cancel, record=record)
+    statements = {_key(column): histogram_sql(parts, column) for column in parts.columns}
+    stored = stored_ranges(engine, who, statements)
     fresh = [column for column in parts.columns if _key(column) not in stored]
     epsilon = plan.epsilon
     # Shares whose sum, rounded up as the ledger adds, is at most the statement's ε.
@@ -392,8 +394,8 @@ def run_clipped(
     rest = remainder(epsilon, sum_up([share] * len(fresh))) if fresh else epsilon
     histograms = []
     for column in fresh:
-        histogram = histogram_plan(engine, histogram_sql(parts, column), share)
-        if histogram is None or not _clips(engine, parts):
+        histogram = histogram_plan(engine, statements[_key(column)], share)
+        if histogram is None:
             return engine.run(plan, analyst=who, cancel=cancel, record=record)
         histograms.append(histogram)
     estimate = engine.plan_private(plan.query, rest, bounds=None)
@@ -422,7 +424,7 @@ def run_clipped(
     notes = tuple(_note(c, ranges[_key(c)], None if _key(c) in stored else share) for c in parts.columns)
     result = dataclasses.replace(result, notes=(*result.notes, *notes))
     committed = charge.commit(result, total)
-    store_ranges(engine, who, parts, {_key(c): ranges[_key(c)] for c in fresh})
+    store_ranges(engine, who, statements, {_key(c): ranges[_key(c)] for c in fresh})
     return committed
 
 
@@ -430,51 +432,41 @@ def _key(column: Column) -> tuple[str, str]:
     return (column.table, column.policy.name)
 
 
-def _range_key(engine: EngineLike, parts: ClipParts, column: Column) -> str | None:
-    """Where a range released to an analyst is kept (the replay store, `defaults.replay`): the
-    policy, the histogram's statement (the statement's tables, joins and WHERE, the column and its
-    bins), the session's time zone and the data epoch; None without replay or a ledger."""
+def _range_key(engine: EngineLike, histogram: str) -> str | None:
+    """Where a range released to an analyst is kept (the replay store, `defaults.replay`), keyed by
+    its histogram's statement (the statement's tables, joins and WHERE, the column and its bins) as a
+    replayed answer is by its statement (caches.kept_key); None without replay or a ledger."""
     if engine.ledger is None or not engine.policy.defaults.replay:
         return None
-    material = json.dumps(
-        [
-            "value range",
-            engine.policy_digest,
-            histogram_sql(parts, column),
-            session_zone(),
-            engine.policy.defaults.data_epoch,
-        ]
-    )
-    return hashlib.sha256(material.encode()).hexdigest()
+    return kept_key(engine.policy_digest, engine.policy.defaults.data_epoch, "value range", histogram)
 
 
 def stored_ranges(
-    engine: EngineLike, who: AnalystPolicy, parts: ClipParts
+    engine: EngineLike, who: AnalystPolicy, histograms: dict[tuple[str, str], str]
 ) -> dict[tuple[str, str], tuple[Decimal, Decimal]]:
-    """The ranges of `parts`' columns released to this analyst before, in this data epoch, over the
-    same rows: using one again is post-processing of a release they already hold, as a replayed
-    answer is (docs/privacy.md §3)."""
+    """The ranges of the columns whose histogram statements `histograms` holds, released to this
+    analyst before, in this data epoch, over the same rows: using one again is post-processing of a
+    release they already hold, as a replayed answer is (docs/privacy.md §3)."""
     found: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
-    for column in parts.columns:
-        key = _range_key(engine, parts, column)
+    for column, sql in histograms.items():
+        key = _range_key(engine, sql)
         payload = None if key is None or engine.ledger is None else engine.ledger.replay_get(who.name, key)
         if payload is not None:
             lower, upper = json.loads(payload)
-            found[_key(column)] = (Decimal(lower), Decimal(upper))
+            found[column] = (Decimal(lower), Decimal(upper))
     return found
 
 
 def store_ranges(
     engine: EngineLike,
     who: AnalystPolicy,
-    parts: ClipParts,
+    histograms: dict[tuple[str, str], str],
     ranges: dict[tuple[str, str], tuple[Decimal, Decimal]],
 ) -> None:
     """Keep the ranges just released to this analyst for their later statements (`stored_ranges`)."""
-    for column in parts.columns:
-        key = _range_key(engine, parts, column)
-        if key is not None and engine.ledger is not None and _key(column) in ranges:
-            lower, upper = ranges[_key(column)]
+    for column, (lower, upper) in ranges.items():
+        key = _range_key(engine, histograms[column])
+        if key is not None and engine.ledger is not None:
             engine.ledger.replay_put(who.name, key, json.dumps([str(lower), str(upper)]).encode())
 
 

@@ -31,6 +31,7 @@ from dpproxy.release.aggregates import column_errors, fine_components
 from dpproxy.release.post_processing import refuse_constant_errors
 from dpproxy.results import ResultColumn
 from dpproxy.sql.bounds import choosing, component_bounds, distinct_bounds
+from dpproxy.sql.postprocess.intervals import round_digits
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
 from dpproxy.sql.rewrite.row_pipeline import RefinementStatement, refinement_statement
@@ -349,8 +350,7 @@ def _rounding_slack(wrappers: Sequence[exp.Expression], inner: PgType) -> float 
     slack, current = 0.0, inner
     for node in reversed(wrappers):
         if isinstance(node, exp.Round):
-            decimals = node.args.get("decimals")
-            digits = 0 if decimals is None else _integer(decimals)
+            digits = round_digits(node)
             if digits is None:
                 return None
             slack += 0.0 if current.is_integer and digits >= 0 else 10.0**-digits
@@ -360,14 +360,3 @@ def _rounding_slack(wrappers: Sequence[exp.Expression], inner: PgType) -> float 
                 slack += 1.0
             current = target
     return slack
-
-
-def _integer(node: exp.Expression) -> int | None:
-    """The value of an integer constant (in parentheses, negated), else None."""
-    sign = 1
-    while isinstance(node, (exp.Paren, exp.Neg)):
-        sign = -sign if isinstance(node, exp.Neg) else sign
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
-        return sign * int(node.this)
-    return None

@@ -4,7 +4,7 @@ imports them all (no import circle, type hints included)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
 from sqlglot import exp
@@ -45,10 +45,6 @@ class EngineLike(Protocol):
     def plan_private(
         self, query: PrivateQuery, epsilon: float, *, salt: str | None = None, bounds: SessionBounds | None
     ) -> Plan: ...
-
-    def prepare(
-        self, sql: str, params: Sequence[object] = (), *, epsilon: float, bounds: SessionBounds | None = None
-    ) -> object: ...
 
     def backend_or_fail(self) -> Backend: ...
 

@@ -3,11 +3,9 @@ or run and charged, its answer then stored for replay (`defaults.replay`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 from dpproxy.audit import StatementRecord
 from dpproxy.backends import Cancellation
+from dpproxy.engine.caches import kept_key
 from dpproxy.engine.clipping import clip_parts, run_clipped
 from dpproxy.engine.plan import Plan
 from dpproxy.engine.protocol import EngineLike
@@ -17,7 +15,6 @@ from dpproxy.privacy import Cost
 from dpproxy.release.stream import streamable
 from dpproxy.results import Result, ResultStream, decode_result, encode_result
 from dpproxy.sql.bounds import SessionBounds
-from dpproxy.sql.clock import session_zone
 
 
 def answer_plan(
@@ -32,7 +29,7 @@ def answer_plan(
     clip: bool = False,
 ) -> Result | ResultStream:
     """A private plan's answer: a stored one replayed, or streamed, or run and charged; with `clip`,
-    its averages' and spreads' value ranges chosen first when it has such (dpproxy.engine.clipping)."""
+    its averages' value ranges chosen first when it has such (dpproxy.engine.clipping)."""
     replay = replay_key(engine, plan) if engine.policy.defaults.replay and engine.ledger is not None else None
     if replay is not None:
         stored = engine.ledger.replay_get(who.name, replay)  # type: ignore[union-attr]
@@ -69,18 +66,8 @@ def replay_key(engine: EngineLike, plan: Plan) -> str:
     an epoch a repeat gets the answer from before any write; `defaults.data_epoch` says when the
     operator wants new answers.
     """
-    material = json.dumps(
-        [
-            engine.policy_digest,
-            plan.query.text,
-            repr(plan.epsilon),
-            repr(plan.delta),
-            repr(plan.query.bounds),
-            session_zone(),
-            engine.policy.defaults.data_epoch,
-        ]
-    )
-    return hashlib.sha256(material.encode()).hexdigest()
+    asked = (plan.query.text, repr(plan.epsilon), repr(plan.delta), repr(plan.query.bounds))
+    return kept_key(engine.policy_digest, engine.policy.defaults.data_epoch, *asked)
 
 
 def _replayed(engine: EngineLike, payload: bytes, analyst: AnalystPolicy) -> Result:

@@ -10,7 +10,6 @@ true value.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
@@ -142,13 +141,12 @@ def _interval_clamp(aggregate: Aggregate) -> tuple[Decimal | None, Decimal | Non
     Aggregate.reach)."""
     if aggregate.kind in COUNTS or aggregate.kind is AggregateKind.COUNT_RESPONSES:
         return Decimal(0), None
-    if aggregate.reach is not None:
-        aggregate = dataclasses.replace(aggregate, interval=aggregate.reach)
     interval = aggregate.interval
     if aggregate.kind is AggregateKind.SUM and interval is not None:
         return (Decimal(0) if interval.lo >= 0 else None), (Decimal(0) if interval.hi <= 0 else None)
     if aggregate.kind is AggregateKind.AVG and interval is not None:
-        return Decimal(interval.lo), Decimal(interval.hi)
+        holds = aggregate.reach or interval
+        return Decimal(holds.lo), Decimal(holds.hi)
     if aggregate.kind in (AggregateKind.VAR_POP, AggregateKind.STDDEV_POP) and interval is not None:
         # A population variance of values within the bounds is at most the half-width squared;
         # the sample versions' factor n/(n − 1) depends on the noisy count: only 0 bounds them.

@@ -125,17 +125,23 @@ def _monotone(node: exp.Expression) -> bool:
     if isinstance(node, exp.Cast):
         return from_sqlglot(node.args["to"]).is_number
     if isinstance(node, exp.Round):
-        return _integer_constant(node.args.get("decimals"))
+        return round_digits(node) is not None
     return isinstance(node, exp.Paren)
 
 
-def _integer_constant(node: exp.Expression | None) -> bool:
-    """No digits (round to an integer), or an integer constant (a bound parameter comes in parentheses)."""
-    if node is None:
-        return True
-    while isinstance(node, (exp.Paren, exp.Neg)):
-        node = node.this
-    return isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit()
+def round_digits(node: exp.Round) -> int | None:
+    """The digits ROUND(x, n) keeps: 0 without n, n when it is an integer constant (a bound parameter
+    comes in parentheses, a negative one under a minus), else None."""
+    digits = node.args.get("decimals")
+    sign = 1
+    while isinstance(digits, (exp.Paren, exp.Neg)):
+        sign = -sign if isinstance(digits, exp.Neg) else sign
+        digits = digits.this
+    if digits is None:
+        return 0
+    if isinstance(digits, exp.Literal) and not digits.is_string and digits.this.isdigit():
+        return sign * int(digits.this)
+    return None
 
 
 def refuse_exponential(call: exp.Anonymous, aggregate: str) -> NotSupported:
