@@ -3,6 +3,7 @@ and ± error of every released value, and the cost. Built without touching data 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,7 @@ from dpproxy.privacy import (
     Cost,
     QuantileSpec,
 )
-from dpproxy.privacy.bounds import DistinctChoice
+from dpproxy.privacy.bounds import CAPPED_SHARE, DistinctChoice
 from dpproxy.release import (
     selectors,
 )
@@ -167,6 +168,12 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                     ("three quarters of the persons" if choice.lower else "half the persons")
                     if choice.half
                     else "a quarter of the persons"
+                )
+            elif choice.decile and choice.resolved:
+                persons = math.ceil(choice.resolution / CAPPED_SHARE)
+                aim = (
+                    f"a tenth of the persons ({floor}), or {persons} where that is more than a tenth (about"
+                    " what the choice's noise moves it by), at most half of them"
                 )
             elif choice.decile:
                 aim = f"a tenth of the persons ({floor})"

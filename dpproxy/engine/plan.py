@@ -286,6 +286,7 @@ def _query_noise(
                 cells=cells,
                 decile=_aims_at_a_tenth(query),
                 floor=query.where is None,
+                resolved=not query.keys,
             )
             if kind == "rows"
             else BoundRequest(kind, candidates, median=query.needs_selection)

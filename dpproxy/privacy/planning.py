@@ -316,6 +316,7 @@ def _choices(
             a.decile,
             a.floor,
             a.lower,
+            a.resolved,
         )
         for a in asked
     )

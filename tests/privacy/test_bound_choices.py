@@ -6,6 +6,7 @@ for quantiles of a whole table, g at the median); which rule a query gets; and w
 
 from __future__ import annotations
 
+import math
 import random
 
 from hypothesis import given
@@ -205,18 +206,26 @@ def test_g_is_the_median_only_where_partition_selection_reads_the_counts() -> No
     added=st.integers(1, 120),
     target=st.integers(1, 60),
     decile=st.booleans(),
+    resolved=st.booleans(),
 )
 def test_the_rules_scored_in_tenths_move_every_score_by_at_most_ten(
-    rows: list[int], added: int, target: int, decile: bool
+    rows: list[int], added: int, target: int, decile: bool, resolved: bool
 ) -> None:
     """Per public group −|10·above_j − min(10·m·G, persons)|, for quantiles of a whole table
-    −|10·above_j − persons|, candidates below a quarter of the ceiling at a constant: adding a
-    person moves a score by at most 10, and the noise is calibrated for 10."""
-    choice = bound_choice("rows", CANDIDATES, target, Accounting.PURE, 0.1, capped=not decile, decile=decile)
+    −|10·above_j − persons| (the aim raised to the choice's resolution, up to half the persons,
+    when `resolved`), candidates below a quarter of the ceiling at a constant: adding a person moves
+    a score by at most 10, and the noise is calibrated for 10."""
+    # At ε = 1 a resolved aim is half the persons up to 15 of them, the resolution (7.8 persons
+    # above) from 16 to 77, the tenth beyond: the lists here reach the first two.
+    budget = 1.0 if resolved else 0.1
+    choice = bound_choice("rows", CANDIDATES, target, Accounting.PURE, budget, capped=not decile, decile=decile,
+                          resolved=resolved)  # fmt: skip
+    assert not (decile and resolved) or choice.resolution == 78
     before = choice.scores(*counts_of(rows))
     after = choice.scores(*counts_of([*rows, added]))
     assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= 10
-    assert choice.epsilon <= 0.1 and abs(choice.scale - 10 * unit_scale()) <= 1e-9 * choice.scale
+    unit = unit_scale() * 0.1 / budget
+    assert choice.epsilon <= budget and abs(choice.scale - 10 * unit) <= 1e-9 * choice.scale
 
 
 def test_the_rule_per_public_group_stays_within_a_tenth_of_the_persons_and_a_quarter_of_the_ceiling() -> None:
@@ -291,6 +300,42 @@ def test_the_rule_for_quantiles_of_a_whole_table_aims_at_a_tenth_of_the_persons(
     assert all(CANDIDATES[choice.select(*counts_of(light))] >= 32 for _ in range(100))
 
 
+def test_with_fewer_persons_than_the_choice_tells_apart_k_aims_at_its_resolution_up_to_half() -> None:
+    """A tenth of 300 persons is 30, fewer than the choice at ε = 0.1 tells apart: the resolved rule
+    aims at that many persons above (at most half of them); with 20,000 persons it is the tenth."""
+    rng = random.Random(13)
+    plain, resolved = (
+        bound_choice("rows", CANDIDATES, 5, Accounting.PURE, 0.1, decile=True, floor=False, resolved=r)
+        for r in (False, True)
+    )
+    assert resolved.resolved and not plain.resolved
+    # ceil(2 · scale · ln(7 rivals)), in tenths of a person: a constant of the noise and candidates.
+    assert resolved.resolution == math.ceil(2 * resolved.scale * math.log(len(CANDIDATES) - 1))
+    # 300 persons: a tenth have 65 to 100 rows, a further 30% 17 to 64, the rest 1 to 16.
+    rows = [rng.randint(65, 100) for _ in range(30)] + [rng.randint(17, 64) for _ in range(90)]
+    rows += [rng.randint(1, 16) for _ in range(180)]
+    above, persons = counts_of(rows)
+
+    def best(choice) -> int:
+        scores = choice.scores(above, persons)
+        return CANDIDATES[scores.index(max(scores))]
+
+    # In tenths of a person: the tenth (300) is below the resolution (about 78 persons), which is
+    # below half the persons (1,500).
+    assert persons < resolved.resolution < 5 * persons
+    assert best(plain) == 64  # 30 persons above 64: the tenth
+    # The aim is the resolution: the candidate leaving nearest that many persons above.
+    nearest = min(CANDIDATES, key=lambda k: abs(10 * sum(n > k for n in rows) - resolved.resolution))
+    assert best(resolved) == nearest < 64
+    # 100 persons, 1 to 100 rows each: the resolution is more than half of them, so half (50 above).
+    few = list(range(1, 101))
+    scores = resolved.scores(*counts_of(few))
+    assert CANDIDATES[scores.index(max(scores))] == 64  # 36 above 64 and 68 above 32: 64 is nearer 50
+    # Many persons: a tenth is more than the resolution, and the scores are the plain rule's.
+    many = [rng.randint(1, 100) for _ in range(20_000)]
+    assert resolved.scores(*counts_of(many)) == plain.scores(*counts_of(many))
+
+
 def test_quantiles_and_averages_of_a_whole_table_and_private_groups_aim_at_a_tenth_of_the_persons() -> None:
     engine = Engine(parse_policy(POLICY), None)
 
@@ -321,6 +366,13 @@ def test_quantiles_and_averages_of_a_whole_table_and_private_groups_aim_at_a_ten
     assert not rows_choice("SELECT MEDIAN(x), COUNT(*) FROM t").decile
     assert not rows_choice("SELECT MEDIAN(x), AVG(x) FROM t").decile
     assert not rows_choice("SELECT COUNT(*) FROM t").decile
+    # Without a GROUP BY the tenth gives way to what the choice tells apart (a small table, a WHERE).
+    assert rows_choice("SELECT AVG(x) FROM t WHERE x > 2").resolved
+    assert rows_choice("SELECT MEDIAN(x) FROM t").resolved
+    assert not rows_choice("SELECT name, COUNT(*) FROM t GROUP BY name").resolved
+    assert "where that is more than a tenth (about what the choice's noise moves it by), at most half" in (
+        engine.explain("SELECT AVG(x) FROM t WHERE x > 2").render()
+    )
     assert "aiming at a tenth of the persons (k at least a quarter of the ceiling)" in (
         engine.explain("SELECT MEDIAN(x) FROM t").render()
     )
