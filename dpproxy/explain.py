@@ -192,6 +192,8 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             what = (
                 "the noisy median of the persons' numbers of groups"
                 if choice.median
+                else "aiming at a tenth of the persons with more groups (counted in their first g)"
+                if choice.decile
                 else f"aiming at about {choice.target} person(s) with more groups (counted in their first g)"
             )
             name = "g, the groups a person counts in (partition selection, COUNT(DISTINCT unit))"

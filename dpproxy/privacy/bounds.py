@@ -120,7 +120,11 @@ integer scores of L∞ sensitivity 1 under adding or removing one person:
   was uniform over them: g = 120 as often as g = 1. Without partition selection
   (every key public) g only sizes COUNT(DISTINCT unit)'s noise against what it drops, as k does for
   rows: −|wider_j − m|, about m persons with more groups (`median` false). The median cut half the
-  persons out of some of their groups: users per genre on MovieLens came out 22% low.
+  persons out of some of their groups: users per genre on MovieLens came out 22% low. So a query
+  that releases COUNT(DISTINCT unit) per group through partition selection aims at a tenth of the
+  persons with more groups than g (`decile`, the rows' score over wider_j, sensitivity 10, no
+  floor): the flights' planes per destination came out 42% low at the median, their ± covering 6%
+  of the cells, and 10% low at a tenth, covering 94% (dpproxy.engine.plan._groups_request).
 
 Each choice costs its share of the query's budget, as OpenDP's map for report-noisy-max says (ε under
 pure accounting, ρ under zCDP); the values released at the chosen bound are calibrated for it. The
@@ -342,7 +346,7 @@ def bound_choice(
     half = half and quartile and kind == "rows"
     lower = lower and half
     weight = _quantile_weight(kind, quartile, median, half, lower)
-    decile = decile and kind == "rows" and weight is None
+    decile = decile and weight is None
     capped = (capped or decile) and weight is None
     # The floor (no k below a quarter of the ceiling) stays where it was asked with the cap; but k
     # never aims at more than a tenth of the persons above it, whatever the rule: with fewer persons

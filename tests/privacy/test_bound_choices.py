@@ -181,7 +181,7 @@ tables:
 """
 
 
-def test_g_is_the_median_only_where_partition_selection_reads_the_counts() -> None:
+def test_g_is_the_median_for_partition_selection_and_a_tenth_where_counts_of_persons_are_released() -> None:
     engine = Engine(parse_policy(GROUPED), None)
 
     def groups_choice(sql: str):
@@ -199,6 +199,16 @@ def test_g_is_the_median_only_where_partition_selection_reads_the_counts() -> No
     # Candidates (b_0, b_1, b_2) with 9, 5 and 0 of 10 persons wider: the median lies in (b_0, b_1].
     assert selected.median and selected.scores([9, 5, 0], 10) == [-8, 0, 0]
     assert "about" in engine.explain("SELECT kind, COUNT(DISTINCT pid) FROM t GROUP BY kind").render()
+    # Persons per group through partition selection: a person cut out of a group is missing from its
+    # count, so g aims at a tenth of the persons with more groups (k's decile score, no floor):
+    # candidates 1, 2, 4, 8, 16, 20 with 9, 5, 1, 0, 0, 0 of 10 persons wider: 4 leaves the tenth.
+    counted = groups_choice("SELECT free, COUNT(DISTINCT pid) FROM t GROUP BY free")
+    assert counted.decile and not counted.median and not counted.floor
+    assert counted.candidates == (1, 2, 4, 8, 16, 20)
+    assert counted.scores([9, 5, 1, 0, 0, 0], 10) == [-40, -20, 0, -5, -10, -10]
+    assert "aiming at a tenth of the persons with more groups" in (
+        engine.explain("SELECT free, COUNT(DISTINCT pid) FROM t GROUP BY free").render()
+    )
 
 
 @given(
