@@ -172,7 +172,7 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             elif choice.decile and choice.resolved:
                 persons = math.ceil(choice.resolution / CAPPED_SHARE)
                 aim = (
-                    f"a tenth of the persons ({floor}), or {persons} where that is more than a tenth (about"
+                    f"a tenth of the persons ({floor}), or {persons} persons where a tenth is fewer (about"
                     " what the choice's noise moves it by), at most half of them"
                 )
             elif choice.decile:

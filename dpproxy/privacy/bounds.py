@@ -180,7 +180,8 @@ class BoundRequest:
     cells: int = 1
     # k for a query of quantiles only without GROUP BY, or grouped by a key that is not public (but
     # averages and spreads): a tenth of the persons above k, k at least a quarter of the ceiling with
-    # `floor` (the module docstring).
+    # `floor` (the module docstring); g for a query releasing COUNT(DISTINCT unit) per group through
+    # partition selection: a tenth of the persons with more groups than g, no floor.
     decile: bool = False
     # k, with `decile`, for a query without GROUP BY: no fewer persons above than the choice's own
     # noise typically moves it by, up to half of them (the module docstring; BoundChoice.resolution).
@@ -199,7 +200,7 @@ class BoundChoice:
 
     kind: str  # "rows" (k) or "groups" (g)
     candidates: tuple[int, ...]
-    target: int  # rows: the persons aimed to be left above k; groups: unused (the median)
+    target: int  # rows: the persons aimed to be left above k; groups: unused (the median, a tenth)
     accounting: Accounting
     scale: float
     epsilon: float
@@ -209,9 +210,11 @@ class BoundChoice:
     half: bool = False  # rows, with `quartile`: half the persons above k (averages per group)
     # `target` is m per public group: never more than a tenth of the persons above (CAPPED_SHARE).
     capped: bool = False
-    # rows, with `capped`: a tenth of the persons above k whatever `target` is (BoundRequest.decile).
+    # With `capped`: a tenth of the persons above k (or with more groups than g, over wider_j)
+    # whatever `target` is (BoundRequest.decile).
     decile: bool = False
-    # rows, with `capped`: candidates below a quarter of the ceiling out of reach (BoundRequest.floor).
+    # With `capped`: candidates below a quarter of the ceiling out of reach (BoundRequest.floor; never
+    # for g).
     floor: bool = True
     # rows, with `half`: three quarters of the persons above k, not half (BoundRequest.lower).
     lower: bool = False
@@ -340,7 +343,7 @@ def bound_choice(
 ) -> BoundChoice:
     """The choice among `candidates`, paid for by `budget` (ε under pure accounting, ρ under zCDP);
     `capped`: `target` is m per public group, never more than a tenth of the persons above, nor (with
-    `floor`) a bound below a quarter of the ceiling; `decile`: k aims at a tenth of the persons
+    `floor`) a bound below a quarter of the ceiling; `decile`: k (or g) aims at a tenth of the persons
     above, nor (with `floor`) a bound below a quarter of the ceiling, and with `resolved` no fewer
     than the choice tells apart (BoundChoice.resolution), up to half of them."""
     half = half and quartile and kind == "rows"

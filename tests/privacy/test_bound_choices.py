@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -204,6 +205,10 @@ def test_g_is_the_median_for_partition_selection_and_a_tenth_where_counts_of_per
     # candidates 1, 2, 4, 8, 16, 20 with 9, 5, 1, 0, 0, 0 of 10 persons wider: 4 leaves the tenth.
     counted = groups_choice("SELECT free, COUNT(DISTINCT pid) FROM t GROUP BY free")
     assert counted.decile and not counted.median and not counted.floor
+    # Scored in tenths: noised for 10, as k's rules in tenths are, at the same budget.
+    tenths = bound_choice("rows", counted.candidates, 5, Accounting.PURE, counted.epsilon, decile=True)
+    assert counted.scale == tenths.scale
+    assert counted.scale * counted.epsilon == pytest.approx(10 * selected.scale * selected.epsilon)
     assert counted.candidates == (1, 2, 4, 8, 16, 20)
     assert counted.scores([9, 5, 1, 0, 0, 0], 10) == [-40, -20, 0, -5, -10, -10]
     assert "aiming at a tenth of the persons with more groups" in (
@@ -217,9 +222,11 @@ def test_g_is_the_median_for_partition_selection_and_a_tenth_where_counts_of_per
     target=st.integers(1, 60),
     decile=st.booleans(),
     resolved=st.booleans(),
+    kind=st.sampled_from(["rows", "groups"]),
+    floor=st.booleans(),
 )
 def test_the_rules_scored_in_tenths_move_every_score_by_at_most_ten(
-    rows: list[int], added: int, target: int, decile: bool, resolved: bool
+    rows: list[int], added: int, target: int, decile: bool, resolved: bool, kind: str, floor: bool
 ) -> None:
     """Per public group −|10·above_j − min(10·m·G, persons)|, for quantiles of a whole table
     −|10·above_j − persons| (the aim raised to the choice's resolution, up to half the persons,
@@ -228,9 +235,13 @@ def test_the_rules_scored_in_tenths_move_every_score_by_at_most_ten(
     # At ε = 1 a resolved aim is half the persons up to 15 of them, the resolution (7.8 persons
     # above) from 16 to 77, the tenth beyond: the lists here reach the first two.
     budget = 1.0 if resolved else 0.1
-    choice = bound_choice("rows", CANDIDATES, target, Accounting.PURE, budget, capped=not decile, decile=decile,
-                          resolved=resolved)  # fmt: skip
-    assert not (decile and resolved) or choice.resolution == 78
+    # g is scored in tenths only at a tenth (`decile`, with its `median` off), k by either rule; the
+    # floor off reaches the first candidates, whose "previous" count is every person.
+    if kind == "groups" and not decile:
+        return
+    choice = bound_choice(kind, CANDIDATES, target, Accounting.PURE, budget, capped=not decile, decile=decile,
+                          resolved=resolved and kind == "rows", median=False, floor=floor)  # fmt: skip
+    assert not (decile and resolved and kind == "rows") or choice.resolution == 78
     before = choice.scores(*counts_of(rows))
     after = choice.scores(*counts_of([*rows, added]))
     assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= 10
@@ -380,7 +391,7 @@ def test_quantiles_and_averages_of_a_whole_table_and_private_groups_aim_at_a_ten
     assert rows_choice("SELECT AVG(x) FROM t WHERE x > 2").resolved
     assert rows_choice("SELECT MEDIAN(x) FROM t").resolved
     assert not rows_choice("SELECT name, COUNT(*) FROM t GROUP BY name").resolved
-    assert "where that is more than a tenth (about what the choice's noise moves it by), at most half" in (
+    assert "persons where a tenth is fewer (about what the choice's noise moves it by), at most half" in (
         engine.explain("SELECT AVG(x) FROM t WHERE x > 2").render()
     )
     assert "aiming at a tenth of the persons (k at least a quarter of the ceiling)" in (
