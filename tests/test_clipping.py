@@ -186,15 +186,17 @@ def test_the_two_statements_cost_the_statements_epsilon_exactly(database: Path, 
 def test_a_group_beyond_the_range_is_released_at_its_bound_with_an_interval_to_the_declared_one(
     engine: Engine,
 ) -> None:
-    result = _clipped(
-        engine,
-        "SELECT band, AVG(x), dp_interval_low(AVG(x)), dp_interval_high(AVG(x)) FROM t GROUP BY band",
-        1.0,
-    )
-    lower, upper = _range(result.notes)
-    rows = {band: (value, low, high) for band, value, low, high in result.rows}
-    value, _, high = rows["far"]
-    assert value <= float(upper)  # the 20 far persons' clipped values, noised, in the clipped range…
+    sql = "SELECT band, AVG(x), dp_interval_low(AVG(x)), dp_interval_high(AVG(x)) FROM t GROUP BY band"
+    # The 20 far persons' values all lie beyond the range: their clipped average is its upper bound,
+    # and their interval reaches it but for the noise's 2.5% below (asked up to three times).
+    for _ in range(3):
+        result = _clipped(engine, sql, 1.0)
+        lower, upper = _range(result.notes)
+        rows = {band: (value, low, high) for band, value, low, high in result.rows}
+        value, _, high = rows["far"]
+        assert value <= float(upper)  # the far persons' clipped values, noised, in the clipped range…
+        if high >= float(upper):
+            break
     assert high == 10000  # …but the truth (7,375) may lie anywhere out to the declared bound
     near = rows["near"]
     assert near[2] < float(upper) and near[1] >= float(lower)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dpproxy.privacy import QueryNoise
 from dpproxy.privacy.bounds import DistinctChoice
 from dpproxy.release.exact import ExactGroups
-from dpproxy.sql.bounds import distinct_bounds, fixed_limits
+from dpproxy.sql.bounds import distinct_bounds, fixed_limits, reads_rows
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 
@@ -36,9 +36,14 @@ class ChosenBounds:
     # What k below the ceiling does to the query's aggregates (`bounding_effects`): the notice says
     # it, since the ± is the noise's alone.
     effects: tuple[str, ...] = ()
+    # No value released depends on k (dpproxy.sql.bounds.reads_rows): the notice speaks of groups only.
+    rows_read: bool = True
 
     def note(self) -> str:
-        """The notice's sentence."""
+        """The notice's sentence; empty when it has nothing to say (persons counted over the whole
+        table: neither k nor g bounds anything released)."""
+        if not self.rows_read and self.groups is None:
+            return ""
 
         def how(value: int, chosen: bool, ceiling: int, floored: bool = False) -> str:
             said = "chosen" if chosen else "set"
@@ -46,12 +51,13 @@ class ChosenBounds:
                 said = "chosen, not below a quarter of the ceiling without a WHERE"
             return f" ({said}; ceiling {ceiling})" if value < ceiling else f" ({said}: the ceiling)"
 
-        text = "contribution bounds of this query: at most "
-        text += f"{self.rows} row(s) per person"
-        text += how(self.rows, self.rows_chosen, self.row_ceiling, self.rows_floored)
+        text = "contribution bounds of this query: "
+        if self.rows_read:
+            text += f"at most {self.rows} row(s) per person"
+            text += how(self.rows, self.rows_chosen, self.row_ceiling, self.rows_floored)
         if self.groups is not None:
-            text += f", counted in at most {self.groups} group(s)"
-            text += how(self.groups, self.groups_chosen, self.group_ceiling)
+            text += ", counted in at most " if self.rows_read else "each person counted in at most "
+            text += f"{self.groups} group(s)" + how(self.groups, self.groups_chosen, self.group_ceiling)
         if self.rows < self.row_ceiling:
             text += effects_clause(self.effects, self.rows, "")
         return text
@@ -138,6 +144,7 @@ def choose_bounds(
         bounds.choose_groups,
         floored,
         bounding_effects(query),
+        reads_rows(query),
     )
     return resolved, chosen
 

@@ -207,13 +207,21 @@ def test_g_is_the_median_for_partition_selection_and_a_tenth_where_counts_of_per
     assert counted.decile and not counted.median and not counted.floor
     # Scored in tenths: noised for 10, as k's rules in tenths are, at the same budget.
     tenths = bound_choice("rows", counted.candidates, 5, Accounting.PURE, counted.epsilon, decile=True)
-    assert counted.scale == tenths.scale
+    assert counted.scale == pytest.approx(tenths.scale)
     assert counted.scale * counted.epsilon == pytest.approx(10 * selected.scale * selected.epsilon)
     assert counted.candidates == (1, 2, 4, 8, 16, 20)
     assert counted.scores([9, 5, 1, 0, 0, 0], 10) == [-40, -20, 0, -5, -10, -10]
     assert "aiming at a tenth of the persons with more groups" in (
         engine.explain("SELECT free, COUNT(DISTINCT pid) FROM t GROUP BY free").render()
     )
+    # …and no k is chosen: no value it releases depends on a person's rows (sql.bounds.reads_rows),
+    # so the whole budget goes to g, the counts and the selection.
+    choices = engine.plan("SELECT free, COUNT(DISTINCT pid) FROM t GROUP BY free").noise.choices
+    assert [c.kind for c in choices] == ["groups"]
+    assert [c.kind for c in engine.plan("SELECT free, COUNT(*) FROM t GROUP BY free").noise.choices] == [
+        "rows",
+        "groups",
+    ]
 
 
 @given(
