@@ -236,7 +236,9 @@ def test_a_session_can_fix_the_contribution_bounds(duck_proxy: Proxy) -> None:
         conn.execute("SET dpproxy.max_rows_per_unit = 2")
         conn.execute("SET dpproxy.max_groups_per_unit = 1000")  # capped at the ceiling when used
         assert conn.execute("SHOW dpproxy.max_rows_per_unit").fetchone() == ("2",)
-        conn.execute("SELECT department, COUNT(*), COUNT(DISTINCT patient_id) FROM visits GROUP BY department")
+        conn.execute(
+            "SELECT department, COUNT(*), COUNT(DISTINCT patient_id) FROM visits GROUP BY department"
+        )
         assert (
             "at most 2 row(s) per person (set; ceiling 5), counted in at most 3 group(s) (set: the ceiling)"
             in notices[-1]
