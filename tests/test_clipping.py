@@ -174,6 +174,32 @@ def test_an_average_of_an_expression_is_clipped_to_a_range_chosen_for_it(engine:
     )
 
 
+def test_one_expression_however_spelled_has_one_histogram_and_its_range_is_on_its_grid(
+    engine: Engine,
+) -> None:
+    """`x*2`, `X*2` and `t.x*2` are one expression (one histogram, one range, one value); a derived
+    bound with more digits than a constant may have ((x − 10) / 3 from −3.333…) is rounded outwards
+    onto the grid, and the statement is clipped."""
+    plan = engine.plan("SELECT AVG(x*2), AVG(X*2), AVG(t.x*2), AVG((x - 10) / 3) FROM t", epsilon=0.5)
+    parts = clip_parts(engine, plan, None)
+    assert parts is not None
+    assert [(c.lower, c.upper) for c in parts.columns] == [(0, 20000), (Decimal("-3.34"), 3330)]
+    result = _clipped(engine, "SELECT AVG(x*2), AVG(X*2), AVG(t.x*2) FROM t", 6, column="x * 2")
+    [(a, b, c)] = result.rows
+    assert a == b == c
+    _clipped(engine, "SELECT AVG((x - 10) / 3) FROM t", 6, column="(x - 10) / 3")
+
+
+def test_a_value_a_hair_below_its_bound_in_double_arithmetic_counts_in_the_first_bin() -> None:
+    """(0 + 0.7) · 3 is 2.0999999999999996 in doubles, under the bound 2.1 the analyser derives: its
+    bin is −1, which the histogram names and the range reads as the first bin (a person there was
+    left out, and a table of such persons was clipped far above them)."""
+    column = _column("2.1", "30002.1")
+    counts = [(-1, 1200.0), (0, 5.0), (25, 800.0)]
+    lower, _ = chosen_range(column, counts, 20.0)
+    assert lower == Decimal("2.1")
+
+
 def test_the_two_statements_cost_the_statements_epsilon_exactly(database: Path, tmp_path: Path) -> None:
     with Engine.open(parse_policy(_policy(budget=1.0)), str(database), tmp_path / "l.sqlite") as engine:
         for epsilon in (0.1, 0.3, 0.6):

@@ -118,7 +118,7 @@ class Column:
     @property
     def label(self) -> str:
         """How the NOTICE and EXPLAIN name it: table.column, or the expression as written."""
-        return self.policy.name if self.expression else f"{self.table}.{self.policy.name}"
+        return self.sql.sql("postgres") if self.expression else f"{self.table}.{self.policy.name}"
 
     @property
     def lower(self) -> Decimal:
@@ -287,10 +287,28 @@ def _expression(
         protected.append(found[0].name)
     if not protected or not isinstance(interval.lo, Decimal) or not isinstance(interval.hi, Decimal):
         return None
-    if not _wide(interval.lo, interval.hi, scale):
+    # Outwards onto its grid: a derived bound such as (x − 10) / 3's −3.333… has more digits than a
+    # statement's constant may.
+    unit = Decimal(1).scaleb(-scale)
+    lower = interval.lo.quantize(unit, rounding=ROUND_FLOOR).normalize()
+    upper = interval.hi.quantize(unit, rounding=ROUND_CEILING).normalize()
+    if not _wide(lower, upper, scale):
         return None
-    policy = ColumnPolicy(node.sql("postgres"), ColumnType.NUMERIC, interval.lo, interval.hi, scale=scale)
+    policy = ColumnPolicy(_normalised(tables, node), ColumnType.NUMERIC, lower, upper, scale=scale)
     return Column(protected[0], policy, node, expression=True)
+
+
+def _normalised(tables: dict[str, TablePolicy], node: exp.Expression) -> str:
+    """An expression's SQL with each column named by its table's policy name and in lower case
+    unless quoted: `x * 2`, `X * 2` and `t.x * 2` are one expression, with one histogram and range."""
+    copy = node.copy()
+    for column in copy.find_all(exp.Column):
+        table = _table_of(tables, column)
+        name = _name(column)
+        column.set("this", exp.to_identifier(name, quoted=column.this.quoted))
+        if table is not None:
+            column.set("table", exp.to_identifier(table.name))
+    return copy.sql("postgres")
 
 
 def _literal(value: Decimal) -> exp.Expression:
@@ -302,14 +320,16 @@ def _literal(value: Decimal) -> exp.Expression:
 def histogram_sql(parts: ClipParts, column: Column) -> str:
     """The histogram statement of `column` (the module docstring, 1): the bin of a value is
     floor((x::double precision − lower) · BINS / (upper − lower)), BINS for the upper bound itself
-    (counted in the last bin); NULL for NULL, which no named key holds."""
+    (counted in the last bin), −1 for a value at the lower bound that double arithmetic puts a hair
+    below it (an expression's: (0 + 0.7) · 3 is 2.0999999999999996, under its bound 2.1; counted in
+    the first bin); NULL for NULL, which no named key holds."""
     # In double precision: exact arithmetic on a numeric column made the histogram five times slower
     # (DuckDB, DECIMAL(38, 10)), and a bin needs no exactness.
     x = exp.Cast(this=column.sql.copy(), to=exp.DataType.build("double"))
     offset = exp.Paren(this=exp.Sub(this=x, expression=exp.Paren(this=_literal(column.lower))))
     scaled = exp.Mul(this=offset, expression=_literal(column.per_bin))
     bins = exp.Cast(this=exp.Floor(this=scaled), to=exp.DataType.build("integer"))
-    named = exp.In(this=bins.copy(), expressions=[exp.Literal.number(i) for i in range(BINS + 1)])
+    named = exp.In(this=bins.copy(), expressions=[_literal(Decimal(i)) for i in range(-1, BINS + 1)])
     where = parts.tree.args.get("where")
     condition = named if where is None else exp.and_(exp.Paren(this=where.this.copy()), named)
     select = exp.select(exp.alias_(bins, "bin"), exp.Count(this=exp.Star()))
@@ -327,7 +347,7 @@ def chosen_range(
     by_bin: dict[int, float] = {}
     for b, c in counts:
         if b is not None and c is not None:
-            i = min(int(b), BINS - 1)  # type: ignore[call-overload]
+            i = max(0, min(int(b), BINS - 1))  # type: ignore[call-overload]
             by_bin[i] = by_bin.get(i, 0.0) + float(c)  # type: ignore[arg-type]
     if error is None:
         return column.lower, column.upper
@@ -564,7 +584,7 @@ def explain_clipping(engine: EngineLike, plan: Plan, bounds: SessionBounds | Non
     if parts is None:
         return None
     share = even_share(plan.epsilon / SHARE, len(parts.columns))
-    names = ", ".join(f"{c.label} ({c.lower} to {c.upper})" for c in parts.columns)
+    names = ", ".join(f"{c.label} ({c.lower:f} to {c.upper:f})" for c in parts.columns)
     return (
         f"averages of {names}: a private histogram of each column's values ({BINS} bins of its "
         f"declared range, an expression's the range its columns' bounds give it, one row per person, "
