@@ -10,7 +10,7 @@ narrower range needs. The data owner cannot know the range a question needs (del
 one month); the query learns it privately:
 
 1. **The histogram** (`histogram_sql`): for each such column, `SELECT <bin of the column>,
-   COUNT(*) … WHERE <the query's WHERE> AND <bin> IN (0, …, BINS) GROUP BY 1`, over the query's own
+   COUNT(*) … WHERE <the query's WHERE> AND <bin> IN (−1, …, BINS) GROUP BY 1`, over the query's own
    tables and joins, BINS equal bins of the declared range. It is an ordinary private query, analysed
    and planned as any other: its keys are the values the query names (public, zero-filled), and each
    person counts for one row in all (`SessionBounds(rows=1)`: a person's rows are scaled to one row's
@@ -37,7 +37,7 @@ query chooses (not `contribution_bounds: fixed`, not every row its own person) a
 `value_ranges: declared`, whose AVGs take a
 bare column of a protected table with a declared number range of more than MIN_STEPS steps of its
 grid (a rating of 1 to 5 is its own range; a double always qualifies), or an expression of such
-columns (and of public tables' columns) whose range as the analyser derives it qualifies alike
+columns whose range as the analyser derives it qualifies alike
 (`_expression`: the flights' average speed, `distance / air_time * 60` over 0 to 15,000, went from
 6.4% off to 0.7%), at most MAX_COLUMNS such columns or expressions; not under
 `dpproxy.target_error`. VAR and STDDEV keep their declared range (CLIPPED).
@@ -195,7 +195,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
         if isinstance(argument, exp.Column):
             column = _column(tables, argument)
         else:
-            derived = intervals.get(f"avg({argument.sql('postgres')})")
+            derived = intervals.get(_avg_text(argument.sql("postgres")))
             column = None if derived is None else _expression(tables, argument, *derived)
         if column is not None:
             column = found.setdefault(_key(column), column)
@@ -203,6 +203,12 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
     if not found or len(found) > MAX_COLUMNS:
         return None
     return ClipParts(tree, tuple(found.values()), bounds, tables, arguments)
+
+
+def _avg_text(argument: str) -> str:
+    """The text the analyser gives an AVG of `argument`'s SQL (Aggregate.text): how an AVG of the
+    statement is matched with the analysed aggregate (its interval, its reach)."""
+    return f"avg({argument})"
 
 
 def _tables(engine: EngineLike, tree: exp.Select) -> dict[str, TablePolicy] | None:
@@ -273,14 +279,12 @@ def _expression(
     tables: dict[str, TablePolicy], node: exp.Expression, interval: Interval, scale: int
 ) -> Column | None:
     """An AVG's argument other than a bare column (`distance / air_time * 60`) when each column it
-    reads is a public table's or a protected column `_column` would take, and the range the
-    analyser derives for it (`interval`, on its grid of `scale` digits) is wide: a column of its
-    own, named by its SQL. Its histogram and clipped form are the analyser's, as a column's are."""
+    reads is a protected column `_column` would take (the analyser refuses a public table's column
+    in an aggregate's argument), and the range the analyser derives for it (`interval`, on its grid
+    of `scale` digits) is wide: a column of its own, named by its SQL. Its histogram and clipped
+    form are the analyser's, as a column's are."""
     protected = []
     for column in node.find_all(exp.Column):
-        table = _table_of(tables, column)
-        if table is not None and table.public:
-            continue
         found = _protected(tables, column)
         if found is None or not found[1].summable:
             return None
@@ -416,10 +420,10 @@ def with_reach(query: PrivateQuery, arguments: dict[str, Column]) -> PrivateQuer
     """`query` (the clipped statement, analysed) with each clipped aggregate's declared range as its
     reach (Aggregate.reach): what its interval's ends are clamped into. Release only: neither the
     SQL nor the noise reads it."""
+    by_text = {_avg_text(sql): column for sql, column in arguments.items()}
     aggregates = []
     for aggregate in query.aggregates:
-        _, _, rest = aggregate.text.partition("(")
-        column = arguments.get(rest[:-1]) if rest.endswith(")") else None
+        column = by_text.get(aggregate.text)
         if column is not None and aggregate.kind is AggregateKind.AVG:
             reach = Interval(column.lower, column.upper)
             aggregate = dataclasses.replace(aggregate, reach=reach)
