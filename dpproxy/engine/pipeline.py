@@ -746,8 +746,7 @@ class Engine:
         if exact.candidates is not None:  # bounds chosen per query: k and g drawn, then their values
             exact, chosen = choose_bounds(query, exact, noise)
             noise = plan.noise_at(chosen.rows_index, chosen.groups_index, values)
-            if note := chosen.note():
-                notes = (note, *notes)
+            notes = tuple(n for n in (chosen.note(), *notes) if n)  # no sentence when nothing is bounded
         elif values != -1:
             noise = plan.noise_at(-1, -1, values)
         groups = choose_groups(query, exact, noise)
