@@ -162,7 +162,11 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             )
             name = "ℓ, the distinct values a person is counted for (COUNT(DISTINCT x))"
         elif choice.kind == "rows":
-            floor = "k at least a quarter of the ceiling" if choice.floor else "no floor under a WHERE"
+            floor = (
+                "k at least a quarter of the ceiling"
+                if choice.floor
+                else "no floor under a WHERE or an aggregate's condition"
+            )
             if choice.quartile:
                 aim = (
                     ("three quarters of the persons" if choice.lower else "half the persons")

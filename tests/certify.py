@@ -58,7 +58,9 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
     grid: FINE times the component's): a component at candidate k moves by at most FINE times its
     sensitivity for min(k, row ceiling) rows in one group and for k rows over all groups (L1); each count of persons per candidate (above, wider, persons) by at most
     1 in all; the units counted at candidate g by at most 1 per group, in at most g groups; no person
-    changes more groups than the group ceiling; the row pipeline as with fixed limits."""
+    changes the counts of units or the row pipeline's values in more groups than the group ceiling
+    (the scaled values may move in all of a person's groups, within k rows' worth in all); the row
+    pipeline as with fixed limits."""
     query = plan.query
     bounds = query.bounds
     assert bounds is not None
@@ -101,11 +103,12 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
                 if component.kind.name == "UNITS":
                     continue  # read from the units per candidate g, checked below
                 for j, k in enumerate(bounds.rows):
+                    # A scaled value may move in every group the person has: what bounds it is k
+                    # rows' worth in all (l1, below) and min(k, r̄) rows' worth in one group.
                     delta = abs(ca[i][j] - cb[i][j])
                     per_group = FINE * component.sensitivity(min(k, bounds.row_cap))  # the fine grid
                     assert delta <= per_group, (query.text, key, i, k, delta, per_group)
                     l1[i][j] += delta
-                    moved = moved or delta > 0
             for j, (x, y) in enumerate(zip(ua, ub, strict=True)):
                 assert abs(x - y) <= 1, (query.text, key, "units", j, x, y)
                 if x != y:

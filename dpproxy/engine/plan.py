@@ -30,7 +30,7 @@ from dpproxy.release import ExactGroups, exact_groups, selectors
 from dpproxy.release.aggregates import column_errors, fine_components
 from dpproxy.release.post_processing import refuse_constant_errors
 from dpproxy.results import ResultColumn
-from dpproxy.sql.bounds import choosing, component_bounds, distinct_bounds
+from dpproxy.sql.bounds import choosing, component_bounds, distinct_bounds, keeps_rows_by_condition
 from dpproxy.sql.postprocess.intervals import round_digits
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
@@ -302,7 +302,7 @@ def _query_noise(
                 lower=not _has_quantile(query),  # with `half` only (bound_choice)
                 cells=cells,
                 decile=_aims_at_a_tenth(query),
-                floor=query.where is None,
+                floor=query.where is None and not keeps_rows_by_condition(query),
                 resolved=not query.keys,
             )
             if kind == "rows"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dpproxy.privacy import QueryNoise
 from dpproxy.privacy.bounds import DistinctChoice
 from dpproxy.release.exact import ExactGroups
-from dpproxy.sql.bounds import distinct_bounds, fixed_limits, reads_rows
+from dpproxy.sql.bounds import counts_every_row, distinct_bounds, fixed_limits, reads_rows
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 
@@ -38,6 +38,8 @@ class ChosenBounds:
     effects: tuple[str, ...] = ()
     # No value released depends on k (dpproxy.sql.bounds.reads_rows): the notice speaks of groups only.
     rows_read: bool = True
+    # k counts only the rows whose values are not all NULL or 0 (dpproxy.sql.bounds.counts_every_row).
+    every_row: bool = True
 
     def note(self) -> str:
         """The notice's sentence; empty when it has nothing to say (persons counted over the whole
@@ -54,12 +56,14 @@ class ChosenBounds:
         text = "contribution bounds of this query: "
         if self.rows_read:
             text += f"at most {self.rows} row(s) per person"
+            if not self.every_row:
+                text += " that add to a value (not all NULL or 0)"
             text += how(self.rows, self.rows_chosen, self.row_ceiling, self.rows_floored)
         if self.groups is not None:
             text += ", counted in at most " if self.rows_read else "each person counted in at most "
             text += f"{self.groups} group(s)" + how(self.groups, self.groups_chosen, self.group_ceiling)
         if self.rows < self.row_ceiling:
-            text += effects_clause(self.effects, self.rows, "")
+            text += effects_clause(self.effects, self.rows, "", "row(s)" if self.every_row else "such row(s)")
         return text
 
 
@@ -95,14 +99,14 @@ def fixed_bounds_notes(query: PrivateQuery) -> tuple[str, ...]:
     return (text + effects_clause(bounding_effects(query), r, " in a group"),)
 
 
-def effects_clause(effects: tuple[str, ...], k: int, where: str) -> str:
+def effects_clause(effects: tuple[str, ...], k: int, where: str, rows: str = "row(s)") -> str:
     """The notice's clause on what a bound of k rows (`where`: per group, or "" in all) does to a
     heavier person's rows, from `bounding_effects`; "" when it does nothing the query reads."""
     if not effects:
         return ""
     there = " there" if where else ""
     return (
-        f"; a person with more than {k} row(s){where} counts as {k}{there}: "
+        f"; a person with more than {k} {rows}{where} counts as {k}{there}: "
         + ", ".join(effect.format(k=k) for effect in effects)
         + " (not in the ±, which is the noise's)"
     )
@@ -145,6 +149,7 @@ def choose_bounds(
         floored,
         bounding_effects(query),
         reads_rows(query),
+        counts_every_row(query),
     )
     return resolved, chosen
 

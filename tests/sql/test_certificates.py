@@ -27,7 +27,7 @@ from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.release.aggregates import fine_components
 from dpproxy.sql.query import FINE, ComponentKind
-from tests.certify import by_key
+from tests.certify import at_ceilings, by_key
 from tests.certify import certify as check
 
 X_BOUNDS = (-5, 10)
@@ -65,6 +65,8 @@ QUERIES = [
     "SELECT AVG(y / 12), SUM(x * 2) FROM t",
     "SELECT SUM(CASE WHEN x > 2 THEN 1 ELSE 0 END) FROM t WHERE grp IN ('a', 'b')",
     "SELECT grp, COUNT(*), SUM(x) FROM t GROUP BY grp",
+    # No COUNT(*): k counts only the rows some value is neither NULL nor 0 on.
+    "SELECT grp, COUNT(*) FILTER (WHERE x > 0), SUM(y) FILTER (WHERE x < 3), AVG(x) FROM t GROUP BY grp",
     "SELECT grp, AVG(x), COUNT(DISTINCT pid) FROM t WHERE y > 10 OR y IS NULL GROUP BY grp",
     "SELECT pub, COUNT(*), AVG(y) FROM t GROUP BY pub",
     "SELECT x % 3, COUNT(*) FROM t GROUP BY 1",
@@ -335,6 +337,49 @@ def test_rows_without_a_person_are_left_out(loader: Loader, fixed: bool) -> None
         ("b",): [fine, 4 * fine],
     }
     assert "IS NULL" in plan.statements[0]
+
+
+@pytest.mark.parametrize(
+    ("sql", "group_a"),
+    [
+        # No COUNT(*): k counts person 1's 2 rows whose x is not NULL (or not 0 on the grid), which are
+        # within k = 2, so nothing of theirs is scaled.
+        ("SELECT grp, COUNT(x), SUM(x) FROM t GROUP BY grp", [3, 15]),
+        ("SELECT grp, SUM(CASE WHEN x > 0 THEN 1 ELSE 0 END) FROM t GROUP BY grp", [3]),
+        ("SELECT grp, COUNT(*) FILTER (WHERE x > 0) FROM t GROUP BY grp", [3]),
+        # A COUNT(*) counts every row: person 1's 10 rows are scaled by 2/10 (their count of values,
+        # 2·2/10, truncated on the grid to 0).
+        ("SELECT grp, COUNT(*), COUNT(x), SUM(x) FROM t GROUP BY grp", [3, 1, 7]),
+    ],
+)
+def test_k_counts_the_rows_that_add_to_a_released_value(loader: Loader, sql: str, group_a: list) -> None:
+    """With bounds chosen per query, a person's rows whose values are all NULL or 0 add nothing to
+    what the query releases, and k does not count them (docs/privacy.md §3, "Bounds chosen per
+    query"): a FILTER or a CASE bounds the rows it keeps, not all of the person's."""
+    engine = Engine(parse_policy(policy_text(rows=2, groups=2)), None, dialect=loader.kind)
+    person_1 = [(1, "a", "a", 5, 1)] * 2 + [(1, "a", "a", None if "x >" not in sql else -1, 1)] * 8
+    loader.load([*person_1, (2, "a", "a", 5, 1)])
+    plan = engine.plan_private(engine.analyze(sql), 1.0, salt="s")
+    assert plan.chooses_bounds
+    measured = at_ceilings(plan, plan.measure(*(loader.run(sql) for sql in plan.statements)))
+    assert by_key(measured)[("a",)][0][: len(group_a)] == group_a
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_with_bounds_chosen_a_persons_values_reach_all_their_groups(loader: Loader, fixed: bool) -> None:
+    """With bounds chosen per query no group of a person is cut at the group ceiling: their rows in
+    all are scaled to k, which bounds them whatever their groups (docs/privacy.md §3). With fixed
+    limits the ceiling is the bound, and a salted hash keeps 2 of the person's 4 groups."""
+    text = policy_text(rows=9, groups=2, bounds="fixed" if fixed else None)
+    engine = Engine(parse_policy(text), None, dialect=loader.kind)
+    loader.load([(0, "a", "a", x, 1) for x in (1, 2, 3, 4)] + [(1, "a", "a", 1, 1)])
+    plan = engine.plan_private(engine.analyze("SELECT x, COUNT(*) FROM t GROUP BY x"), 1.0, salt="s")
+    measured = at_ceilings(plan, plan.measure(*(loader.run(sql) for sql in plan.statements)))
+    counts = {key[0]: values[0] for key, (values, _, _) in by_key(measured).items() if values[0]}
+    if fixed:
+        assert sum(counts.values()) == 3 and counts.get(1) in (1, 2)
+    else:
+        assert counts == {1: 2, 2: 1, 3: 1, 4: 1}
 
 
 # -- the candidates' division ------------------------------------------------------------------

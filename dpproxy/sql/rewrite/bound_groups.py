@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.bounds import counts_every_row
 from dpproxy.sql.numbers import bigint_quotient
 from dpproxy.sql.query import FINE, ComponentKind
 from dpproxy.sql.rewrite.bound_rows import _hash_order, _window, keep_first
@@ -91,7 +92,7 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         ranked: exp.Expression = exp.select(
             "*",
             exp.alias_(one, GROUP_RANK, quoted=True),
-            exp.alias_(col(ROWS), TOTAL, quoted=True),
+            exp.alias_(_at_least_one(ctx, col(ROWS)), TOTAL, quoted=True),
             exp.alias_(one.copy(), GROUPS, quoted=True),
             copy=False,
         ).from_(state.current, copy=False)
@@ -101,9 +102,12 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         # its kept groups then hold at most its rows' worth (a conservative total), and every window
         # is over the same partition, computed together.
         # A bigint, as the engine's SUM of bigints would not be (DuckDB's HUGEINT divides slowly).
-        total = exp.Cast(
-            this=exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(UNIT)]),
-            to=exp.DataType.build(exp.DataType.Type.BIGINT),
+        total = _at_least_one(
+            ctx,
+            exp.Cast(
+                this=exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(UNIT)]),
+                to=exp.DataType.build(exp.DataType.Type.BIGINT),
+            ),
         )
         groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[col(UNIT)])
         ranked = exp.select(
@@ -133,16 +137,25 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         remainder = exp.Mod(this=fine_magnitude.copy(), expression=col(TOTAL))
         parts.append(exp.alias_(remainder, remainder_column(i), quoted=True))
     select = exp.select(*parts, copy=False).from_(ranked.subquery("ranked", copy=False), copy=False)
-    cap = query.bounds.group_cap
-    if not one_group and query.bounds_groups:
-        select = select.where(exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(cap)), copy=False)
+    # No group is cut: a unit's values reach every group it has, as its rows in all are scaled to k
+    # whatever their groups (the noise is sized for k rows in all, not for groups); only the units
+    # counted per group, for partition selection and COUNT(DISTINCT unit), stop at g (per_group).
     description = (
         "one group per unit (its keys read tables with one row per person): its rows in all"
         if ctx.keys and one_group
-        else f"each unit's groups ranked by a salted hash of its own keys, at most {cap} kept; "
+        else "each unit's groups ranked by a salted hash of its own keys (the first g count the unit); "
         "its rows and groups in all"
     )
     return state.then("ranked_groups", description, select)
+
+
+def _at_least_one(ctx: RewriteContext, total: exp.Expression) -> exp.Expression:
+    """A unit's rows in all, at least 1 where k counts only some rows (per_unit.counted_rows): a
+    unit none of whose rows it counts has only values of 0, and the quotients divide by the total;
+    a total of 1 is above no candidate."""
+    if counts_every_row(ctx.query):
+        return total
+    return exp.Greatest(this=total, expressions=[exp.Literal.number(1)], ignore_nulls=True)
 
 
 def splits_quotient(ctx: RewriteContext, i: int) -> bool:

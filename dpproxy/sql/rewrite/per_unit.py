@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpproxy.sql.bounds import scaled_with_fixed_limits
+from dpproxy.sql.bounds import counts_every_row, scaled_with_fixed_limits
 from dpproxy.sql.numbers import summable_integer
 from dpproxy.sql.query import FINE
 from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, col, component_column
@@ -122,7 +122,7 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     assert query.bounds is not None
     r = query.bounds.row_cap
-    rows = exp.Count(this=exp.Star())
+    rows = counted_rows(ctx)
     cap = exp.Literal.number(r)
     values: list[exp.Expression] = []
     for i in ctx.valued_components:
@@ -142,18 +142,41 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     description = (
         f"one row per unit and group, its rows capped at {r} and its sums scaled by {r}/n beyond that"
     )
-    return _one_row_per_unit(state, ctx, r, values, description)
+    if not counts_every_row(ctx.query):
+        description += " (n: its rows that add to a released value, whose values are not all NULL or 0)"
+    return _one_row_per_unit(state, ctx, r, values, description, rows)
+
+
+def counted_rows(ctx: RewriteContext) -> exp.Expression:
+    """A unit's rows in a group that k counts (docs/privacy.md §3, "Bounds chosen per query"): all of
+    them when every row adds to a released value (counts_every_row), else those with some value
+    not NULL and not 0 on the grid — a count of values counts 1 for a non-NULL argument, so an AVG's
+    rows are those whose argument is not NULL. A row whose values are all NULL or 0 adds nothing to
+    any component, so a unit's values are still within what n such rows add, and scaled by k/n
+    within what k rows add: `SUM(CASE WHEN late THEN 1 ELSE 0 END)` bounds the late rows, not all."""
+    if counts_every_row(ctx.query):
+        return exp.Count(this=exp.Star())
+    zero = exp.Literal.number(0)
+    adds = [exp.NEQ(this=col(component_column(i)), expression=zero.copy()) for i in ctx.valued_components]
+    condition = adds[0] if len(adds) == 1 else exp.or_(*adds, copy=False)
+    return exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))]))
 
 
 def _one_row_per_unit(
-    state: RewriteState, ctx: RewriteContext, r: int, values: list[exp.Expression], description: str
+    state: RewriteState,
+    ctx: RewriteContext,
+    r: int,
+    values: list[exp.Expression],
+    description: str,
+    counted: exp.Expression | None = None,
 ) -> RewriteState:
     """The step both kinds of bounds take: the rows so far grouped by unit and group keys, each
-    group's row count capped at `r` and one column per valued component (`values`, in the order of
-    ctx.valued_components)."""
+    group's row count (`counted`, all rows by default) capped at `r` and one column per valued
+    component (`values`, in the order of ctx.valued_components)."""
     group = [UNIT, *ctx.keys]
     projections: list[exp.Expression] = [col(c) for c in group]
-    rows = exp.Least(this=exp.Count(this=exp.Star()), expressions=[exp.Literal.number(r)], ignore_nulls=True)
+    counted = exp.Count(this=exp.Star()) if counted is None else counted.copy()
+    rows = exp.Least(this=counted, expressions=[exp.Literal.number(r)], ignore_nulls=True)
     projections.append(exp.alias_(rows, ROWS, quoted=True))
     for i, value in zip(ctx.valued_components, values, strict=True):
         projections.append(exp.alias_(value, component_column(i), quoted=True))

@@ -24,6 +24,9 @@ tables:
 
 
 SUMS = "SELECT grp, COUNT(*), SUM(y), AVG(x), SUM(z) FROM t WHERE x > 0 GROUP BY grp"
+FILTERED = (
+    "SELECT grp, COUNT(*) FILTER (WHERE x > 0), SUM(CASE WHEN y > 50 THEN 1 ELSE 0 END) FROM t GROUP BY grp"
+)
 CHOSEN = {"rows": 4, "groups": 2, "bounds": "chosen"}
 # Each golden case: (the pass, the relation it reads, the policy it is shown with, the statement).
 # Its SQL is tests/sql/rewrite/goldens/<case>.sql.
@@ -44,6 +47,11 @@ CASES: dict[str, tuple[str, str | None, dict[str, object], str]] = {
     "per_unit.chosen": ("per_unit", "grid_values", CHOSEN, SUMS),
     "bound_groups.chosen": ("bound_groups", "per_unit", CHOSEN, SUMS),
     "per_group.chosen": ("per_group", "ranked_groups", CHOSEN, SUMS),
+    # Without COUNT(*), k counts a person's rows that add to a released value (some value neither
+    # NULL nor 0 on the grid): a FILTER's rows, not every row; the total is at least 1, as the
+    # quotients divide by it.
+    "per_unit.chosen_counted": ("per_unit", "grid_values", CHOSEN, FILTERED),
+    "bound_groups.chosen_counted": ("bound_groups", "per_unit", CHOSEN, FILTERED),
     # Public keys (their values restricted where the rows are read) with bounds chosen and a count
     # of persons per group (COUNT(DISTINCT unit)): the candidates of g.
     # A refined quantile's second statement: the same bounded rows as its histogram's first pass,

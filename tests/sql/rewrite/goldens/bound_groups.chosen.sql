@@ -16,5 +16,3 @@ FROM (
     COUNT(*) OVER (PARTITION BY "__unit") AS "__groups"
   FROM per_unit
 ) AS ranked
-WHERE
-  "__gn" <= 2
