@@ -88,9 +88,7 @@ def keeps_rows_by_condition(query: PrivateQuery) -> bool:
         return False
     for aggregate in query.aggregates:
         call = sqlglot.parse_one(aggregate.text, read="postgres")
-        argument = call.this if isinstance(call, exp.Func) else None
-        while isinstance(argument, (exp.Cast, exp.Paren)):
-            argument = argument.this
+        argument = _own_argument(call.this if isinstance(call, exp.Func) else None)
         if not isinstance(argument, exp.Case):
             continue
         branches = [branch.args.get("true") for branch in argument.args.get("ifs") or []]
@@ -101,6 +99,25 @@ def keeps_rows_by_condition(query: PrivateQuery) -> bool:
             if aggregate.kind is AggregateKind.SUM and _is_zero(branch):
                 return True
     return False
+
+
+def _own_argument(node: exp.Expression | None) -> exp.Expression | None:
+    """The aggregate's argument as the analyst wrote it: under casts and parentheses, and under the
+    value ranges' clipping (`CASE WHEN x IS NULL THEN NULL ELSE <x clipped> END`, dpproxy.engine.
+    clipping), which passes a NULL through and adds no condition of its own: an AVG keeps the floor
+    (or not) that its EXPLAIN promised before the clipping."""
+    while True:
+        if isinstance(node, (exp.Cast, exp.Paren)):
+            node = node.this
+            continue
+        ifs = node.args.get("ifs") if isinstance(node, exp.Case) else None
+        if ifs and len(ifs) == 1 and isinstance(ifs[0].args.get("true"), exp.Null):
+            test, default = ifs[0].this, node.args.get("default")
+            tested = test.this if isinstance(test, exp.Is) and isinstance(test.expression, exp.Null) else None
+            if tested is not None and default is not None and any(n == tested for n in default.walk()):
+                node = tested
+                continue
+        return node
 
 
 def _is_zero(node: exp.Expression) -> bool:

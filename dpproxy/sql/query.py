@@ -266,9 +266,10 @@ FINE = 1000
 class ContributionBounds:
     """The contribution bounds a query chooses from, within its tables' ceilings (docs/privacy.md §3,
     "Bounds chosen per query"). Each person's rows in one group are scaled down to at most `row_cap`
-    rows' worth, their groups cut to `group_cap`, and their rows in the whole query scaled down to
-    at most k rows' worth, k one of `rows`; the groups a person counts in for partition selection
-    and COUNT(DISTINCT unit) are at most g of them, g one of `groups` (empty: no such count). The
+    rows' worth, and their rows in the whole query to at most k rows' worth, k one of `rows` (no
+    group of theirs is cut); the groups a person counts in for partition selection and
+    COUNT(DISTINCT unit) are at most g of them, g one of `groups` (empty: no such count), `group_cap`
+    at most (the row pipeline's quantiles and distinct counts keep a person's first `group_cap`). The
     main statement computes every candidate's values in one pass; the release chooses k and g
     privately (dpproxy.privacy.bounds) and releases those. One candidate: nothing to choose."""
 

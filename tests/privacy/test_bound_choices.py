@@ -17,6 +17,7 @@ from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.privacy.accounting import Accounting
 from dpproxy.privacy.bounds import bound_choice, value_parts
+from dpproxy.sql.bounds import keeps_rows_by_condition
 
 CANDIDATES = (1, 2, 4, 8, 16, 32, 64, 100)
 
@@ -451,3 +452,39 @@ def test_with_fewer_persons_than_m_k_does_not_collapse_to_the_smallest_candidate
     scores = choice.scores(*counts_of(rows))
     best = CANDIDATES[scores.index(max(scores))]
     assert best >= 32 and scores[0] < max(scores)
+
+
+@pytest.mark.parametrize(
+    ("sql", "condition"),
+    [
+        ("SELECT COUNT(*) FROM t", False),
+        ("SELECT AVG(x) FROM t", False),
+        ("SELECT SUM(x) FROM t", False),
+        # A share counts every row (1.0 or 0.0), and a COUNT(*) beside a condition counts every row.
+        ("SELECT AVG(CASE WHEN x > 5 THEN 1.0 ELSE 0.0 END) FROM t", False),
+        ("SELECT COUNT(*), SUM(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t", False),
+        # An aggregate's own condition acts as a WHERE.
+        ("SELECT COUNT(*) FILTER (WHERE x > 5) FROM t", True),
+        ("SELECT COUNT(CASE WHEN x > 5 THEN 1 END) FROM t", True),
+        ("SELECT SUM(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t", True),
+        ("SELECT SUM(x) FILTER (WHERE name = 'a') FROM t", True),
+        ("SELECT AVG(x) FILTER (WHERE name = 'a') FROM t", True),
+        ("SELECT AVG(CASE WHEN name IS NULL THEN NULL ELSE x END) FROM t", True),
+        # The value ranges' clipping passes a NULL through: it adds no condition (engine/clipping.py).
+        ("SELECT AVG(CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, 1), 9) END) FROM t", False),
+        (
+            "SELECT AVG(CASE WHEN (CASE WHEN name = 'a' THEN x END) IS NULL THEN NULL "
+            "ELSE LEAST(GREATEST((CASE WHEN name = 'a' THEN x END), 1), 9) END) FROM t",
+            True,
+        ),
+    ],
+)
+def test_an_aggregates_own_condition_drops_ks_floor_as_a_where_does(sql: str, condition: bool) -> None:
+    """k's floor at a quarter of the ceiling speaks of all a person's rows: it holds without a WHERE
+    unless an aggregate keeps rows by a condition of its own (sql/bounds.keeps_rows_by_condition);
+    an AVG clipped to a range chosen per query keeps the floor its EXPLAIN promised (a review found
+    the clipping's CASE dropped it)."""
+    engine = Engine(parse_policy(POLICY), None)
+    assert keeps_rows_by_condition(engine.analyze(sql)) is condition
+    if sql.startswith("SELECT AVG(") and "1.0" not in sql:  # AVGs alone over a whole table: k's tenth
+        assert chosen(engine, sql).floor is not condition

@@ -8,25 +8,26 @@ As for rows, the choice depends only on the unit's own groups and the plan's sal
 GROUP BY (a single group), for `row` tables, and when the keys are public and their values allow
 no more than max_groups_per_unit groups in all.
 
-With bounds chosen per query (PrivateQuery.bounds) the ceiling cuts the groups the same way, and
-each unit-and-group row also gets what the choice and the scaling read: the group's rank among the
-unit's groups (__gn: 1 for its first, so that per-unit figures are counted once, and the first g
-groups count the unit for partition selection), the unit's rows in all its kept groups (__total,
-each group's capped at the row ceiling) and its number of groups (__groups):
+With bounds chosen per query (PrivateQuery.bounds) no group is cut: a unit's rows in all its
+groups are scaled to k rows' worth (per_group), which bounds its values whatever their groups, and
+the groups it is *counted* in (partition selection, COUNT(DISTINCT unit)) are its first g, ranked by
+the same salted hash. Each unit-and-group row gets what the choice and the scaling read: the group's
+rank among the unit's groups (__gn: 1 for its first, so that per-unit figures are counted once, and
+the first g groups count the unit), the unit's rows in all its groups (__total, each group's capped
+at the row ceiling; at least 1 where per_unit counts only some rows) and its number of groups
+(__groups):
 
     SELECT *, __c0 // __total AS __q0, __c0 % __total AS __r0, …
     FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY <hash>) AS __gn,
                     SUM(__rows) OVER (PARTITION BY __unit) AS __total,
-                    COUNT(*) OVER (PARTITION BY __unit) AS __groups FROM per_unit) WHERE __gn <= 12
+                    COUNT(*) OVER (PARTITION BY __unit) AS __groups FROM per_unit)
 
 When every key reads only tables with one row per person (PrivateQuery.one_group_per_unit: a
 person's attributes, grouping their events), each unit has one group: __gn and __groups are 1 and
 __total is __rows, without windows.
 
-(__total and __groups count all the unit's groups, those past the ceiling too: one pass of windows,
-and a conservative total — its kept groups hold at most that many rows' worth. The quotient and
-remainder of each value by __total, of its magnitude for values that may be negative, with its sign,
-are what every candidate's scaling reads.)
+(The quotient and remainder of each value by __total, of its magnitude for values that may be
+negative, with its sign, are what every candidate's scaling reads.)
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ def bound_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
 
 def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     """One pass of windows over the units' rows: the group's rank (a salted hash of the unit's own
-    keys), the unit's rows in all its groups and its number of groups; then the groups past the
-    ceiling dropped, and each value's quotient and remainder by the unit's rows (what every
-    candidate's scaling reads: per_group then multiplies, and divides only the remainder)."""
+    keys), the unit's rows in all its groups and its number of groups; then each value's quotient
+    and remainder by the unit's rows (what every candidate's scaling reads: per_group then
+    multiplies, and divides only the remainder). No group is dropped (the module docstring)."""
     query = ctx.query
     assert query.bounds is not None
     one = exp.Literal.number(1)
@@ -98,9 +99,8 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         ).from_(state.current, copy=False)
     else:
         order = _hash_order(ctx, ctx.salt + ":groups", [UNIT, *ctx.keys], ctx.keys)
-        # The unit's rows and groups counted over all its groups, those past the ceiling included:
-        # its kept groups then hold at most its rows' worth (a conservative total), and every window
-        # is over the same partition, computed together.
+        # The unit's rows and groups counted over all its groups; every window is over the same
+        # partition, computed together.
         # A bigint, as the engine's SUM of bigints would not be (DuckDB's HUGEINT divides slowly).
         total = _at_least_one(
             ctx,

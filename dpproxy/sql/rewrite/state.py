@@ -48,8 +48,8 @@ def key_value(key: GroupKey, dialect: str) -> exp.Expression:
 ROWS = "__rows"  # per unit and group: rows kept
 UNITS = "__units"  # per group: units present (partition selection, COUNT(DISTINCT unit))
 # Bounds chosen per query (PrivateQuery.bounds), per unit and group:
-TOTAL = "__total"  # the unit's rows (each group's capped at row_cap) in all its kept groups
-GROUPS = "__groups"  # how many groups the unit has rows in (after the group ceiling)
+TOTAL = "__total"  # the unit's rows (each group's capped at row_cap) in all its groups
+GROUPS = "__groups"  # how many groups the unit has rows in
 GROUP_RANK = "__gn"  # the group's rank among the unit's groups (salted hash): 1 is its first
 PERSONS = "__persons"  # per group: units whose first group it is (summed: every unit once)
 
