@@ -25,7 +25,16 @@ from sqlglot import exp
 
 from dpproxy.backends import open_backend
 from dpproxy.engine import Engine, Plan, clipping
-from dpproxy.engine.clipping import ONE_ROW, Column, chosen_range, clip_parts, clipped_tree, histogram_sql
+from dpproxy.engine.clipping import (
+    BINS,
+    EXPRESSION_BINS,
+    ONE_ROW,
+    Column,
+    chosen_range,
+    clip_parts,
+    clipped_tree,
+    histogram_sql,
+)
 from dpproxy.errors import BudgetExhausted, PolicyError
 from dpproxy.policy import ColumnPolicy, TablePolicy, column_type_from_sql, parse_policy
 from tests.certify import certify, runner
@@ -156,15 +165,16 @@ def test_the_value_released_is_the_average_of_the_clipped_values(engine: Engine)
 
 def test_an_average_of_an_expression_is_clipped_to_a_range_chosen_for_it(engine: Engine) -> None:
     """AVG(x * 2): the expression's range is what the analyser derives from x's bounds (0 to 20,000);
-    its histogram bins that range (a factor of 32 / 20,000) and the statement clips the expression
-    itself, as a column's would be; the value released is the average of the clipped values."""
+    its histogram bins that range in EXPRESSION_BINS = 128 bins (a factor of 128 / 20,000: a derived
+    range is wider than where the values lie) and the statement clips the expression itself, as a
+    column's would be; the value released is the average of the clipped values."""
     spy = Spy(engine.backend)
     engine.backend = spy  # type: ignore[assignment]
     result = _clipped(engine, "SELECT AVG(x * 2) FROM t", 6, column="x * 2")
     lower, upper = _range(result.notes, column="x * 2")
-    assert lower == 0 and upper < 10000 and upper % Decimal(625) == 0  # bins of 625
+    assert lower == 0 and upper < 10000 and upper % Decimal("156.25") == 0  # bins of 156.25
     assert any("the range its columns' bounds give it 0 to 20000" in n for n in result.notes)
-    assert "0.0016" in spy.sent[-2] and "0.0016" not in spy.sent[-1]
+    assert "0.0064" in spy.sent[-2] and "0.0064" not in spy.sent[-1]
     values = [2 * _value(i) for i in range(PERSONS)]
     clipped = statistics.fmean(min(max(v, float(lower)), float(upper)) for v in values)
     [(average,)] = result.rows
@@ -444,3 +454,14 @@ def test_the_histogram_and_the_clipped_statement_are_certified(
     persons = {pid for pid, _, _ in rows}
     for statement in (histogram, main):
         certify(statement, run, persons)
+
+
+def test_an_expressions_derived_range_is_binned_finer_than_a_declared_one(engine: Engine) -> None:
+    """An expression's derived range (what its columns' bounds allow) gets EXPRESSION_BINS bins; a
+    column's declared range, and a FILTER's (its column's range under a CASE), get BINS."""
+    plan = engine.plan("SELECT AVG(x * 2), AVG(x) FILTER (WHERE x > 1), AVG(x) FROM t", epsilon=0.5)
+    parts = clip_parts(engine, plan, None)
+    assert parts is not None
+    assert sorted(c.bins for c in parts.columns) == [BINS, BINS, EXPRESSION_BINS]
+    (expression,) = [c for c in parts.columns if c.bins == EXPRESSION_BINS]
+    assert expression.label == "x * 2" and expression.per_bin == Decimal("0.0064")
