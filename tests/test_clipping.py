@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
@@ -330,6 +331,19 @@ def test_the_range_holds_the_bins_of_2e_persons_two_more_and_all_but_3_percent()
     assert chosen_range(integer, [(31, 300.0), (32, 400.0)], 10.0) == (Decimal(275), Decimal(315))
 
 
+def test_the_noise_of_empty_bins_counts_for_no_one_in_the_total() -> None:
+    """Noise clamped at 0 puts about e/6 in a bin that holds no one: over an expression's 130 named
+    bins that is about 22e, more than the 20e persons a range needs. A review saw 500 persons'
+    expression narrowed in 30 runs of 40, 12% of them cut. It is taken out of the total (e = 10)."""
+    expression = Column("t", ColumnPolicy("x * 2", column_type_from_sql("numeric"), Decimal(0), Decimal(12800)),
+                        sqlglot.parse_one("x * 2"), expression=True)  # fmt: skip
+    assert expression.bins == EXPRESSION_BINS  # bins of 100
+    noise = [(i, 1.6) for i in range(-1, EXPRESSION_BINS + 1)]  # 208 in all, of no one
+    assert chosen_range(expression, [*noise, (3, 40.0)], 10.0) == (Decimal(0), Decimal(12800))
+    # Persons enough beside that noise: the range of their bins, three more on each side.
+    assert chosen_range(expression, [*noise, (3, 400.0)], 10.0) == (Decimal(0), Decimal(700))
+
+
 def test_a_range_too_wide_for_the_bins_factor_keeps_its_declared_range() -> None:
     """BINS / (upper − lower) is written with 12 decimals: a range over 3.2e10 wide would have it
     rounded by more than 0.05% (0 to 2.4e13: 1e-12 for 1.33e-12, every bin a quarter off), so it is
@@ -465,3 +479,12 @@ def test_an_expressions_derived_range_is_binned_finer_than_a_declared_one(engine
     assert sorted(c.bins for c in parts.columns) == [BINS, BINS, EXPRESSION_BINS]
     (expression,) = [c for c in parts.columns if c.bins == EXPRESSION_BINS]
     assert expression.label == "x * 2" and expression.per_bin == Decimal("0.0064")
+    # Parentheses and casts keep a column's range; a FILTER'd expression has the expression's.
+    for sql, bins in [
+        ("(x)", BINS),
+        ("CAST(x AS DOUBLE PRECISION)", BINS),
+        ("CASE WHEN x > 1 THEN x ELSE -1 END", BINS),
+        ("CASE WHEN x > 1 THEN x * 2 END", EXPRESSION_BINS),
+        ("-x", EXPRESSION_BINS),
+    ]:
+        assert clipping._bins(sqlglot.parse_one(sql, read="postgres")) == bins, sql

@@ -114,10 +114,27 @@ def _own_argument(node: exp.Expression | None) -> exp.Expression | None:
         if ifs and len(ifs) == 1 and isinstance(ifs[0].args.get("true"), exp.Null):
             test, default = ifs[0].this, node.args.get("default")
             tested = test.this if isinstance(test, exp.Is) and isinstance(test.expression, exp.Null) else None
-            if tested is not None and default is not None and any(n == tested for n in default.walk()):
+            if tested is not None and _clipped(default) == tested:
                 node = tested
                 continue
         return node
+
+
+def _clipped(node: exp.Expression | None) -> exp.Expression | None:
+    """x of LEAST(GREATEST(x, lo), hi), GREATEST(x, lo) or LEAST(x, hi) with number constants, as
+    the value ranges' clipping writes them; None for anything else (an analyst's own CASE)."""
+    while isinstance(node, (exp.Least, exp.Greatest)):
+        bounds = node.expressions
+        if len(bounds) != 1 or not _is_number(bounds[0]):
+            return None
+        node = node.this
+    return node
+
+
+def _is_number(node: exp.Expression) -> bool:
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        node = node.this
+    return isinstance(node, exp.Literal) and node.is_number
 
 
 def _is_zero(node: exp.Expression) -> bool:

@@ -470,6 +470,9 @@ def test_with_fewer_persons_than_m_k_does_not_collapse_to_the_smallest_candidate
         ("SELECT SUM(x) FILTER (WHERE name = 'a') FROM t", True),
         ("SELECT AVG(x) FILTER (WHERE name = 'a') FROM t", True),
         ("SELECT AVG(CASE WHEN name IS NULL THEN NULL ELSE x END) FROM t", True),
+        # An analyst's own guard is theirs, even when it looks like the clipping's below.
+        ("SELECT AVG(CASE WHEN x IS NULL THEN NULL ELSE CASE WHEN x > 5 THEN x END END) FROM t", True),
+        ("SELECT AVG(CASE WHEN name IS NULL THEN NULL ELSE GREATEST(x, 1) END) FROM t", True),
         # The value ranges' clipping passes a NULL through: it adds no condition (engine/clipping.py).
         ("SELECT AVG(CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, 1), 9) END) FROM t", False),
         (
