@@ -17,7 +17,9 @@ from decimal import Decimal
 import sqlglot
 from sqlglot import exp
 
+from dpproxy.errors import DPProxyError
 from dpproxy.sql.query import FINE, AggregateKind, ComponentKind, ContributionBounds, PrivateQuery
+from dpproxy.sql.rowexpr.constants import constant_value
 
 
 def candidates(ceiling: int) -> tuple[int, ...]:
@@ -64,10 +66,9 @@ def counts_every_row(query: PrivateQuery) -> bool:
     response, or no value read from the rows), or only those whose values are not all NULL or 0,
     which alone add to what it releases (`rewrite/per_unit.counted_rows`): `SUM(CASE WHEN late THEN 1
     ELSE 0 END)` bounds a person's late rows."""
-    valued = [c for c in query.components if c.argument is not None and not c.kind.row_pipeline]
     return (
         bool(query.histograms)
-        or not valued
+        or not query.valued_components
         or any(
             c.kind in (ComponentKind.ROWS, ComponentKind.DISTINCT_VALUES, ComponentKind.ANY_UNITS)
             for c in query.components
@@ -96,7 +97,7 @@ def keeps_rows_by_condition(query: PrivateQuery) -> bool:
         for branch in branches:
             if branch is None or isinstance(branch, exp.Null):
                 return True
-            if aggregate.kind is AggregateKind.SUM and _is_zero(branch):
+            if aggregate.kind is AggregateKind.SUM and _number(branch) == 0:
                 return True
     return False
 
@@ -125,27 +126,19 @@ def _clipped(node: exp.Expression | None) -> exp.Expression | None:
     the value ranges' clipping writes them; None for anything else (an analyst's own CASE)."""
     while isinstance(node, (exp.Least, exp.Greatest)):
         bounds = node.expressions
-        if len(bounds) != 1 or not _is_number(bounds[0]):
+        if len(bounds) != 1 or _number(bounds[0]) is None:
             return None
         node = node.this
     return node
 
 
-def _is_number(node: exp.Expression) -> bool:
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        node = node.this
-    return isinstance(node, exp.Literal) and node.is_number
-
-
-def _is_zero(node: exp.Expression) -> bool:
-    while isinstance(node, (exp.Cast, exp.Paren, exp.Neg)):
-        node = node.this
-    if not (isinstance(node, exp.Literal) and node.is_number):
-        return False
+def _number(node: exp.Expression) -> Decimal | None:
+    """The value of a number constant as the analyser reads one (constant_value), else None."""
     try:
-        return Decimal(node.this) == 0
-    except ArithmeticError:
-        return False
+        value = constant_value(node)
+    except DPProxyError:
+        return None
+    return value if isinstance(value, Decimal) else None
 
 
 @dataclass(frozen=True)

@@ -347,6 +347,14 @@ class PrivateQuery:
         )
 
     @property
+    def valued_components(self) -> list[int]:
+        """Components the main statement computes from a per-row value (not counts of rows or units,
+        not the row pipeline's)."""
+        return [
+            i for i, c in enumerate(self.components) if c.argument is not None and not c.kind.row_pipeline
+        ]
+
+    @property
     def needs_selection(self) -> bool:
         """Keys not all public: groups are released through DP partition selection."""
         return any(k.public_values is None for k in self.keys)

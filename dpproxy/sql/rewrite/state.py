@@ -90,13 +90,8 @@ class RewriteContext:
 
     @property
     def valued_components(self) -> list[int]:
-        """Components the main statement computes from a per-row value (not counts of rows or units,
-        not the row pipeline's)."""
-        return [
-            i
-            for i, c in enumerate(self.query.components)
-            if c.argument is not None and not c.kind.row_pipeline
-        ]
+        """PrivateQuery.valued_components."""
+        return self.query.valued_components
 
     @property
     def row_components(self) -> list[int]:
