@@ -26,7 +26,11 @@ of such values, each a function of the policy, the query text and public tables 
   - **the values the query names**: for a key with none of the above, the constants of a top-level
     `key IN (c1, …)` or `key = c` of the WHERE (several such conjuncts: the values all name) — an
     analyst's key set, as Tumult's KeySet, written in the query and so public; text, integer and
-    date keys only (PublicKeys._named).
+    date keys only (PublicKeys._named);
+  - **the results a CASE names**: a key `CASE … THEN c1 … ELSE cn END` whose every result is a
+    constant (not NULL) and which has an ELSE takes only those constants, whatever its conditions
+    read (`CASE WHEN distance < 500 THEN 'short' … ELSE 'long' END`: bands an analyst wrote);
+    text, integer and date keys only (PublicKeys._case).
 
 A LEFT JOIN keeps protected rows without a match, whose key is then NULL: a key read from the
 nullable side is not public (partition selection, as before). NULL is never a public value: rows
@@ -146,6 +150,8 @@ class PublicKeys:
             found = self._joined_values(node, text, key_type, label)
             if found.values is None and not found.fetched:
                 found = self._range_values(node, text, key_type, label) or found
+        elif isinstance(node, exp.Case):
+            found = self._case(node, text, key_type, label) or found
         if found.values is None:
             named = self._named(text, key_type, label)
             found = replace(named, fetched=found.fetched) if named is not None else found
@@ -390,6 +396,31 @@ class PublicKeys:
         count = f"{len(values)} values" if len(values) > 1 else "value"
         origin = f"{label}: the {count} the WHERE names (public: the query names them)"
         return self._restricted(KeyValues(values, origin), text, key_type, label)
+
+    def _case(self, node: exp.Case, text: str, key_type: PgType, label: str) -> KeyValues | None:
+        """The results of a CASE with an ELSE whose every THEN and ELSE is a constant (not NULL): each
+        row's key is one of them, whatever the conditions read, and they are written in the query, so
+        they are public (bands an analyst names). Then restricted by the WHERE's comparisons of the
+        key. Without an ELSE, a row no condition holds for has a NULL key, which is never a public
+        value: partition selection, as before, so that such rows' group is not silently dropped."""
+        default = node.args.get("default")
+        if key_type not in _NAMED_TYPES or default is None:
+            return None
+        results = [branch.args.get("true") for branch in node.args.get("ifs") or []]
+        values: set[object] = set()
+        for result in [*results, default]:
+            try:
+                value = _key_value(_constant(result, key_type), key_type) if result is not None else None
+            except _Unreadable:
+                return None
+            if value is None:  # a result no value of the key equals: not read
+                return None
+            values.add(value)
+        if len(values) > MAX_KEY_VALUES:
+            return None
+        ordered = tuple(sorted(values))  # type: ignore[type-var]
+        origin = f"{label}: the {len(ordered)} results its THEN and ELSE name (public: the query names them)"
+        return self._restricted(KeyValues(ordered, origin), text, key_type, label)
 
     def _is_key(self, node: exp.Expression, text: str) -> bool:
         if isinstance(strip_parens(node), (exp.Literal, exp.Null, exp.Boolean)):

@@ -106,3 +106,49 @@ def test_an_empty_any_admits_no_row(demo: Engine) -> None:
     assert isinstance(
         demo.analyze("SELECT COUNT(*) FROM patients WHERE zip = ANY(ARRAY[]::text[])"), PrivateQuery
     )
+
+
+def test_a_case_whose_every_result_is_a_constant_takes_those_results(demo: Engine) -> None:
+    """`CASE … THEN c … ELSE c END` with constant results: each row's key is one of them whatever the
+    conditions read, and the query wrote them (PublicKeys._case)."""
+    bands = "CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE 'old' END"
+    cases = {
+        f"SELECT {bands} AS band, COUNT(*) FROM patients GROUP BY 1": ("middle", "old", "young"),
+        # a simple CASE, integer results, a result named twice
+        "SELECT CASE zip WHEN '10001' THEN 1 WHEN '10002' THEN 1 ELSE 0 END, COUNT(*) FROM patients "
+        "GROUP BY 1": (0, 1),
+        # the WHERE's comparisons of the key itself restrict them
+        f"SELECT {bands}, COUNT(*) FROM patients WHERE {bands} <> 'old' GROUP BY 1": ("middle", "young"),
+        # no ELSE: a row no condition holds for has a NULL key (never public): partition selection
+        "SELECT CASE WHEN age < 30 THEN 'young' END, COUNT(*) FROM patients GROUP BY 1": None,
+        "SELECT CASE WHEN age < 30 THEN 'young' ELSE NULL END, COUNT(*) FROM patients GROUP BY 1": None,
+        # a result that is not a constant, or a float's: partition selection
+        "SELECT CASE WHEN age < 30 THEN 'young' ELSE zip END, COUNT(*) FROM patients GROUP BY 1": None,
+        "SELECT CASE WHEN age < 30 THEN 1.5 ELSE 2.5 END, COUNT(*) FROM patients GROUP BY 1": None,
+    }
+    for sql, expected in cases.items():
+        assert named(demo, sql) == expected, sql
+
+
+def test_a_case_band_no_row_has_is_released_zero_filled_without_delta(demo: Engine) -> None:
+    sql = (
+        "SELECT CASE WHEN age > 200 THEN 'impossible' WHEN age >= 50 THEN 'over 50' ELSE 'under 50' END "
+        "AS band, COUNT(*) FROM patients GROUP BY 1 ORDER BY 1"
+    )
+    explained = demo.explain(sql)
+    assert explained.selection is not None
+    assert "the 3 results its THEN and ELSE name (public: the query names them)" in explained.selection
+    assert explained.cost.delta == 0
+    truth = dict(
+        demo.backend_or_fail().run(
+            "SELECT CASE WHEN age >= 50 THEN 'over 50' ELSE 'under 50' END, COUNT(*) FROM patients "
+            "WHERE patient_id IS NOT NULL GROUP BY 1"
+        )
+    )
+    result = demo.execute(sql, analyst="alice", epsilon=1.0)
+    assert [row[0] for row in result.rows] == ["impossible", "over 50", "under 50"]
+    assert not any("not shown" in note for note in result.notes)
+    assert result.cost.delta == 0
+    for band, count in result.rows:
+        # One row per patient (k = 1): Laplace noise of scale 1/ε; ±25 is beyond 1e-10.
+        assert abs(count - truth.get(band, 0)) <= 25, (band, count, truth.get(band, 0))

@@ -1004,6 +1004,8 @@ class QueryGenerator:
                             f"extract(year FROM {self.column('date') or 'NULL'})",
                             f"({self.column('int') or '1'} / 10)",
                             f"CASE WHEN {self.expr('bool')} THEN 'x' ELSE 'y' END",
+                            # constant results only: public keys (PublicKeys._case), zero-filled
+                            f"CASE WHEN {self.expr('bool')} THEN 1 WHEN {self.expr('bool')} THEN 2 ELSE 3 END",
                             f"substring({self.column('text') or repr('a')}, 1, 2)",
                             f"floor(extract(epoch FROM {self.column('ts') or 'NULL'}) / 86400) * 86400",
                             self.expr(self.pick(("text", "number", "bool"))),
