@@ -121,8 +121,8 @@ def _clipped(engine: Engine, sql: str, epsilon: float, column: str = "t.x"):  # 
     raise AssertionError(f"{column} kept its declared range three times: {result.notes}")
 
 
-def _range(notes: tuple[str, ...], column: str = "t.x") -> tuple[Decimal, Decimal]:
-    [note] = [n for n in notes if f"of {column}: values clipped to" in n]
+def _range(notes: tuple[str, ...], column: str = "t.x", what: str = "averages") -> tuple[Decimal, Decimal]:
+    [note] = [n for n in notes if f"{what} of {column}: values clipped to" in n]
     found = re.search(r"values clipped to (\S+) to (\S+) \(", note)
     assert found is not None
     return Decimal(found.group(1)), Decimal(found.group(2))
@@ -247,7 +247,7 @@ def test_a_group_beyond_the_range_is_released_at_its_bound_with_an_interval_to_t
         "WITH s AS (SELECT pid, x FROM t) SELECT AVG(x) FROM s",
         "SELECT AVG(x) FILTER (WHERE g = 'a') FROM t WHERE x IN (SELECT 1)",
         "SELECT AVG(x + pid) FROM t",  # an expression of the privacy unit
-        "SELECT STDDEV(x), VAR_POP(x) FROM t",  # a spread is ruled by its tails: never clipped
+        "SELECT STDDEV(x + 1) FROM t",  # a spread of an expression keeps its range
         "SELECT band, AVG(x) FROM t GROUP BY band HAVING AVG(x) > 1000",  # rows kept by clipped values
         "SELECT band, AVG(x) AS a FROM t GROUP BY band ORDER BY a DESC LIMIT 1",
         "SELECT AVG(x) FROM t WHERE pid < 300",  # 300 persons: too few to see a range (the note says so)
@@ -415,6 +415,11 @@ def test_postgresql_answers_the_same_statements(demo_pg_dsn: str) -> None:
         result = _clipped(engine, sql, 1.0, "visits.cost")
         lower, upper = _range(result.notes, "visits.cost")
         assert 2 * (upper - lower) <= 20000
+        # STDDEV(cost) reads the range widened by its width on each side it narrows
+        assert _range(result.notes, "visits.cost", "spreads") == clipping.spread_range(
+            clipping.Column("visits", engine.policy.table("visits").column("cost"), sqlglot.exp.column("cost")),
+            (lower, upper),
+        )
         assert len(result.rows) == 8
         # The answer's columns are those Describe gives (what a driver was told before it ran).
         described = engine.describe(sql).columns
@@ -458,16 +463,22 @@ def test_the_histogram_and_the_clipped_statement_are_certified(
     plan = engine.plan(f"SELECT band, AVG({argument}), STDDEV_POP(x) FROM t GROUP BY band", epsilon=0.5)
     parts = clip_parts(engine, plan, None)
     assert parts is not None
-    [column] = parts.columns
-    assert column.expression == expression
-    histogram = engine.prepare(histogram_sql(parts, column), epsilon=0.1, bounds=ONE_ROW)
-    assert isinstance(histogram, Plan)
-    chosen = (column.lower + lower, min(column.lower + lower + width, column.upper))
-    tree, _ = clipped_tree(parts, {(column.table, column.policy.name): chosen})
-    main = engine.plan(tree.sql("postgres"), epsilon=0.4)
+    assert sorted(c.expression for c in parts.columns) == ([False, True] if expression else [False])
     persons = {pid for pid, _, _ in rows}
-    for statement in (histogram, main):
-        certify(statement, run, persons)
+    ranges = {}
+    for column in parts.columns:
+        histogram = engine.prepare(histogram_sql(parts, column), epsilon=0.1, bounds=ONE_ROW)
+        assert isinstance(histogram, Plan)
+        certify(histogram, run, persons)
+        ranges[(column.table, column.policy.name)] = (
+            column.lower + lower,
+            min(column.lower + lower + width, column.upper),
+        )
+    tree, _ = clipped_tree(parts, ranges)
+    # The spread's argument is clipped too (to the range widened), unless the range is the declared one.
+    assert any("stddev" in node.sql("postgres").lower() for node in tree.find_all(*clipping.SPREADS))
+    main = engine.plan(tree.sql("postgres"), epsilon=0.4)
+    certify(main, run, persons)
 
 
 def test_an_expressions_derived_range_is_binned_finer_than_a_declared_one(engine: Engine) -> None:
@@ -488,3 +499,28 @@ def test_an_expressions_derived_range_is_binned_finer_than_a_declared_one(engine
         ("-x", EXPRESSION_BINS),
     ]:
         assert clipping._bins(sqlglot.parse_one(sql, read="postgres")) == bins, sql
+
+
+def test_a_spread_reads_the_averages_range_widened_by_its_width(engine: Engine) -> None:
+    """VAR and STDDEV of a wide column are clipped too, to the range the histogram shows widened by its
+    own width on each side it narrows the declared one (clipping.spread_range): a spread is ruled by
+    its tails, which the histogram cannot see at its share of ε."""
+    spy = Spy(engine.backend)
+    engine.backend = spy  # type: ignore[assignment]
+    result = _clipped(engine, "SELECT STDDEV(x), VAR_POP(x) FROM t", 0.5)
+    lower, upper = _range(result.notes, what="spreads")
+    assert not any(n.startswith("averages of") for n in result.notes)  # no AVG: no averages' note
+    # The averages' range is 0 to 1,250–5,000 (the first test): the spread's is twice that.
+    assert lower == 0 and Decimal(2500) <= upper <= Decimal(10000) and upper % Decimal("625") == 0
+    assert "then widened by its width on each side it narrows" in result.notes[-1]
+    assert PER_BIN in spy.sent[-2] and format(upper.normalize(), "f") in spy.sent[-1]
+    assert clipping.spread_range(
+        Column("t", engine.policy.table("t").column("x"), exp.column("x")), (Decimal(0), upper / 2)
+    ) == (lower, upper)
+    explained = engine.explain("SELECT STDDEV(x) FROM t").render()
+    assert "value ranges: spreads of t.x (0 to 10000)" in explained
+    assert "spreads' arguments clipped to that range widened by its width on each side it narrows" in explained
+    # Both ends narrowed: widened on both sides, never past the declared range.
+    column = Column("t", engine.policy.table("t").column("x"), exp.column("x"))
+    assert clipping.spread_range(column, (Decimal(4000), Decimal(5000))) == (Decimal(3000), Decimal(6000))
+    assert clipping.spread_range(column, (Decimal(500), Decimal(6000))) == (Decimal(0), Decimal(10000))
