@@ -38,6 +38,7 @@ from dpproxy.engine.clipping import (
 )
 from dpproxy.errors import BudgetExhausted, PolicyError
 from dpproxy.policy import ColumnPolicy, TablePolicy, column_type_from_sql, parse_policy
+from dpproxy.sql.intervals import Interval
 from tests.certify import certify, runner
 
 PERSONS = 2000
@@ -524,3 +525,25 @@ def test_a_spread_reads_the_averages_range_widened_by_its_width(engine: Engine) 
     column = Column("t", engine.policy.table("t").column("x"), exp.column("x"))
     assert clipping.spread_range(column, (Decimal(4000), Decimal(5000))) == (Decimal(3000), Decimal(6000))
     assert clipping.spread_range(column, (Decimal(500), Decimal(6000))) == (Decimal(0), Decimal(10000))
+
+
+def test_a_clipped_spread_is_released_with_its_declared_range_as_reach(engine: Engine) -> None:
+    """The clipped statement's spreads carry the declared range (Aggregate.reach), as its AVGs do: the
+    interval columns' high end reaches on to what that range allows (release/intervals.py), and a
+    widened range that spans the declared one is said to be kept."""
+    plan = engine.plan("SELECT AVG(x), STDDEV(x), VAR_POP(x) FROM t", epsilon=0.5)
+    parts = clip_parts(engine, plan, None)
+    assert parts is not None
+    [column] = parts.columns
+    tree, arguments = clipped_tree(parts, {(column.table, column.policy.name): (Decimal(0), Decimal(1000))})
+    main = engine.analyze_tree(tree, answer=True)
+    reached = clipping.with_reach(main, arguments)
+    assert [(a.kind.name, a.reach) for a in reached.aggregates] == [
+        (kind, Interval(Decimal(0), Decimal(10000))) for kind in ("AVG", "STDDEV_SAMP", "VAR_POP")
+    ]
+    # An averages' range of 3,000 to 7,000 widens to 0 to 10,000: the spreads keep the declared range.
+    notes = clipping._notes(parts, column, (Decimal(3000), Decimal(7000)), 0.08)
+    assert notes[1] == (
+        "spreads of t.x: its declared range 0 to 10000 kept (the range a private histogram at ε = 0.08 "
+        "found, widened by its width on each side it narrows, spans it)"
+    )

@@ -487,13 +487,17 @@ def clipped_tree(
 
 def with_reach(query: PrivateQuery, arguments: dict[str, Column]) -> PrivateQuery:
     """`query` (the clipped statement, analysed) with each clipped aggregate's declared range as its
-    reach (Aggregate.reach): what its interval's ends are clamped into. Release only: neither the
-    SQL nor the noise reads it."""
-    by_text = {_avg_text(sql): column for sql, column in arguments.items()}
+    reach (Aggregate.reach): what its interval's ends are clamped into, and, for a spread, what the
+    most it can be is read from. Release only: neither the SQL nor the noise reads it."""
+    by_text = {
+        f"{name}({sql})": column
+        for sql, column in arguments.items()
+        for name in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+    }
     aggregates = []
     for aggregate in query.aggregates:
         column = by_text.get(aggregate.text)
-        if column is not None and aggregate.kind is AggregateKind.AVG:
+        if column is not None and (aggregate.kind is AggregateKind.AVG or aggregate.kind.is_spread):
             reach = Interval(column.lower, column.upper)
             aggregate = dataclasses.replace(aggregate, reach=reach)
         aggregates.append(aggregate)
@@ -640,7 +644,17 @@ def _notes(
     if _key(column) in parts.averaged:
         notes.append(_note(column, chosen, share))
     if _key(column) in parts.spread:
-        notes.append(_note(column, spread_range(column, chosen), share, "spreads"))
+        widened = spread_range(column, chosen)
+        narrowed = chosen[0] > column.lower or chosen[1] < column.upper
+        if narrowed and widened[0] <= column.lower and widened[1] >= column.upper:
+            lower, upper = format(column.lower, "f"), format(column.upper, "f")
+            spent = "" if share is None else f" at ε = {share:.3g}"
+            notes.append(
+                f"spreads of {column.label}: its declared range {lower} to {upper} kept (the range a "
+                f"private histogram{spent} found, widened by its width on each side it narrows, spans it)"
+            )
+        else:
+            notes.append(_note(column, widened, share, "spreads"))
     return notes
 
 

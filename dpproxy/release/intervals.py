@@ -128,11 +128,38 @@ def interval_column(
 
 def _clipped_ends(aggregate: Aggregate) -> tuple[tuple[Decimal, Decimal], tuple[Decimal, Decimal]] | None:
     """An AVG whose argument was clipped to a range chosen per query: ((clipped lower bound, declared
-    lower bound), (clipped upper, declared upper)); None for any other aggregate."""
-    if aggregate.kind is not AggregateKind.AVG or aggregate.reach is None or aggregate.interval is None:
+    lower bound), (clipped upper, declared upper)); a spread's: ((0, 0), (the most the clipped
+    values' spread can be, the most the declared range's can be)) — clipping only lowers a spread,
+    so only its high end reaches on; None for any other aggregate."""
+    if aggregate.reach is None or aggregate.interval is None:
         return None
     interval, reach = aggregate.interval, aggregate.reach
-    return (interval.lo, reach.lo), (interval.hi, reach.hi)
+    if aggregate.kind is AggregateKind.AVG:
+        return (interval.lo, reach.lo), (interval.hi, reach.hi)
+    if aggregate.kind.is_spread:
+        zero = Decimal(0)
+        return (zero, zero), (_clipped_spread_ceiling(aggregate), _declared_spread_ceiling(aggregate))
+    return None
+
+
+def _clipped_spread_ceiling(aggregate: Aggregate) -> Decimal:
+    """The most a population spread of the (clipped) argument's values can be: the half-width from
+    its centre, squared for a variance."""
+    offsets = centre_offsets(aggregate)
+    half_width = Decimal(max(-offsets.lo, offsets.hi)).scaleb(-aggregate.scale)
+    return half_width * half_width if _variance(aggregate) else half_width
+
+
+def _declared_spread_ceiling(aggregate: Aggregate) -> Decimal:
+    """The most a population spread of values within a clipped argument's declared range
+    (Aggregate.reach) can be: half its width, squared for a variance."""
+    assert aggregate.reach is not None
+    half_width = (Decimal(aggregate.reach.hi) - Decimal(aggregate.reach.lo)) / 2
+    return half_width * half_width if _variance(aggregate) else half_width
+
+
+def _variance(aggregate: Aggregate) -> bool:
+    return aggregate.kind in (AggregateKind.VAR_POP, AggregateKind.VAR_SAMP)
 
 
 def _interval_clamp(aggregate: Aggregate) -> tuple[Decimal | None, Decimal | None]:
@@ -148,13 +175,12 @@ def _interval_clamp(aggregate: Aggregate) -> tuple[Decimal | None, Decimal | Non
         holds = aggregate.reach or interval
         return Decimal(holds.lo), Decimal(holds.hi)
     if aggregate.kind in (AggregateKind.VAR_POP, AggregateKind.STDDEV_POP) and interval is not None:
-        # A population variance of values within the bounds is at most the half-width squared;
-        # the sample versions' factor n/(n − 1) depends on the noisy count: only 0 bounds them.
-        offsets = centre_offsets(aggregate)
-        half_width = Decimal(max(-offsets.lo, offsets.hi)).scaleb(-aggregate.scale)
-        if aggregate.kind is AggregateKind.VAR_POP:
-            return Decimal(0), half_width * half_width
-        return Decimal(0), half_width
+        # A population variance of values within the bounds is at most the half-width squared (of
+        # an argument clipped per query, of its declared range: the spread as asked); the sample
+        # versions' factor n/(n − 1) depends on the noisy count: only 0 bounds them.
+        if aggregate.reach is not None:
+            return Decimal(0), _declared_spread_ceiling(aggregate)
+        return Decimal(0), _clipped_spread_ceiling(aggregate)
     if aggregate.kind.is_spread:
         return Decimal(0), None
     return None, None

@@ -600,9 +600,17 @@ def _constant(node: exp.Expression, value_type: PgType) -> object:
         if isinstance(node, exp.Literal) and node.is_string:
             return _normal(_from_text(node.this, value_type))
         if isinstance(node, exp.Cast) and isinstance(strip_parens(node.this), exp.Literal):
-            text, target = strip_parens(node.this).this, _cast_type(node.to)
+            inner, target = strip_parens(node.this), _cast_type(node.to)
+            text = str(inner.this)
+            if target is not None and target.is_text and not inner.is_string:
+                # A number cast to text is spelled as the backend prints it: CAST(007 AS text) is
+                # '7'. A whole number only (a fraction's digits depend on its type).
+                number = Decimal(text)
+                if number != number.to_integral_value():
+                    raise _Unreadable
+                return str(int(number))
             if target is not None:
-                return _normal(_from_text(str(text), target))
+                return _normal(_from_text(text, target))
     except (DPProxyError, ValueError, InvalidOperation, ArithmeticError):
         raise _Unreadable from None
     raise _Unreadable

@@ -12,6 +12,7 @@ message, before any data is read or budget spent.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -276,3 +277,24 @@ def test_ends_are_clamped_as_the_value_is_and_rounded_outwards() -> None:
         error
     )
     assert high - low < 0.4 + 1e-12
+
+
+def test_a_clipped_spreads_high_end_reaches_on_to_what_the_declared_range_allows() -> None:
+    """A VAR or STDDEV whose argument was clipped to a range chosen per query (Aggregate.reach, the
+    declared range): clipping only lowers a spread, so an end that reaches the most the clipped
+    values' spread can be reaches on to the most the declared range's can be, and the population
+    versions are clamped into the declared range's ceiling, not the clipped one's."""
+    clipped = _aggregate(AggregateKind.STDDEV_POP, PgType.FLOAT8, 0, 100)  # at most 50 once clipped
+    assert interval_column(clipped, "high", [49.0, 20.0], [2.0, 2.0], None) == [50.0, 22.0]
+    reaching = replace(clipped, reach=Interval(Decimal(0), Decimal(1000)))  # declared: at most 500
+    assert interval_column(reaching, "high", [49.0, 20.0], [2.0, 2.0], None) == [500.0, 22.0]
+    assert interval_column(reaching, "low", [49.0, 1.0], [2.0, 2.0], None) == [47.0, 0.0]
+    variance = replace(
+        _aggregate(AggregateKind.VAR_POP, PgType.FLOAT8, 0, 100), reach=Interval(Decimal(0), Decimal(1000))
+    )
+    assert interval_column(variance, "high", [2490.0, 100.0], [20.0, 20.0], None) == [250000.0, 120.0]
+    sample = replace(
+        _aggregate(AggregateKind.STDDEV_SAMP, PgType.FLOAT8, 0, 100),
+        reach=Interval(Decimal(0), Decimal(1000)),
+    )
+    assert interval_column(sample, "high", [49.0, 30.0], [2.0, 2.0], None) == [500.0, 32.0]

@@ -50,6 +50,8 @@ def test_the_values_a_where_names_are_the_keys_public_values(demo: Engine) -> No
         # `= ANY(ARRAY[…])` (psycopg's `= ANY(%s)` with a list, once bound) is that IN list
         f"{zips} WHERE zip = ANY(ARRAY['10001', '99999']) GROUP BY zip": ("10001", "99999"),
         f"{zips} WHERE zip = ANY(CAST(ARRAY['10001'] AS text[])) GROUP BY zip": ("10001",),
+        # a number cast to text is the text the backend prints: CAST(007 AS text) is '7'
+        f"{zips} WHERE zip IN (CAST(007 AS text), '007') GROUP BY zip": ("007", "7"),
         "SELECT visit_id, COUNT(*) FROM visits WHERE visit_id = ANY(ARRAY['2', '1']::int[]) GROUP BY 1": (
             1,
             2,
@@ -125,6 +127,10 @@ def test_a_case_whose_every_result_is_a_constant_takes_those_results(demo: Engin
         # a result that is not a constant, or a float's: partition selection
         "SELECT CASE WHEN age < 30 THEN 'young' ELSE zip END, COUNT(*) FROM patients GROUP BY 1": None,
         "SELECT CASE WHEN age < 30 THEN 1.5 ELSE 2.5 END, COUNT(*) FROM patients GROUP BY 1": None,
+        "SELECT CASE WHEN age < 30 THEN CAST(007 AS text) ELSE 'b' END, COUNT(*) FROM patients GROUP BY 1": (
+            "7",
+            "b",
+        ),
     }
     for sql, expected in cases.items():
         assert named(demo, sql) == expected, sql
