@@ -248,7 +248,7 @@ def test_a_group_beyond_the_range_is_released_at_its_bound_with_an_interval_to_t
         "WITH s AS (SELECT pid, x FROM t) SELECT AVG(x) FROM s",
         "SELECT AVG(x) FILTER (WHERE g = 'a') FROM t WHERE x IN (SELECT 1)",
         "SELECT AVG(x + pid) FROM t",  # an expression of the privacy unit
-        "SELECT STDDEV(x + 1) FROM t",  # a spread of an expression keeps its range
+        "SELECT STDDEV(x + pid) FROM t",  # a spread of an expression of the privacy unit
         "SELECT band, AVG(x) FROM t GROUP BY band HAVING AVG(x) > 1000",  # rows kept by clipped values
         "SELECT band, AVG(x) AS a FROM t GROUP BY band ORDER BY a DESC LIMIT 1",
         "SELECT AVG(x) FROM t WHERE pid < 300",  # 300 persons: too few to see a range (the note says so)
@@ -418,7 +418,9 @@ def test_postgresql_answers_the_same_statements(demo_pg_dsn: str) -> None:
         assert 2 * (upper - lower) <= 20000
         # STDDEV(cost) reads the range widened by its width on each side it narrows
         assert _range(result.notes, "visits.cost", "spreads") == clipping.spread_range(
-            clipping.Column("visits", engine.policy.table("visits").column("cost"), sqlglot.exp.column("cost")),
+            clipping.Column(
+                "visits", engine.policy.table("visits").column("cost"), sqlglot.exp.column("cost")
+            ),
             (lower, upper),
         )
         assert len(result.rows) == 8
@@ -461,7 +463,9 @@ def test_the_histogram_and_the_clipped_statement_are_certified(
     run = runner("duckdb", con)
 
     argument = "x * 2 - 100" if expression else "x"
-    plan = engine.plan(f"SELECT band, AVG({argument}), STDDEV_POP(x) FROM t GROUP BY band", epsilon=0.5)
+    plan = engine.plan(
+        f"SELECT band, AVG({argument}), STDDEV_POP(x), VAR_SAMP({argument}) FROM t GROUP BY band", epsilon=0.5
+    )
     parts = clip_parts(engine, plan, None)
     assert parts is not None
     assert sorted(c.expression for c in parts.columns) == ([False, True] if expression else [False])
@@ -520,7 +524,9 @@ def test_a_spread_reads_the_averages_range_widened_by_its_width(engine: Engine) 
     ) == (lower, upper)
     explained = engine.explain("SELECT STDDEV(x) FROM t").render()
     assert "value ranges: spreads of t.x (0 to 10000)" in explained
-    assert "spreads' arguments clipped to that range widened by its width on each side it narrows" in explained
+    assert (
+        "spreads' arguments clipped to that range widened by its width on each side it narrows" in explained
+    )
     # Both ends narrowed: widened on both sides, never past the declared range.
     column = Column("t", engine.policy.table("t").column("x"), exp.column("x"))
     assert clipping.spread_range(column, (Decimal(4000), Decimal(5000))) == (Decimal(3000), Decimal(6000))
@@ -547,3 +553,23 @@ def test_a_clipped_spread_is_released_with_its_declared_range_as_reach(engine: E
         "spreads of t.x: its declared range 0 to 10000 kept (the range a private histogram at ε = 0.08 "
         "found, widened by its width on each side it narrows, spans it)"
     )
+
+
+def test_a_filtered_spread_and_a_spread_of_an_expression_are_clipped_too(engine: Engine) -> None:
+    """A FILTER'd spread (the analyser's CASE of its column, the column's range and bins) and a spread
+    of an expression (its derived range) are clipped as an AVG of them is, to their range widened."""
+    plan = engine.plan("SELECT STDDEV(x) FILTER (WHERE x > 1), VAR_POP(x * 2) FROM t", epsilon=0.5)
+    parts = clip_parts(engine, plan, None)
+    assert parts is not None
+    assert sorted((c.expression, c.bins) for c in parts.columns) == [(True, BINS), (True, EXPRESSION_BINS)]
+    assert set(parts.spread) == {(c.table, c.policy.name) for c in parts.columns} and not parts.averaged
+    ranges = {(c.table, c.policy.name): (c.lower, c.lower + (c.upper - c.lower) / 8) for c in parts.columns}
+    tree, arguments = clipped_tree(parts, ranges)
+    reached = clipping.with_reach(engine.analyze_tree(tree, answer=True), arguments)
+    for column, aggregate in zip(
+        sorted(parts.columns, key=lambda c: c.bins), reached.aggregates, strict=True
+    ):
+        low, high = clipping.spread_range(column, ranges[(column.table, column.policy.name)])
+        assert low == column.lower and high == column.lower + (column.upper - column.lower) / 4
+        assert format(high.normalize(), "f") in tree.sql("postgres")
+        assert aggregate.reach == Interval(column.lower, column.upper)

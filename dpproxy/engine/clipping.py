@@ -41,8 +41,8 @@ grid (a rating of 1 to 5 is its own range; a double always qualifies), or an exp
 columns whose range as the analyser derives it qualifies alike
 (`_expression`: the flights' average speed, `distance / air_time * 60` over 0 to 15,000, went from
 6.4% off to 0.7%), at most MAX_COLUMNS such columns or expressions; not under
-`dpproxy.target_error`. VAR and STDDEV of a column are clipped to that range widened by its own width
-on each side it narrows (CLIPPED, `spread_range`); of an expression, they keep its range.
+`dpproxy.target_error`. VAR and STDDEV (of a column or such an expression) are clipped to that range
+widened by its own width on each side it narrows (CLIPPED, `spread_range`).
 Everything else runs as before.
 """
 
@@ -208,7 +208,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
     intervals = {
         a.text: (a.interval, a.scale)
         for a in query.aggregates
-        if a.kind is AggregateKind.AVG and a.interval is not None
+        if (a.kind is AggregateKind.AVG or a.kind.is_spread) and a.interval is not None
     }
     found: dict[tuple[str, str], Column] = {}
     arguments: dict[str, Column] = {}
@@ -218,10 +218,8 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
         argument = node.this
         if isinstance(argument, exp.Column):
             column = _column(tables, argument)
-        elif isinstance(node, SPREADS):
-            column = None  # a spread of an expression keeps its range
         else:
-            derived = intervals.get(_avg_text(argument.sql("postgres")))
+            derived = next(filter(None, (intervals.get(t) for t in _texts(argument.sql("postgres")))), None)
             column = None if derived is None else _expression(tables, argument, *derived)
         if column is not None:
             column = found.setdefault(_key(column), column)
@@ -234,10 +232,12 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
     )
 
 
-def _avg_text(argument: str) -> str:
-    """The text the analyser gives an AVG of `argument`'s SQL (Aggregate.text): how an AVG of the
-    statement is matched with the analysed aggregate (its interval, its reach)."""
-    return f"avg({argument})"
+def _texts(argument: str) -> tuple[str, ...]:
+    """The texts the analyser gives an AVG or a spread of `argument`'s SQL (Aggregate.text): how an
+    aggregate of the statement is matched with the analysed one (its interval, its reach)."""
+    return tuple(
+        f"{name}({argument})" for name in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+    )
 
 
 def _tables(engine: EngineLike, tree: exp.Select) -> dict[str, TablePolicy] | None:
@@ -327,7 +327,8 @@ def _wide(lower: Decimal, upper: Decimal, scale: int, bins: int = BINS) -> bool:
 def _expression(
     tables: dict[str, TablePolicy], node: exp.Expression, interval: Interval, scale: int
 ) -> Column | None:
-    """An AVG's argument other than a bare column (`distance / air_time * 60`) when each column it
+    """An AVG's or a spread's argument other than a bare column (`distance / air_time * 60`, a
+    FILTER's CASE) when each column it
     reads is a protected column `_column` would take (the analyser refuses a public table's column
     in an aggregate's argument), and the range the analyser derives for it (`interval`, on its grid
     of `scale` digits) is wide: a column of its own, named by its SQL. Its histogram and clipped
@@ -464,7 +465,7 @@ def clipped_tree(
     for node in list(tree.find_all(*CLIPPED)):
         argument = node.this
         column = parts.arguments.get(argument.sql("postgres"))
-        if column is None or (isinstance(node, SPREADS) and not isinstance(argument, exp.Column)):
+        if column is None:
             continue
         lower, upper = ranges[_key(column)]
         if isinstance(node, SPREADS):
@@ -489,11 +490,7 @@ def with_reach(query: PrivateQuery, arguments: dict[str, Column]) -> PrivateQuer
     """`query` (the clipped statement, analysed) with each clipped aggregate's declared range as its
     reach (Aggregate.reach): what its interval's ends are clamped into, and, for a spread, what the
     most it can be is read from. Release only: neither the SQL nor the noise reads it."""
-    by_text = {
-        f"{name}({sql})": column
-        for sql, column in arguments.items()
-        for name in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
-    }
+    by_text = {text: column for sql, column in arguments.items() for text in _texts(sql)}
     aggregates = []
     for aggregate in query.aggregates:
         column = by_text.get(aggregate.text)
