@@ -67,6 +67,7 @@ from dpproxy.policy import AnalystPolicy, ColumnPolicy, ColumnType, Mechanism, T
 from dpproxy.privacy import Cost
 from dpproxy.privacy.accounting import even_share, remainder, sum_up
 from dpproxy.results import Result
+from dpproxy.sql.aggregates import SPREADS as SPREAD_FUNCTIONS
 from dpproxy.sql.bounds import SessionBounds, contribution_bounds, with_session_bounds
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.query import AggregateKind, PrivateQuery
@@ -113,8 +114,10 @@ ONE_ROW = SessionBounds(rows=1)
 # its share of ε then lie within it in all but far-out cases (delays clipped at 605 instead of 257:
 # 1% low instead of 5%), for a quarter of the declared range's noise or less.
 AVERAGES = (exp.Avg,)
-SPREADS = (exp.Stddev, exp.StddevPop, exp.StddevSamp, exp.Variance, exp.VariancePop)
+SPREADS = tuple(SPREAD_FUNCTIONS)
 CLIPPED = (*AVERAGES, *SPREADS)
+# The names an AVG's or a spread's Aggregate.text starts with, as the analyser writes them.
+NAMES = ("avg", *sorted({name for _, name in SPREAD_FUNCTIONS.values()}))
 
 
 @dataclass(frozen=True)
@@ -235,9 +238,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
 def _texts(argument: str) -> tuple[str, ...]:
     """The texts the analyser gives an AVG or a spread of `argument`'s SQL (Aggregate.text): how an
     aggregate of the statement is matched with the analysed one (its interval, its reach)."""
-    return tuple(
-        f"{name}({argument})" for name in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
-    )
+    return tuple(f"{name}({argument})" for name in NAMES)
 
 
 def _tables(engine: EngineLike, tree: exp.Select) -> dict[str, TablePolicy] | None:

@@ -39,6 +39,17 @@ def _index_of(items: list[T], item: T, key: Callable[[T], object]) -> int:
     return len(items) - 1
 
 
+# VAR and STDDEV as sqlglot reads them, with their kind and the name their Aggregate.text starts with
+# (dpproxy.engine.clipping clips the same ones).
+SPREADS: dict[type[exp.Expression], tuple[AggregateKind, str]] = {
+    exp.VariancePop: (AggregateKind.VAR_POP, "var_pop"),
+    exp.Variance: (AggregateKind.VAR_SAMP, "var_samp"),
+    exp.StddevPop: (AggregateKind.STDDEV_POP, "stddev_pop"),
+    exp.StddevSamp: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
+    exp.Stddev: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
+}
+
+
 class AggregateRules:
     """The aggregate part of the private-query analyzer (a mixin: `scope`, `relation`, `components`,
     `aggregates` and `histograms` are the analyzer's)."""
@@ -408,13 +419,7 @@ class AggregateRules:
         centred = self._clipped_sum(ComponentKind.CENTRED_SUM, typed, interval, scale, within, centre)
         return values, centred
 
-    _SPREADS: ClassVar[dict[type[exp.Expression], tuple[AggregateKind, str]]] = {
-        exp.VariancePop: (AggregateKind.VAR_POP, "var_pop"),
-        exp.Variance: (AggregateKind.VAR_SAMP, "var_samp"),
-        exp.StddevPop: (AggregateKind.STDDEV_POP, "stddev_pop"),
-        exp.StddevSamp: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
-        exp.Stddev: (AggregateKind.STDDEV_SAMP, "stddev_samp"),
-    }
+    _SPREADS: ClassVar[dict[type[exp.Expression], tuple[AggregateKind, str]]] = SPREADS
 
     def _spread(self, node: exp.Expression) -> int:
         """VAR/STDDEV from a count, a centred sum and a centred sum of squares, on one grid whose
