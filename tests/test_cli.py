@@ -445,8 +445,8 @@ def test_policy_init_says_where_each_columns_values_lay(tmp_path: Path, pg_conn,
         )
         assert (
             "    # NOTE: 1 row(s) had no patient_id when drafted: they belong to no person\n"
-            "    # and are left out of every private query. If each is a different person, give\n"
-            '    # them identifiers in a view and expose it (README, "Rows without a person").\n'
+            "    # and are left out of every private query. If each is a different person, write\n"
+            '    # null_units: each_a_person (README, "Rows without a person").\n'
         ) in out
         paid = next(i for i, line in enumerate(lines) if line.strip().startswith("paid:"))
         assert lines[paid + 1] == "      #   values when drafted: [2024-01-02, 2024-12-31]", backend

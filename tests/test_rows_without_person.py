@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from dpproxy.engine import Engine
+from dpproxy.errors import PolicyError
 from dpproxy.policy import parse_policy
 
 POLICY = """
@@ -83,7 +84,7 @@ def test_rows_without_a_person_are_left_out_and_the_answer_says_so(backend: str,
         said = [n for n in answer.notes if "whose plane is NULL" in n]
         assert said == [
             "rows of flights whose plane is NULL are left out (they belong to no person; to count each "
-            "as a person of its own, the data owner gives them identifiers in a view)"
+            "as a person of its own, the data owner writes null_units: each_a_person in the policy)"
         ]
         # The database keeps landings.plane NOT NULL: nothing to say.
         kept = engine.execute("SELECT COUNT(*) FROM landings", analyst="ann")
@@ -93,3 +94,86 @@ def test_rows_without_a_person_are_left_out_and_the_answer_says_so(backend: str,
             "SELECT COUNT(*) FROM landings l JOIN flights f ON f.plane = l.plane", analyst="ann"
         )
         assert not [n for n in joined.notes if "is NULL" in n]
+        # A subquery grouped by the plane leaves them out too: they would make one group, as if they
+        # were one person (it counted 5 planes before).
+        grouped = engine.execute(
+            "SELECT COUNT(*) FROM (SELECT plane, COUNT(*) AS n FROM flights GROUP BY plane) AS p",
+            analyst="ann",
+        )
+        assert round(grouped.rows[0][0]) == 4
+
+
+def test_with_null_units_each_a_person_each_such_row_counts_as_a_person(backend: str, tmp_path: Path) -> None:
+    """`null_units: each_a_person`: every private query counts the rows without a plane, each as a
+    person of its own, and says so; COUNT(DISTINCT plane) still counts planes (SQL skips NULL), and a
+    subquery grouped by the plane leaves them out (they would be one group)."""
+    policy = parse_policy(
+        POLICY.replace(
+            "  flights:\n    privacy_unit: plane\n",
+            "  flights:\n    privacy_unit: plane\n    null_units: each_a_person\n",
+        )
+    )
+    assert policy.table("flights").null_units == "each_a_person"
+    assert policy.table("landings").null_units == "left_out"
+    with Engine.open(policy, backend, tmp_path / "ledger.sqlite") as engine:
+        answer = engine.execute("SELECT COUNT(*), SUM(hours) FROM flights", analyst="ann")
+        count, total = answer.rows[0]
+        # All 12 rows. The sum's noise (scale 0.4, as above) exceeds 5 with probability below e^-12; the
+        # rows without a plane add 33.
+        assert round(count) == 12
+        assert abs(total - sum(h for _, h in ROWS + NULL_ROWS)) < 5
+        said = [n for n in answer.notes if "whose plane is NULL" in n]
+        assert said == [
+            "rows of flights whose plane is NULL each count as a person of their own (the policy's "
+            "null_units: each_a_person; rows alike in every column are one person)"
+        ]
+        statement = engine.plan_private(
+            engine.analyze("SELECT COUNT(*) FROM flights"), 1.0, salt="s"
+        ).statements[0]
+        assert "NOT t0.plane IS NULL" not in statement and "MD5(" in statement.upper()
+        # Each row without a plane counts; COUNT(DISTINCT plane) per group counts planes only.
+        per_hours = engine.execute(
+            "SELECT hours, COUNT(*), COUNT(DISTINCT plane) FROM flights WHERE hours >= 9 GROUP BY hours",
+            analyst="ann",
+        )
+        counted = {h: (round(n), round(p)) for h, n, p in per_hours.rows if h <= 12}
+        assert counted == {9: (1, 1), 10: (1, 0), 11: (1, 0), 12: (1, 0)}
+        planes = engine.execute("SELECT COUNT(DISTINCT plane) FROM flights", analyst="ann")
+        assert round(planes.rows[0][0]) == 4
+        grouped = engine.execute(
+            "SELECT COUNT(*) FROM (SELECT plane, COUNT(*) AS n FROM flights GROUP BY plane) AS p",
+            analyst="ann",
+        )
+        assert round(grouped.rows[0][0]) == 4
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ("    privacy_unit: row\n", "`privacy_unit: row` already takes each row to be a different person"),
+        (
+            "    privacy_unit: plane\n    unit_unique: true\n",
+            "unit_unique vouches that the privacy unit is never NULL",
+        ),
+        (
+            "    privacy_unit: plane\n    randomized_response: true\n    max_rows_per_unit: 2\n",
+            "randomized response counts the persons who have a unit",
+        ),
+    ],
+)
+def test_null_units_each_a_person_needs_a_unit_column_that_may_be_null(table: str, problem: str) -> None:
+    text = f"""
+version: 1
+tables:
+  flights:
+{table}    null_units: each_a_person
+    columns:
+      plane: {{type: text}}
+      hours: {{type: integer, lower: 0, upper: 20}}
+"""
+    with pytest.raises(PolicyError) as raised:
+        parse_policy(text)
+    assert problem in str(raised.value)
+    assert "tables.flights.null_units" in str(raised.value)
+    with pytest.raises(PolicyError, match=r"write left_out .* or each_a_person"):
+        parse_policy(text.replace("each_a_person", "own"))

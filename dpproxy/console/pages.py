@@ -234,6 +234,7 @@ def _table_view(table: TablePolicy) -> TableView:
         for n in (
             "unit_unique: vouched one row per person" if table.unit_unique else "",
             "randomized response for COUNT(DISTINCT unit)" if table.randomized_response else "",
+            "null_units: each row without a unit is a person" if table.null_units == "each_a_person" else "",
             "columns read from the database" if table.public and not table.columns else "",
         )
         if n

@@ -188,8 +188,8 @@ def draft_policy(
             if without:
                 out += [
                     f"    # NOTE: {without:,} row(s) had no {unit} when drafted: they belong to no person",
-                    "    # and are left out of every private query. If each is a different person, give",
-                    '    # them identifiers in a view and expose it (README, "Rows without a person").',
+                    "    # and are left out of every private query. If each is a different person, write",
+                    '    # null_units: each_a_person (README, "Rows without a person").',
                 ]
         width = max(len(c.name) for c in columns) + 1
         ranged = [c.name for c in columns if c.name != unit and c.type is not None and _ranged(c.type)]

@@ -90,6 +90,8 @@ CONTRIBUTION_BOUNDS = ("chosen", "fixed")
 # (`chosen`, the default, with contribution_bounds chosen) or reads them within the declared bounds
 # (`declared`), see TablePolicy.
 VALUE_RANGES = ("chosen", "declared")
+# What a row whose privacy unit is NULL is (`null_units`), see TablePolicy.
+NULL_UNITS = ("left_out", "each_a_person")
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,11 @@ class TablePolicy(NamedColumns[ColumnPolicy]):
     # histogram shows them in (docs/privacy.md §3, "Value ranges chosen per query"; with
     # contribution_bounds chosen only); "declared": the declared bounds, one statement.
     value_ranges: str = "chosen"
+    # A row whose privacy-unit column is NULL: "left_out" (belongs to no person, read by no private
+    # query) or "each_a_person" (the data owner declares each such row a person of its own: one
+    # person per row, told apart by its declared columns; docs/privacy.md §3, "Rows without a
+    # person"). Only with a unit column of the table itself.
+    null_units: str = "left_out"
     # COUNT(DISTINCT unit) … WHERE predicate is answered by randomized response (the survey
     # protocol: each person reports whether the predicate holds for them, truthfully with p = 3/4).
     randomized_response: bool = False

@@ -21,6 +21,7 @@ from dpproxy.policy.columns import read_columns
 from dpproxy.policy.marked_yaml import Node
 from dpproxy.policy.model import (
     CONTRIBUTION_BOUNDS,
+    NULL_UNITS,
     ROW_BOUNDING,
     VALUE_RANGES,
     ColumnPolicy,
@@ -54,6 +55,7 @@ _PRIVACY_KEYS = (
     "row_bounding",
     "contribution_bounds",
     "value_ranges",
+    "null_units",
     "randomized_response",
     "unit_unique",
 )
@@ -323,6 +325,7 @@ class _Contributions(TypedDict):
     row_bounding: str
     contribution_bounds: str
     value_ranges: str
+    null_units: str
 
 
 def _read_contributions(
@@ -331,7 +334,9 @@ def _read_contributions(
     """How much each person of a protected table contributes and how that is enforced, keyed by the
     `TablePolicy` fields, which are the policy's keys: max_groups_per_unit and max_rows_per_unit
     (1..MAX_CONTRIBUTIONS, 1 with `privacy_unit: row`; 1 when absent or refused), randomized_response,
-    unit_unique, row_bounding, contribution_bounds (fixed when rows are sampled) and value_ranges."""
+    unit_unique, row_bounding, contribution_bounds (fixed when rows are sampled), value_ranges and
+    null_units (each_a_person only with a unit column of the table itself, and without randomized
+    response or unit_unique: `_check_null_units`)."""
     limits = {}
     for key in ("max_groups_per_unit", "max_rows_per_unit"):
         limits[key] = 1
@@ -411,8 +416,25 @@ def _read_contributions(
             )
             or value_ranges
         )
+    null_units = "left_out"
+    if "null_units" in entries:
+        null_units = (
+            read_choice(
+                entries["null_units"],
+                f"{path}.null_units",
+                p,
+                NULL_UNITS,
+                what="what a row whose privacy unit is NULL is",
+                fix="write left_out (such rows belong to no person) or each_a_person (each is a person of "
+                "its own)",
+            )
+            or null_units
+        )
+        if null_units == "each_a_person" and not _check_null_units(entries, path, unit_text, flags, p):
+            null_units = "left_out"
     return _Contributions(
         value_ranges=value_ranges,
+        null_units=null_units,
         max_groups_per_unit=limits["max_groups_per_unit"],
         max_rows_per_unit=limits["max_rows_per_unit"],
         randomized_response=flags["randomized_response"],
@@ -420,6 +442,27 @@ def _read_contributions(
         row_bounding=row_bounding,
         contribution_bounds=bounds,
     )
+
+
+def _check_null_units(
+    entries: dict[str, Node], path: str, unit_text: str | None, flags: dict[str, bool], p: Problems
+) -> bool:
+    """`null_units: each_a_person` needs a unit column of the table itself: with `row` every row is a
+    person already, a unit reached through a reference is the referenced row's person, unit_unique
+    vouches that the unit is never NULL, and randomized response counts persons with a unit."""
+    line = entries["null_units"].line
+    if unit_text == "row":
+        problem = "`privacy_unit: row` already takes each row to be a different person"
+    elif unit_text == "":  # a reference (read_table)
+        problem = "a row reached through a reference has the referenced row's person, or none"
+    elif flags["unit_unique"]:
+        problem = "unit_unique vouches that the privacy unit is never NULL"
+    elif flags["randomized_response"]:
+        problem = "randomized response counts the persons who have a unit"
+    else:
+        return True
+    p.add(line, f"{path}.null_units", problem, "remove null_units")
+    return False
 
 
 def _check_unit_unique(entries: dict[str, Node], path: str, unit_text: str | None, p: Problems) -> None:

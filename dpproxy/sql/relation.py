@@ -69,6 +69,29 @@ class Relation:
     # their unit unique, or a derived source grouped by it); every protected source is joined to
     # the others on the unit, so all of a person's rows read the same row of each of these.
     one_row_per_unit: frozenset[str] = frozenset()
+    # The unit's table says `null_units: each_a_person`: its declared columns, which tell a row whose
+    # unit is NULL apart (`person`); empty when such rows are left out.
+    null_unit_columns: tuple[exp.Column, ...] = ()
+
+    @property
+    def person(self) -> exp.Expression | None:
+        """Each row's person as emitted: the unit, or with `null_units: each_a_person` the unit as
+        text ('u' …) and a row whose unit is NULL told apart by its declared columns ('r' and their
+        digest: `_row_digest`); None when every row is a person."""
+        if self.unit is None or not self.null_unit_columns:
+            return None if self.unit is None else self.unit.copy()
+        unit = self.unit
+        return exp.Case(
+            ifs=[
+                exp.If(
+                    this=exp.Is(this=unit.copy(), expression=exp.Null()),
+                    true=exp.DPipe(
+                        this=exp.Literal.string("r"), expression=_row_digest(self.null_unit_columns)
+                    ),
+                )
+            ],
+            default=exp.DPipe(this=exp.Literal.string("u"), expression=_text(unit.copy())),
+        )
 
     def reads_one_row_per_unit(self, expression: exp.Expression) -> bool:
         """Whether `expression` (row-level SQL over the sources' aliases) reads only sources with one
@@ -104,6 +127,29 @@ class Relation:
     def from_items(self) -> tuple[exp.Expression, list[exp.Join]]:
         """Fresh copies of the FROM item and the joins, for building SQL."""
         return self.sources[0].item.copy(), [j.copy() for j in self.joins]
+
+
+def _text(expression: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=expression, to=exp.DataType.build("text"))
+
+
+def _row_digest(columns: Sequence[exp.Column]) -> exp.Expression:
+    """MD5 of the row's values as one text, each written as its length, ':' and its text, or '-' for
+    NULL: no two rows that differ in any of `columns` give the same text. Rows equal in all of them
+    (every column a query can read) are one person: docs/privacy.md §3 says why that is sound."""
+    tokens: list[exp.Expression] = []
+    for column in columns:
+        value = _text(column.copy())
+        written = exp.DPipe(
+            this=exp.DPipe(this=_text(exp.Length(this=value.copy())), expression=exp.Literal.string(":")),
+            expression=value,
+        )
+        null = exp.Is(this=column.copy(), expression=exp.Null())
+        tokens.append(exp.Case(ifs=[exp.If(this=null, true=exp.Literal.string("-"))], default=written))
+    text = tokens[0]
+    for token in tokens[1:]:
+        text = exp.DPipe(this=text, expression=token)
+    return exp.MD5(this=text)
 
 
 def source_alias(index: int) -> str:
@@ -297,6 +343,14 @@ def _check_join_kind(join: exp.Join, sources: list[Source]) -> None:
         )
 
 
+def _null_unit_columns(source: Source) -> tuple[exp.Column, ...]:
+    """The declared columns of `source` when its table says `null_units: each_a_person` (a table of
+    the policy read directly; a subquery's rows without a person are left out), else ()."""
+    if source.policy is None or source.policy.null_units != "each_a_person":
+        return ()
+    return tuple(exp.column(c.name, table=source.alias, quoted=True) for c in source.columns)
+
+
 def _check_nullable_side(
     join: exp.Join, sources: list[Source], links: list[tuple[tuple[int, str], tuple[int, str]]]
 ) -> None:
@@ -478,6 +532,7 @@ def _assemble(
         label=label,
         fixed_bounds=any(p.contribution_bounds == "fixed" for p in policies),
         one_row_per_unit=frozenset(sources[i].alias for i in protected if unique(i)),
+        null_unit_columns=_null_unit_columns(unit_source) if unit is not None else (),
     )
 
 
@@ -550,10 +605,15 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     body = exp.select(*projections, copy=False).from_(base, copy=False)
     for join in joins:
         body = body.join(join, copy=False)
+    # Rows whose unit is NULL would make one group, as if they were one person: they are left out
+    # (README, "Rows without a person"; with null_units: each_a_person too, as each is a person).
+    unit = relation.unit
+    assert unit is not None
+    body = body.where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())), copy=False)
     if where is not None:
         checked = row_expression(where.this, relation.scope(f"WHERE of subquery {name}"))
-        body = body.where(checked.sql, copy=False)
-    body = body.group_by(relation.unit.copy(), copy=False)  # type: ignore[union-attr]
+        body = body.where(exp.Paren(this=checked.sql), copy=False)
+    body = body.group_by(unit.copy(), copy=False)
     item = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     return Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None)
 

@@ -207,8 +207,9 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     distinct = ctx.row_components
     projections: list[exp.Expression] = []
     if ctx.per_unit:
-        assert query.relation.unit is not None
-        projections.append(exp.alias_(query.relation.unit.copy(), UNIT, quoted=True, copy=False))
+        person = query.relation.person
+        assert person is not None
+        projections.append(exp.alias_(person, UNIT, quoted=True, copy=False))
     for j, key in enumerate(query.keys):
         projections.append(exp.alias_(key_value(key, ctx.dialect), ctx.keys[j], quoted=True, copy=False))
     values = [component_column(i) for i in distinct] + [

@@ -6,7 +6,8 @@
     FROM patients AS t0 WHERE <age clipped> > 30
 
 Rows whose public key is not one of the declared public values are dropped here, so that only the
-declared values can be released for that key; so are rows whose privacy unit is NULL (no person).
+declared values can be released for that key; so are rows whose privacy unit is NULL (no person),
+unless the policy makes each a person of its own (`null_units: each_a_person`: Relation.person).
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ def read_relation(ctx: RewriteContext, projections: list[exp.Expression]) -> exp
     for join in joins:
         select = select.join(join, copy=False)
     conditions: list[exp.Expression] = []
-    if ctx.per_unit and query.relation.unit is not None:
+    if ctx.per_unit and query.relation.unit is not None and not query.relation.null_unit_columns:
         # A row whose privacy unit is NULL belongs to no person its bounds could follow: it is left
-        # out of every private query (README, "Rows without a person").
+        # out of every private query (README, "Rows without a person"), unless the policy makes each
+        # such row a person of its own (`null_units: each_a_person`, Relation.person).
         conditions.append(exp.Not(this=exp.Is(this=query.relation.unit.copy(), expression=exp.Null())))
     if query.where is not None:
         conditions.append(exp.Paren(this=query.where.copy()))
@@ -85,8 +87,9 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     relation = query.relation
     projections: list[exp.Expression] = []
     if ctx.per_unit:
-        assert relation.unit is not None
-        projections.append(exp.alias_(relation.unit.copy(), UNIT, quoted=True, copy=False))
+        person = relation.person
+        assert person is not None
+        projections.append(exp.alias_(person, UNIT, quoted=True, copy=False))
     for j, key in enumerate(query.keys):
         projections.append(exp.alias_(key_value(key, ctx.dialect), key_column(j), quoted=True, copy=False))
     for i in ctx.valued_components:
