@@ -24,7 +24,8 @@ one month); the query learns it privately:
    declared range when the histogram holds fewer than MIN_PERSONS · e persons' worth, or when the
    range would not halve it. Post-processing of released counts: any range is private.
 3. **The query** (`clipped_tree`): the statement with each such AVG's argument `x` written as
-   `CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END`, analysed afresh (the
+   `CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END` (sql/bounds.clipped_argument,
+   which the analyser also reads back), analysed afresh (the
    analyser derives its range from the constants) and answered at the rest of ε.
 
 Both statements are the analyser's, as every statement that reaches the backend is; the released
@@ -68,7 +69,7 @@ from dpproxy.privacy import Cost
 from dpproxy.privacy.accounting import even_share, remainder, sum_up
 from dpproxy.results import Result
 from dpproxy.sql.aggregates import SPREADS as SPREAD_FUNCTIONS
-from dpproxy.sql.bounds import SessionBounds, contribution_bounds, with_session_bounds
+from dpproxy.sql.bounds import SessionBounds, clipped_argument, contribution_bounds, with_session_bounds
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
@@ -473,14 +474,10 @@ def clipped_tree(
             lower, upper = spread_range(column, (lower, upper))
         if lower <= column.lower and upper >= column.upper:
             continue
-        clipped: exp.Expression = argument.copy()
-        if lower > column.lower:
-            clipped = exp.Greatest(this=clipped, expressions=[_literal(lower)])
-        if upper < column.upper:
-            clipped = exp.Least(this=clipped, expressions=[_literal(upper)])
-        guarded = exp.Case(
-            ifs=[exp.If(this=exp.Is(this=argument.copy(), expression=exp.Null()), true=exp.Null())],
-            default=clipped,
+        guarded = clipped_argument(
+            argument,
+            _literal(lower) if lower > column.lower else None,
+            _literal(upper) if upper < column.upper else None,
         )
         node.set("this", guarded)
         arguments[guarded.sql("postgres")] = column

@@ -102,11 +102,28 @@ def keeps_rows_by_condition(query: PrivateQuery) -> bool:
     return False
 
 
+def clipped_argument(
+    argument: exp.Expression, lower: exp.Expression | None, upper: exp.Expression | None
+) -> exp.Expression:
+    """`argument` clipped into [lower, upper] (number constants; None: that side is not clipped) as
+    the value ranges write it (dpproxy.engine.clipping) and `_own_argument` reads it back: `CASE WHEN
+    x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END`, which passes a NULL through (LEAST and
+    GREATEST skip NULL arguments on PostgreSQL) and adds no condition of its own."""
+    clipped = argument.copy()
+    if lower is not None:
+        clipped = exp.Greatest(this=clipped, expressions=[lower])
+    if upper is not None:
+        clipped = exp.Least(this=clipped, expressions=[upper])
+    return exp.Case(
+        ifs=[exp.If(this=exp.Is(this=argument.copy(), expression=exp.Null()), true=exp.Null())],
+        default=clipped,
+    )
+
+
 def _own_argument(node: exp.Expression | None) -> exp.Expression | None:
     """The aggregate's argument as the analyst wrote it: under casts and parentheses, and under the
-    value ranges' clipping (`CASE WHEN x IS NULL THEN NULL ELSE <x clipped> END`, dpproxy.engine.
-    clipping), which passes a NULL through and adds no condition of its own: an AVG keeps the floor
-    (or not) that its EXPLAIN promised before the clipping."""
+    value ranges' clipping (`clipped_argument`), which passes a NULL through and adds no condition
+    of its own: an AVG keeps the floor (or not) that its EXPLAIN promised before the clipping."""
     while True:
         if isinstance(node, (exp.Cast, exp.Paren)):
             node = node.this
@@ -123,7 +140,7 @@ def _own_argument(node: exp.Expression | None) -> exp.Expression | None:
 
 def _clipped(node: exp.Expression | None) -> exp.Expression | None:
     """x of LEAST(GREATEST(x, lo), hi), GREATEST(x, lo) or LEAST(x, hi) with number constants, as
-    the value ranges' clipping writes them; None for anything else (an analyst's own CASE)."""
+    `clipped_argument` writes them; None for anything else (an analyst's own CASE)."""
     while isinstance(node, (exp.Least, exp.Greatest)):
         bounds = node.expressions
         if len(bounds) != 1 or _number(bounds[0]) is None:
