@@ -14,6 +14,7 @@ import pytest
 from dpproxy.engine import Engine
 from dpproxy.errors import PolicyError
 from dpproxy.policy import parse_policy
+from tests.certify import certify
 
 POLICY = """
 version: 1
@@ -177,3 +178,54 @@ tables:
     assert "tables.flights.null_units" in str(raised.value)
     with pytest.raises(PolicyError, match=r"write left_out .* or each_a_person"):
         parse_policy(text.replace("each_a_person", "own"))
+
+
+UNIT_SPELLINGS = {
+    # A unit PostgreSQL holds equal however it is spelled: still one person with each_a_person,
+    # whose person is the unit itself (and the digest of a row without one), not its text.
+    "citext": ("citext", "text", ["'alice'", "'Alice'", "'ALICE'", "'bob'"], "alice"),
+    "numeric": ("numeric", "numeric", ["1", "1.0", "1.00", "2"], 1),
+}
+
+
+@pytest.mark.parametrize("null_units", ["left_out", "each_a_person"])
+@pytest.mark.parametrize("case", list(UNIT_SPELLINGS))
+def test_a_unit_spelled_several_ways_is_one_person(
+    pg_conn: psycopg.Connection, case: str, null_units: str
+) -> None:
+    """Removing the person whose unit is stored as 'alice', 'Alice' and 'ALICE' (citext), or as 1,
+    1.0 and 1.00 (numeric), moves COUNT(*) and SUM by at most one person's bound (certificate, r = g
+    = 1). Found by review: a person named by the unit's text was three persons here."""
+    sql_type, policy_type, values, person = UNIT_SPELLINGS[case]
+    if sql_type == "citext":
+        pg_conn.execute("CREATE EXTENSION IF NOT EXISTS citext")
+    pg_conn.execute(f"CREATE TABLE t (pid {sql_type}, x integer)")
+    for value in [*values, "NULL", "NULL"]:
+        pg_conn.execute(f"INSERT INTO t VALUES ({value}, 5)")
+    policy = f"""
+version: 1
+defaults: {{epsilon: 1.0, delta: 1.0e-6}}
+tables:
+  t:
+    privacy_unit: pid
+    null_units: {null_units}
+    max_rows_per_unit: 1
+    max_groups_per_unit: 1
+    contribution_bounds: fixed
+    columns:
+      pid: {{type: {policy_type}}}
+      x: {{type: integer, lower: 0, upper: 10}}
+"""
+    engine = Engine(parse_policy(policy), None, dialect="postgres")
+    plan = engine.plan_private(engine.analyze("SELECT COUNT(*), SUM(x) FROM t"), 1.0, salt="s")
+
+    def run(sql: str, without: int | None = None) -> list[tuple]:
+        if without is None:
+            return pg_conn.execute(sql).fetchall()
+        with pg_conn.transaction(force_rollback=True):
+            pg_conn.execute("DELETE FROM t WHERE pid = %s", (person,))
+            return pg_conn.execute(sql).fetchall()
+
+    [(count, *_)] = run(plan.statements[0])
+    assert count == (3 if null_units == "each_a_person" else 2)  # two units, and one person of two alike rows
+    certify(plan, run, [0])

@@ -241,7 +241,10 @@ def exact_groups(
                     if group(key) is None:  # a group the main statement did not reach
                         continue
                     held = pairs[key] = []
-                held.append((row[n_keys], row[n_keys + 1]))
+                # The person is the unit, or with null_units: each_a_person the unit and the digest
+                # of a row without one (RewriteContext.persons); the value comes last.
+                person = row[n_keys] if len(row) == n_keys + 2 else tuple(row[n_keys:-1])
+                held.append((person, row[-1]))
             for key, counts in carried_per_group(pairs, caps, salt).items():
                 g = index[key]
                 carried[g, i] = counts

@@ -98,10 +98,7 @@ class AggregateRules:
             scope = self.scope.in_clause("COUNT(DISTINCT …)")
             if len(columns) == 1 and isinstance(columns[0], exp.Column):
                 _, column = scope.resolve(columns[0])
-                # With `null_units: each_a_person` a row without a unit is a person too, whom
-                # COUNT(DISTINCT unit) does not count (SQL skips NULL): counted as distinct values,
-                # each person with a unit has one.
-                if unit is not None and column.is_unit and not self.relation.null_unit_columns:
+                if unit is not None and column.is_unit:
                     component = self._component(Component(ComponentKind.UNITS, identity="units"))
                     return self._add_aggregate(
                         Aggregate(

@@ -70,27 +70,24 @@ class Relation:
     # the others on the unit, so all of a person's rows read the same row of each of these.
     one_row_per_unit: frozenset[str] = frozenset()
     # The unit's table says `null_units: each_a_person`: its declared columns, which tell a row whose
-    # unit is NULL apart (`person`); empty when such rows are left out.
+    # unit is NULL apart (`unit_row`); empty when such rows are left out.
     null_unit_columns: tuple[exp.Column, ...] = ()
 
     @property
-    def person(self) -> exp.Expression | None:
-        """Each row's person as emitted: the unit, or with `null_units: each_a_person` the unit as
-        text ('u' …) and a row whose unit is NULL told apart by its declared columns ('r' and their
-        digest: `_row_digest`); None when every row is a person."""
+    def unit_row(self) -> exp.Expression | None:
+        """With `null_units: each_a_person`, what tells apart a row whose unit is NULL: the digest of
+        its declared columns (`_row_digest`), NULL for a row with a unit; None otherwise. A person is
+        the unit and this together (RewriteContext.persons), so a row with a unit keeps the unit's
+        own type and equality."""
         if self.unit is None or not self.null_unit_columns:
-            return None if self.unit is None else self.unit.copy()
-        unit = self.unit
+            return None
         return exp.Case(
             ifs=[
                 exp.If(
-                    this=exp.Is(this=unit.copy(), expression=exp.Null()),
-                    true=exp.DPipe(
-                        this=exp.Literal.string("r"), expression=_row_digest(self.null_unit_columns)
-                    ),
+                    this=exp.Is(this=self.unit.copy(), expression=exp.Null()),
+                    true=_row_digest(self.null_unit_columns),
                 )
-            ],
-            default=exp.DPipe(this=exp.Literal.string("u"), expression=_text(unit.copy())),
+            ]
         )
 
     def reads_one_row_per_unit(self, expression: exp.Expression) -> bool:

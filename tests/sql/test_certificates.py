@@ -400,7 +400,7 @@ NULL_UNIT_QUERIES = [
 @given(
     people=database,
     # Rows without a person, drawn from few values so that some are alike in every listed column
-    # (one person of several rows: Relation.person).
+    # (one person of several rows: Relation.unit_row).
     unitless=st.lists(
         st.sampled_from([("a", "a", 1, Decimal(1)), ("b", "z", None, Decimal(50)), ("a", "b", 11, None)]),
         max_size=5,

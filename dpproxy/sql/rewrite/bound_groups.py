@@ -43,7 +43,6 @@ from dpproxy.sql.rewrite.state import (
     GROUPS,
     ROWS,
     TOTAL,
-    UNIT,
     RewriteContext,
     RewriteState,
     col,
@@ -64,11 +63,11 @@ def bound_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     select = keep_first(
         state,
         ctx,
-        [UNIT],
+        ctx.persons,
         ctx.keys,
         ctx.salt + ":groups",
         query.max_groups,
-        [UNIT, *ctx.keys, ROWS, *values],
+        [*ctx.persons, *ctx.keys, ROWS, *values],
         "__gn",
     )
     return state.then(
@@ -98,21 +97,21 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             copy=False,
         ).from_(state.current, copy=False)
     else:
-        order = _hash_order(ctx, ctx.salt + ":groups", [UNIT, *ctx.keys], ctx.keys)
+        order = _hash_order(ctx, ctx.salt + ":groups", [*ctx.persons, *ctx.keys], ctx.keys)
         # The unit's rows and groups counted over all its groups; every window is over the same
         # partition, computed together.
         # A bigint, as the engine's SUM of bigints would not be (DuckDB's HUGEINT divides slowly).
         total = _at_least_one(
             ctx,
             exp.Cast(
-                this=exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(UNIT)]),
+                this=exp.Window(this=exp.Sum(this=col(ROWS)), partition_by=[col(c) for c in ctx.persons]),
                 to=exp.DataType.build(exp.DataType.Type.BIGINT),
             ),
         )
-        groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[col(UNIT)])
+        groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[col(c) for c in ctx.persons])
         ranked = exp.select(
             "*",
-            exp.alias_(_window(exp.RowNumber(), [UNIT], order), GROUP_RANK, quoted=True),
+            exp.alias_(_window(exp.RowNumber(), ctx.persons, order), GROUP_RANK, quoted=True),
             exp.alias_(total, TOTAL, quoted=True),
             exp.alias_(groups, GROUPS, quoted=True),
             copy=False,

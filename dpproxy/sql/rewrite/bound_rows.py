@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, component_column
+from dpproxy.sql.rewrite.state import RewriteContext, RewriteState, col, component_column
 
 
 def salted_hash(salt: str, columns: list[str], dialect: str) -> exp.Expression:
@@ -113,12 +113,13 @@ def keep_rows_of_first_groups(
     every row cost twice one.
     """
     keys = list(ctx.keys)
-    groups = _hash_order(ctx, ctx.salt + ":groups", [UNIT, *keys], keys)
-    rows = groups + _hash_order(ctx, ctx.salt + ":rows", [UNIT, *keys, *values], values)
+    persons = ctx.persons
+    groups = _hash_order(ctx, ctx.salt + ":groups", [*persons, *keys], keys)
+    rows = groups + _hash_order(ctx, ctx.salt + ":rows", [*persons, *keys, *values], values)
     ranks = [
-        (_window(exp.RowNumber(), [UNIT], rows), "__rn"),
-        (_window(exp.Rank(), [UNIT], groups), "__gstart"),
-        (_window(exp.DenseRank(), [UNIT], groups), "__gn"),
+        (_window(exp.RowNumber(), persons, rows), "__rn"),
+        (_window(exp.Rank(), persons, groups), "__gstart"),
+        (_window(exp.DenseRank(), persons, groups), "__gn"),
     ]
     within_rows = exp.LT(
         this=exp.Sub(this=col("__rn"), expression=col("__gstart")), expression=exp.Literal.number(max_rows)
@@ -135,11 +136,11 @@ def bound_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     select = keep_first(
         state,
         ctx,
-        [UNIT, *ctx.keys],
+        [*ctx.persons, *ctx.keys],
         values,
         ctx.salt + ":rows",
         query.max_rows,
-        [UNIT, *ctx.keys, *values],
+        [*ctx.persons, *ctx.keys, *values],
         "__rn",
     )
     return state.then(

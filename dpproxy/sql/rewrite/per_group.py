@@ -34,6 +34,7 @@ from dpproxy.sql.rewrite.state import (
     PERSONS,
     ROWS,
     TOTAL,
+    UNIT,
     UNITS,
     RewriteContext,
     RewriteState,
@@ -62,18 +63,30 @@ def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     for i, component in enumerate(query.components):
         if component.kind.row_pipeline:
             value: exp.Expression = exp.Literal.number(0)  # filled in from the row pipeline's statement
-        elif component.kind is ComponentKind.UNITS or (component.kind is ComponentKind.ROWS and row_table):
+        elif component.kind is ComponentKind.UNITS:
+            value = _units(ctx)
+        elif component.kind is ComponentKind.ROWS and row_table:
             value = exp.Count(this=exp.Star())
         elif component.kind is ComponentKind.ROWS:
             value = _zero_if_empty(exp.Sum(this=summable_integer(col(ROWS))))
         else:
             value = _zero_if_empty(exp.Sum(this=summable_integer(col(component_column(i)))))
         projections.append(exp.alias_(value, component_column(i), quoted=True))
-    projections.append(exp.alias_(exp.Count(this=exp.Star()), UNITS, quoted=True))
+    projections.append(exp.alias_(_units(ctx), UNITS, quoted=True))
     final = exp.select(*projections, copy=False).from_(state.current, copy=False)
     if ctx.keys:
         final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
     return RewriteState(state.steps, final)
+
+
+def _units(ctx: RewriteContext) -> exp.Expression:
+    """The persons of a group who have a unit (one row each here): what COUNT(DISTINCT unit) counts
+    and partition selection reads. With `null_units: each_a_person` a row without a unit is a person
+    too, but SQL's COUNT(DISTINCT unit) skips it, and selection need not count it (counting fewer
+    persons only shows fewer groups); each person still moves the count by at most 1."""
+    if ctx.per_unit and ctx.query.relation.null_unit_columns:
+        return exp.Count(this=col(UNIT))
+    return exp.Count(this=exp.Star())
 
 
 def _count_where(condition: exp.Expression) -> exp.Expression:
@@ -132,12 +145,14 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
         projections.append(exp.alias_(_count_where(above), above_column(j), quoted=True))
     for j, g in enumerate(bounds.groups):
         within = exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(g))
+        if query.relation.null_unit_columns:  # persons with a unit only (_units)
+            within = exp.and_(within, exp.Not(this=exp.Is(this=col(UNIT), expression=exp.Null())))
         projections.append(exp.alias_(_count_where(within), units_column(j), quoted=True))
     for j, g in enumerate(bounds.groups):
         wider = exp.and_(first.copy(), exp.GT(this=col(GROUPS), expression=exp.Literal.number(g)))
         projections.append(exp.alias_(_count_where(wider), wider_column(j), quoted=True))
     projections.append(exp.alias_(_count_where(first.copy()), PERSONS, quoted=True))
-    projections.append(exp.alias_(exp.Count(this=exp.Star()), UNITS, quoted=True))
+    projections.append(exp.alias_(_units(ctx), UNITS, quoted=True))
     final = exp.select(*projections, copy=False).from_(state.current, copy=False)
     if ctx.keys:
         final = final.group_by(*[col(k) for k in ctx.keys], copy=False)

@@ -31,7 +31,7 @@ from sqlglot import exp
 from dpproxy.sql.bounds import counts_every_row, scaled_with_fixed_limits
 from dpproxy.sql.numbers import summable_integer
 from dpproxy.sql.query import FINE
-from dpproxy.sql.rewrite.state import ROWS, UNIT, RewriteContext, RewriteState, col, component_column
+from dpproxy.sql.rewrite.state import ROWS, RewriteContext, RewriteState, col, component_column
 from dpproxy.sql.rowexpr import number_literal
 
 
@@ -173,7 +173,7 @@ def _one_row_per_unit(
     """The step both kinds of bounds take: the rows so far grouped by unit and group keys, each
     group's row count (`counted`, all rows by default) capped at `r` and one column per valued
     component (`values`, in the order of ctx.valued_components)."""
-    group = [UNIT, *ctx.keys]
+    group = [*ctx.persons, *ctx.keys]
     projections: list[exp.Expression] = [col(c) for c in group]
     counted = exp.Count(this=exp.Star()) if counted is None else counted.copy()
     rows = exp.Least(this=counted, expressions=[exp.Literal.number(r)], ignore_nulls=True)

@@ -27,9 +27,8 @@ from sqlglot import exp
 from dpproxy.sql.numbers import emit, grid_integer
 from dpproxy.sql.query import Histogram, PrivateQuery
 from dpproxy.sql.rewrite.bound_rows import keep_first, keep_rows_of_first_groups
-from dpproxy.sql.rewrite.select_rows import public_value_literal, read_relation
+from dpproxy.sql.rewrite.select_rows import person_projections, public_value_literal, read_relation
 from dpproxy.sql.rewrite.state import (
-    UNIT,
     RewriteContext,
     RewriteState,
     Step,
@@ -207,9 +206,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     distinct = ctx.row_components
     projections: list[exp.Expression] = []
     if ctx.per_unit:
-        person = query.relation.person
-        assert person is not None
-        projections.append(exp.alias_(person, UNIT, quoted=True, copy=False))
+        projections.extend(person_projections(query.relation))
     for j, key in enumerate(query.keys):
         projections.append(exp.alias_(key_value(key, ctx.dialect), ctx.keys[j], quoted=True, copy=False))
     values = [component_column(i) for i in distinct] + [
@@ -229,7 +226,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             projections.append(exp.alias_(sub_bin_sql(histogram), sub_bin_column(h), quoted=True, copy=False))
     chain: list[tuple[str, exp.Select]] = [("rows_selected", read_relation(ctx, projections))]
     current = RewriteState(steps=(Step("rows_selected", "", chain[0][1]),))
-    keep = [UNIT, *ctx.keys, *values] if ctx.per_unit else [*ctx.keys, *values]
+    keep = [*ctx.persons, *ctx.keys, *values] if ctx.per_unit else [*ctx.keys, *values]
     ranks = histogram_rows(query) if ctx.per_unit else None
     grouped = ctx.per_unit and query.bounds_groups
 
@@ -253,7 +250,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     elif ctx.per_unit:
         kept = [*keep, "__rn"] if ranks else keep
         sampled = keep_first(
-            current, ctx, [UNIT, *ctx.keys], values, ctx.salt + ":rows", query.max_rows, kept, "__rn"
+            current, ctx, [*ctx.persons, *ctx.keys], values, ctx.salt + ":rows", query.max_rows, kept, "__rn"
         )
         chain.append(("rows_sampled", sampled))
     source = chain[-1][0]
@@ -266,7 +263,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             value = col(component_column(i))
             name = f"distinct_values_{j}" if len(distinct) > 1 else "distinct_values"
             final = (
-                exp.select(*keys, col(UNIT), value, copy=False)
+                exp.select(*keys, *[col(c) for c in ctx.persons], value, copy=False)
                 .distinct()
                 .from_(source, copy=False)
                 .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())), copy=False)

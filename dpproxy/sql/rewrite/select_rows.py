@@ -7,7 +7,7 @@
 
 Rows whose public key is not one of the declared public values are dropped here, so that only the
 declared values can be released for that key; so are rows whose privacy unit is NULL (no person),
-unless the policy makes each a person of its own (`null_units: each_a_person`: Relation.person).
+unless the policy makes each a person of its own (`null_units: each_a_person`: Relation.unit_row).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from decimal import Decimal
 
 from sqlglot import exp
 
+from dpproxy.sql.relation import Relation
 from dpproxy.sql.rewrite.state import (
     UNIT,
+    UNIT_ROW,
     RewriteContext,
     RewriteState,
     component_column,
@@ -46,6 +48,17 @@ def public_value_literal(value: object) -> exp.Expression:
     return exp.Literal.string(str(value))
 
 
+def person_projections(relation: Relation) -> list[exp.Expression]:
+    """The columns that name each row's person (RewriteContext.persons): the unit as UNIT, and with
+    `null_units: each_a_person` the digest of a row without one as UNIT_ROW (Relation.unit_row)."""
+    assert relation.unit is not None
+    projections: list[exp.Expression] = [exp.alias_(relation.unit.copy(), UNIT, quoted=True, copy=False)]
+    unit_row = relation.unit_row
+    if unit_row is not None:
+        projections.append(exp.alias_(unit_row, UNIT_ROW, quoted=True, copy=False))
+    return projections
+
+
 def read_relation(ctx: RewriteContext, projections: list[exp.Expression]) -> exp.Select:
     """SELECT projections FROM the relation (joins) WHERE the query's condition AND every public key
     is one of its declared values."""
@@ -58,7 +71,7 @@ def read_relation(ctx: RewriteContext, projections: list[exp.Expression]) -> exp
     if ctx.per_unit and query.relation.unit is not None and not query.relation.null_unit_columns:
         # A row whose privacy unit is NULL belongs to no person its bounds could follow: it is left
         # out of every private query (README, "Rows without a person"), unless the policy makes each
-        # such row a person of its own (`null_units: each_a_person`, Relation.person).
+        # such row a person of its own (`null_units: each_a_person`, Relation.unit_row).
         conditions.append(exp.Not(this=exp.Is(this=query.relation.unit.copy(), expression=exp.Null())))
     if query.where is not None:
         conditions.append(exp.Paren(this=query.where.copy()))
@@ -87,9 +100,7 @@ def select_rows(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     relation = query.relation
     projections: list[exp.Expression] = []
     if ctx.per_unit:
-        person = relation.person
-        assert person is not None
-        projections.append(exp.alias_(person, UNIT, quoted=True, copy=False))
+        projections.extend(person_projections(relation))
     for j, key in enumerate(query.keys):
         projections.append(exp.alias_(key_value(key, ctx.dialect), key_column(j), quoted=True, copy=False))
     for i in ctx.valued_components:

@@ -11,6 +11,9 @@ from dpproxy.sql.query import ComponentKind, GroupKey, PrivateQuery
 from dpproxy.sql.types import PgType
 
 UNIT = "__unit"
+# With `null_units: each_a_person`, a row whose unit is NULL is told apart by the digest of its listed
+# columns (Relation.unit_row; NULL for every row with a unit): a person is (UNIT, UNIT_ROW).
+UNIT_ROW = "__unit_row"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,14 @@ class RewriteContext:
     @property
     def only_counts_rows(self) -> bool:
         return all(c.kind in (ComponentKind.ROWS, ComponentKind.UNITS) for c in self.query.components)
+
+    @property
+    def persons(self) -> list[str]:
+        """The columns that name a row's person in every per-person pass: the unit, and with
+        `null_units: each_a_person` the digest that tells rows without one apart (UNIT_ROW). Rows
+        with a unit keep the unit's own type and equality (a citext or numeric unit is one person
+        however it is spelled); the digest is NULL for them."""
+        return [UNIT, UNIT_ROW] if self.query.relation.null_unit_columns else [UNIT]
 
     @property
     def per_unit(self) -> bool:

@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from dpproxy.sql.numbers import grid_integer
 from dpproxy.sql.query import Component, ComponentKind
-from dpproxy.sql.rewrite.state import UNIT, RewriteContext, RewriteState, col, component_column
+from dpproxy.sql.rewrite.state import RewriteContext, RewriteState, col, component_column
 from dpproxy.sql.rowexpr import clip_sql, number_literal
 from dpproxy.sql.types import PgType
 
@@ -42,7 +42,7 @@ def to_grid(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     projections: list[exp.Expression] = []
     if ctx.per_unit:
-        projections.append(col(UNIT))
+        projections.extend(col(c) for c in ctx.persons)
     projections.extend(col(k) for k in ctx.keys)
     for i in ctx.valued_components:
         component = query.components[i]
