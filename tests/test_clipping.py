@@ -332,6 +332,21 @@ def test_the_range_holds_the_bins_of_2e_persons_two_more_and_all_but_3_percent()
     assert chosen_range(integer, [(31, 300.0), (32, 400.0)], 10.0) == (Decimal(275), Decimal(315))
 
 
+def test_a_spreads_range_over_few_persons_is_the_bins_around_its_mode() -> None:
+    """mode_range on released counts (e = 10): with 6e to 20e persons' worth (less e/6 a named bin),
+    where chosen_range keeps the declared range, the bins holding 3e and three more on each side,
+    whatever lies beyond; None with more or fewer persons, with no bin held, or not half as wide."""
+    column = _column("0", "3200")  # bins of 100
+    few = [(5, 80.0), (6, 40.0), (20, 20.0)]  # 140, less 34 · 10/6: about 83 persons' worth
+    assert chosen_range(column, few, 10.0) == (Decimal(0), Decimal(3200))
+    assert clipping.mode_range(column, few, 10.0) == (Decimal(200), Decimal(1000))
+    assert clipping.mode_range(column, [(5, 60.0), (6, 20.0)], 10.0) is None  # under 6e
+    assert clipping.mode_range(column, [(5, 900.0), (6, 600.0)], 10.0) is None  # chosen_range's
+    assert clipping.mode_range(column, [(i, 25.0) for i in range(5)], 10.0) is None  # no bin of 3e
+    assert clipping.mode_range(column, [(3, 50.0), (20, 50.0)], 10.0) is None  # not half as wide
+    assert clipping.mode_range(column, few, None) is None
+
+
 def test_the_noise_of_empty_bins_counts_for_no_one_in_the_total() -> None:
     """Noise clamped at 0 puts about e/6 in a bin that holds no one: over an expression's 130 named
     bins that is about 22e, more than the 20e persons a range needs. A review saw 500 persons'
@@ -531,6 +546,42 @@ def test_a_spread_reads_the_averages_range_widened_by_its_width(engine: Engine) 
     column = Column("t", engine.policy.table("t").column("x"), exp.column("x"))
     assert clipping.spread_range(column, (Decimal(4000), Decimal(5000))) == (Decimal(3000), Decimal(6000))
     assert clipping.spread_range(column, (Decimal(500), Decimal(6000))) == (Decimal(0), Decimal(10000))
+
+
+def test_a_spread_over_few_persons_reads_the_bins_around_its_mode(database: Path, tmp_path: Path) -> None:
+    """400 persons (values 0 to 100; the histogram's e is about 36 at ε = 0.5): too few for a range an
+    AVG could read (about 720), enough for a spread's (about 216, clipping.mode_range): the bins
+    holding 3e and three more (0 to 1,250), not widened, and the NOTICE says what it cuts. The same
+    column averaged in the statement keeps the averages' rule; with replay on, each reads its own
+    range again over the same rows. A spreads-only statement's k aims at the persons' lower
+    quartile of rows."""
+    few = "FROM t WHERE pid >= 1600"
+    with Engine.open(parse_policy(_policy(replay=True)), str(database), tmp_path / "l.sqlite") as engine:
+        spy = Spy(engine.backend)
+        engine.backend = spy  # type: ignore[assignment]
+        result = _clipped(engine, f"SELECT STDDEV(x) {few}", 0.5)
+        assert _range(result.notes, what="spreads") == (Decimal(0), Decimal(1250))
+        [note] = [n for n in result.notes if n.startswith("spreads of t.x")]
+        assert "the bins around the most common values" in note and "which makes a spread smaller" in note
+        assert "1250" in spy.sent[-1]
+        # Over the same rows an AVG reads the range that histogram gave an AVG (kept: too few
+        # persons), and another spread the range around the mode, neither asking a histogram again.
+        sent = len(spy.sent)
+        mixed = engine.execute(f"SELECT AVG(x) {few}", analyst="alice", epsilon=0.5)
+        assert len(spy.sent) == sent + 1
+        assert any(n.startswith("averages of t.x: its declared range 0 to 10000 kept") for n in mixed.notes)
+        again = engine.execute(f"SELECT VAR_POP(x) {few}", analyst="alice", epsilon=0.5)
+        assert len(spy.sent) == sent + 2
+        assert _range(again.notes, what="spreads") == (Decimal(0), Decimal(1250))
+        explained = engine.explain(f"SELECT STDDEV(x) {few}").render()
+        assert (
+            "(a column only spreads read, over too few persons for a range, to the bins around its mode)"
+            in (explained)
+        )
+        plan = engine.plan(f"SELECT STDDEV(x), VAR_POP(x) {few}", epsilon=0.5)
+        assert [(c.kind, c.half, c.lower) for c in plan.noise.choices] == [("rows", True, True)]
+        plan = engine.plan(f"SELECT AVG(x), STDDEV(x) {few}", epsilon=0.5)
+        assert [(c.kind, c.half, c.lower) for c in plan.noise.choices] == [("rows", False, False)]
 
 
 def test_a_clipped_spread_is_released_with_its_declared_range_as_reach(engine: Engine) -> None:

@@ -22,7 +22,9 @@ one month); the query learns it privately:
    Laplace noise, 0.2% that one of 34 does, 0.8% one of 130), widened by MARGIN
    bins on each side, and further while the bins beyond hold more than CUT_SHARE of the persons; the
    declared range when the histogram holds fewer than MIN_PERSONS · e persons' worth, or when the
-   range would not halve it. Post-processing of released counts: any range is private.
+   range would not halve it; for a column the statement reads in spreads only, over FEW_PERSONS·e
+   to MIN_PERSONS·e persons' worth, the held bins and MARGIN more, not widened (`mode_range`).
+   Post-processing of released counts: any range is private.
 3. **The query** (`clipped_tree`): the statement with each such AVG's argument `x` written as
    `CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END` (sql/bounds.clipped_argument,
    which the analyser also reads back), analysed afresh (the
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -101,6 +103,11 @@ MARGIN = 3
 # fewer, the bins that reach HELD·e are the mode's alone (a carrier's 200 planes: its delays clipped at
 # 40 minutes, 15% of its flights cut) or a bin of noise (25 planes: averaged at 214 to 1,213).
 MIN_PERSONS = 20
+# A spread's range (of a column no AVG of the statement reads) is chosen over as few as FEW_PERSONS·e
+# persons' worth (about 216 at ε = 0.5): the bins holding HELD·e and MARGIN more, not widened
+# (`mode_range`): at the declared range one route's air times (344 planes) came out 0 in most runs,
+# around their mode 0.54 of their tolerance. With fewer, bins reaching HELD·e are rarely there.
+FEW_PERSONS = 6
 # …and cuts at most this share of them on each side (less the noise of the bins beyond it): bins are
 # added to the range until it does.
 CUT_SHARE = 0.03
@@ -400,19 +407,10 @@ def chosen_range(
     """The range of `column` from its released histogram (the module docstring, 2), or its declared
     range: with fewer than MIN_PERSONS · e persons' worth in all, with no bin holding HELD·e, or when
     the range would not halve the declared one."""
-    by_bin: dict[int, float] = {}
-    for b, c in counts:
-        if b is not None and c is not None:
-            i = max(0, min(int(b), column.bins - 1))  # type: ignore[call-overload]
-            by_bin[i] = by_bin.get(i, 0.0) + float(c)  # type: ignore[arg-type]
     if error is None:
         return column.lower, column.upper
-    # Less what noise clamped at 0 puts in each of the named bins (as `beyond` below): over 130 bins
-    # that alone is about 22e, more than MIN_PERSONS·e, and a review saw an expression's histogram
-    # of 500 persons narrowed 30 times in 40, cutting 12% of them, where 32 bins narrowed it 3 times.
-    total = sum(by_bin.values()) - (column.bins + 2) * error / 6
+    by_bin, total, held = _held(column, counts, error)
     bins = column.bins
-    held = [i for i in range(bins) if by_bin.get(i, 0.0) >= HELD * error]
     if total < MIN_PERSONS * error or not held:
         return column.lower, column.upper
     low, high = max(0, held[0] - MARGIN), min(bins, held[-1] + 1 + MARGIN)  # bins low … high − 1
@@ -431,6 +429,45 @@ def chosen_range(
         # Less than halving the range halves the noise less than the clipping may move the answer
         # (the flights' distances: 0 to 2,812 of 5,000 cut Honolulu's flights): the declared range.
         return column.lower, column.upper
+    return lower, upper
+
+
+def _held(
+    column: Column, counts: Sequence[tuple[object, object]], error: float
+) -> tuple[dict[int, float], float, list[int]]:
+    """The released counts by bin (a bin beyond either end read as the end's), their total less
+    what noise clamped at 0 puts in each named bin, and the bins holding HELD·e or more."""
+    by_bin: dict[int, float] = {}
+    for b, c in counts:
+        if b is not None and c is not None:
+            i = max(0, min(int(b), column.bins - 1))  # type: ignore[call-overload]
+            by_bin[i] = by_bin.get(i, 0.0) + float(c)  # type: ignore[arg-type]
+    # Less what noise clamped at 0 puts in each of the named bins (as `beyond` in chosen_range): over
+    # 130 bins that alone is about 22e, more than MIN_PERSONS·e, and a review saw an expression's
+    # histogram of 500 persons narrowed 30 times in 40, cutting 12% of them, where 32 bins narrowed
+    # it 3 times.
+    total = sum(by_bin.values()) - (column.bins + 2) * error / 6
+    held = [i for i in range(column.bins) if by_bin.get(i, 0.0) >= HELD * error]
+    return by_bin, total, held
+
+
+def mode_range(
+    column: Column, counts: Sequence[tuple[object, object]], error: float | None
+) -> tuple[Decimal, Decimal] | None:
+    """A spread's range from a histogram of few persons (FEW_PERSONS·e to MIN_PERSONS·e persons'
+    worth, where chosen_range keeps the declared range): the bins holding HELD·e and MARGIN more on
+    each side, used as it is (not widened); None with more or fewer persons, with no bin held, or
+    when it would not halve the declared range. With so few persons the noise of the bins beyond
+    outweighs what they hold, so no share cut is read from them: values beyond the bins around the
+    mode are cut, which lowers a spread (the NOTICE says so; its interval's high end reaches on)."""
+    if error is None:
+        return None
+    _, total, held = _held(column, counts, error)
+    if not FEW_PERSONS * error <= total < MIN_PERSONS * error or not held:
+        return None
+    lower, upper = _edges(column, max(0, held[0] - MARGIN), min(column.bins, held[-1] + 1 + MARGIN))
+    if 2 * (upper - lower) > column.upper - column.lower:
+        return None
     return lower, upper
 
 
@@ -457,11 +494,14 @@ def _edges(column: Column, low: int, high: int) -> tuple[Decimal, Decimal]:
 
 
 def clipped_tree(
-    parts: ClipParts, ranges: dict[tuple[str, str], tuple[Decimal, Decimal]]
+    parts: ClipParts,
+    ranges: dict[tuple[str, str], tuple[Decimal, Decimal]],
+    modes: frozenset[tuple[str, str]] = frozenset(),
 ) -> tuple[exp.Select, dict[str, Column]]:
     """The statement with each AVG's argument clipped to its column's range, and each spread's to
-    that range widened (`spread_range`; the module docstring, 3), and the clipped arguments' SQL
-    with their columns."""
+    that range widened (`spread_range`; the module docstring, 3) unless it is a range around the
+    mode (`modes`: `mode_range`'s, used as they are), and the clipped arguments' SQL with their
+    columns."""
     tree = parts.tree.copy()
     arguments: dict[str, Column] = {}
     for node in list(tree.find_all(*CLIPPED)):
@@ -470,7 +510,7 @@ def clipped_tree(
         if column is None:
             continue
         lower, upper = ranges[_key(column)]
-        if isinstance(node, SPREADS):
+        if isinstance(node, SPREADS) and _key(column) not in modes:
             lower, upper = spread_range(column, (lower, upper))
         if lower <= column.lower and upper >= column.upper:
             continue
@@ -543,7 +583,7 @@ def run_clipped(
     if not _clips(engine, parts):
         return engine.run(plan, analyst=who, cancel=cancel, record=record)
     statements = {_key(column): histogram_sql(parts, column) for column in parts.columns}
-    stored = stored_ranges(engine, who, statements)
+    stored, modes = stored_ranges(engine, who, statements, _spread_only(parts))
     fresh = [column for column in parts.columns if _key(column) not in stored]
     epsilon = plan.epsilon
     # Shares whose sum, rounded up as the ledger adds, is at most the statement's ε.
@@ -564,10 +604,20 @@ def run_clipped(
     answers = [engine.run_charged(histogram, charge, cancel) for histogram in histograms]
     try:
         ranges = dict(stored)
+        chosen: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
+        near: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
         for column, released in zip(fresh, answers, strict=True):
             counts = [(row[0], row[1]) for row in released.rows]
-            ranges[_key(column)] = chosen_range(column, counts, released.columns[1].error95)
-        tree, arguments = clipped_tree(parts, ranges)
+            error = released.columns[1].error95
+            key = _key(column)
+            chosen[key] = ranges[key] = chosen_range(column, counts, error)
+            around = mode_range(column, counts, error)
+            if around is not None:
+                near[key] = around
+                if key in _spread_only(parts):
+                    ranges[key] = around
+                    modes.add(key)
+        tree, arguments = clipped_tree(parts, ranges, frozenset(modes))
         main = engine.analyze_tree(tree, answer=True)
         if not isinstance(main, PrivateQuery):
             raise PrivateQueryFailed()
@@ -581,11 +631,11 @@ def run_clipped(
     notes = tuple(
         note
         for c in parts.columns
-        for note in _notes(parts, c, ranges[_key(c)], None if _key(c) in stored else share)
+        for note in _notes(parts, c, ranges[_key(c)], None if _key(c) in stored else share, _key(c) in modes)
     )
     result = dataclasses.replace(result, notes=(*result.notes, *notes))
     committed = charge.commit(result, total)
-    store_ranges(engine, who, statements, {_key(c): ranges[_key(c)] for c in fresh})
+    store_ranges(engine, who, statements, chosen, near)
     return committed
 
 
@@ -593,52 +643,77 @@ def _key(column: Column) -> tuple[str, str]:
     return (column.table, column.policy.name)
 
 
-def _range_key(engine: EngineLike, histogram: str) -> str | None:
+def _spread_only(parts: ClipParts) -> set[tuple[str, str]]:
+    """The columns the statement reads in spreads and in no AVG: their range may be `mode_range`'s."""
+    return set(parts.spread - parts.averaged)
+
+
+def _range_key(engine: EngineLike, histogram: str, mode: bool = False) -> str | None:
     """Where a range released to an analyst is kept (the replay store, `defaults.replay`), keyed by
     its histogram's statement (the statement's tables, joins and WHERE, the column and its bins) as a
-    replayed answer is by its statement (caches.kept_key); None without replay or a ledger."""
+    replayed answer is by its statement (caches.kept_key), a range around the mode (`mode_range`)
+    apart; None without replay or a ledger."""
     if engine.ledger is None or not engine.policy.defaults.replay:
         return None
-    return kept_key(engine.policy_digest, engine.policy.defaults.data_epoch, "value range", histogram)
+    kind = "mode range" if mode else "value range"
+    return kept_key(engine.policy_digest, engine.policy.defaults.data_epoch, kind, histogram)
 
 
 def stored_ranges(
-    engine: EngineLike, who: AnalystPolicy, histograms: dict[tuple[str, str], str]
-) -> dict[tuple[str, str], tuple[Decimal, Decimal]]:
+    engine: EngineLike,
+    who: AnalystPolicy,
+    histograms: dict[tuple[str, str], str],
+    spread_only: Collection[tuple[str, str]] = (),
+) -> tuple[dict[tuple[str, str], tuple[Decimal, Decimal]], set[tuple[str, str]]]:
     """The ranges of the columns whose histogram statements `histograms` holds, released to this
     analyst before, in this data epoch, over the same rows: using one again is post-processing of a
-    release they already hold, as a replayed answer is (docs/privacy.md §3)."""
+    release they already hold, as a replayed answer is (docs/privacy.md §3). A column in
+    `spread_only` reads the range around the mode its histogram gave, where it gave one (those
+    columns are the second set returned); any other column, the chosen range."""
     found: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
+    modes: set[tuple[str, str]] = set()
     for column, sql in histograms.items():
-        key = _range_key(engine, sql)
-        payload = None if key is None or engine.ledger is None else engine.ledger.replay_get(who.name, key)
-        if payload is not None:
-            lower, upper = json.loads(payload)
-            found[column] = (Decimal(lower), Decimal(upper))
-    return found
+        for mode in (True, False) if column in spread_only else (False,):
+            key = _range_key(engine, sql, mode)
+            if key is None or engine.ledger is None:
+                break
+            payload = engine.ledger.replay_get(who.name, key)
+            if payload is not None:
+                lower, upper = json.loads(payload)
+                found[column] = (Decimal(lower), Decimal(upper))
+                if mode:
+                    modes.add(column)
+                break
+    return found, modes
 
 
 def store_ranges(
     engine: EngineLike,
     who: AnalystPolicy,
     histograms: dict[tuple[str, str], str],
-    ranges: dict[tuple[str, str], tuple[Decimal, Decimal]],
+    chosen: dict[tuple[str, str], tuple[Decimal, Decimal]],
+    modes: dict[tuple[str, str], tuple[Decimal, Decimal]],
 ) -> None:
-    """Keep the ranges just released to this analyst for their later statements (`stored_ranges`)."""
-    for column, (lower, upper) in ranges.items():
-        key = _range_key(engine, histograms[column])
-        if key is not None and engine.ledger is not None:
-            engine.ledger.replay_put(who.name, key, json.dumps([str(lower), str(upper)]).encode())
+    """Keep the ranges just released to this analyst for their later statements (`stored_ranges`):
+    each histogram's chosen range and, where it gave one, its range around the mode."""
+    for ranges, mode in ((chosen, False), (modes, True)):
+        for column, (lower, upper) in ranges.items():
+            key = _range_key(engine, histograms[column], mode)
+            if key is not None and engine.ledger is not None:
+                engine.ledger.replay_put(who.name, key, json.dumps([str(lower), str(upper)]).encode())
 
 
 def _notes(
-    parts: ClipParts, column: Column, chosen: tuple[Decimal, Decimal], share: float | None
+    parts: ClipParts, column: Column, chosen: tuple[Decimal, Decimal], share: float | None, mode: bool = False
 ) -> list[str]:
-    """What the NOTICE says of the column's range: for its averages, for its spreads."""
+    """What the NOTICE says of the column's range: for its averages, for its spreads (`mode`: a
+    range around the mode, `mode_range`'s)."""
     notes = []
     if _key(column) in parts.averaged:
         notes.append(_note(column, chosen, share))
-    if _key(column) in parts.spread:
+    if mode:
+        notes.append(_note(column, chosen, share, "spreads", mode=True))
+    elif _key(column) in parts.spread:
         widened = spread_range(column, chosen)
         narrowed = chosen[0] > column.lower or chosen[1] < column.upper
         if narrowed and widened[0] <= column.lower and widened[1] >= column.upper:
@@ -654,7 +729,11 @@ def _notes(
 
 
 def _note(
-    column: Column, chosen: tuple[Decimal, Decimal], share: float | None, what: str = "averages"
+    column: Column,
+    chosen: tuple[Decimal, Decimal],
+    share: float | None,
+    what: str = "averages",
+    mode: bool = False,
 ) -> str:
     lower, upper = (format(end, "f") for end in chosen)
     name = column.label
@@ -669,6 +748,13 @@ def _note(
         return (
             f"{what} of {name}: {declared} {declared_lower} to {declared_upper} kept ({source}, "
             "found no range half as wide)"
+        )
+    if mode:
+        return (
+            f"{what} of {name}: values clipped to {lower} to {upper} ({declared} {declared_lower} to "
+            f"{declared_upper}), the bins around the most common values ({source}, of too few persons "
+            "to show where the rest lie); values beyond them are cut, which makes a spread smaller "
+            "(not in the ±)"
         )
     widened = ", then widened by its width on each side it narrows" if what == "spreads" else ""
     return (
@@ -689,6 +775,7 @@ def explain_clipping(engine: EngineLike, plan: Plan, bounds: SessionBounds | Non
     kinds = " and ".join(k for k, read in (("averages", parts.averaged), ("spreads", parts.spread)) if read)
     spreads = (
         "; spreads' arguments clipped to that range widened by its width on each side it narrows"
+        " (a column only spreads read, over too few persons for a range, to the bins around its mode)"
         if parts.spread
         else ""
     )

@@ -244,6 +244,19 @@ def _many_groups(query: PrivateQuery) -> bool:
     return cells is None or cells > FEW_GROUPS
 
 
+def _spreads_only(query: PrivateQuery) -> bool:
+    """Every aggregate a VAR or STDDEV: k aims at three quarters of the persons above it (their
+    lower quartile of rows, as averages over many groups do), with or without a GROUP BY. A spread's
+    noise grows with k times its squared range while reweighting the heavy persons moves it little,
+    so the upper quartile's k was mostly noise. Median errors over 20 runs, upper quartile against
+    lower: MovieLens' STDDEV of ratings 6.2% against 3.0%, InstEval's 0.47% against 0.33%; on the
+    flights, the STDDEV of air times on one route (344 planes, most with 1 to 42 flights there: k
+    = 64 against 4, both around the mode: clipping.mode_range) 1.52 of its tolerance against
+    0.54, of arrival delays there 1.10 against 0.43, of all arrival delays 14% against 15%, of all
+    distances 3.6% against 2.1%."""
+    return bool(query.aggregates) and all(a.kind.is_spread for a in query.aggregates)
+
+
 def _has_quantile(query: PrivateQuery) -> bool:
     """Averages, spreads and shares per group aim k lower (three quarters of the persons above it)
     than quantiles per group (half): scaling a person's rows reweights an average, while a quantile
@@ -298,7 +311,7 @@ def _query_noise(
                 candidates,
                 _spread(query),
                 _averages_only(query),
-                half=_many_groups(query),
+                half=_many_groups(query) or _spreads_only(query),
                 lower=not _has_quantile(query),  # with `half` only (bound_choice)
                 cells=cells,
                 decile=_aims_at_a_tenth(query),
