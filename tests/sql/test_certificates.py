@@ -114,17 +114,25 @@ class Loader:
             else:
                 self.conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)
 
-    def run(self, sql: str, without: int | None = None) -> list[tuple]:
-        """Rows of `sql` on D, or on D minus unit `without` (deleted inside a rolled-back transaction)."""
+    def deleted(self, without: object) -> tuple[str, object]:
+        """Which rows `run` deletes for neighbour `without`: the column and its value (a person)."""
+        return "pid", without
+
+    def run(self, sql: str, without: object | None = None) -> list[tuple]:
+        """Rows of `sql` on D, or on D minus neighbour `without` (`deleted`, inside a rolled-back
+        transaction)."""
         if without is None:
             return self.conn.execute(sql).fetchall()
+        column, value = self.deleted(without)
+        placeholder = "%s" if self.kind == "postgres" else "?"
+        delete = f"DELETE FROM t WHERE {column} = {placeholder}"
         if self.kind == "postgres":
             with self.conn.transaction(force_rollback=True):
-                self.conn.execute("DELETE FROM t WHERE pid = %s", (without,))
+                self.conn.execute(delete, (value,))
                 return self.conn.execute(sql).fetchall()
         self.conn.execute("BEGIN")
         try:
-            self.conn.execute("DELETE FROM t WHERE pid = ?", [without])
+            self.conn.execute(delete, [value])
             return self.conn.execute(sql).fetchall()
         finally:
             self.conn.execute("ROLLBACK")
@@ -356,22 +364,9 @@ class NullUnitLoader(Loader):
         elif rows:
             self.conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", rows)
 
-    def run(self, sql: str, without: tuple[str, int] | None = None) -> list[tuple]:  # type: ignore[override]
-        if without is None:
-            return self.conn.execute(sql).fetchall()
-        column, value = without
-        placeholder = "%s" if self.kind == "postgres" else "?"
-        delete = f"DELETE FROM t WHERE {column} = {placeholder}"
-        if self.kind == "postgres":
-            with self.conn.transaction(force_rollback=True):
-                self.conn.execute(delete, (value,))
-                return self.conn.execute(sql).fetchall()
-        self.conn.execute("BEGIN")
-        try:
-            self.conn.execute(delete, [value])
-            return self.conn.execute(sql).fetchall()
-        finally:
-            self.conn.execute("ROLLBACK")
+    def deleted(self, without: object) -> tuple[str, object]:
+        column, value = without  # type: ignore[misc]
+        return column, value
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
