@@ -333,14 +333,20 @@ def test_the_range_holds_the_bins_of_2e_persons_two_more_and_all_but_3_percent()
 
 
 def test_a_spreads_range_over_few_persons_is_the_bins_around_its_mode() -> None:
-    """mode_range on released counts (e = 10): with 6e to 20e persons' worth (less e/6 a named bin),
+    """mode_range on released counts (e = 10): under 20e persons' worth in all (less e/6 a named bin),
     where chosen_range keeps the declared range, the bins holding 3e and three more on each side,
-    whatever lies beyond; None with more or fewer persons, with no bin held, or not half as wide."""
+    when they hold 6e and the bins beyond no more than 3% plus twice their noise; None otherwise,
+    with no bin held, or not half as wide."""
     column = _column("0", "3200")  # bins of 100
     few = [(5, 80.0), (6, 40.0), (20, 20.0)]  # 140, less 34 · 10/6: about 83 persons' worth
     assert chosen_range(column, few, 10.0) == (Decimal(0), Decimal(3200))
     assert clipping.mode_range(column, few, 10.0) == (Decimal(200), Decimal(1000))
-    assert clipping.mode_range(column, [(5, 60.0), (6, 20.0)], 10.0) is None  # under 6e
+    assert clipping.mode_range(column, [(5, 50.0), (6, 15.0)], 10.0) is None  # under 6e within
+    # A second crowd beyond, no bin of it reaching 3e (e = 20): 200 persons' worth against twice the
+    # 24 bins' noise (about 65) and 3%: not the range of these values.
+    two = [(5, 160.0), (6, 80.0)]
+    assert clipping.mode_range(column, two, 20.0) == (Decimal(200), Decimal(1000))
+    assert clipping.mode_range(column, [*two, *[(i, 40.0) for i in range(15, 20)]], 20.0) is None
     assert clipping.mode_range(column, [(5, 900.0), (6, 600.0)], 10.0) is None  # chosen_range's
     assert clipping.mode_range(column, [(i, 25.0) for i in range(5)], 10.0) is None  # no bin of 3e
     assert clipping.mode_range(column, [(3, 50.0), (20, 50.0)], 10.0) is None  # not half as wide
@@ -554,7 +560,7 @@ def test_a_spread_over_few_persons_reads_the_bins_around_its_mode(database: Path
     holding 3e and three more (0 to 1,250), not widened, and the NOTICE says what it cuts. The same
     column averaged in the statement keeps the averages' rule; with replay on, each reads its own
     range again over the same rows. A spreads-only statement's k aims at the persons' lower
-    quartile of rows."""
+    median of rows. Per group the histogram's mode may be another group's: the declared range."""
     few = "FROM t WHERE pid >= 1600"
     with Engine.open(parse_policy(_policy(replay=True)), str(database), tmp_path / "l.sqlite") as engine:
         spy = Spy(engine.backend)
@@ -575,13 +581,15 @@ def test_a_spread_over_few_persons_reads_the_bins_around_its_mode(database: Path
         assert _range(again.notes, what="spreads") == (Decimal(0), Decimal(1250))
         explained = engine.explain(f"SELECT STDDEV(x) {few}").render()
         assert (
-            "(a column only spreads read, over too few persons for a range, to the bins around its mode)"
+            "(without a GROUP BY, a column only spreads read over too few persons: the bins around its mode)"
             in (explained)
         )
         plan = engine.plan(f"SELECT STDDEV(x), VAR_POP(x) {few}", epsilon=0.5)
-        assert [(c.kind, c.half, c.lower) for c in plan.noise.choices] == [("rows", True, True)]
+        assert [(c.kind, c.half, c.lower) for c in plan.noise.choices] == [("rows", True, False)]
         plan = engine.plan(f"SELECT AVG(x), STDDEV(x) {few}", epsilon=0.5)
         assert [(c.kind, c.half, c.lower) for c in plan.noise.choices] == [("rows", False, False)]
+        grouped = engine.execute(f"SELECT g, STDDEV(x) {few} GROUP BY g", analyst="alice", epsilon=0.5)
+        assert not any("the bins around the most common values" in n for n in grouped.notes)
 
 
 def test_a_clipped_spread_is_released_with_its_declared_range_as_reach(engine: Engine) -> None:

@@ -22,8 +22,8 @@ one month); the query learns it privately:
    Laplace noise, 0.2% that one of 34 does, 0.8% one of 130), widened by MARGIN
    bins on each side, and further while the bins beyond hold more than CUT_SHARE of the persons; the
    declared range when the histogram holds fewer than MIN_PERSONS · e persons' worth, or when the
-   range would not halve it; for a column the statement reads in spreads only, over FEW_PERSONS·e
-   to MIN_PERSONS·e persons' worth, the held bins and MARGIN more, not widened (`mode_range`).
+   range would not halve it; for a column a statement without GROUP BY reads in spreads only, the
+   held bins and MARGIN more, not widened, if they hold nearly all persons (`mode_range`).
    Post-processing of released counts: any range is private.
 3. **The query** (`clipped_tree`): the statement with each such AVG's argument `x` written as
    `CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, lo), hi) END` (sql/bounds.clipped_argument,
@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -77,10 +78,9 @@ from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 # Equal bins of the declared range in the histogram.
 BINS = 32
-# …and of an expression's derived range (not a FILTER's or CASE's, whose range is its column's): what
-# the columns' bounds allow it, far wider than where its values lie (0 to 15,000 for a speed whose
-# values lie in 76 to 703): 32 bins of it left the flights' average speed per airline clipped to 0 to
-# 2,344 (3 bins of margin, 1,406), 11–12% off.
+# …and of an expression's derived range (not a FILTER's or CASE's: its column's), far wider than where
+# its values lie (a speed's 0 to 15,000 for 76 to 703: at 32 bins the flights' average speed per
+# airline was clipped to 0 to 2,344, 11–12% off).
 EXPRESSION_BINS = 128
 # The histograms take 1/SHARE of the query's ε (as a choice of bounds takes about a sixth).
 SHARE = 6
@@ -90,8 +90,8 @@ MAX_COLUMNS = 3
 # rating, a month): not narrowed.
 MIN_STEPS = 128
 # Digits of bins / (upper − lower) in the histogram's bin expression, and its least value: a range
-# wider than bins / MIN_PER_BIN (3.2·10^10; an expression's, 1.28·10^11) is not narrowed (its factor
-# would be rounded by more than 0.05%, and the bins' edges are read from the rounded factor).
+# wider than bins / MIN_PER_BIN (3.2·10^10; an expression's 1.28·10^11) is not narrowed (its factor,
+# from which the bins' edges are read, would be rounded by more than 0.05%).
 PER_BIN_DIGITS = 12
 MIN_PER_BIN = Decimal("1e-9")
 # A bin holds values when its count is at least HELD times the counts' 95% error e: 2e let a bin of no
@@ -99,28 +99,21 @@ MIN_PER_BIN = Decimal("1e-9")
 HELD = 3
 # Bins added on each side of those that hold HELD·e persons' worth.
 MARGIN = 3
-# A range is chosen only over at least MIN_PERSONS · e persons' worth (about 720 at ε = 0.5): with
-# fewer, the bins that reach HELD·e are the mode's alone (a carrier's 200 planes: its delays clipped at
-# 40 minutes, 15% of its flights cut) or a bin of noise (25 planes: averaged at 214 to 1,213).
+# A range is chosen only over MIN_PERSONS·e persons' worth (about 720 at ε = 0.5): with fewer, bins
+# reaching HELD·e are the mode's alone (a carrier's 200 planes: delays clipped at 40, 15% cut) or noise.
 MIN_PERSONS = 20
-# A spread's range (of a column no AVG of the statement reads) is chosen over as few as FEW_PERSONS·e
-# persons' worth (about 216 at ε = 0.5): the bins holding HELD·e and MARGIN more, not widened
-# (`mode_range`): at the declared range one route's air times (344 planes) came out 0 in most runs,
-# around their mode 0.54 of their tolerance. With fewer, bins reaching HELD·e are rarely there.
-FEW_PERSONS = 6
 # …and cuts at most this share of them on each side (less the noise of the bins beyond it): bins are
 # added to the range until it does.
 CUT_SHARE = 0.03
+# A spread's range around the mode (`mode_range`) needs FEW_PERSONS·e persons' worth in it (about 216).
+FEW_PERSONS = 6
 # Each person counts for one row's worth in a histogram (their rows scaled to it).
 ONE_ROW = SessionBounds(rows=1)
 # The aggregates whose argument is clipped: averages, whose noise grows with the range, and spreads
-# (VAR, STDDEV), whose noise grows with its square. A spread is ruled by its tails and clipping never
-# widens it (clipping is 1-Lipschitz): clipped to the averages' range, the flights' standard deviation
-# of delays came out 12–16% low, its ± covering the clipped value only; at the declared range its
-# noise is as large as it is (44.6 ± 100). So a spread's range is the averages' widened by its own
-# width on each side where it was narrowed (`spread_range`): the tails the histogram cannot see at
-# its share of ε then lie within it in all but far-out cases (delays clipped at 605 instead of 257:
-# 1% low instead of 5%), for a quarter of the declared range's noise or less.
+# (VAR, STDDEV), with its square. A spread is ruled by its tails, which clipping cuts (the flights'
+# standard deviation of delays 12–16% low at the averages' range; at the declared one 44.6 ± 100):
+# its range is the averages' widened by its own width on each side it narrows (`spread_range`:
+# delays clipped at 605 instead of 257, 1% low), for a quarter of the declared range's noise.
 AVERAGES = (exp.Avg,)
 SPREADS = tuple(SPREAD_FUNCTIONS)
 CLIPPED = (*AVERAGES, *SPREADS)
@@ -454,18 +447,25 @@ def _held(
 def mode_range(
     column: Column, counts: Sequence[tuple[object, object]], error: float | None
 ) -> tuple[Decimal, Decimal] | None:
-    """A spread's range from a histogram of few persons (FEW_PERSONS·e to MIN_PERSONS·e persons'
-    worth, where chosen_range keeps the declared range): the bins holding HELD·e and MARGIN more on
-    each side, used as it is (not widened); None with more or fewer persons, with no bin held, or
-    when it would not halve the declared range. With so few persons the noise of the bins beyond
-    outweighs what they hold, so no share cut is read from them: values beyond the bins around the
-    mode are cut, which lowers a spread (the NOTICE says so; its interval's high end reaches on)."""
+    """A spread's range from a histogram of few persons (under MIN_PERSONS·e persons' worth, where
+    chosen_range keeps the declared range): the bins holding HELD·e and MARGIN more on each side,
+    used as it is (not widened), when they hold FEW_PERSONS·e persons' worth and the bins beyond
+    hold no more than CUT_SHARE of the persons plus twice their noise's spread (a second mode or a
+    wide tail: None); None too with no bin held, or when it would not halve the declared range.
+    Values beyond it are cut, which lowers a spread (the NOTICE says so)."""
     if error is None:
         return None
-    _, total, held = _held(column, counts, error)
-    if not FEW_PERSONS * error <= total < MIN_PERSONS * error or not held:
+    by_bin, total, held = _held(column, counts, error)
+    if total >= MIN_PERSONS * error or not held:
         return None
-    lower, upper = _edges(column, max(0, held[0] - MARGIN), min(column.bins, held[-1] + 1 + MARGIN))
+    low, high = max(0, held[0] - MARGIN), min(column.bins, held[-1] + 1 + MARGIN)
+    inside = sum(by_bin.get(i, 0.0) - error / 6 for i in range(low, high))
+    outside = [i for i in range(column.bins) if not low <= i < high]
+    beyond = sum(by_bin.get(i, 0.0) - error / 6 for i in outside)
+    # Each bin's noise: Laplace of scale e/3 (e is its 95% error, ln 20 ≈ 3 scales).
+    if inside < FEW_PERSONS * error or beyond > CUT_SHARE * total + 2 * math.sqrt(len(outside)) * error / 3:
+        return None
+    lower, upper = _edges(column, low, high)
     if 2 * (upper - lower) > column.upper - column.lower:
         return None
     return lower, upper
@@ -611,12 +611,10 @@ def run_clipped(
             error = released.columns[1].error95
             key = _key(column)
             chosen[key] = ranges[key] = chosen_range(column, counts, error)
-            around = mode_range(column, counts, error)
-            if around is not None:
-                near[key] = around
-                if key in _spread_only(parts):
-                    ranges[key] = around
-                    modes.add(key)
+            around = mode_range(column, counts, error) if key in _spread_only(parts) else None
+            if around is not None:  # kept for replay only once shown
+                near[key] = ranges[key] = around
+                modes.add(key)
         tree, arguments = clipped_tree(parts, ranges, frozenset(modes))
         main = engine.analyze_tree(tree, answer=True)
         if not isinstance(main, PrivateQuery):
@@ -644,8 +642,10 @@ def _key(column: Column) -> tuple[str, str]:
 
 
 def _spread_only(parts: ClipParts) -> set[tuple[str, str]]:
-    """The columns the statement reads in spreads and in no AVG: their range may be `mode_range`'s."""
-    return set(parts.spread - parts.averaged)
+    """The columns the statement reads in spreads and in no AVG, without a GROUP BY: their range may
+    be `mode_range`'s (per group, the histogram's mode may be another group's: a group far from it
+    was cut to nothing)."""
+    return set() if parts.tree.args.get("group") else set(parts.spread - parts.averaged)
 
 
 def _range_key(engine: EngineLike, histogram: str, mode: bool = False) -> str | None:
@@ -775,7 +775,7 @@ def explain_clipping(engine: EngineLike, plan: Plan, bounds: SessionBounds | Non
     kinds = " and ".join(k for k, read in (("averages", parts.averaged), ("spreads", parts.spread)) if read)
     spreads = (
         "; spreads' arguments clipped to that range widened by its width on each side it narrows"
-        " (a column only spreads read, over too few persons for a range, to the bins around its mode)"
+        " (without a GROUP BY, a column only spreads read over too few persons: the bins around its mode)"
         if parts.spread
         else ""
     )

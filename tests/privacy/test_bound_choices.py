@@ -158,11 +158,12 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     assert not rows_choice("SELECT COUNT(*), AVG(x) FROM t").quartile
     assert not rows_choice("SELECT SUM(x) FROM t").quartile
     assert "aiming at a quarter of the persons" in engine.explain("SELECT AVG(x), STDDEV(x) FROM t").render()
-    # Spreads alone aim at three quarters, with or without a GROUP BY: their noise grows with k
-    # times the squared range (engine/plan._spreads_only).
-    assert "aiming at three quarters of the persons" in engine.explain("SELECT STDDEV(x) FROM t").render()
-    spreads = rows_choice("SELECT VAR_POP(x), STDDEV(x) FROM t WHERE x BETWEEN 1 AND 4")
-    assert spreads.quartile and spreads.half and spreads.lower
+    # Spreads alone aim at half the persons (three quarters over many groups): their noise grows with
+    # k times the squared range (engine/plan._spreads_only).
+    assert "aiming at half the persons" in engine.explain("SELECT STDDEV(x) FROM t").render()
+    spreads = rows_choice("SELECT x, VAR_POP(x), STDDEV(x) FROM t WHERE x BETWEEN 1 AND 4 GROUP BY x")
+    assert spreads.quartile and spreads.half and not spreads.lower
+    assert rows_choice("SELECT x, STDDEV(x) FROM t GROUP BY x").lower
     # AVGs alone over a whole table aim at a tenth (what reweighting moves is most of their error).
     assert not rows_choice("SELECT AVG(x) FROM t").quartile
 
