@@ -424,7 +424,7 @@ def _read_contributions(
                 f"{path}.null_units",
                 p,
                 NULL_UNITS,
-                what="what a row whose privacy unit is NULL is",
+                what="a way of reading rows whose privacy unit is NULL",
                 fix="write left_out (such rows belong to no person) or each_a_person (each is a person of "
                 "its own)",
             )
