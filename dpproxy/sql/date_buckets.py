@@ -63,6 +63,18 @@ def following(t: dt.datetime, unit: str) -> dt.datetime | None:
         return None
 
 
+def bucket_count(start: dt.datetime, last: dt.datetime, unit: str) -> int:
+    """How many buckets of `unit` run from `start` (a bucket start) to the one holding `last`: what
+    enumerating them with `following` yields, counted without walking them."""
+    if last < start:
+        return 0
+    if unit in ("year", "quarter", "month"):
+        months = {"year": 12, "quarter": 3, "month": 1}[unit]
+        return ((last.year - start.year) * 12 + last.month - start.month) // months + 1
+    step = {"week": 604_800, "day": 86_400, "hour": 3_600, "minute": 60, "second": 1}[unit]
+    return int((last - start).total_seconds()) // step + 1
+
+
 # Past this many days, every value of a field that repeats within the year (or the week) occurs:
 # 54 years hold a leap day and an ISO year of 53 weeks several times over.
 _ALL_CYCLIC = 20_000

@@ -768,9 +768,9 @@ def _enumerate(
     if key.kind == "trunc":
         buckets = []
         current: dt.datetime | None = date_buckets.truncate(lo, key.part)
+        if date_buckets.bucket_count(current, hi, key.part) > MAX_KEY_VALUES:
+            return None
         while current is not None and current <= hi:
-            if len(buckets) == MAX_KEY_VALUES:
-                return None
             buckets.append(current.replace(tzinfo=dt.UTC) if column_type is PgType.TIMESTAMPTZ else current)
             current = date_buckets.following(current, key.part)
         return tuple(buckets)

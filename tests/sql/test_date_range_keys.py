@@ -13,10 +13,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
+from dpproxy.sql import date_buckets
 from dpproxy.sql.public_keys import MAX_KEY_VALUES
 from dpproxy.sql.query import PrivateQuery
 from dpproxy.sql.types import PgType
@@ -189,6 +192,30 @@ def test_more_than_ten_thousand_values_go_through_partition_selection() -> None:
     assert query.keys[0].public_values is None and query.needs_selection
     assert f"more than {MAX_KEY_VALUES:,}" in (query.keys[0].origin or "")
     assert len(values("SELECT date_trunc('month', ts), COUNT(*) FROM t GROUP BY 1", text)) == 372
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31)),
+    st.sampled_from(("year", "quarter", "month", "week", "day", "hour", "minute", "second")),
+    st.integers(min_value=-100_000, max_value=400_000_000),
+)
+def test_the_bucket_count_is_the_number_of_buckets_enumerated(
+    lo: dt.datetime, unit: str, seconds: int
+) -> None:
+    """The 10,000-value cap is checked on a count, not on a walk of up to 10,000 buckets: the count
+    is what walking from the first bucket to the one holding the range's end yields (up to 12,000)."""
+    try:
+        hi = lo + dt.timedelta(seconds=seconds)
+    except OverflowError:
+        return
+    start = date_buckets.truncate(lo, unit)
+    walked, current = 0, start
+    while current is not None and current <= hi and walked < 12_000:
+        walked += 1
+        current = date_buckets.following(current, unit)
+    counted = date_buckets.bucket_count(start, hi, unit)
+    assert counted == walked or (walked == 12_000 and counted >= walked)
 
 
 def test_a_column_without_a_range_and_other_expressions_keep_partition_selection() -> None:
