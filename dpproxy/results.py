@@ -223,16 +223,22 @@ def rows_without_person_notes(relation: Relation, not_null: Collection[str]) -> 
     "Rows without a person") and what would count them, or with `null_units: each_a_person` that each
     counts as a person, unless the database keeps that column NOT NULL (`not_null`: such tables): of
     the plan and the schema, never of the data (it is said whether or not such rows exist)."""
-    table = relation.nullable_unit_table(not_null)
-    if table is None:
+    found = relation.nullable_unit_table(not_null)
+    if found is None:
         return ()
+    table, unit, subquery = found
+    if subquery is not None:
+        return (
+            f"rows of {table} whose {unit} is NULL are left out (subquery {subquery}, grouped by the "
+            "privacy unit, reads only the rows that have one)",
+        )
     if relation.null_unit_columns:
         return (
-            f"rows of {table} whose {relation.unit_name} is NULL each count as a person of their own "
+            f"rows of {table} whose {unit} is NULL each count as a person of their own "
             "(the policy's null_units: each_a_person; rows alike in every column are one person)",
         )
     return (
-        f"rows of {table} whose {relation.unit_name} is NULL are left out (they belong to no person; to "
+        f"rows of {table} whose {unit} is NULL are left out (they belong to no person; to "
         "count each as a person of its own, the data owner writes null_units: each_a_person in the policy)",
     )
 

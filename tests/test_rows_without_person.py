@@ -98,10 +98,25 @@ def test_rows_without_a_person_are_left_out_and_the_answer_says_so(backend: str,
         # A subquery grouped by the plane leaves them out too: they would make one group, as if they
         # were one person (it counted 5 planes before).
         grouped = engine.execute(
-            "SELECT COUNT(*) FROM (SELECT plane, COUNT(*) AS n FROM flights GROUP BY plane) AS p",
+            "SELECT COUNT(*) FROM (SELECT plane AS p, COUNT(*) AS n FROM flights GROUP BY plane) AS per",
             analyst="ann",
         )
         assert round(grouped.rows[0][0]) == 4
+        assert [n for n in grouped.notes if "is NULL" in n] == [SUBQUERY_LEAVES_THEM_OUT]
+        # Over landings, whose plane the database keeps NOT NULL, there is nothing to say.
+        landed = engine.execute(
+            "SELECT COUNT(*) FROM (SELECT plane, COUNT(*) AS n FROM landings GROUP BY plane) AS per",
+            analyst="ann",
+        )
+        assert not [n for n in landed.notes if "is NULL" in n]
+
+
+# The notice of a per-person subquery: it names the table and its unit column (not the subquery's
+# name for it), under either null_units.
+SUBQUERY_LEAVES_THEM_OUT = (
+    "rows of flights whose plane is NULL are left out (subquery per, grouped by the privacy unit, "
+    "reads only the rows that have one)"
+)
 
 
 def test_with_null_units_each_a_person_each_such_row_counts_as_a_person(backend: str, tmp_path: Path) -> None:
@@ -142,10 +157,11 @@ def test_with_null_units_each_a_person_each_such_row_counts_as_a_person(backend:
         planes = engine.execute("SELECT COUNT(DISTINCT plane) FROM flights", analyst="ann")
         assert round(planes.rows[0][0]) == 4
         grouped = engine.execute(
-            "SELECT COUNT(*) FROM (SELECT plane, COUNT(*) AS n FROM flights GROUP BY plane) AS p",
+            "SELECT COUNT(*) FROM (SELECT plane, COUNT(*) AS n FROM flights GROUP BY plane) AS per",
             analyst="ann",
         )
         assert round(grouped.rows[0][0]) == 4
+        assert [n for n in grouped.notes if "is NULL" in n] == [SUBQUERY_LEAVES_THEM_OUT]
 
 
 @pytest.mark.parametrize(

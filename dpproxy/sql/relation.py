@@ -103,16 +103,22 @@ class Relation:
     def unit_is_row(self) -> bool:
         return self.unit is None
 
-    def nullable_unit_table(self, not_null: Collection[str]) -> str | None:
+    def nullable_unit_table(self, not_null: Collection[str]) -> tuple[str, str, str | None] | None:
         """The table whose privacy-unit column the relation's persons are read from, when the rows
-        it reads may have a NULL one (left out: README, "Rows without a person"); `not_null`: the
-        tables whose unit column the database keeps NOT NULL."""
-        if self.row_level or self.unit is None:
+        it reads may have a NULL one (README, "Rows without a person"): its name, that column's, and
+        the per-person subquery that read it if one did (it leaves them out whatever the table's
+        null_units); `not_null`: the tables whose unit column the database keeps NOT NULL."""
+        if self.unit is None or self.unit_name is None:
             return None
         source = next((s for s in self.sources if s.alias == self.unit.table), None)
-        if source is None or source.policy is None or source.policy.name in not_null:
+        if source is None:
             return None
-        return source.label
+        of = source.persons_of  # a subquery: one row per person, whose rows are read without a NULL unit
+        if source.policy is None and of is not None and of.privacy_unit is not None:
+            return None if of.name in not_null else (of.name, of.privacy_unit, source.label)
+        if self.row_level or source.policy is None or source.policy.name in not_null:
+            return None
+        return source.label, self.unit_name, None
 
     @property
     def row_level(self) -> bool:
@@ -612,7 +618,9 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
         body = body.where(exp.Paren(this=checked.sql), copy=False)
     body = body.group_by(unit.copy(), copy=False)
     item = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
-    return Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None)
+    of = next((s.policy for s in relation.sources if s.alias == unit.table), None)
+    of = of or next((s.persons_of for s in relation.sources if s.alias == unit.table), None)
+    return Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None, of)
 
 
 def _check_person_column(source: Source, relation: Relation, name: str) -> None:

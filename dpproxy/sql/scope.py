@@ -74,6 +74,9 @@ class Source(NamedColumns[SourceColumn]):
     columns: tuple[SourceColumn, ...]
     item: exp.Expression  # the FROM item as emitted: a table or a subquery, under `alias`
     policy: TablePolicy | None = None  # for tables of the policy
+    # A subquery grouped by the privacy unit: the table its persons are read from (its rows whose
+    # unit is NULL are left out there, whatever the table's null_units).
+    persons_of: TablePolicy | None = None
 
     @property
     def unit(self) -> SourceColumn | None:
