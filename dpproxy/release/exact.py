@@ -243,7 +243,7 @@ def exact_groups(
                     held = pairs[key] = []
                 # The person is the unit, or with null_units: each_a_person the unit and the digest
                 # of a row without one (RewriteContext.persons); the value comes last.
-                person = row[n_keys] if len(row) == n_keys + 2 else tuple(row[n_keys:-1])
+                person = tuple(row[n_keys:-1]) if query.relation.null_unit_columns else row[n_keys]
                 held.append((person, row[-1]))
             for key, counts in carried_per_group(pairs, caps, salt).items():
                 g = index[key]
