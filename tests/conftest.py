@@ -192,6 +192,23 @@ _SLOW_FILES = frozenset(
 _WIRE_DIRECTORIES = ("tests/wire/", "tests/console/")
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """pytest-xdist's load scheduling, except that the tests whose id names Spark (every test that
+    uses its server does) go to one worker together: one Spark server, its JVM started and its
+    databases loaded once, instead of one per core competing for both (xdist's own `loadgroup` does
+    not group under pytest 9: the group it writes into a test's id is no longer read). Other tests
+    go one at a time to whichever worker is free, the Spark group first."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SparkTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "spark" if "spark" in nodeid.lower() else nodeid
+
+    return SparkTogether(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(__file__).parent.parent
     for item in items:
@@ -200,6 +217,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.postgres)
         if fixtures & _SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
+            if "spark" not in item.nodeid.lower():
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses the Spark server: its name must say spark "
+                    "(pytest_xdist_make_scheduler runs those on one worker)"
+                )
         path = item.path.relative_to(root).as_posix()
         if path in _SLOW_FILES:
             item.add_marker(pytest.mark.slow)
