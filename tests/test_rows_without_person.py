@@ -14,6 +14,7 @@ import pytest
 from dpproxy.engine import Engine
 from dpproxy.errors import PolicyError
 from dpproxy.policy import parse_policy
+from dpproxy.results import rows_without_person_notes
 from tests.certify import certify
 
 POLICY = """
@@ -245,3 +246,30 @@ tables:
     [(count, *_)] = run(plan.statements[0])
     assert count == (3 if null_units == "each_a_person" else 2)  # two units, and one person of two alike rows
     certify(plan, run, [0])
+
+
+def test_a_subquery_over_a_table_whose_unit_is_vouched_unique_says_nothing_of_null_units() -> None:
+    """`unit_unique: true` vouches that the unit is never NULL: no sentence, through a subquery
+    grouped by it as for the table itself; over flights, the subquery's sentence."""
+    policy = parse_policy(
+        POLICY
+        + """
+  planes:
+    privacy_unit: plane
+    unit_unique: true
+    columns:
+      plane: {type: text}
+      seats: {type: integer, lower: 0, upper: 500}
+"""
+    )
+    engine = Engine(policy, None, dialect="duckdb")
+    for sql, said in (
+        ("SELECT COUNT(*) FROM (SELECT plane, SUM(seats) AS s FROM planes GROUP BY plane) AS per", []),
+        ("SELECT COUNT(*) FROM planes", []),
+        (
+            "SELECT COUNT(*) FROM (SELECT plane, COUNT(*) AS n FROM flights GROUP BY plane) AS per",
+            [SUBQUERY_LEAVES_THEM_OUT],
+        ),
+    ):
+        relation = engine.analyze(sql).relation
+        assert list(rows_without_person_notes(relation, frozenset())) == said, sql

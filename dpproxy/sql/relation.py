@@ -115,7 +115,9 @@ class Relation:
             return None
         of = source.persons_of  # a subquery: one row per person, whose rows are read without a NULL unit
         if source.policy is None and of is not None and of.privacy_unit is not None:
-            return None if of.name in not_null else (of.name, of.privacy_unit, source.label)
+            # unit_unique: the policy vouches that the unit is never NULL, as for the table itself.
+            kept = of.name in not_null or of.unit_unique
+            return None if kept else (of.name, of.privacy_unit, source.label)
         if self.row_level or source.policy is None or source.policy.name in not_null:
             return None
         return source.label, self.unit_name, None
