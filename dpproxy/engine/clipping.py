@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -407,15 +407,9 @@ def chosen_range(
     if total < MIN_PERSONS * error or not held:
         return column.lower, column.upper
     low, high = max(0, held[0] - MARGIN), min(bins, held[-1] + 1 + MARGIN)  # bins low … high − 1
-
-    def beyond(bins: range) -> float:
-        # What the bins hold, less what noise clamped at 0 puts in a bin that holds no one (Laplace:
-        # half its scale, a sixth of e; a Gaussian's is less).
-        return sum(by_bin.get(i, 0.0) - error / 6 for i in bins)
-
-    while high < bins and beyond(range(high, bins)) > CUT_SHARE * total:
+    while high < bins and _holding(by_bin, range(high, bins), error) > CUT_SHARE * total:
         high += 1
-    while low > 0 and beyond(range(0, low)) > CUT_SHARE * total:
+    while low > 0 and _holding(by_bin, range(0, low), error) > CUT_SHARE * total:
         low -= 1
     lower, upper = _edges(column, low, high)
     if 2 * (upper - lower) > column.upper - column.lower:
@@ -423,6 +417,11 @@ def chosen_range(
         # (the flights' distances: 0 to 2,812 of 5,000 cut Honolulu's flights): the declared range.
         return column.lower, column.upper
     return lower, upper
+
+
+def _holding(by_bin: dict[int, float], bins: Iterable[int], error: float) -> float:
+    """What `bins` hold, less what noise clamped at 0 puts in an empty bin (Laplace: e/6; Gaussian: less)."""
+    return sum(by_bin.get(i, 0.0) - error / 6 for i in bins)
 
 
 def _held(
@@ -435,7 +434,7 @@ def _held(
         if b is not None and c is not None:
             i = max(0, min(int(b), column.bins - 1))  # type: ignore[call-overload]
             by_bin[i] = by_bin.get(i, 0.0) + float(c)  # type: ignore[arg-type]
-    # Less what noise clamped at 0 puts in each of the named bins (as `beyond` in chosen_range): over
+    # Less what noise clamped at 0 puts in each of the named bins (as `_holding`): over
     # 130 bins that alone is about 22e, more than MIN_PERSONS·e, and a review saw an expression's
     # histogram of 500 persons narrowed 30 times in 40, cutting 12% of them, where 32 bins narrowed
     # it 3 times.
@@ -459,9 +458,9 @@ def mode_range(
     if total >= MIN_PERSONS * error or not held:
         return None
     low, high = max(0, held[0] - MARGIN), min(column.bins, held[-1] + 1 + MARGIN)
-    inside = sum(by_bin.get(i, 0.0) - error / 6 for i in range(low, high))
+    inside = _holding(by_bin, range(low, high), error)
     outside = [i for i in range(column.bins) if not low <= i < high]
-    beyond = sum(by_bin.get(i, 0.0) - error / 6 for i in outside)
+    beyond = _holding(by_bin, outside, error)
     # Each bin's noise: Laplace of scale e/3 (e is its 95% error, ln 20 ≈ 3 scales).
     if inside < FEW_PERSONS * error or beyond > CUT_SHARE * total + 2 * math.sqrt(len(outside)) * error / 3:
         return None
@@ -583,7 +582,8 @@ def run_clipped(
     if not _clips(engine, parts):
         return engine.run(plan, analyst=who, cancel=cancel, record=record)
     statements = {_key(column): histogram_sql(parts, column) for column in parts.columns}
-    stored, modes = stored_ranges(engine, who, statements, _spread_only(parts))
+    spread_only = _spread_only(parts)
+    stored, modes = stored_ranges(engine, who, statements, spread_only)
     fresh = [column for column in parts.columns if _key(column) not in stored]
     epsilon = plan.epsilon
     # Shares whose sum, rounded up as the ledger adds, is at most the statement's ε.
@@ -611,7 +611,7 @@ def run_clipped(
             error = released.columns[1].error95
             key = _key(column)
             chosen[key] = ranges[key] = chosen_range(column, counts, error)
-            around = mode_range(column, counts, error) if key in _spread_only(parts) else None
+            around = mode_range(column, counts, error) if key in spread_only else None
             if around is not None:  # kept for replay only once shown
                 near[key] = ranges[key] = around
                 modes.add(key)
