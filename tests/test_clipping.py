@@ -559,8 +559,8 @@ def test_a_spread_over_few_persons_reads_the_bins_around_its_mode(database: Path
     AVG could read (about 720), enough for a spread's (about 216, clipping.mode_range): the bins
     holding 3e and three more (0 to 1,250), not widened, and the NOTICE says what it cuts. The same
     column averaged in the statement keeps the averages' rule; with replay on, each reads its own
-    range again over the same rows. A spreads-only statement's k aims at the persons' lower
-    median of rows. Per group the histogram's mode may be another group's: the declared range."""
+    range again over the same rows. A spreads-only statement's k aims at the persons' median
+    rows. Per group the histogram's mode may be another group's: the declared range."""
     few = "FROM t WHERE pid >= 1600"
     with Engine.open(parse_policy(_policy(replay=True)), str(database), tmp_path / "l.sqlite") as engine:
         spy = Spy(engine.backend)

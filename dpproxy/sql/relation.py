@@ -620,8 +620,8 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
         body = body.where(exp.Paren(this=checked.sql), copy=False)
     body = body.group_by(unit.copy(), copy=False)
     item = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
-    of = next((s.policy for s in relation.sources if s.alias == unit.table), None)
-    of = of or next((s.persons_of for s in relation.sources if s.alias == unit.table), None)
+    persons = next(s for s in relation.sources if s.alias == unit.table)  # a table, or a subquery's
+    of = persons.policy or persons.persons_of
     return Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None, of)
 
 
