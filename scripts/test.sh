@@ -6,10 +6,10 @@
 #      client: the tests start throwaway clusters of their own, no system cluster is used; a JDK and
 #      Debian's pgjdbc for the JDBC client test, which fails rather than skips under CI=true;
 #      Debian's Chromium and ChromeDriver for the console's browser tests);
-#   2. creates .venv if missing and installs dpproxy with its test extras into it, again whenever
-#      pyproject.toml changes, and the full pyspark of the same release into .spark/ (the Spark
-#      Connect server the Spark tests start; Java comes from the JDK of step 1), and dbt-core with
-#      dbt-postgres into .dbt/venv (dbt's pins conflict with the test extras');
+#   2. while step 1 runs: creates .venv if missing and installs dpproxy with its test extras into
+#      it, again whenever pyproject.toml changes, and the full pyspark of the same release into
+#      .spark/ (the Spark Connect server the Spark tests start; Java comes from the JDK of step 1),
+#      and dbt-core with dbt-postgres into .dbt/venv (dbt's pins conflict with the test extras');
 #   3. runs ruff, then pytest on all cores (pytest-xdist), passing the arguments through.
 #
 # Environment:
@@ -29,13 +29,22 @@ PYTHON=${PYTHON:-python3}
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-ensure_debian_packages "${apt_packages[@]}"
+# python3-venv first, when Python lacks venv (.venv and .dbt/venv need it); nothing otherwise.
+ensure_debian_packages
+# The three installs overlap (on a fresh machine they are minutes of downloads): the Debian packages
+# and dbt's virtualenv in the background while .venv and the Spark distribution install. A failed
+# one stops the script at its `wait`.
+ensure_debian_packages "${apt_packages[@]}" &
+apt_job=$!
+# dbt-core with dbt-postgres, in a virtualenv of its own (tests/wire/tools/test_dbt.py).
+ensure_dbt &
+dbt_job=$!
 # The test extras: hypothesis, pytest, ruff, the clients the wire tests drive, pyspark-client.
 ensure_venv '.[test]'
 # The Spark Connect server the Spark tests start (tests/sparkserver.py), from the full pyspark.
 ensure_spark_server
-# dbt-core with dbt-postgres, in a virtualenv of its own (tests/wire/tools/test_dbt.py).
-ensure_dbt
+wait "$apt_job"
+wait "$dbt_job"
 
 # --- 3. lint and tests --------------------------------------------------------------------------
 log "ruff check"

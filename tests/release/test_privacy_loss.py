@@ -14,12 +14,12 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-import duckdb
 import pytest
 
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.results import Result
+from tests.certify import certification_duckdb
 from tests.sql.language import schema
 from tests.sql.language.databases import Loaded, RawBackend
 from tests.tolerance import normal_slack
@@ -30,7 +30,7 @@ TRIALS = 8_000
 
 @pytest.fixture(scope="module")
 def loaded() -> Loaded:
-    db = Loaded("duckdb", duckdb.connect())
+    db = Loaded("duckdb", certification_duckdb())
     db.load(schema.adversarial(1))
     return db
 

@@ -18,16 +18,14 @@ import importlib
 from collections import defaultdict
 from decimal import Decimal
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpproxy.engine import Engine
-from dpproxy.policy import parse_policy
 from dpproxy.release.aggregates import fine_components
 from dpproxy.sql.query import FINE, ComponentKind
-from tests.certify import at_ceilings, by_key
+from tests.certify import at_ceilings, by_key, cached_policy, certification_duckdb
 from tests.certify import certify as check
 
 X_BOUNDS = (-5, 10)
@@ -101,7 +99,7 @@ class Loader:
 
     def __init__(self, kind: str, pg_conn=None) -> None:
         self.kind = kind
-        self.conn = pg_conn if kind == "postgres" else duckdb.connect()
+        self.conn = pg_conn if kind == "postgres" else certification_duckdb()
 
     def load(self, rows: list[tuple]) -> None:
         execute = self.conn.execute
@@ -171,7 +169,7 @@ def test_unit_level_sensitivity(
     """Fixed limits, and bounds chosen per query (every candidate's values certified)."""
     # groups = 3 lets `pub` (3 public values) skip group bounding: no more groups can be released.
     text = policy_text(rows=rows, groups=groups, bounds="fixed" if fixed else None)
-    engine = Engine(parse_policy(text), None, dialect=loader.kind)
+    engine = Engine(cached_policy(text), None, dialect=loader.kind)
     loader.load(flatten(people))
     certify(engine, sql, loader, people)
 
@@ -194,7 +192,7 @@ def test_public_keys_with_few_values_need_no_group_bound(
     """Rows outside the public values are never released: a unit reaches at most as many released
     groups as there are values, so the noise is calibrated to that and no ranking is emitted (fixed
     limits; chosen bounds rank each person's groups to count them once)."""
-    engine = Engine(parse_policy(policy_text(rows=2, groups=groups, bounds="fixed")), None)
+    engine = Engine(cached_policy(policy_text(rows=2, groups=groups, bounds="fixed")), None)
     plan = engine.plan(sql, salt="s")
     assert plan.query.max_groups == max_groups
     text = engine.explain(sql).render()
@@ -209,7 +207,7 @@ def test_unit_level_sensitivity_with_row_sampling(
     loader: Loader, sql: str, people: list[list[tuple]], rows: int, groups: int
 ) -> None:
     """The literal bounding: at most max_rows_per_unit of a unit's rows are kept per group."""
-    engine = Engine(parse_policy(policy_text(rows=rows, groups=groups)), None, dialect=loader.kind)
+    engine = Engine(cached_policy(policy_text(rows=rows, groups=groups)), None, dialect=loader.kind)
     loader.load(flatten(people))
     certify(engine, sql, loader, people, sample_rows=True)
 
@@ -222,7 +220,7 @@ def test_enforced_unique_unit_sensitivity(
 ) -> None:
     """A unit the database keeps unique has one row: no per-unit bounding, sensitivities of one row."""
     engine = Engine(
-        parse_policy(policy_text(rows=rows, groups=2)),
+        cached_policy(policy_text(rows=rows, groups=2)),
         None,
         dialect=loader.kind,
         unique_columns={"t": frozenset({"pid"})},
@@ -238,7 +236,7 @@ def test_enforced_unique_unit_sensitivity(
 @given(people=st.lists(st.lists(row, min_size=1, max_size=1), max_size=8))
 def test_row_level_sensitivity(loader: Loader, sql: str, people: list[list[tuple]]) -> None:
     """`privacy_unit: row`: each row is a person, removing one row is the neighbour relation."""
-    engine = Engine(parse_policy(policy_text(unit="row")), None, dialect=loader.kind)
+    engine = Engine(cached_policy(policy_text(unit="row")), None, dialect=loader.kind)
     loader.load(flatten(people))
     certify(engine, sql, loader, people)
 
@@ -259,7 +257,7 @@ def test_components_are_the_clipped_aggregates_when_nothing_is_dropped(
 
 
 def _clipped_aggregates(loader: Loader, people: list[list[tuple]], bounds: str | None) -> None:
-    engine = Engine(parse_policy(policy_text(rows=9, groups=4, bounds=bounds)), None, dialect=loader.kind)
+    engine = Engine(cached_policy(policy_text(rows=9, groups=4, bounds=bounds)), None, dialect=loader.kind)
     loader.load(flatten(people))
     plan = engine.plan(
         "SELECT grp, COUNT(*), COUNT(x), SUM(x), SUM(y), COUNT(DISTINCT pid) FROM t GROUP BY grp", salt="s"
@@ -292,7 +290,7 @@ def _clipped_aggregates(loader: Loader, people: list[list[tuple]], bounds: str |
 
 
 def test_empty_table_gives_zeros_not_nulls(loader: Loader) -> None:
-    engine = Engine(parse_policy(policy_text()), None, dialect=loader.kind)
+    engine = Engine(cached_policy(policy_text()), None, dialect=loader.kind)
     loader.load([])
     plan = engine.plan("SELECT COUNT(*), SUM(x), AVG(y) FROM t", salt="s")
     measured = plan.measure(loader.run(plan.statements[0]))
@@ -317,7 +315,7 @@ def test_randomized_response_sensitivity(
     text = policy_text(rows=rows, groups=groups).replace(
         "    privacy_unit: pid", "    privacy_unit: pid\n    randomized_response: true"
     )
-    engine = Engine(parse_policy(text), None, dialect=loader.kind)
+    engine = Engine(cached_policy(text), None, dialect=loader.kind)
     loader.load(flatten(people))
     plan = engine.plan(sql, salt="certificate")
     assert plan.query.randomized_response and plan.sensitivities == (1, 1)
@@ -329,7 +327,7 @@ def test_rows_without_a_person_are_left_out(loader: Loader, fixed: bool) -> None
     """A row whose privacy unit is NULL belongs to no person: it counts in no released value,
     whichever bounds apply (README, "Rows without a person")."""
     engine = Engine(
-        parse_policy(policy_text(rows=3, groups=2, bounds="fixed" if fixed else None)),
+        cached_policy(policy_text(rows=3, groups=2, bounds="fixed" if fixed else None)),
         None,
         dialect=loader.kind,
     )
@@ -411,7 +409,7 @@ def test_with_null_units_each_a_person_each_such_row_is_a_neighbour_too(
     text = policy_text(rows=2, groups=2, bounds="fixed" if fixed else None).replace(
         "    columns:", "    null_units: each_a_person\n    columns:"
     )
-    engine = Engine(parse_policy(text), None, dialect=null_unit_loader.kind)
+    engine = Engine(cached_policy(text), None, dialect=null_unit_loader.kind)
     rows = flatten(people) + [(None, *r) for r in unitless]
     null_unit_loader.load(rows)
     plan = engine.plan_private(engine.analyze(sql), 1.0, salt="certificate")
@@ -439,7 +437,7 @@ def test_k_counts_the_rows_that_add_to_a_released_value(loader: Loader, sql: str
     """With bounds chosen per query, a person's rows whose values are all NULL or 0 add nothing to
     what the query releases, and k does not count them (docs/privacy.md §3, "Bounds chosen per
     query"): a FILTER or a CASE bounds the rows it keeps, not all of the person's."""
-    engine = Engine(parse_policy(policy_text(rows=2, groups=2)), None, dialect=loader.kind)
+    engine = Engine(cached_policy(policy_text(rows=2, groups=2)), None, dialect=loader.kind)
     person_1 = [(1, "a", "a", 5, 1)] * 2 + [(1, "a", "a", None if "x >" not in sql else -1, 1)] * 8
     loader.load([*person_1, (2, "a", "a", 5, 1)])
     plan = engine.plan_private(engine.analyze(sql), 1.0, salt="s")
@@ -454,7 +452,7 @@ def test_with_bounds_chosen_a_persons_values_reach_all_their_groups(loader: Load
     all are scaled to k, which bounds them whatever their groups (docs/privacy.md §3). With fixed
     limits the ceiling is the bound, and a salted hash keeps 2 of the person's 4 groups."""
     text = policy_text(rows=9, groups=2, bounds="fixed" if fixed else None)
-    engine = Engine(parse_policy(text), None, dialect=loader.kind)
+    engine = Engine(cached_policy(text), None, dialect=loader.kind)
     loader.load([(0, "a", "a", x, 1) for x in (1, 2, 3, 4)] + [(1, "a", "a", 1, 1)])
     plan = engine.plan_private(engine.analyze("SELECT x, COUNT(*) FROM t GROUP BY x"), 1.0, salt="s")
     measured = at_ceilings(plan, plan.measure(*(loader.run(sql) for sql in plan.statements)))
@@ -483,7 +481,7 @@ def test_candidates_divide_directly_or_by_quotient_and_remainder_alike(
     loader.load(flatten(people))
     answers = []
     for split in (False, True):
-        engine = Engine(parse_policy(policy_text(rows=rows, groups=2)), None, dialect=loader.kind)
+        engine = Engine(cached_policy(policy_text(rows=rows, groups=2)), None, dialect=loader.kind)
         with (
             mock.patch.object(bound_groups, "splits_quotient", lambda ctx, i, split=split: split),
             mock.patch.object(per_group, "splits_quotient", lambda ctx, i, split=split: split),
@@ -497,7 +495,7 @@ def test_candidates_divide_directly_or_by_quotient_and_remainder_alike(
 def test_values_whose_candidates_could_pass_2_to_the_62_are_split() -> None:
     wide = policy_text(rows=8).replace("upper: 100,", "upper: 100000000000000,")
     for text, split in ((policy_text(rows=8), False), (wide, True)):
-        engine = Engine(parse_policy(text), None, dialect="duckdb")
+        engine = Engine(cached_policy(text), None, dialect="duckdb")
         plan = engine.plan("SELECT grp, SUM(y), COUNT(*) FROM t GROUP BY grp", salt="s")
         assert ('"__q0"' in plan.statements[0], '"__q1"' in plan.statements[0]) == (
             split,
@@ -515,7 +513,7 @@ def test_a_histogram_counts_the_first_k_rows_of_each_person_at_every_candidate()
     histogram (row_pipeline.histogram_rows), and the release calibrates its pick for that k."""
     loader = Loader("duckdb")
     loader.load(flatten(MANY_ROWS))
-    engine = Engine(parse_policy(policy_text(rows=8, groups=2)), None, dialect="duckdb")
+    engine = Engine(cached_policy(policy_text(rows=8, groups=2)), None, dialect="duckdb")
     plan = engine.plan_private(engine.analyze("SELECT grp, MEDIAN(x) FROM t GROUP BY grp"), 1.0, salt="k")
     measured = plan.measure(*(loader.run(sql) for sql in plan.statements))
     query = plan.query
@@ -558,6 +556,6 @@ def test_the_certificate_catches_a_histogram_that_keeps_more_than_its_bounds(
     monkeypatch.setattr(row_pipeline, "_counts", wrong)
     loader = Loader("duckdb")
     loader.load(flatten(MANY_ROWS))
-    engine = Engine(parse_policy(policy_text(rows=8, groups=2)), None, dialect="duckdb")
+    engine = Engine(cached_policy(policy_text(rows=8, groups=2)), None, dialect="duckdb")
     with pytest.raises(AssertionError, match=caught):
         certify(engine, "SELECT grp, MEDIAN(x) FROM t GROUP BY grp", loader, MANY_ROWS)

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-import duckdb
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dpproxy.engine import Engine
 from dpproxy.errors import NotSupported
-from dpproxy.policy import parse_policy
 from dpproxy.sql.clock import CLOCK, Clock
-from tests.certify import certify
+from tests.certify import cached_policy, certification_duckdb, certify
 from tests.sql.test_certificates import CERT_SETTINGS
 
 POLICY = """
@@ -56,7 +54,7 @@ database = st.lists(st.lists(row, min_size=1, max_size=6), min_size=0, max_size=
 class Loader:
     def __init__(self, kind: str, pg_conn=None) -> None:
         self.kind = kind
-        self.conn = pg_conn if kind == "postgres" else duckdb.connect()
+        self.conn = pg_conn if kind == "postgres" else certification_duckdb()
         if kind == "duckdb":
             self.conn.execute("SET TimeZone = 'UTC'")
 
@@ -105,7 +103,7 @@ def flatten(people: list[list[tuple]]) -> list[tuple]:
 def test_date_quantiles_sensitivity(
     loader: Loader, sql: str, people: list[list[tuple]], rows: int, groups: int
 ) -> None:
-    engine = Engine(parse_policy(POLICY.format(rows=rows, groups=groups)), None, dialect=loader.kind)
+    engine = Engine(cached_policy(POLICY.format(rows=rows, groups=groups)), None, dialect=loader.kind)
     loader.load(flatten(people))
     token = CLOCK.set(NOW)
     try:
@@ -121,7 +119,7 @@ def test_released_dates_are_of_the_column_type_within_its_range(loader: Loader) 
         [("b", None, dt.datetime(2020, 1, 2, 6, tzinfo=dt.UTC) + dt.timedelta(minutes=p))] for p in range(40)
     ]
     loader.load(flatten(people))
-    engine = Engine(parse_policy(POLICY.format(rows=1, groups=1)), None, dialect=loader.kind)
+    engine = Engine(cached_policy(POLICY.format(rows=1, groups=1)), None, dialect=loader.kind)
     plan = engine.plan("SELECT MIN(d), MAX(d), MAX(ts) FROM t", salt="s")
     result = engine.release(plan, [loader.run(s) for s in plan.statements], lambda s: loader.run(s))
     ((low, high, latest),) = result.rows
@@ -135,7 +133,7 @@ def test_released_dates_are_of_the_column_type_within_its_range(loader: Loader) 
 def test_a_cast_between_date_and_timestamp_is_released_as_the_cast_of_the_column(loader: Loader) -> None:
     people = [[("a", dt.date(2020, 3, 1) + dt.timedelta(days=p), None)] for p in range(40)]
     loader.load(flatten(people))
-    engine = Engine(parse_policy(POLICY.format(rows=1, groups=1)), None, dialect=loader.kind)
+    engine = Engine(cached_policy(POLICY.format(rows=1, groups=1)), None, dialect=loader.kind)
     plan = engine.plan("SELECT MAX(CAST(d AS TIMESTAMP)), MIN(d::timestamp) FROM t", salt="s")
     result = engine.release(plan, [loader.run(s) for s in plan.statements], lambda s: loader.run(s))
     for value in result.rows[0]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from decimal import Decimal
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +19,14 @@ from hypothesis import strategies as st
 from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
-from tests.certify import _candidates_by_key, at_ceilings, certify, measure
+from tests.certify import (
+    _candidates_by_key,
+    at_ceilings,
+    cached_policy,
+    certification_duckdb,
+    certify,
+    measure,
+)
 
 POLICY = """
 version: 1
@@ -128,7 +134,7 @@ def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
     if request.param == "postgres":
         yield Tables("postgres", request.getfixturevalue("pg_conn"))
     else:
-        with duckdb.connect() as conn:
+        with certification_duckdb() as conn:
             yield Tables("duckdb", conn)
 
 
@@ -137,14 +143,14 @@ def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
 @given(data=database)
 def test_join_sensitivity(tables: Tables, sql: str, data: tuple[list, list]) -> None:
     persons, dims = data
-    engine = Engine(parse_policy(POLICY), None, dialect=tables.kind)
+    engine = Engine(cached_policy(POLICY), None, dialect=tables.kind)
     tables.load(persons, dims)
     plan = engine.plan(sql, salt="certificate")
     certify(plan, tables.run, len(persons))
 
 
 def test_join_limits_are_the_largest_of_the_joined_tables() -> None:
-    engine = Engine(parse_policy(POLICY), None)
+    engine = Engine(cached_policy(POLICY), None)
     plan = engine.plan("SELECT p.grp, COUNT(*) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.grp")
     assert (plan.query.max_rows, plan.query.max_groups) == (3, 2)
     assert plan.sensitivities == (3,)
@@ -159,7 +165,7 @@ def test_unique_keys_keep_a_join_at_one_row_per_person() -> None:
     )
     unique = engine.plan("SELECT d.region, COUNT(*) FROM people p JOIN dims d ON p.grp = d.grp GROUP BY 1")
     assert unique.query.row_level and unique.sensitivities == (1,)
-    repeated = Engine(parse_policy(POLICY), None, unique_columns={"people": frozenset({"pid"})}).plan(
+    repeated = Engine(cached_policy(POLICY), None, unique_columns={"people": frozenset({"pid"})}).plan(
         "SELECT d.region, COUNT(*) FROM people p JOIN dims d ON p.grp = d.grp GROUP BY 1"
     )
     assert not repeated.query.row_level and repeated.sensitivities == (2,)
@@ -172,14 +178,14 @@ def test_a_per_person_count_or_sum_is_clamped_at_the_ceiling(tables: Tables) -> 
     persons = [([], [("a", Decimal(90))] * 5), ([], [("b", Decimal(10))] * 2), ([], [("a", None)])]
     tables.load(persons, [])
     sql = "SELECT SUM(n), SUM(total) FROM (SELECT pid, COUNT(*) AS n, SUM(y) AS total FROM events GROUP BY pid) t"
-    plan = Engine(parse_policy(POLICY), None, dialect=tables.kind).plan(sql, salt="certificate")
+    plan = Engine(cached_policy(POLICY), None, dialect=tables.kind).plan(sql, salt="certificate")
     measured = at_ceilings(plan, measure(plan, tables.run))
     # 5 rows → 3, 2, 1; sums 450 → 300, 20, NULL (a person with no value sums nothing); the sum
     # on y's grid of 2 decimals.
     assert measured.components[0][:2] == [6, 320 * 100]
     fixed = POLICY.replace("  events:\n", "  events:\n    contribution_bounds: fixed\n", 1)
     with pytest.raises(DPProxyError, match="no upper or lower bound") as caught:
-        Engine(parse_policy(fixed), None).plan(sql)
+        Engine(cached_policy(fixed), None).plan(sql)
     assert caught.value.sqlstate == "42501"
 
 
@@ -207,11 +213,11 @@ def test_keys_read_from_a_table_with_one_row_per_person_put_each_person_in_one_g
     them, and the certificate holds on every neighbour."""
     persons, dims = data
     tables.load(persons, dims)
-    unique = Engine(parse_policy(POLICY), None, dialect=tables.kind, unique_columns=UNIQUE_PEOPLE)
+    unique = Engine(cached_policy(POLICY), None, dialect=tables.kind, unique_columns=UNIQUE_PEOPLE)
     plan = unique.plan(sql, salt="certificate")
     assert plan.query.one_group_per_unit
     assert " OVER " not in plan.statements[0]
-    ranked = Engine(parse_policy(POLICY), None, dialect=tables.kind).plan(sql, salt="certificate")
+    ranked = Engine(cached_policy(POLICY), None, dialect=tables.kind).plan(sql, salt="certificate")
     assert not ranked.query.one_group_per_unit and " OVER " in ranked.statements[0]
     (one, many) = (measure(p, tables.run) for p in (plan, ranked))
     assert _candidates_by_key(one) == _candidates_by_key(many)  # every group's, whatever their order
@@ -227,7 +233,7 @@ def test_keys_read_from_a_table_with_one_row_per_person_put_each_person_in_one_g
 def test_keys_read_from_a_table_with_many_rows_per_person_are_ranked() -> None:
     """A key of `events` (many rows per person), of a public table, or of `people` on the nullable
     side of a LEFT JOIN may differ between a person's rows: their groups are ranked as before."""
-    engine = Engine(parse_policy(POLICY), None, unique_columns=UNIQUE_PEOPLE)
+    engine = Engine(cached_policy(POLICY), None, unique_columns=UNIQUE_PEOPLE)
     for sql in (
         "SELECT e.kind, COUNT(*) FROM people p JOIN events e ON p.pid = e.pid GROUP BY e.kind",
         "SELECT p.grp, e.kind, COUNT(*) FROM people p JOIN events e ON p.pid = e.pid GROUP BY 1, 2",

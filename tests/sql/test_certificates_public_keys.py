@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +19,7 @@ from dpproxy.backends import Backend, Cancellation, LiveColumn
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.policy.types import normalise_type
-from tests.certify import certify
+from tests.certify import certification_duckdb, certify
 
 POLICY = """
 version: 1
@@ -134,7 +133,7 @@ def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
     if request.param == "postgres":
         yield Tables("postgres", request.getfixturevalue("pg_conn"))
     else:
-        with duckdb.connect() as conn:
+        with certification_duckdb() as conn:
             yield Tables("duckdb", conn)
 
 

@@ -26,12 +26,12 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import psycopg
 import pytest
 
 from dpproxy.policy import parse_policy
 from dpproxy.sql.clock import CLOCK
+from tests.certify import certification_duckdb
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema, temporal
 from tests.sql.language.caches import cache_failures
@@ -69,7 +69,7 @@ def databases(pg_cluster: PgCluster) -> Iterator[list[Backends]]:
     try:
         for name, make in DATABASES.items():
             db = make()
-            duck = Loaded("duckdb", duckdb.connect())
+            duck = Loaded("duckdb", certification_duckdb())
             duck.load(db)
             dbname = create_database(pg_cluster, prefix="lang")
             names.append(dbname)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterator
 
-import duckdb
 import psycopg
 import pytest
 
 from dpproxy.backends.spark import connect_session
 from dpproxy.policy import parse_policy
+from tests.certify import certification_duckdb
 from tests.conftest import SPARK
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sparkserver import SparkServer
@@ -57,7 +57,7 @@ def build_databases(
     built = []
     for name, make in DATABASES.items():
         db = schema.representable_in_spark(make())
-        duck = Loaded("duckdb", duckdb.connect())
+        duck = Loaded("duckdb", certification_duckdb())
         duck.load(db)
         dbname = create_database(pg_cluster, prefix="langspark")
         names.append(dbname)

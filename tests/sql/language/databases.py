@@ -29,6 +29,7 @@ import psycopg
 
 from dpproxy.backends import Backend, BackendError, Cancellation, LiveColumn, normalise_type
 from dpproxy.lru import LRU
+from tests.certify import certification_duckdb
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema
 from tests.sql.language.schema import PROTECTED, TABLES, Database
@@ -261,7 +262,7 @@ def adversarial_pair(pg_cluster: PgCluster, prefix: str) -> Iterator[dict[str, L
     """The adversarial database of the language tests in DuckDB and in PostgreSQL (a database of
     the test cluster named after `prefix`, dropped on exit), by engine name."""
     db = schema.adversarial(1)
-    duck = Loaded("duckdb", duckdb.connect())
+    duck = Loaded("duckdb", certification_duckdb())
     duck.load(db)
     name = create_database(pg_cluster, prefix=prefix)
     conn = psycopg.connect(pg_cluster.dsn(name), autocommit=True)
