@@ -62,6 +62,7 @@ def databases(pg_cluster: PgCluster) -> Iterator[list[Backends]]:
         "limits": parse_policy(schema.policy_text(schema.LIMITS)),
         "high": parse_policy(schema.policy_text(schema.HIGH_LIMITS)),
         "fixed": parse_policy(schema.fixed_policy_text(schema.LIMITS)),
+        "each": parse_policy(schema.each_a_person_policy_text(schema.LIMITS)),
     }
     built: list[Backends] = []
     names: list[str] = []
@@ -117,6 +118,20 @@ def test_fixed_batch(databases: list[Backends], chunk: int) -> None:
     size = -(-FIXED_QUERIES // CHUNKS)
     indexes = range(chunk * size, min(FIXED_QUERIES, (chunk + 1) * size))
     _run_batch([generate(FIXED_SEED, i) for i in indexes], databases, caches_every=CACHES_EVERY)
+
+
+def test_each_row_without_a_person_is_a_neighbour_of_its_own(databases: list[Backends]) -> None:
+    """The harness's neighbours under null_units: each_a_person remove exactly one row whose unit
+    is NULL, on DuckDB and on PostgreSQL (the certificate under that policy is not vacuous)."""
+    adversarial = databases[0]
+    for dialect in ("duckdb", "postgres"):
+        loaded = adversarial.loaded(dialect)
+        neighbours = loaded.unitless_persons()
+        assert {table for table, _ in neighbours} == set(schema.EACH_A_PERSON)
+        for table, index in neighbours:
+            sql = f"SELECT COUNT(*), COUNT(patient_id) FROM {table}"
+            ((rows, persons),) = loaded.run(sql)
+            assert loaded.run(sql, (table, index)) == [(rows - 1, persons)], (dialect, table, index)
 
 
 def _sources_seed() -> int:

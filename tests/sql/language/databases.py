@@ -32,7 +32,11 @@ from dpproxy.lru import LRU
 from tests.certify import certification_duckdb
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema
-from tests.sql.language.schema import PROTECTED, TABLES, Database
+from tests.sql.language.schema import EACH_A_PERSON, PROTECTED, TABLES, Database
+
+# A neighbour: D minus a person (a patient id or a survey rid), or minus one row without a person of
+# an EACH_A_PERSON table, (table, index in Loaded.unitless[table]).
+Neighbour = int | tuple[str, int]
 
 
 def _normalise(value: object) -> object:
@@ -83,8 +87,13 @@ class Loaded:
         self.kind = kind
         self.conn = conn
         self.db: Database | None = None
-        self._without: int | None = None  # the person the Spark views or the open transaction leave out
-        self._answered: LRU[tuple[str, int | None], list[tuple]] = LRU(_ANSWERED)  # (query, without) → rows
+        self._without: Neighbour | None = None  # the person the Spark views or the open transaction leave out
+        self._answered: LRU[tuple[str, Neighbour | None], list[tuple]] = LRU(
+            _ANSWERED
+        )  # (query, without) → rows
+        # DuckDB and PostgreSQL: each EACH_A_PERSON table's rows whose unit is NULL, by physical row
+        # id (DuckDB's rowid, PostgreSQL's ctid): the persons of the policy that makes each a person.
+        self.unitless: dict[str, list[object]] = {}
 
     @property
     def mark(self) -> str:
@@ -110,7 +119,16 @@ class Loaded:
                     cur.executemany(sql, rows)
             else:
                 self.conn.executemany(sql, rows)
+        row_id = "ctid" if self.kind == "postgres" else "rowid"
+        self.unitless = {
+            table: [r[0] for r in run(f"SELECT {row_id} FROM {table} WHERE patient_id IS NULL").fetchall()]
+            for table in EACH_A_PERSON
+        }
         self.db = db
+
+    def unitless_persons(self) -> list[Neighbour]:
+        """The rows without a person of the EACH_A_PERSON tables, as neighbours: (table, index)."""
+        return [(table, i) for table, ids in self.unitless.items() for i in range(len(ids))]
 
     def _load_spark(self, db: Database) -> None:
         """Each table written into the Spark database `lang_<name>` (replaced), from Arrow columns of
@@ -181,8 +199,9 @@ class Loaded:
         # PostgreSQL's float8 takes NaN and infinities from psycopg as floats already.
         return tuple(float(v) if isinstance(v, float) and not math.isfinite(v) else v for v in row)
 
-    def run(self, sql: str, without: int | None = None) -> list[tuple]:
-        """Rows of `sql` on D, or on D minus person `without` (a patient id or a survey rid)."""
+    def run(self, sql: str, without: Neighbour | None = None) -> list[tuple]:
+        """Rows of `sql` on D, or on D minus person `without` (a patient id or a survey rid; on DuckDB
+        and PostgreSQL also a row without a person, `unitless_persons`)."""
         key = (sql, without)
         answered = self._answered.get(key)
         if answered is not None:
@@ -203,7 +222,7 @@ class Loaded:
             self._answered.put(key, rows)
         return list(rows)
 
-    def _leave_out(self, without: int | None) -> None:
+    def _leave_out(self, without: Neighbour | None) -> None:
         """Make the connection read D minus person `without` (D itself for None): the open
         neighbour's transaction rolled back, and a new one that deletes the person's rows."""
         if without == self._without:
@@ -215,7 +234,13 @@ class Loaded:
             return
         self.conn.execute("BEGIN")
         try:
-            for table in PROTECTED:
+            if isinstance(without, tuple):  # one row without a person: no other row is theirs
+                table, index = without
+                row_id = "ctid" if self.kind == "postgres" else "rowid"
+                cast = "::tid" if self.kind == "postgres" else ""
+                value = self.unitless[table][index]
+                self.conn.execute(f"DELETE FROM {table} WHERE {row_id} = {self.mark}{cast}", [value])
+            for table in PROTECTED if isinstance(without, int) else ():
                 self.conn.execute(f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", [without])
         except Exception:
             self.conn.execute("ROLLBACK")

@@ -100,6 +100,21 @@ def fixed_policy_text(limits: dict[str, tuple[int, int]] = LIMITS) -> str:
     )
 
 
+# The tables whose rows without a person the "each" policy makes persons of their own (a unit
+# column of their own: survey's unit is the row, visit_notes' a reference).
+EACH_A_PERSON = ("patients", "visits")
+
+
+def each_a_person_policy_text(limits: dict[str, tuple[int, int]] = LIMITS) -> str:
+    """The policy with `null_units: each_a_person` on EACH_A_PERSON: a row whose unit is NULL is a
+    person of its own there (rows alike in every listed column one person)."""
+    text = policy_text(limits)
+    for table in EACH_A_PERSON:
+        text = text.replace(f"\n  {table}:\n", f"\n  {table}:\n    null_units: each_a_person\n", 1)
+    assert text.count("null_units: each_a_person") == len(EACH_A_PERSON)
+    return text
+
+
 def policy_text(limits: dict[str, tuple[int, int]] = LIMITS) -> str:
     return POLICY_TEMPLATE.format(
         patients_rows=limits["patients"][0],
