@@ -33,7 +33,9 @@ source scripts/lib.sh
 ensure_debian_packages
 # The three installs overlap (on a fresh machine they are minutes of downloads): the Debian packages
 # and dbt's virtualenv in the background while .venv and the Spark distribution install. A failed
-# one stops the script at its `wait`.
+# one stops the script at its `wait`; whichever fails, the script waits for the others before it
+# exits (no apt-get or pip left running behind it, e.g. into the .dbt/venv a re-run replaces).
+trap 'wait' EXIT
 ensure_debian_packages "${apt_packages[@]}" &
 apt_job=$!
 # dbt-core with dbt-postgres, in a virtualenv of its own (tests/wire/tools/test_dbt.py).
@@ -43,8 +45,9 @@ dbt_job=$!
 ensure_venv '.[test]'
 # The Spark Connect server the Spark tests start (tests/sparkserver.py), from the full pyspark.
 ensure_spark_server
-wait "$apt_job"
-wait "$dbt_job"
+wait "$apt_job" || { log "installing the Debian packages failed"; exit 1; }
+wait "$dbt_job" || { log "installing dbt into .dbt/venv failed"; exit 1; }
+trap - EXIT
 
 # --- 3. lint and tests --------------------------------------------------------------------------
 log "ruff check"

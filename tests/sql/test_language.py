@@ -120,18 +120,24 @@ def test_fixed_batch(databases: list[Backends], chunk: int) -> None:
     _run_batch([generate(FIXED_SEED, i) for i in indexes], databases, caches_every=CACHES_EVERY)
 
 
-def test_each_row_without_a_person_is_a_neighbour_of_its_own(databases: list[Backends]) -> None:
-    """The harness's neighbours under null_units: each_a_person remove exactly one row whose unit
-    is NULL, on DuckDB and on PostgreSQL (the certificate under that policy is not vacuous)."""
+def test_each_person_without_a_unit_is_a_neighbour_of_its_own(databases: list[Backends]) -> None:
+    """The harness's neighbours under null_units: each_a_person remove one person whose unit is
+    NULL — all their rows (alike in every column), no other row — on DuckDB and on PostgreSQL; one
+    of the adversarial patients without a unit has three rows."""
     adversarial = databases[0]
     for dialect in ("duckdb", "postgres"):
         loaded = adversarial.loaded(dialect)
         neighbours = loaded.unitless_persons()
         assert {table for table, _ in neighbours} == set(schema.EACH_A_PERSON)
+        assert sorted(len(rows) for rows in loaded.unitless["patients"]) == [1, 3], dialect
         for table, index in neighbours:
             sql = f"SELECT COUNT(*), COUNT(patient_id) FROM {table}"
             ((rows, persons),) = loaded.run(sql)
-            assert loaded.run(sql, (table, index)) == [(rows - 1, persons)], (dialect, table, index)
+            removed = len(loaded.unitless[table][index])
+            assert loaded.run(sql, (table, index)) == [(rows - removed, persons)], (dialect, table)
+        for table, persons in loaded.unitless.items():
+            ids = [str(i) for rows in persons for i in rows]
+            assert len(ids) == len(set(ids)), (dialect, table)
 
 
 def _sources_seed() -> int:

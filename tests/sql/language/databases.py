@@ -91,9 +91,10 @@ class Loaded:
         self._answered: LRU[tuple[str, Neighbour | None], list[tuple]] = LRU(
             _ANSWERED
         )  # (query, without) → rows
-        # DuckDB and PostgreSQL: each EACH_A_PERSON table's rows whose unit is NULL, by physical row
-        # id (DuckDB's rowid, PostgreSQL's ctid): the persons of the policy that makes each a person.
-        self.unitless: dict[str, list[object]] = {}
+        # DuckDB and PostgreSQL: each EACH_A_PERSON table's persons without a unit under the policy
+        # that makes each such row a person (rows alike in every column one person), each as the
+        # physical ids of their rows (DuckDB's rowid, PostgreSQL's ctid).
+        self.unitless: dict[str, list[list[object]]] = {}
 
     @property
     def mark(self) -> str:
@@ -119,15 +120,23 @@ class Loaded:
                     cur.executemany(sql, rows)
             else:
                 self.conn.executemany(sql, rows)
-        row_id = "ctid" if self.kind == "postgres" else "rowid"
-        self.unitless = {
-            table: [r[0] for r in run(f"SELECT {row_id} FROM {table} WHERE patient_id IS NULL").fetchall()]
-            for table in EACH_A_PERSON
-        }
+        self.unitless = {table: self._unitless(table) for table in EACH_A_PERSON}
         self.db = db
 
+    def _unitless(self, table: str) -> list[list[object]]:
+        """The physical ids of `table`'s rows whose unit is NULL, grouped by the row's values (the
+        policy lists every column): one list per person. Values compared as written (repr), as the
+        engine's digest compares their text."""
+        row_id = "ctid" if self.kind == "postgres" else "rowid"
+        persons: dict[tuple[str, ...], list[object]] = {}
+        for rid, *values in self.conn.execute(
+            f"SELECT {row_id}, * FROM {table} WHERE patient_id IS NULL ORDER BY {row_id}"
+        ).fetchall():
+            persons.setdefault(tuple(map(repr, values)), []).append(rid)
+        return list(persons.values())
+
     def unitless_persons(self) -> list[Neighbour]:
-        """The rows without a person of the EACH_A_PERSON tables, as neighbours: (table, index)."""
+        """The persons without a unit of the EACH_A_PERSON tables, as neighbours: (table, index)."""
         return [(table, i) for table, ids in self.unitless.items() for i in range(len(ids))]
 
     def _load_spark(self, db: Database) -> None:
@@ -234,12 +243,14 @@ class Loaded:
             return
         self.conn.execute("BEGIN")
         try:
-            if isinstance(without, tuple):  # one row without a person: no other row is theirs
+            if isinstance(without, tuple):  # a person without a unit: their rows alike in every column
+                # (visit_notes cannot say each_a_person: the notes of a visit without a person are
+                # nobody's, left out whether or not the visit is there)
                 table, index = without
                 row_id = "ctid" if self.kind == "postgres" else "rowid"
                 cast = "::tid" if self.kind == "postgres" else ""
-                value = self.unitless[table][index]
-                self.conn.execute(f"DELETE FROM {table} WHERE {row_id} = {self.mark}{cast}", [value])
+                for value in self.unitless[table][index]:
+                    self.conn.execute(f"DELETE FROM {table} WHERE {row_id} = {self.mark}{cast}", [value])
             for table in PROTECTED if isinstance(without, int) else ():
                 self.conn.execute(f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", [without])
         except Exception:

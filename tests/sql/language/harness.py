@@ -209,6 +209,8 @@ def _certified_too(
     person (schema.EACH_A_PERSON)."""
     engine = db.engines.get((label, dialect))
     plan = _plan(engine, query) if engine is not None else None
+    if unitless and isinstance(plan, DPProxyError):  # it changes who the persons are, not the language
+        return [f"accepted, but refused with {what} on {db.name}/{dialect}: {plan.sqlstate} {plan}"]
     if plan is None or isinstance(plan, DPProxyError):
         return []
     loaded = db.loaded(dialect)

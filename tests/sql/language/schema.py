@@ -345,6 +345,9 @@ def adversarial(seed: int) -> Database:
         rows[i] = (*rows[i][:6], birth, rows[i][7], seen)
     # Nobody's rows: a NULL privacy unit.
     db.rows["patients"] += [_patient(rng, None) for _ in range(2)]
+    # The last of them twice more, alike in every column: under null_units: each_a_person one
+    # person of three rows (more than the row limit), whom a neighbour removes whole.
+    db.rows["patients"] += [db.rows["patients"][-1]] * 2
     db.rows["visits"] += [visit(None) for _ in range(2)]
     db.rows["survey"] = [
         (100 + i, rng.choice(("yes", "no", "maybe", None)), _number(rng, 1, 5, integral=True))
