@@ -34,8 +34,8 @@ from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema
 from tests.sql.language.schema import EACH_A_PERSON, PROTECTED, TABLES, Database
 
-# A neighbour: D minus a person (a patient id or a survey rid), or minus one row without a person of
-# an EACH_A_PERSON table, (table, index in Loaded.unitless[table]).
+# A neighbour: D minus a person (a patient id or a survey rid), or minus a person without a unit of an
+# EACH_A_PERSON table, all their rows: (table, index in Loaded.unitless[table]).
 Neighbour = int | tuple[str, int]
 
 
@@ -88,9 +88,8 @@ class Loaded:
         self.conn = conn
         self.db: Database | None = None
         self._without: Neighbour | None = None  # the person the Spark views or the open transaction leave out
-        self._answered: LRU[tuple[str, Neighbour | None], list[tuple]] = LRU(
-            _ANSWERED
-        )  # (query, without) → rows
+        # (query, without) → rows
+        self._answered: LRU[tuple[str, Neighbour | None], list[tuple]] = LRU(_ANSWERED)
         # DuckDB and PostgreSQL: each EACH_A_PERSON table's persons without a unit under the policy
         # that makes each such row a person (rows alike in every column one person), each as the
         # physical ids of their rows (DuckDB's rowid, PostgreSQL's ctid).
@@ -210,7 +209,7 @@ class Loaded:
 
     def run(self, sql: str, without: Neighbour | None = None) -> list[tuple]:
         """Rows of `sql` on D, or on D minus person `without` (a patient id or a survey rid; on DuckDB
-        and PostgreSQL also a row without a person, `unitless_persons`)."""
+        and PostgreSQL also a person without a unit, `unitless_persons`)."""
         key = (sql, without)
         answered = self._answered.get(key)
         if answered is not None:

@@ -14,7 +14,7 @@ For a statement S and the adversarial databases:
      by at most its declared sensitivity, no person changes more than max_groups groups; on DuckDB
      for one statement in four under `contribution_bounds: fixed`, and for another one in four (and
      on PostgreSQL one in sixteen) under `null_units: each_a_person` (schema.EACH_A_PERSON), where
-     each row without a person is removed as a neighbour too;
+     each person without a unit (their rows alike in every column) is a neighbour too;
   5. group keys outside a key's public values never reach the released set;
   6. released rows come in an order that depends on released values only (handed the same groups
      in another order, post-processing gives the same rows);
@@ -205,8 +205,8 @@ def _certified_too(
 ) -> list[str]:
     """The statement planned by the database's `label` engine, if it has one and accepts it, and
     certified on every neighbour (`what` says what that engine's policy or catalog differs in); with
-    `unitless`, also on D minus each row without a person of the tables that make each such row a
-    person (schema.EACH_A_PERSON)."""
+    `unitless`, also on D minus each person without a unit of the tables that make each such row a
+    person (schema.EACH_A_PERSON; rows alike in every column are one)."""
     engine = db.engines.get((label, dialect))
     plan = _plan(engine, query) if engine is not None else None
     if unitless and isinstance(plan, DPProxyError):  # it changes who the persons are, not the language
