@@ -99,6 +99,11 @@ class Loaded:
     def mark(self) -> str:
         return "%s" if self.kind == "postgres" else "?"
 
+    @property
+    def row_id(self) -> str:
+        """The column of a row's physical id: DuckDB's rowid, PostgreSQL's ctid."""
+        return "ctid" if self.kind == "postgres" else "rowid"
+
     def load(self, db: Database) -> None:
         self._answered.clear()
         if self.kind == "spark":
@@ -126,10 +131,9 @@ class Loaded:
         """The physical ids of `table`'s rows whose unit is NULL, grouped by the row's values (the
         policy lists every column): one list per person. Values compared as written (repr), as the
         engine's digest compares their text."""
-        row_id = "ctid" if self.kind == "postgres" else "rowid"
         persons: dict[tuple[str, ...], list[object]] = {}
         for rid, *values in self.conn.execute(
-            f"SELECT {row_id}, * FROM {table} WHERE patient_id IS NULL ORDER BY {row_id}"
+            f"SELECT {self.row_id}, * FROM {table} WHERE patient_id IS NULL ORDER BY {self.row_id}"
         ).fetchall():
             persons.setdefault(tuple(map(repr, values)), []).append(rid)
         return list(persons.values())
@@ -246,10 +250,9 @@ class Loaded:
                 # (visit_notes cannot say each_a_person: the notes of a visit without a person are
                 # nobody's, left out whether or not the visit is there)
                 table, index = without
-                row_id = "ctid" if self.kind == "postgres" else "rowid"
                 cast = "::tid" if self.kind == "postgres" else ""
                 for value in self.unitless[table][index]:
-                    self.conn.execute(f"DELETE FROM {table} WHERE {row_id} = {self.mark}{cast}", [value])
+                    self.conn.execute(f"DELETE FROM {table} WHERE {self.row_id} = {self.mark}{cast}", [value])
             for table in PROTECTED if isinstance(without, int) else ():
                 self.conn.execute(f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", [without])
         except Exception:
