@@ -18,9 +18,8 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import ClassVar
 
-import opendp.prelude as dp
-
 from dpproxy.errors import InvalidParameter
+from dpproxy.privacy import opendp_names as dp
 from dpproxy.privacy.calibration import I64_VECTORS
 from dpproxy.privacy.checks import check_positive
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import opendp.prelude as dp
+from dpproxy.privacy import opendp_names as dp
 
 dp.enable_features("contrib")
 

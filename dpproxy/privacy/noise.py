@@ -35,9 +35,8 @@ from fractions import Fraction
 from functools import lru_cache
 from statistics import NormalDist
 
-import opendp.prelude as dp
-
 from dpproxy.policy import Mechanism
+from dpproxy.privacy import opendp_names as dp
 from dpproxy.privacy.calibration import I64_VECTORS, calibrate_scale
 from dpproxy.privacy.checks import check_count, check_positive, check_unit_limits
 from dpproxy.privacy.sampling import BytesSource, sample_discrete_gaussian, sample_discrete_laplace

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import opendp.prelude as dp
 
 from dpproxy.policy import Mechanism
+from dpproxy.privacy import opendp_names as dp
 from dpproxy.privacy.accounting import Accounting
 from dpproxy.privacy.checks import check_histogram
 from dpproxy.privacy.noise import ERROR_ALPHA, NoiseSpec

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import opendp.prelude as dp
 
 from dpproxy.errors import InvalidParameter
 from dpproxy.policy import Mechanism
+from dpproxy.privacy import opendp_names as dp
 from dpproxy.privacy.calibration import calibrate_scale
 from dpproxy.privacy.checks import check_positive, check_unit_limits
 from dpproxy.privacy.sampling import BytesSource, sample_discrete_gaussian, sample_discrete_laplace

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-import opendp.prelude as dp
-
 from dpproxy.errors import InvalidParameter
+from dpproxy.privacy import opendp_names as dp
 from dpproxy.privacy.accounting import Accounting, even_share, remainder, sum_up
 from dpproxy.privacy.calibration import I64_VECTORS, calibrate_scale
 from dpproxy.privacy.checks import (

@@ -34,8 +34,6 @@ from collections.abc import Hashable, Mapping, Sequence
 from itertools import repeat
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_flow
 
 Key = tuple[object, ...]
 
@@ -120,10 +118,16 @@ class _Network:
         indices = np.concatenate([1 + np.arange(slots), slots + 1 + pairs[:, 1], np.full(cells, self.sink)])
         data = np.ones(len(indices), np.int32)
         shape = (self.sink + 1, self.sink + 1)
+        # SciPy is imported where a count of distinct values needs it, not with the package: its
+        # sparse graphs cost every process a quarter of a second at start (the CLI, each worker).
+        from scipy.sparse import csr_matrix
+
         self.graph = csr_matrix((data, indices.astype(np.int32), indptr), shape=shape)
 
     def carried(self, capacity: np.ndarray) -> np.ndarray:
         """The values carried in each group at these (person, group) capacities."""
+        from scipy.sparse.csgraph import maximum_flow
+
         self.graph.data[: self.slots] = capacity
         result = maximum_flow(self.graph, 0, self.sink, method="dinic")
         if self.groups == 1:

@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import erfc
 
 from dpproxy.policy import Mechanism
 from dpproxy.privacy import ERROR_ALPHA, QueryNoise
@@ -237,6 +236,8 @@ _DOUBLINGS = 40
 def _normal_sum_tail(v: np.ndarray, scales: list[np.ndarray] | list[float]) -> np.ndarray:
     """P(|G1 + … + Gk| >= v) for independent centred normal variables of these deviations, rounded
     up: their sum is normal, of variance Σσ², so erfc(v/√(2Σσ²))."""
+    from scipy.special import erfc  # here, not at the package's import (as release/distinct.py)
+
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         deviation = np.sqrt(2.0 * sum(s * s for s in scales))
         bound = np.where(v > 0, erfc(v / deviation * (1 - _SAFE)) * (1 + _SAFE), 1.0)
