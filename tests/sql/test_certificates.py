@@ -25,7 +25,14 @@ from hypothesis import strategies as st
 from dpproxy.engine import Engine
 from dpproxy.release.aggregates import fine_components
 from dpproxy.sql.query import FINE, ComponentKind
-from tests.certify import at_ceilings, by_key, cached_policy, certification_duckdb
+from tests.certify import (
+    NeighbourReader,
+    at_ceilings,
+    by_key,
+    cached_policy,
+    certification_duckdb,
+    rows_without,
+)
 from tests.certify import certify as check
 
 X_BOUNDS = (-5, 10)
@@ -100,8 +107,11 @@ class Loader:
     def __init__(self, kind: str, pg_conn=None) -> None:
         self.kind = kind
         self.conn = pg_conn if kind == "postgres" else certification_duckdb()
+        self.neighbours = NeighbourReader(self.conn) if kind == "duckdb" else None
 
     def load(self, rows: list[tuple]) -> None:
+        if self.neighbours is not None:
+            self.neighbours.forget()
         execute = self.conn.execute
         execute("DROP TABLE IF EXISTS t")
         execute("CREATE TABLE t (pid INTEGER, grp VARCHAR, pub VARCHAR, x INTEGER, y NUMERIC(12, 2))")
@@ -123,17 +133,9 @@ class Loader:
             return self.conn.execute(sql).fetchall()
         column, value = self.deleted(without)
         placeholder = "%s" if self.kind == "postgres" else "?"
-        delete = f"DELETE FROM t WHERE {column} = {placeholder}"
-        if self.kind == "postgres":
-            with self.conn.transaction(force_rollback=True):
-                self.conn.execute(delete, (value,))
-                return self.conn.execute(sql).fetchall()
-        self.conn.execute("BEGIN")
-        try:
-            self.conn.execute(delete, [value])
-            return self.conn.execute(sql).fetchall()
-        finally:
-            self.conn.execute("ROLLBACK")
+        return rows_without(
+            self.conn, self.neighbours, [(f"DELETE FROM t WHERE {column} = {placeholder}", value)], sql
+        )
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
@@ -351,6 +353,8 @@ class NullUnitLoader(Loader):
     ("pid", p) or minus one row without a person ("rid", i)."""
 
     def load(self, rows: list[tuple]) -> None:
+        if self.neighbours is not None:
+            self.neighbours.forget()
         self.conn.execute("DROP TABLE IF EXISTS t")
         self.conn.execute(
             "CREATE TABLE t (pid INTEGER, grp VARCHAR, pub VARCHAR, x INTEGER, y NUMERIC(12, 2), rid INTEGER)"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dpproxy.engine import Engine
 from dpproxy.errors import NotSupported
 from dpproxy.sql.clock import CLOCK, Clock
-from tests.certify import cached_policy, certification_duckdb, certify
+from tests.certify import NeighbourReader, cached_policy, certification_duckdb, certify, rows_without
 from tests.sql.test_certificates import CERT_SETTINGS
 
 POLICY = """
@@ -57,8 +57,11 @@ class Loader:
         self.conn = pg_conn if kind == "postgres" else certification_duckdb()
         if kind == "duckdb":
             self.conn.execute("SET TimeZone = 'UTC'")
+        self.neighbours = NeighbourReader(self.conn) if kind == "duckdb" else None
 
     def load(self, rows: list[tuple]) -> None:
+        if self.neighbours is not None:
+            self.neighbours.forget()
         self.conn.execute("DROP TABLE IF EXISTS t")
         self.conn.execute("CREATE TABLE t (pid INTEGER, grp VARCHAR, d DATE, ts TIMESTAMPTZ)")
         if not rows:
@@ -72,16 +75,8 @@ class Loader:
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         if without is None:
             return self.conn.execute(sql).fetchall()
-        if self.kind == "postgres":
-            with self.conn.transaction(force_rollback=True):
-                self.conn.execute("DELETE FROM t WHERE pid = %s", (without,))
-                return self.conn.execute(sql).fetchall()
-        self.conn.execute("BEGIN")
-        try:
-            self.conn.execute("DELETE FROM t WHERE pid = ?", [without])
-            return self.conn.execute(sql).fetchall()
-        finally:
-            self.conn.execute("ROLLBACK")
+        mark = "%s" if self.kind == "postgres" else "?"
+        return rows_without(self.conn, self.neighbours, [(f"DELETE FROM t WHERE pid = {mark}", without)], sql)
 
 
 @pytest.fixture(params=["duckdb", "postgres"])

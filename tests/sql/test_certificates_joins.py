@@ -20,12 +20,14 @@ from dpproxy.engine import Engine
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import parse_policy
 from tests.certify import (
+    NeighbourReader,
     _candidates_by_key,
     at_ceilings,
     cached_policy,
     certification_duckdb,
     certify,
     measure,
+    rows_without,
 )
 
 POLICY = """
@@ -91,8 +93,11 @@ class Tables:
 
     def __init__(self, kind: str, conn) -> None:
         self.kind, self.conn = kind, conn
+        self.neighbours = NeighbourReader(conn) if kind == "duckdb" else None
 
     def load(self, persons: list, dims: list) -> None:
+        if self.neighbours is not None:
+            self.neighbours.forget()
         run = self.conn.execute
         for table in ("people", "events", "dims"):
             run(f"DROP TABLE IF EXISTS {table}")
@@ -115,18 +120,8 @@ class Tables:
         if without is None:
             return self.conn.execute(sql).fetchall()
         mark = "%s" if self.kind == "postgres" else "?"
-        if self.kind == "postgres":
-            with self.conn.transaction(force_rollback=True):
-                self.conn.execute(f"DELETE FROM people WHERE pid = {mark}", (without,))
-                self.conn.execute(f"DELETE FROM events WHERE pid = {mark}", (without,))
-                return self.conn.execute(sql).fetchall()
-        self.conn.execute("BEGIN")
-        try:
-            self.conn.execute(f"DELETE FROM people WHERE pid = {mark}", [without])
-            self.conn.execute(f"DELETE FROM events WHERE pid = {mark}", [without])
-            return self.conn.execute(sql).fetchall()
-        finally:
-            self.conn.execute("ROLLBACK")
+        deletes = [(f"DELETE FROM {table} WHERE pid = {mark}", without) for table in ("people", "events")]
+        return rows_without(self.conn, self.neighbours, deletes, sql)
 
 
 @pytest.fixture(params=["duckdb", "postgres"])

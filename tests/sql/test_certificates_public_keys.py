@@ -19,7 +19,7 @@ from dpproxy.backends import Backend, Cancellation, LiveColumn
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.policy.types import normalise_type
-from tests.certify import certification_duckdb, certify
+from tests.certify import NeighbourReader, certification_duckdb, certify, rows_without
 
 POLICY = """
 version: 1
@@ -80,8 +80,11 @@ class Tables(Backend):
     def __init__(self, kind: str, conn) -> None:
         self.dialect, self.conn = kind, conn
         self.default_schema = "public" if kind == "postgres" else "main"
+        self.neighbours = NeighbourReader(conn) if kind == "duckdb" else None
 
     def load(self, persons: list, dims: list) -> None:
+        if self.neighbours is not None:
+            self.neighbours.forget()
         for table in ("people", "dims"):
             self.conn.execute(f"DROP TABLE IF EXISTS {table}")
         self.conn.execute("CREATE TABLE people (pid INTEGER, grp VARCHAR, day DATE, x INTEGER)")
@@ -103,16 +106,10 @@ class Tables(Backend):
     def without(self, sql: str, person: int | None = None) -> list[tuple]:
         if person is None:
             return self.run(sql)
-        if self.dialect == "postgres":
-            with self.conn.transaction(force_rollback=True):
-                self.conn.execute("DELETE FROM people WHERE pid = %s", (person,))
-                return self.run(sql)
-        self.conn.execute("BEGIN")
-        try:
-            self.conn.execute("DELETE FROM people WHERE pid = ?", [person])
-            return self.run(sql)
-        finally:
-            self.conn.execute("ROLLBACK")
+        mark = "%s" if self.dialect == "postgres" else "?"
+        return rows_without(
+            self.conn, self.neighbours, [(f"DELETE FROM people WHERE pid = {mark}", person)], sql
+        )
 
     def unique_columns(self, schema: str | None = None) -> dict[str, set[str]]:
         return {}

@@ -16,7 +16,7 @@ from dpproxy.backends import open_backend
 from dpproxy.engine import Engine
 from dpproxy.errors import NotSupported, PolicyError
 from dpproxy.policy import parse_policy
-from tests.certify import certify
+from tests.certify import NeighbourReader, certify, rows_without
 from tests.sql.test_certificates import CERT_SETTINGS
 
 POLICY = """
@@ -67,10 +67,13 @@ class Shop:
     def __init__(self, kind: str, conn=None) -> None:
         self.kind = kind
         self.conn = conn if conn is not None else duckdb.connect()
+        self.neighbours = NeighbourReader(self.conn) if kind == "duckdb" else None
 
     def load(
         self, people: list[list[tuple[str, list[tuple[str, int]]]]], orphans: list[tuple[str, int]]
     ) -> None:
+        if self.neighbours is not None:
+            self.neighbours.forget()
         for table in ("order_items", "orders"):
             self.conn.execute(f"DROP TABLE IF EXISTS {table}")
         self.conn.execute(
@@ -103,18 +106,7 @@ class Shop:
             f"DELETE FROM order_items WHERE order_id IN (SELECT order_id FROM orders WHERE customer_id = {mark})",
             f"DELETE FROM orders WHERE customer_id = {mark}",
         ]
-        if self.kind == "postgres":
-            with self.conn.transaction(force_rollback=True):
-                for delete in deletes:
-                    self.conn.execute(delete, (without,))
-                return self.conn.execute(sql).fetchall()
-        self.conn.execute("BEGIN")
-        try:
-            for delete in deletes:
-                self.conn.execute(delete, [without])
-            return self.conn.execute(sql).fetchall()
-        finally:
-            self.conn.execute("ROLLBACK")
+        return rows_without(self.conn, self.neighbours, [(delete, without) for delete in deletes], sql)
 
 
 @pytest.fixture(params=["duckdb", "postgres"])

@@ -6,7 +6,10 @@ notes of their visits), which is how the sensitivity certificate walks the neigh
 transaction stays open while the statements asked of that neighbour follow one another (a
 certificate runs every statement of a plan on it), and is rolled back before anything else runs;
 the rows of a query already run on the same database (D or a neighbour) are answered again from
-memory, as the database never changes once loaded. Spark has no
+memory, as the database never changes once loaded. On DuckDB, the neighbours are read through a
+second connection (tests/certify.NeighbourReader: optimizer off, each statement prepared once);
+D itself with the optimizer on, so DuckDB's optimizer is still compared with PostgreSQL on every
+statement. Spark has no
 transactions: a database is loaded into a Spark database of its own (`lang_<name>`), and the
 session reads it through temporary views named like the tables (unqualified names resolve to a
 temporary view first), which leave out the rows of the person a session variable names (none: D
@@ -29,7 +32,7 @@ import psycopg
 
 from dpproxy.backends import Backend, BackendError, Cancellation, LiveColumn, normalise_type
 from dpproxy.lru import LRU
-from tests.certify import certification_duckdb
+from tests.certify import NeighbourReader, certification_duckdb
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema
 from tests.sql.language.schema import EACH_A_PERSON, PROTECTED, TABLES, Database
@@ -86,6 +89,8 @@ class Loaded:
     def __init__(self, kind: str, conn) -> None:
         self.kind = kind
         self.conn = conn
+        # DuckDB: the connection the neighbours are read through (module docstring).
+        self.neighbours = NeighbourReader(conn) if kind == "duckdb" else None
         self.db: Database | None = None
         self._without: Neighbour | None = None  # the person the Spark views or the open transaction leave out
         # (query, without) → rows
@@ -106,6 +111,8 @@ class Loaded:
 
     def load(self, db: Database) -> None:
         self._answered.clear()
+        if self.neighbours is not None:
+            self.neighbours.forget()  # prepared on the tables this replaces
         if self.kind == "spark":
             self._load_spark(db)
             return
@@ -224,9 +231,10 @@ class Loaded:
             self._spark_views(without)
             rows = [tuple(_normalise(v) for v in row) for row in arrow_rows(query_arrow(self.conn, sql))]
         else:
-            self._leave_out(without)
+            if self.neighbours is None or without is not None:  # DuckDB's D never sees a neighbour's
+                self._leave_out(without)
             try:
-                rows = [tuple(_normalise(v) for v in row) for row in self.conn.execute(sql).fetchall()]
+                rows = [tuple(_normalise(v) for v in row) for row in self._execute(sql, without)]
             except Exception:
                 self._leave_out(None)  # a failed statement aborts the neighbour's transaction
                 raise
@@ -234,17 +242,24 @@ class Loaded:
             self._answered.put(key, rows)
         return list(rows)
 
+    def _execute(self, sql: str, without: Neighbour | None) -> list[tuple]:
+        """The rows of `sql` on D, or on the open neighbour (on DuckDB, through `neighbours`)."""
+        if self.neighbours is not None and without is not None:
+            return self.neighbours.rows(sql)
+        return self.conn.execute(sql).fetchall()
+
     def _leave_out(self, without: Neighbour | None) -> None:
-        """Make the connection read D minus person `without` (D itself for None): the open
-        neighbour's transaction rolled back, and a new one that deletes the person's rows."""
+        """Make the neighbours' connection read D minus person `without` (D itself for None): the
+        open neighbour's transaction rolled back, and a new one that deletes the person's rows."""
         if without == self._without:
             return
+        conn = self.conn if self.neighbours is None else self.neighbours.conn
         if self._without is not None:
             self._without = None
-            self.conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
         if without is None:
             return
-        self.conn.execute("BEGIN")
+        conn.execute("BEGIN")
         try:
             if isinstance(without, tuple):  # a person without a unit: their rows alike in every column
                 # (visit_notes cannot say each_a_person: the notes of a visit without a person are
@@ -252,11 +267,11 @@ class Loaded:
                 table, index = without
                 cast = "::tid" if self.kind == "postgres" else ""
                 for value in self.unitless[table][index]:
-                    self.conn.execute(f"DELETE FROM {table} WHERE {self.row_id} = {self.mark}{cast}", [value])
+                    conn.execute(f"DELETE FROM {table} WHERE {self.row_id} = {self.mark}{cast}", [value])
             for table in PROTECTED if isinstance(without, int) else ():
-                self.conn.execute(f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", [without])
+                conn.execute(f"DELETE FROM {table} WHERE {_person_rows(table, self.mark)}", [without])
         except Exception:
-            self.conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
             raise
         self._without = without
 
