@@ -12,8 +12,9 @@ ensure_debian_packages() {
             missing+=("$package")
         fi
     done
-    # Debian splits venv (and its pip) out of python3.
-    if [[ ! -x .venv/bin/python ]] && ! "${PYTHON:-python3}" -c 'import ensurepip, venv' 2>/dev/null; then
+    # Debian splits venv (and its pip) out of python3: needed while .venv or dbt's .dbt/venv is to be made.
+    if [[ ! -x .venv/bin/python || ! -x .dbt/venv/bin/python ]] &&
+        ! "${PYTHON:-python3}" -c 'import ensurepip, venv' 2>/dev/null; then
         missing+=("python3-venv")
     fi
     ((${#missing[@]})) || return 0
