@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.sql.query import ComponentKind
-from tests.certify import at_ceilings, certify, measure, runner
+from tests.certify import at_ceilings, certify, insert_rows, measure, runner
 from tests.sql.test_certificates import CERT_SETTINGS
 
 POLICY = """
@@ -116,14 +116,7 @@ def backend(request: pytest.FixtureRequest):
 def load(kind: str, conn, people: list[list[tuple]]) -> None:
     conn.execute("DROP TABLE IF EXISTS t")
     conn.execute("CREATE TABLE t (pid INTEGER, grp VARCHAR, die INTEGER, even INTEGER)")
-    rows = [(pid, *r) for pid, rows in enumerate(people) for r in rows]
-    if not rows:
-        return
-    if kind == "postgres":
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s)", rows)
-    else:
-        conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    insert_rows(conn, kind, "t", [(pid, *r) for pid, rows in enumerate(people) for r in rows])
 
 
 row = st.tuples(

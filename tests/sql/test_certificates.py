@@ -31,6 +31,7 @@ from tests.certify import (
     by_key,
     cached_policy,
     certification_duckdb,
+    insert_rows,
     rows_without,
 )
 from tests.certify import certify as check
@@ -115,12 +116,7 @@ class Loader:
         execute = self.conn.execute
         execute("DROP TABLE IF EXISTS t")
         execute("CREATE TABLE t (pid INTEGER, grp VARCHAR, pub VARCHAR, x INTEGER, y NUMERIC(12, 2))")
-        if rows:
-            if self.kind == "postgres":
-                with self.conn.cursor() as cur:
-                    cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s, %s)", rows)
-            else:
-                self.conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)
+        insert_rows(self.conn, self.kind, "t", rows)
 
     def deleted(self, without: object) -> tuple[str, object]:
         """Which rows `run` deletes for neighbour `without`: the column and its value (a person)."""
@@ -359,12 +355,7 @@ class NullUnitLoader(Loader):
         self.conn.execute(
             "CREATE TABLE t (pid INTEGER, grp VARCHAR, pub VARCHAR, x INTEGER, y NUMERIC(12, 2), rid INTEGER)"
         )
-        rows = [(*r, i) for i, r in enumerate(rows)]
-        if rows and self.kind == "postgres":
-            with self.conn.cursor() as cur:
-                cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s, %s, %s)", rows)
-        elif rows:
-            self.conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", rows)
+        insert_rows(self.conn, self.kind, "t", [(*r, i) for i, r in enumerate(rows)])
 
     def deleted(self, without: object) -> tuple[str, object]:
         column, value = without  # type: ignore[misc]

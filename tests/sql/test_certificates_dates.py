@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from dpproxy.engine import Engine
 from dpproxy.errors import NotSupported
 from dpproxy.sql.clock import CLOCK, Clock
-from tests.certify import NeighbourReader, cached_policy, certification_duckdb, certify, rows_without
+from tests.certify import (
+    NeighbourReader,
+    cached_policy,
+    certification_duckdb,
+    certify,
+    insert_rows,
+    rows_without,
+)
 from tests.sql.test_certificates import CERT_SETTINGS
 
 POLICY = """
@@ -64,13 +71,7 @@ class Loader:
             self.neighbours.forget()
         self.conn.execute("DROP TABLE IF EXISTS t")
         self.conn.execute("CREATE TABLE t (pid INTEGER, grp VARCHAR, d DATE, ts TIMESTAMPTZ)")
-        if not rows:
-            return
-        if self.kind == "postgres":
-            with self.conn.cursor() as cur:
-                cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s)", rows)
-        else:
-            self.conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+        insert_rows(self.conn, self.kind, "t", rows)
 
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         if without is None:

@@ -26,6 +26,7 @@ from tests.certify import (
     cached_policy,
     certification_duckdb,
     certify,
+    insert_rows,
     measure,
     rows_without,
 )
@@ -106,15 +107,8 @@ class Tables:
         run("CREATE TABLE dims (grp VARCHAR, region VARCHAR)")
         people = [(pid, g, x) for pid, (rows, _) in enumerate(persons) for g, x in rows]
         events = [(pid, k, y) for pid, (_, rows) in enumerate(persons) for k, y in rows]
-        mark = "%s" if self.kind == "postgres" else "?"
-        for table, rows, width in (("people", people, 3), ("events", events, 3), ("dims", dims, 2)):
-            if rows:
-                sql = f"INSERT INTO {table} VALUES ({', '.join([mark] * width)})"
-                if self.kind == "postgres":
-                    with self.conn.cursor() as cur:
-                        cur.executemany(sql, rows)
-                else:
-                    self.conn.executemany(sql, rows)
+        for table, rows in (("people", people), ("events", events), ("dims", dims)):
+            insert_rows(self.conn, self.kind, table, rows)
 
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         if without is None:

@@ -19,7 +19,7 @@ from dpproxy.backends import Backend, Cancellation, LiveColumn
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from dpproxy.policy.types import normalise_type
-from tests.certify import NeighbourReader, certification_duckdb, certify, rows_without
+from tests.certify import NeighbourReader, certification_duckdb, certify, insert_rows, rows_without
 
 POLICY = """
 version: 1
@@ -90,15 +90,8 @@ class Tables(Backend):
         self.conn.execute("CREATE TABLE people (pid INTEGER, grp VARCHAR, day DATE, x INTEGER)")
         self.conn.execute("CREATE TABLE dims (grp VARCHAR, region VARCHAR)")
         people = [(pid, g, d, x) for pid, rows in enumerate(persons) for g, d, x in rows]
-        mark = "%s" if self.dialect == "postgres" else "?"
-        for table, rows, width in (("people", people, 4), ("dims", dims, 2)):
-            if rows:
-                sql = f"INSERT INTO {table} VALUES ({', '.join([mark] * width)})"
-                if self.dialect == "postgres":
-                    with self.conn.cursor() as cur:
-                        cur.executemany(sql, rows)
-                else:
-                    self.conn.executemany(sql, rows)
+        for table, rows in (("people", people), ("dims", dims)):
+            insert_rows(self.conn, self.dialect, table, rows)
 
     def run(self, sql: str, *, cancel: Cancellation | None = None) -> list[tuple]:
         return self.conn.execute(sql).fetchall()

@@ -16,7 +16,7 @@ from dpproxy.backends import open_backend
 from dpproxy.engine import Engine
 from dpproxy.errors import NotSupported, PolicyError
 from dpproxy.policy import parse_policy
-from tests.certify import NeighbourReader, certify, rows_without
+from tests.certify import NeighbourReader, certify, insert_rows, rows_without
 from tests.sql.test_certificates import CERT_SETTINGS
 
 POLICY = """
@@ -87,15 +87,8 @@ class Shop:
                 orders.append((order_id, person, status))
                 items += [(order_id, product, price) for product, price in their_items]
         items += [(10_000 + i, product, price) for i, (product, price) in enumerate(orphans)]
-        mark = "%s" if self.kind == "postgres" else "?"
         for table, rows in (("orders", orders), ("order_items", items)):
-            if rows:
-                marks = ", ".join([mark] * len(rows[0]))
-                if self.kind == "postgres":
-                    with self.conn.cursor() as cur:
-                        cur.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
-                else:
-                    self.conn.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+            insert_rows(self.conn, self.kind, table, rows)
 
     def run(self, sql: str, without: int | None = None) -> list[tuple]:
         """`sql` on D, or on D minus one person: their orders and every item of those orders."""
