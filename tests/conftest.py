@@ -30,7 +30,7 @@ from tests.pgcluster import (
     find_pg_bindir,
     start_cluster,
 )
-from tests.sparkserver import SMALL_DATA_CONF, MissingSpark, SparkServer, start_spark_server
+from tests.sparkserver import MissingSpark, SparkServer, start_spark_server
 
 __all__ = ["PgCluster", "SparkServer", "create_database", "drop_database"]
 
@@ -138,7 +138,7 @@ SPARK = pytest.mark.spark
 @pytest.fixture(scope="session")
 def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkServer]:
     try:
-        with start_spark_server(tmp_path_factory.mktemp("spark"), conf=SMALL_DATA_CONF) as server:
+        with start_spark_server(tmp_path_factory.mktemp("spark")) as server:
             yield server
     except MissingSpark as exc:
         message = f"a Spark Connect server is needed for this test: {exc}"

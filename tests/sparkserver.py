@@ -21,9 +21,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where scripts/test.sh installs the full pyspark package (the server); DPPROXY_SPARK_HOME overrides.
@@ -67,14 +68,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# The tests' server (tests/conftest.py) runs statements of a few thousand characters over tables of
-# a few dozen rows: Spark spent most of a query generating and compiling Java for its expressions
-# and stages, and scheduling a task per shuffle partition. Measured on the certificates' statements
-# (median per query, each setting on top of the previous): 677 ms; one shuffle partition 574;
-# whole-stage code generation off 476; expressions interpreted (Spark's own tests' setting, never a
-# user's) 279. Interpreted and generated code compute the same values (Spark tests one against the
-# other); these tests are about dpproxy's SQL on Spark, not Spark's code generator. bench/engine.py
-# starts its server without them: users' Spark generates code.
+# The settings of the sessions that certify (tests/sql/test_language_spark.py,
+# tests/sql/test_certificates_spark.py): thousands of statements of a few thousand characters over
+# tables of a few dozen rows, where Spark spent most of a query generating and compiling Java for its
+# expressions and stages, and scheduling a task per shuffle partition. Measured on the certificates'
+# statements (median per query, each setting on top of the previous): 677 ms; one shuffle partition
+# 574; whole-stage code generation off 476; expressions interpreted (Spark's own tests' setting,
+# never a user's) 279. Interpreted and generated code compute the same values (Spark tests one
+# against the other); those tests are about dpproxy's SQL on Spark. Every other session on the
+# server — the backend, wire and CLI tests, bench/engine.py — keeps Spark's defaults, as users' do.
 SMALL_DATA_CONF = {
     "spark.sql.shuffle.partitions": "1",
     "spark.sql.codegen.wholeStage": "false",
@@ -82,15 +84,22 @@ SMALL_DATA_CONF = {
 }
 
 
+def small_data_session(url: str) -> Any:
+    """A new Spark Connect session at `url` (dpproxy's connect_session) with SMALL_DATA_CONF set."""
+    from dpproxy.backends.spark import connect_session
+
+    session = connect_session(url)
+    for key, value in SMALL_DATA_CONF.items():
+        session.conf.set(key, value)
+    return session
+
+
 @contextlib.contextmanager
-def start_spark_server(
-    directory: Path, *, driver_memory: str = "1g", conf: Mapping[str, str] | None = None
-) -> Iterator[SparkServer]:
+def start_spark_server(directory: Path, *, driver_memory: str = "1g") -> Iterator[SparkServer]:
     """Start a Spark Connect server with its warehouse under `directory`; stop it on exit.
 
     `driver_memory` is the JVM heap of the local[2] driver (which also runs the executors): 1g holds
-    the tests' data; bench/engine.py asks for more. `conf`: Spark settings beside the fixed ones
-    (SMALL_DATA_CONF for the tests)."""
+    the tests' data; bench/engine.py asks for more."""
     home = find_spark_home()
     if home is None:
         raise MissingSpark(
@@ -123,8 +132,6 @@ def start_spark_server(
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.shuffle.partitions=2",
         "--conf", f"spark.sql.warehouse.dir={warehouse}",
-        # After the fixed ones: a later --conf of the same key wins.
-        *[arg for key, value in (conf or {}).items() for arg in ("--conf", f"{key}={value}")],
         # The serial collector: G1's concurrent threads took CPU from the other test worker, for a heap
         # of 1g (a Spark language batch: 202 → 189 s of CPU, 114 → 105 s).
         "--driver-java-options", f"-Dderby.system.home={directory} -XX:+UseSerialGC",

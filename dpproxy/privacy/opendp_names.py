@@ -4,8 +4,9 @@ own modules: `opendp.prelude` without its extras.
 The prelude also imports `opendp.extras` (its scikit-learn, NumPy, Polars and Ibis bindings, and
 SciPy behind them), none of which dpproxy uses: about half a second of CPU at the start of every
 process that imports dpproxy — each command of the CLI, each server worker (spawned) — and of every
-reload. The names here are the prelude's own, so `from dpproxy.privacy import opendp_names as dp`
-reads like the prelude OpenDP's documentation uses.
+reload. The names here are those of the prelude's modules the package uses (not `accuracy`,
+`context` or `core`), so `from dpproxy.privacy import opendp_names as dp` reads like the prelude
+OpenDP's documentation uses.
 """
 
 from opendp import combinators as c  # noqa: F401

@@ -14,12 +14,12 @@ from decimal import Decimal
 
 import pytest
 
-from dpproxy.backends.spark import arrow_rows, connect_session, query_arrow
+from dpproxy.backends.spark import arrow_rows, query_arrow
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
 from tests.certify import by_key, certify
 from tests.conftest import SPARK
-from tests.sparkserver import SparkServer
+from tests.sparkserver import SparkServer, small_data_session
 from tests.sql.test_certificates import Loader, policy_text
 
 pytestmark = SPARK
@@ -57,7 +57,7 @@ class SparkLoader:
     the rows of the person the session variable `cert_without` names."""
 
     def __init__(self, url: str) -> None:
-        self.session = connect_session(url)
+        self.session = small_data_session(url)
         self.without: int | None = None
 
     def load(self, rows: list[tuple]) -> None:

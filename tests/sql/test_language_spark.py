@@ -19,12 +19,11 @@ from collections.abc import Collection, Iterator
 import psycopg
 import pytest
 
-from dpproxy.backends.spark import connect_session
 from dpproxy.policy import parse_policy
 from tests.certify import certification_duckdb
 from tests.conftest import SPARK
 from tests.pgcluster import PgCluster, create_database, drop_database
-from tests.sparkserver import SparkServer
+from tests.sparkserver import SparkServer, small_data_session
 from tests.sql.language import schema
 from tests.sql.language.databases import Loaded
 from tests.sql.language.grammar import Generated, generate
@@ -63,7 +62,7 @@ def build_databases(
         names.append(dbname)
         pg = Loaded("postgres", psycopg.connect(pg_cluster.dsn(dbname), autocommit=True))
         pg.load(db)
-        session = connect_session(spark_url)
+        session = small_data_session(spark_url)
         sessions.append(session)
         spark = Loaded("spark", session)
         spark.load(db)

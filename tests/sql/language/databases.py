@@ -4,13 +4,13 @@
 rows deleted inside a transaction that is rolled back: their rows in each protected table, and the
 notes of their visits), which is how the sensitivity certificate walks the neighbours. The
 transaction stays open while the statements asked of that neighbour follow one another (a
-certificate runs every statement of a plan on it), and is rolled back before anything else runs;
-the rows of a query already run on the same database (D or a neighbour) are answered again from
-memory, as the database never changes once loaded. On DuckDB, the neighbours are read through a
-second connection (tests/certify.NeighbourReader: optimizer off, each statement prepared once);
-D itself with the optimizer on, so DuckDB's optimizer is still compared with PostgreSQL on every
-statement. Spark has no
-transactions: a database is loaded into a Spark database of its own (`lang_<name>`), and the
+certificate runs every statement of a plan on it), and is rolled back before another neighbour's
+opens (on PostgreSQL, before anything else runs; on DuckDB, the neighbours are read through a second
+connection, tests/certify.NeighbourReader, whose transaction D's never sees: optimizer off and each
+statement prepared once, D itself read with the optimizer on, so DuckDB's optimizer is still
+compared with PostgreSQL on every statement). The rows of a query already run on the same database
+(D or a neighbour) are answered again from memory, as the database never changes once loaded.
+Spark has no transactions: a database is loaded into a Spark database of its own (`lang_<name>`), and the
 session reads it through temporary views named like the tables (unqualified names resolve to a
 temporary view first), which leave out the rows of the person a session variable names (none: D
 itself). `RawBackend` lets an Engine use such a connection for the public queries it
@@ -111,11 +111,12 @@ class Loaded:
 
     def load(self, db: Database) -> None:
         self._answered.clear()
-        if self.neighbours is not None:
-            self.neighbours.forget()  # prepared on the tables this replaces
         if self.kind == "spark":
             self._load_spark(db)
             return
+        self._leave_out(None)  # no neighbour's transaction may outlive the tables it read
+        if self.neighbours is not None:
+            self.neighbours.forget()  # prepared on the tables this replaces
         run = self.conn.execute
         if self.kind == "postgres":
             run("SET TIME ZONE 'UTC'")
@@ -231,22 +232,33 @@ class Loaded:
             self._spark_views(without)
             rows = [tuple(_normalise(v) for v in row) for row in arrow_rows(query_arrow(self.conn, sql))]
         else:
-            if self.neighbours is None or without is not None:  # DuckDB's D never sees a neighbour's
-                self._leave_out(without)
-            try:
-                rows = [tuple(_normalise(v) for v in row) for row in self._execute(sql, without)]
-            except Exception:
-                self._leave_out(None)  # a failed statement aborts the neighbour's transaction
-                raise
+            rows = [tuple(_normalise(v) for v in row) for row in self._execute(sql, without)]
         if _QUERY.match(sql):
             self._answered.put(key, rows)
         return list(rows)
 
     def _execute(self, sql: str, without: Neighbour | None) -> list[tuple]:
-        """The rows of `sql` on D, or on the open neighbour (on DuckDB, through `neighbours`)."""
-        if self.neighbours is not None and without is not None:
-            return self.neighbours.rows(sql)
-        return self.conn.execute(sql).fetchall()
+        """The rows of `sql` on D or on D minus `without`. On DuckDB, D on `conn` (which never sees
+        a neighbour's transaction: that stays open) and a neighbour through `neighbours`, whose
+        failed read is made again optimized (tests/certify.NeighbourReader)."""
+        if self.neighbours is None or without is not None:
+            self._leave_out(without)
+        try:
+            if self.neighbours is None or without is None:
+                return self.conn.execute(sql).fetchall()
+            try:
+                return self.neighbours.rows(sql)
+            except duckdb.Error:
+                self._leave_out(None)  # the error aborted the transaction: open it again, optimized
+                with self.neighbours.optimized():
+                    self._leave_out(without)
+                    try:
+                        return self.neighbours.conn.execute(sql).fetchall()
+                    finally:
+                        self._leave_out(None)  # before the optimizer goes off (outside a transaction)
+        except Exception:
+            self._leave_out(None)  # a failed statement aborts the neighbour's transaction
+            raise
 
     def _leave_out(self, without: Neighbour | None) -> None:
         """Make the neighbours' connection read D minus person `without` (D itself for None): the
