@@ -4,7 +4,8 @@
 log() { printf '==> %s\n' "$*" >&2; }
 
 # ensure_debian_packages PKG… — apt-get install the packages that are missing (and python3-venv
-# when Python cannot make a virtualenv). DPPROXY_SKIP_APT=1 never calls apt-get.
+# when Python cannot make a virtualenv and one of VENVS, default .venv, is still to be made).
+# DPPROXY_SKIP_APT=1 never calls apt-get.
 ensure_debian_packages() {
     local missing=() package
     for package in "$@"; do
@@ -12,9 +13,12 @@ ensure_debian_packages() {
             missing+=("$package")
         fi
     done
-    # Debian splits venv (and its pip) out of python3: needed while .venv or dbt's .dbt/venv is to be made.
-    if [[ ! -x .venv/bin/python || ! -x .dbt/venv/bin/python ]] &&
-        ! "${PYTHON:-python3}" -c 'import ensurepip, venv' 2>/dev/null; then
+    # Debian splits venv (and its pip) out of python3.
+    local venv to_make=0
+    for venv in ${VENVS:-.venv}; do
+        [[ -x $venv/bin/python ]] || to_make=1
+    done
+    if ((to_make)) && ! "${PYTHON:-python3}" -c 'import ensurepip, venv' 2>/dev/null; then
         missing+=("python3-venv")
     fi
     ((${#missing[@]})) || return 0

@@ -29,8 +29,9 @@ PYTHON=${PYTHON:-python3}
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-# python3-venv first, when Python lacks venv (.venv and .dbt/venv need it); nothing otherwise.
-ensure_debian_packages
+# python3-venv first, when Python lacks venv and .venv or dbt's .dbt/venv is to be made; nothing
+# otherwise.
+VENVS=".venv .dbt/venv" ensure_debian_packages
 # The three installs overlap (on a fresh machine they are minutes of downloads): the Debian packages
 # and dbt's virtualenv in the background while .venv and the Spark distribution install. A failed
 # one stops the script at its `wait`; whichever fails, the script waits for the others before it
