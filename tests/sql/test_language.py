@@ -40,7 +40,7 @@ from tests.sql.language.grammar import Generated, generate
 from tests.sql.language.harness import Backends, check
 
 FIXED_SEED = 0
-# Sized for the suite's time on 2 cores (about 0.2 s of checks per statement); long runs go further.
+# Sized for the suite's time on 2 cores (about 0.25 s of checks per statement); long runs go further.
 FIXED_QUERIES = int(os.environ.get("DPPROXY_FUZZ_FIXED", "800"))
 CHUNKS = 16
 RANDOM_QUERIES = int(os.environ.get("DPPROXY_FUZZ_RANDOM", "100"))
