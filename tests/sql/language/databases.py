@@ -32,7 +32,7 @@ import psycopg
 
 from dpproxy.backends import Backend, BackendError, Cancellation, LiveColumn, normalise_type
 from dpproxy.lru import LRU
-from tests.certify import NeighbourReader, certification_duckdb
+from tests.certify import NeighbourReader, certification_duckdb, insert_rows
 from tests.pgcluster import PgCluster, create_database, drop_database
 from tests.sql.language import schema
 from tests.sql.language.schema import EACH_A_PERSON, PROTECTED, TABLES, Database
@@ -123,15 +123,7 @@ class Loaded:
         for table, columns in TABLES.items():
             run(f"DROP TABLE IF EXISTS {table}")
             run(f"CREATE TABLE {table} ({', '.join(f'{c} {t}' for c, t in columns)})")
-            rows = [self._row(r) for r in db.rows[table]]
-            if not rows:
-                continue
-            sql = f"INSERT INTO {table} VALUES ({', '.join([self.mark] * len(columns))})"
-            if self.kind == "postgres":
-                with self.conn.cursor() as cur:
-                    cur.executemany(sql, rows)
-            else:
-                self.conn.executemany(sql, rows)
+            insert_rows(self.conn, self.kind, table, [self._row(r) for r in db.rows[table]])
         self.unitless = {table: self._unitless(table) for table in EACH_A_PERSON}
         self.db = db
 
