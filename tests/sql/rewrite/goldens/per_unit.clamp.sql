@@ -1,18 +1,18 @@
 SELECT
   "__unit",
   "__k0",
-  LEAST(COUNT(*), 2) AS "__rows",
-  LEAST(GREATEST(COALESCE(SUM("__c1"), 0), 0), 20000) AS "__c1",
+  LEAST("__counted", 2) AS "__rows",
+  LEAST(GREATEST("__sum1", 0), 20000) AS "__c1",
   LEAST(
     GREATEST(
       CASE
-        WHEN COUNT(*) > 2
+        WHEN "__counted" > 2
         THEN (
-          DIV(COALESCE(SUM("__c2"), 0), COUNT(*)) * 2000 + DIV((
-            COALESCE(SUM("__c2"), 0) % COUNT(*)
-          ) * 2000, COUNT(*))
+          DIV("__sum2", "__counted") * 2000 + DIV((
+            "__sum2" % "__counted"
+          ) * 2000, "__counted")
         )
-        ELSE COALESCE(SUM("__c2"), 0) * 1000
+        ELSE "__sum2" * 1000
       END,
       0
     ),
@@ -21,32 +21,42 @@ SELECT
   LEAST(
     GREATEST(
       CASE
-        WHEN COUNT(*) > 2
+        WHEN "__counted" > 2
         THEN CASE
-          WHEN COALESCE(SUM("__c3"), 0) < 0
+          WHEN "__sum3" < 0
           THEN -(
             DIV((
-              -COALESCE(SUM("__c3"), 0)
-            ), COUNT(*)) * 2000 + DIV((
+              -"__sum3"
+            ), "__counted") * 2000 + DIV((
               (
-                -COALESCE(SUM("__c3"), 0)
-              ) % COUNT(*)
-            ) * 2000, COUNT(*))
+                -"__sum3"
+              ) % "__counted"
+            ) * 2000, "__counted")
           )
           ELSE (
-            DIV(COALESCE(SUM("__c3"), 0), COUNT(*)) * 2000 + DIV((
-              COALESCE(SUM("__c3"), 0) % COUNT(*)
-            ) * 2000, COUNT(*))
+            DIV("__sum3", "__counted") * 2000 + DIV((
+              "__sum3" % "__counted"
+            ) * 2000, "__counted")
           )
         END
-        ELSE COALESCE(SUM("__c3"), 0) * 1000
+        ELSE "__sum3" * 1000
       END,
       -150000
     ),
     150000
   ) AS "__c3",
-  LEAST(GREATEST(COALESCE(SUM("__c4"), 0), -200), 200) AS "__c4"
-FROM grid_values
-GROUP BY
-  "__unit",
-  "__k0"
+  LEAST(GREATEST("__sum4", -200), 200) AS "__c4"
+FROM (
+  SELECT
+    "__unit",
+    "__k0",
+    COUNT(*) AS "__counted",
+    COALESCE(SUM("__c1"), 0) AS "__sum1",
+    COALESCE(SUM("__c2"), 0) AS "__sum2",
+    COALESCE(SUM("__c3"), 0) AS "__sum3",
+    COALESCE(SUM("__c4"), 0) AS "__sum4"
+  FROM grid_values
+  GROUP BY
+    "__unit",
+    "__k0"
+) AS "__sums"
