@@ -74,6 +74,7 @@ from dpproxy.results import Result
 from dpproxy.sql.aggregates import SPREADS as SPREAD_FUNCTIONS
 from dpproxy.sql.bounds import SessionBounds, clipped_argument, contribution_bounds, with_session_bounds
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.nodes import without_positions
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 # Equal bins of the declared range in the histogram.
@@ -86,8 +87,7 @@ EXPRESSION_BINS = 128
 SHARE = 6
 # At most this many columns' ranges chosen in one query.
 MAX_COLUMNS = 3
-# A declared range of at most this many steps of its column's grid is the column's own domain (a
-# rating, a month): not narrowed.
+# A declared range of at most this many steps of its grid is the column's own domain: not narrowed.
 MIN_STEPS = 128
 # Digits of bins / (upper − lower) in the histogram's bin expression, and its least value: a range
 # wider than bins / MIN_PER_BIN (3.2·10^10; an expression's 1.28·10^11) is not narrowed (its factor,
@@ -191,7 +191,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
     if not any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates):
         return None
     try:
-        tree = sqlglot.parse_one(query.text, read="postgres")
+        tree = without_positions(sqlglot.parse_one(query.text, read="postgres"))
     except sqlglot.errors.ParseError:
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("with") is not None:
@@ -544,7 +544,7 @@ def histogram_plan(engine: EngineLike, sql: str, share: float) -> Plan | None:
     public and a person moves it by at most 1 in L1, so it is ε-DP with δ = 0, and the statement's δ
     stays the clipped statement's alone (a Gaussian histogram spent the per-query δ once more)."""
     try:
-        query = engine.analyze_tree(sqlglot.parse_one(sql, read="postgres"), answer=True)
+        query = engine.analyze_tree(without_positions(sqlglot.parse_one(sql, read="postgres")), answer=True)
     except DPProxyError:  # of the text and the policy alone, before any charge: the plain statement
         return None
     if not isinstance(query, PrivateQuery):

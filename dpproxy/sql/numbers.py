@@ -46,6 +46,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 
 from dpproxy.errors import InvalidParameter, NotSupported
+from dpproxy.sql.nodes import without_positions
 
 # Decimal arithmetic runs in DECIMAL(38, SCALE): at most 10 fractional digits, 28 integral ones.
 DECIMAL_SCALE = 10
@@ -78,7 +79,7 @@ DECIMAL_SUM_LIMIT = Decimal(10) ** (38 - DECIMAL_SCALE) / MAX_ROWS
 
 @functools.lru_cache(maxsize=256)
 def _parsed_type(type_name: str) -> exp.DataType:
-    return exp.DataType.build(type_name)
+    return without_positions(exp.DataType.build(type_name))
 
 
 def data_type(type_name: str) -> exp.DataType:

@@ -36,7 +36,9 @@ def exposed_table(node: exp.Table, policy: Policy, database: str | None = None) 
         )
     name = node.name if node.this.quoted else node.name.lower()
     schema = node.args.get("db")
-    check_database(node.args.get("catalog"), node.sql("postgres"), database)
+    catalog = node.args.get("catalog")
+    if catalog is not None:  # spelled only then: this runs for every table of every statement
+        check_database(catalog, node.sql("postgres"), database)
     check_schema(schema, policy)
     table = policy.table(name)
     if table is None or (schema is not None and identifier_name(schema) not in table_schemas(table)):

@@ -14,6 +14,7 @@ from sqlglot.errors import ParseError
 from dpproxy.errors import InvalidParameter, SyntaxProblem
 from dpproxy.policy import Policy
 from dpproxy.sql import limits, literals, postprocess
+from dpproxy.sql.nodes import without_positions
 from dpproxy.sql.positions import syntax_problem
 from dpproxy.sql.types import PgType, from_column_type, from_sqlglot
 
@@ -40,11 +41,7 @@ def parse_statement(sql: str) -> exp.Expression:
         raise SyntaxProblem("expected one statement, found several", hint="send statements one at a time")
     statement = _bound_forms(_to_chars(_date_casts(_every(_plain_negations(statements[0])))))
     limits.check_tree(statement, planned=True)
-    # sqlglot records each token's position (meta); nothing here reads it, and every copy of a node
-    # made while planning would copy it again.
-    for node in statement.walk():
-        node._meta = None
-    return statement
+    return without_positions(statement)
 
 
 def _plain_negations(tree: exp.Expression) -> exp.Expression:

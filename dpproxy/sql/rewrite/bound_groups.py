@@ -91,9 +91,9 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
     if one_group:
         ranked: exp.Expression = exp.select(
             "*",
-            exp.alias_(one, GROUP_RANK, quoted=True),
-            exp.alias_(_at_least_one(ctx, col(ROWS)), TOTAL, quoted=True),
-            exp.alias_(one.copy(), GROUPS, quoted=True),
+            exp.alias_(one, GROUP_RANK, quoted=True, copy=False),
+            exp.alias_(_at_least_one(ctx, col(ROWS)), TOTAL, quoted=True, copy=False),
+            exp.alias_(one.copy(), GROUPS, quoted=True, copy=False),
             copy=False,
         ).from_(state.current, copy=False)
     else:
@@ -111,9 +111,9 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         groups = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[col(c) for c in ctx.persons])
         ranked = exp.select(
             "*",
-            exp.alias_(_window(exp.RowNumber(), ctx.persons, order), GROUP_RANK, quoted=True),
-            exp.alias_(total, TOTAL, quoted=True),
-            exp.alias_(groups, GROUPS, quoted=True),
+            exp.alias_(_window(exp.RowNumber(), ctx.persons, order), GROUP_RANK, quoted=True, copy=False),
+            exp.alias_(total, TOTAL, quoted=True, copy=False),
+            exp.alias_(groups, GROUPS, quoted=True, copy=False),
             copy=False,
         ).from_(state.current, copy=False)
     parts: list[exp.Expression] = ["*"]  # type: ignore[list-item]
@@ -126,15 +126,15 @@ def _ranked_groups(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             sign = exp.Case(
                 ifs=[exp.If(this=negative, true=exp.Literal.number(-1))], default=exp.Literal.number(1)
             )
-            parts.append(exp.alias_(sign, sign_column(i), quoted=True))
+            parts.append(exp.alias_(sign, sign_column(i), quoted=True, copy=False))
         if not splits_quotient(ctx, i):  # the candidates divide |value|·FINE·k directly
             continue
         # On the fine grid: |value|·FINE stays below 2^62 (values below 2^52, dpproxy.sql.aggregates).
         fine_magnitude = exp.Mul(this=magnitude, expression=fine.copy())
         quotient = bigint_quotient(fine_magnitude, col(TOTAL))
-        parts.append(exp.alias_(quotient, quotient_column(i), quoted=True))
+        parts.append(exp.alias_(quotient, quotient_column(i), quoted=True, copy=False))
         remainder = exp.Mod(this=fine_magnitude.copy(), expression=col(TOTAL))
-        parts.append(exp.alias_(remainder, remainder_column(i), quoted=True))
+        parts.append(exp.alias_(remainder, remainder_column(i), quoted=True, copy=False))
     select = exp.select(*parts, copy=False).from_(ranked.subquery("ranked", copy=False), copy=False)
     # No group is cut: a unit's values reach every group it has, as its rows in all are scaled to k
     # whatever their groups (the noise is sized for k rows in all, not for groups); only the units

@@ -71,8 +71,8 @@ def per_group(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             value = _zero_if_empty(exp.Sum(this=summable_integer(col(ROWS))))
         else:
             value = _zero_if_empty(exp.Sum(this=summable_integer(col(component_column(i)))))
-        projections.append(exp.alias_(value, component_column(i), quoted=True))
-    projections.append(exp.alias_(_units(ctx), UNITS, quoted=True))
+        projections.append(exp.alias_(value, component_column(i), quoted=True, copy=False))
+    projections.append(exp.alias_(_units(ctx), UNITS, quoted=True, copy=False))
     final = exp.select(*projections, copy=False).from_(state.current, copy=False)
     if ctx.keys:
         final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
@@ -139,20 +139,20 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
                 unscaled = exp.Mul(this=col(scaled_from[i]), expression=exp.Literal.number(FINE))
                 weighted = exp.Case(ifs=[exp.If(this=over, true=scaled_value)], default=unscaled)
                 value = _zero_if_empty(exp.Sum(this=summable_integer(weighted)))
-            projections.append(exp.alias_(value, candidate_column(i, j), quoted=True))
+            projections.append(exp.alias_(value, candidate_column(i, j), quoted=True, copy=False))
     for j, k in enumerate(bounds.rows):
         above = exp.and_(first.copy(), exp.GT(this=col(TOTAL), expression=exp.Literal.number(k)))
-        projections.append(exp.alias_(_count_where(above), above_column(j), quoted=True))
+        projections.append(exp.alias_(_count_where(above), above_column(j), quoted=True, copy=False))
     for j, g in enumerate(bounds.groups):
         within = exp.LTE(this=col(GROUP_RANK), expression=exp.Literal.number(g))
         if query.relation.null_unit_columns:  # persons with a unit only (_units)
             within = exp.and_(within, exp.Not(this=exp.Is(this=col(UNIT), expression=exp.Null())))
-        projections.append(exp.alias_(_count_where(within), units_column(j), quoted=True))
+        projections.append(exp.alias_(_count_where(within), units_column(j), quoted=True, copy=False))
     for j, g in enumerate(bounds.groups):
         wider = exp.and_(first.copy(), exp.GT(this=col(GROUPS), expression=exp.Literal.number(g)))
-        projections.append(exp.alias_(_count_where(wider), wider_column(j), quoted=True))
-    projections.append(exp.alias_(_count_where(first.copy()), PERSONS, quoted=True))
-    projections.append(exp.alias_(_units(ctx), UNITS, quoted=True))
+        projections.append(exp.alias_(_count_where(wider), wider_column(j), quoted=True, copy=False))
+    projections.append(exp.alias_(_count_where(first.copy()), PERSONS, quoted=True, copy=False))
+    projections.append(exp.alias_(_units(ctx), UNITS, quoted=True, copy=False))
     final = exp.select(*projections, copy=False).from_(state.current, copy=False)
     if ctx.keys:
         final = final.group_by(*[col(k) for k in ctx.keys], copy=False)

@@ -184,7 +184,7 @@ def _counts(
     """COUNT(*), or one count per pair of candidates of the rows a person keeps at them
     (`within(k, g)`)."""
     if ranks is None:
-        return [exp.alias_(exp.Count(this=exp.Star()), "__count", quoted=True)]
+        return [exp.alias_(exp.Count(this=exp.Star()), "__count", quoted=True, copy=False)]
     return [
         exp.alias_(
             exp.Sum(
@@ -194,6 +194,7 @@ def _counts(
             ),
             f"__count{j}",
             quoted=True,
+            copy=False,
         )
         for j, (k, g) in enumerate(ranks.pairs())
     ]
@@ -277,6 +278,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
                     exp.Count(this=exp.Distinct(expressions=[col(component_column(i))])),
                     component_column(i),
                     quoted=True,
+                    copy=False,
                 )
                 for i in distinct
             ],

@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
+from dpproxy.sql.nodes import without_positions
 from dpproxy.sql.types import SQLGLOT_SCHEMA_TYPE, PgType
 
 # Fractional arithmetic must stay well inside what every backend's decimal and float types hold.
@@ -58,7 +59,7 @@ class Typed:
 @functools.cache
 def _data_type(pg_type: PgType) -> exp.DataType:
     """sqlglot's type for a PostgreSQL type, parsed once (callers attach copies)."""
-    return exp.DataType.build(SQLGLOT_SCHEMA_TYPE[pg_type])
+    return without_positions(exp.DataType.build(SQLGLOT_SCHEMA_TYPE[pg_type]))
 
 
 def typed_node(node: exp.Expression, pg_type: PgType) -> exp.Expression:
