@@ -111,8 +111,11 @@ class Cost:
 Cost.ZERO = Cost(0.0, 0.0, 0.0)
 
 
+@lru_cache(maxsize=1024)
 def even_share(total: float, parts: int) -> float:
-    """The largest float s <= total/parts whose upward-rounded sum of `parts` copies is <= total."""
+    """The largest float s <= total/parts whose upward-rounded sum of `parts` copies is <= total
+    (kept per (total, parts): a query's plan asks for the same shares many times, each a loop of
+    `parts` additions)."""
     share = total / parts
     while sum_up([share] * parts) > total:
         share = math.nextafter(share, 0.0)
