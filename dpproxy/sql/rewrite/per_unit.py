@@ -2,9 +2,10 @@
 
 Fixed bounds (the policy's limits):
 
-    SELECT __unit, __k0, LEAST(COUNT(*), 5) AS __rows,
-           LEAST(GREATEST(COALESCE(SUM(__c0), 0), 0), 10000000) AS __c0
-    FROM grid_values GROUP BY __unit, __k0
+    SELECT __unit, __k0, LEAST(__counted, 5) AS __rows,
+           LEAST(GREATEST(__sum0, 0), 10000000) AS __c0
+    FROM (SELECT __unit, __k0, COUNT(*) AS __counted, COALESCE(SUM(__c0), 0) AS __sum0
+          FROM grid_values GROUP BY __unit, __k0) AS __sums
 
 One row per (unit, group) holds that unit's contribution to the group, clamped to what
 max_rows_per_unit rows can add (Component.contribution_range): the bound the sensitivity is computed
@@ -18,10 +19,13 @@ r, has its sums *scaled* by r/n instead of clamped (`scaled`, exact integer arit
 towards zero), so its contribution stays a mix of its own values — an average is never pulled
 towards a bound of the column — and counts at most r rows' worth:
 
-    SELECT __unit, __k0, LEAST(COUNT(*), 600) AS __rows,
-           CASE WHEN COUNT(*) > 600 THEN <SUM(__c0)·600/COUNT(*), truncated> ELSE SUM(__c0) END AS __c0 …
+    SELECT __unit, __k0, LEAST(__counted, 600) AS __rows,
+           CASE WHEN __counted > 600 THEN <__sum0·600/__counted, truncated> ELSE __sum0 END AS __c0 …
+    FROM (… the same inner GROUP BY …) AS __sums
 
-Either way the bound depends only on the unit's own rows. Skipped when every row is its own unit.
+Either way the bound depends only on the unit's own rows. The count and the sums are computed once,
+in the inner SELECT, and read by the outer one (`_one_row_per_unit`); a statement whose only value is
+the row count is one level (`LEAST(COUNT(*), r)`). Skipped when every row is its own unit.
 """
 
 from __future__ import annotations
