@@ -179,6 +179,11 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                     f"a tenth of the persons ({floor}), or {persons} persons where a tenth is fewer (about"
                     " what the choice's noise moves it by), at most half of them"
                 )
+            elif choice.after_selection:
+                aim = (
+                    f"about {choice.target} person(s) per group partition selection releases (drawn"
+                    f" after it), at most a tenth of the persons ({floor})"
+                )
             elif choice.decile:
                 aim = f"a tenth of the persons ({floor})"
             elif choice.capped and choice.per_group:

@@ -206,7 +206,8 @@ def _aims_at_a_tenth(query: PrivateQuery) -> bool:
     Per group that goes through partition selection, the count rule (about m persons above) is the
     public keys' rule for one group: as there, every released group's noise grows with k while the
     rows bounding removes are shared among the groups, and how many groups will be released is not
-    known before the data is read. The flights' top 5 destinations by count (`ORDER BY n DESC LIMIT
+    known before the data is read (k is then drawn after selection, by the rule for the groups it
+    released: BoundChoice.after_selection). The flights' top 5 destinations by count (`ORDER BY n DESC LIMIT
     5`, about 100 destinations), median of 40 runs: k = 512 of 600 and 15% off, the true top 5
     found 66% of the time, at the count rule; k = 256 (3.9% of the rows removed) and 7.6% off, 78%
     found, at a tenth.
@@ -319,6 +320,7 @@ def _query_noise(
                 decile=_aims_at_a_tenth(query),
                 floor=query.where is None and not keeps_rows_by_condition(query),
                 resolved=not query.keys,
+                selected=bool(query.keys) and query.needs_selection,
             )
             if kind == "rows"
             else _groups_request(query, candidates)

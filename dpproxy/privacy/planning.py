@@ -317,6 +317,7 @@ def _choices(
             a.floor,
             a.lower,
             a.resolved,
+            a.selected,
         )
         for a in asked
     )

@@ -8,12 +8,13 @@ counts leaves this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dpproxy.privacy import QueryNoise
-from dpproxy.privacy.bounds import DistinctChoice
+from dpproxy.privacy.bounds import BoundChoice, DistinctChoice
 from dpproxy.release.exact import ExactGroups
+from dpproxy.release.groups import choose_groups
 from dpproxy.sql.bounds import counts_every_row, distinct_bounds, fixed_limits, reads_rows
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
@@ -121,22 +122,51 @@ def bounding_effects(query: PrivateQuery) -> tuple[str, ...]:
 
 
 def choose_bounds(
-    query: PrivateQuery, exact: ExactGroups, noise: QueryNoise
-) -> tuple[ExactGroups, ChosenBounds]:
-    """The values at privately chosen bounds, and the bounds (one draw per choice the plan holds)."""
+    query: PrivateQuery,
+    exact: ExactGroups,
+    noise: QueryNoise,
+    noise_at: Callable[[int, int, int], QueryNoise],
+    values: int = -1,
+) -> tuple[ExactGroups, ChosenBounds, QueryNoise]:
+    """The groups released (release.groups.choose_groups) with their values at privately chosen
+    bounds, the bounds (one draw per choice the plan holds), and the noise for those values
+    (`noise_at(k, g, ℓ)`, indexes into the query's bounds and `values` into ℓ's: Plan.noise_at).
+
+    A k drawn after partition selection (BoundChoice.after_selection: counts and sums over keys
+    that are not public) is drawn once the groups are: g first, then the groups selection releases
+    (reading the units counted at g, never anything at k), then k aiming at m persons above per
+    released group. The mechanisms are the plan's, each reading what it read before; only k's aim
+    is fixed later, from a released number (docs/privacy.md §3)."""
     bounds, found = query.bounds, exact.candidates
     assert bounds is not None and found is not None
     rows, groups = len(bounds.rows) - 1, max(0, len(bounds.groups) - 1)
     floored = False
+    rows_choice: BoundChoice | None = None
     for choice in noise.choices:
         if isinstance(choice, DistinctChoice):
             continue  # ℓ: choose_distinct
         if choice.kind == "rows":
-            rows = choice.select(found.above, found.persons)
-            floored = choice.floored
+            rows_choice = choice
         else:
             groups = choice.select(found.wider, found.persons)
+    released: Sequence[int] | None = None
+    selection = None
+    if rows_choice is not None:
+        if rows_choice.after_selection and query.keys and query.needs_selection:
+            selection = noise_at(rows, groups, values).selection  # at the ceiling: it reads g alone
+            assert selection is not None
+            released = selection.select(exact.resolve(query, rows, groups if bounds.groups else None).units)
+            rows_choice = rows_choice.for_released_groups(len(released))
+        rows = rows_choice.select(found.above, found.persons)
+        floored = rows_choice.floored
     resolved = exact.resolve(query, rows, groups if bounds.groups else None)
+    noise = noise_at(rows, groups, values)
+    if released is None:
+        kept = choose_groups(query, resolved, noise)
+    elif noise.selection != selection:
+        raise AssertionError("partition selection must not depend on the chosen k")
+    else:
+        kept = resolved.subset(released)
     chosen = ChosenBounds(
         rows,
         groups,
@@ -151,7 +181,7 @@ def choose_bounds(
         reads_rows(query),
         counts_every_row(query),
     )
-    return resolved, chosen
+    return kept, chosen, noise
 
 
 def choose_distinct(

@@ -391,7 +391,8 @@ def test_quantiles_and_averages_of_a_whole_table_and_private_groups_aim_at_a_ten
         engine.explain("SELECT AVG(x) FROM t").render()
     )
     # A private key (partition selection) releases a number of groups not known before the data is
-    # read: a tenth of the persons, whatever the aggregates but averages and spreads.
+    # read: a tenth of the persons, whatever the aggregates but averages and spreads, until
+    # selection has released its groups (after_selection: the next test).
     assert rows_choice("SELECT name, COUNT(*) FROM t GROUP BY name").decile
     assert rows_choice("SELECT name, COUNT(*) AS n FROM t GROUP BY name ORDER BY n DESC LIMIT 3").decile
     assert rows_choice("SELECT name, SUM(x), MEDIAN(x) FROM t GROUP BY name").decile
@@ -497,3 +498,59 @@ def test_an_aggregates_own_condition_drops_ks_floor_as_a_where_does(sql: str, co
     assert keeps_rows_by_condition(engine.analyze(sql)) is condition
     if sql.startswith("SELECT AVG(") and "1.0" not in sql:  # AVGs alone over a whole table: k's tenth
         assert chosen(engine, sql).floor is not condition
+
+
+@given(
+    rows=st.lists(st.integers(1, 120), max_size=40),
+    added=st.integers(1, 120),
+    released=st.integers(0, 30),
+    floor=st.booleans(),
+)
+def test_k_over_keys_that_are_not_public_is_drawn_after_selection_at_m_per_released_group(
+    rows: list[int], added: int, released: int, floor: bool
+) -> None:
+    """A count or sum per key that is not public chooses k once partition selection has released its
+    groups (release.bounds.choose_bounds), by the public keys' rule for that many groups: about m
+    persons above per released group, at most a tenth of the persons, with the same candidates,
+    floor and noise as planned (so the same cost); each score still moves by at most 10."""
+    planned = bound_choice(
+        "rows", CANDIDATES, 7, Accounting.PURE, 0.1, decile=True, floor=floor, selected=True
+    )
+    assert planned.after_selection and planned.decile
+    drawn = planned.for_released_groups(released)
+    public = bound_choice(
+        "rows", CANDIDATES, 7 * max(1, released), Accounting.PURE, 0.1, capped=True, floor=floor
+    )
+    assert not drawn.after_selection and not drawn.decile and drawn.per_group and drawn.capped
+    assert (drawn.scale, drawn.epsilon, drawn.floor, drawn.target) == (
+        planned.scale,
+        planned.epsilon,
+        floor,
+        public.target,
+    )
+    before, after = drawn.scores(*counts_of(rows)), drawn.scores(*counts_of([*rows, added]))
+    assert before == public.scores(*counts_of(rows))
+    assert max(abs(a - b) for a, b in zip(before, after, strict=True)) <= 10
+
+
+def test_which_choices_of_k_wait_for_partition_selection() -> None:
+    engine = Engine(parse_policy(POLICY), None)
+    assert chosen(engine, "SELECT name, COUNT(*) FROM t GROUP BY name").after_selection
+    assert chosen(engine, "SELECT name, SUM(x) FROM t WHERE x > 2 GROUP BY name").after_selection
+    assert chosen(
+        engine, "SELECT name, COUNT(*) AS n FROM t GROUP BY name ORDER BY n DESC LIMIT 3"
+    ).after_selection
+    # Averages keep their own rule; public keys and whole tables have no selection to wait for.
+    assert not chosen(engine, "SELECT name, AVG(x) FROM t GROUP BY name").after_selection
+    assert not chosen(engine, "SELECT x, COUNT(*) FROM t GROUP BY x").after_selection
+    assert not chosen(engine, "SELECT COUNT(*) FROM t").after_selection
+    assert not chosen(engine, "SELECT MEDIAN(x) FROM t").after_selection
+    # Nothing else waits: g and the planned noise are the plan's.
+    assert (
+        not chosen(engine, "SELECT name, COUNT(*) FROM t GROUP BY name")
+        .for_released_groups(4)
+        .after_selection
+    )
+    assert "person(s) per group partition selection releases (drawn after it), at most a tenth" in (
+        engine.explain("SELECT name, COUNT(*) FROM t GROUP BY name").render()
+    )

@@ -103,10 +103,12 @@ def test_privacy_loss_of_a_limit_query_is_within_epsilon(loaded: Loaded) -> None
 
 
 def test_privacy_loss_of_the_chosen_bounds_is_within_the_choices_epsilon(loaded: Loaded) -> None:
-    """The bounds a query chooses are released (the notice says them): over a private key, k by the
-    rule for counts and g by the median of the persons' group counts. Person 0, with the most rows
-    and zips, moves every count the choices read; what the notice says about the bounds may differ
-    between the neighbours by no more than the two choices' ε allows."""
+    """The bounds a query chooses are released (the notice says them): over a private key, g by the
+    median of the persons' group counts, then k, after partition selection, by the rule for counts
+    per released group (its aim reads how many groups selection released). Person 0, with the most
+    rows and zips, moves every count the choices and the selection read; what the notice says
+    about the bounds may differ between the neighbours by no more than the two choices' ε and the
+    selection's allow."""
     policy = schema.policy_text({"patients": (8, 8), "visits": (3, 2), "visit_notes": (4, 2)})
     # A large ε, so that each choice has ε = 2 and its outcomes differ between the neighbours.
     policy = policy.replace("epsilon: 1.0,", "epsilon: 16.0, max_epsilon: 16.0,")
@@ -114,7 +116,9 @@ def test_privacy_loss_of_the_chosen_bounds_is_within_the_choices_epsilon(loaded:
     sql = "SELECT zip, COUNT(*) FROM patients GROUP BY zip"
     plan = engine.plan(sql, salt="loss")
     assert {choice.kind for choice in plan.noise.choices} == {"rows", "groups"}
-    epsilon = sum(choice.epsilon for choice in plan.noise.choices)
+    assert [c.after_selection for c in plan.noise.choices if c.kind == "rows"] == [True]
+    assert plan.noise.selection is not None
+    epsilon = sum(choice.epsilon for choice in plan.noise.choices) + plan.noise.selection.epsilon
     full, without = neighbour_rows(engine, loaded, sql, 0)
 
     def bounds(result_notes: tuple[str, ...]) -> str:
