@@ -226,6 +226,15 @@ def _aims_at_a_tenth(query: PrivateQuery) -> bool:
     return (bool(query.aggregates) and quantiles) or _whole_table_averages(query)
 
 
+def _counts_and_sums_of_private_groups(query: PrivateQuery) -> bool:
+    """k is drawn after partition selection, aiming at m persons above per released group
+    (BoundChoice.after_selection), for counts and sums grouped by keys that are not public: what
+    was measured (the flights per origin 4.8% → 1.5% off, their ± covering 7 → 59 of 60 cells).
+    With a quantile, a MODE or an average beside them, k keeps the plan's rule."""
+    counts = (AggregateKind.COUNT, AggregateKind.COUNT_VALUES, AggregateKind.COUNT_UNITS, AggregateKind.SUM)
+    return bool(query.keys) and query.needs_selection and all(a.kind in counts for a in query.aggregates)
+
+
 # At most this many public groups released: each group's sum is at least a quarter of the query's.
 FEW_GROUPS = 4
 
@@ -320,7 +329,7 @@ def _query_noise(
                 decile=_aims_at_a_tenth(query),
                 floor=query.where is None and not keeps_rows_by_condition(query),
                 resolved=not query.keys,
-                selected=bool(query.keys) and query.needs_selection,
+                selected=_counts_and_sums_of_private_groups(query),
             )
             if kind == "rows"
             else _groups_request(query, candidates)

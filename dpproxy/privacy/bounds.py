@@ -239,8 +239,9 @@ class BoundChoice:
         """This choice once partition selection has released `groups` groups (`after_selection`): the
         public keys' aim, `target` (m) persons above per released group, at most a tenth of the
         persons (the module docstring), with the same candidates, floor, sensitivity and noise, so
-        the same cost. `groups` is a released number (partition selection's output), so the aim is
-        fixed before the scores are read, as a public key domain's is."""
+        the same cost. `groups` is partition selection's output, already drawn and paid for (an
+        analyst may not see it whole, under HAVING or LIMIT), so the aim is fixed before the scores
+        are read, as a public key domain's is."""
         if not self.after_selection:
             return self
         return dataclasses.replace(

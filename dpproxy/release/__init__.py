@@ -5,7 +5,9 @@ Order of operations, which is what makes the answer differentially private:
   2. `choose_groups` (groups): choose the released groups *without looking at values*: every
      combination of public keys (zero-filled), or DP partition selection on the noisy count of units
      per group (`ORDER BY <count> DESC LIMIT k` is no exception: its k groups are the first k by
-     their noisy values, in step 5).
+     their noisy values, in step 5). With bounds chosen per query, k and g are drawn first (step
+     1½, `choose_bounds`, which calls this step), but over keys that are not public k may be drawn
+     after the groups are: it reads how many were released.
   3. `release_aggregates` (aggregates): add noise to every component of every released group
      (dpproxy.privacy owns the samplers), and
   4. compute COUNT/SUM/AVG… from noisy components (rounding, clamping into bounds), with their 95% ±.

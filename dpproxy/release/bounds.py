@@ -1,9 +1,11 @@
 """Step 1½ of a release with bounds chosen per query: choose k, g and ℓ privately from the
-candidates' counts (dpproxy.privacy.bounds), keep the values at those bounds, and say what was chosen.
+candidates' counts (dpproxy.privacy.bounds), keep the values at those bounds, choose the groups
+(step 2, dpproxy.release.groups), and say what was chosen.
 
 The choices are drawn here, from counts of persons per candidate that the main statement computed
-(ExactGroups.candidates); the chosen bounds are released (the notice says them). Nothing else of the
-counts leaves this module.
+(ExactGroups.candidates); the chosen bounds are released (the notice says them). Over keys that are
+not public, k may be drawn after partition selection (`choose_bounds`), its aim read from how many
+groups selection released. Nothing else of the counts leaves this module.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def choose_bounds(
         if rows_choice.after_selection and query.keys and query.needs_selection:
             selection = noise_at(rows, groups, values).selection  # at the ceiling: it reads g alone
             assert selection is not None
-            released = selection.select(exact.resolve(query, rows, groups if bounds.groups else None).units)
+            released = selection.select(exact.units_at(groups if bounds.groups else None))
             rows_choice = rows_choice.for_released_groups(len(released))
         rows = rows_choice.select(found.above, found.persons)
         floored = rows_choice.floored

@@ -72,6 +72,14 @@ class ExactGroups:
             components[g][i] = counts[values]
         return dataclasses.replace(self, components=components, carried={})
 
+    def units_at(self, groups: int | None) -> list[int]:
+        """The units per group partition selection reads, at candidate g index `groups` (None: the
+        units the statement counted): what `resolve` gives whatever k."""
+        found = self.candidates
+        if found is None or groups is None:
+            return list(self.units)
+        return [row[groups] for row in found.units]
+
     def resolve(self, query: PrivateQuery, rows: int, groups: int | None) -> ExactGroups:
         """The values at the chosen candidates (indexes into the query's bounds): each component's at
         k (a COUNT(DISTINCT unit)'s, and the units partition selection reads, at g; the row
@@ -80,7 +88,7 @@ class ExactGroups:
         if found is None:
             return self
         counted = [None if c.kind.row_pipeline else (c.kind is ComponentKind.UNITS) for c in query.components]
-        units = [row[groups] for row in found.units] if groups is not None else self.units
+        units = self.units_at(groups)
         components = []
         for g, (row, exact) in enumerate(zip(found.components, self.components, strict=True)):
             components.append(

@@ -540,8 +540,12 @@ def test_which_choices_of_k_wait_for_partition_selection() -> None:
     assert chosen(
         engine, "SELECT name, COUNT(*) AS n FROM t GROUP BY name ORDER BY n DESC LIMIT 3"
     ).after_selection
-    # Averages keep their own rule; public keys and whole tables have no selection to wait for.
+    # Averages keep their own rule; beside a quantile or an average, a count keeps the plan's tenth
+    # (unmeasured); public keys and whole tables have no selection to wait for.
     assert not chosen(engine, "SELECT name, AVG(x) FROM t GROUP BY name").after_selection
+    assert not chosen(engine, "SELECT name, COUNT(*), MEDIAN(x) FROM t GROUP BY name").after_selection
+    assert chosen(engine, "SELECT name, COUNT(*), MEDIAN(x) FROM t GROUP BY name").decile
+    assert not chosen(engine, "SELECT name, COUNT(*), AVG(x) FROM t GROUP BY name").after_selection
     assert not chosen(engine, "SELECT x, COUNT(*) FROM t GROUP BY x").after_selection
     assert not chosen(engine, "SELECT COUNT(*) FROM t").after_selection
     assert not chosen(engine, "SELECT MEDIAN(x) FROM t").after_selection
