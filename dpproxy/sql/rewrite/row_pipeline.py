@@ -256,7 +256,11 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
         chain.append(("rows_sampled", sampled))
     source = chain[-1][0]
     statements: list[Step] = []
-    keys = [col(k) for k in ctx.keys]
+
+    def keys() -> list[exp.Expression]:
+        # New nodes for each statement: a node attached to two trees has one parent only.
+        return [col(k) for k in ctx.keys]
+
     if distinct and ctx.per_unit:
         # Each person's distinct values, per group: the release gives each person at most ℓ of them
         # (dpproxy.release.distinct), so one person moves a group's count by at most ℓ.
@@ -264,7 +268,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             value = col(component_column(i))
             name = f"distinct_values_{j}" if len(distinct) > 1 else "distinct_values"
             final = (
-                exp.select(*keys, *[col(c) for c in ctx.persons], value, copy=False)
+                exp.select(*keys(), *[col(c) for c in ctx.persons], value, copy=False)
                 .distinct()
                 .from_(source, copy=False)
                 .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())), copy=False)
@@ -272,7 +276,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             statements.append(Step(name, "each person's distinct values among their rows, per group", final))
     elif distinct:
         final = exp.select(
-            *keys,
+            *keys(),
             *[
                 exp.alias_(
                     exp.Count(this=exp.Distinct(expressions=[col(component_column(i))])),
@@ -284,13 +288,13 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             ],
             copy=False,
         ).from_(source, copy=False)
-        if keys:
+        if ctx.keys:
             final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
         statements.append(Step("distinct_values", "distinct values among the bounded rows, per group", final))
     for h in range(len(query.histograms)):
         name = histogram_column(h)
         final = (
-            exp.select(*keys, col(name), *_counts(ranks, within), copy=False)
+            exp.select(*keys(), col(name), *_counts(ranks, within), copy=False)
             .from_(source, copy=False)
             .where(exp.Not(this=exp.Is(this=col(name), expression=exp.Null())), copy=False)
             .group_by(*[col(k) for k in ctx.keys], col(name), copy=False)
