@@ -74,7 +74,7 @@ from dpproxy.results import Result
 from dpproxy.sql.aggregates import SPREADS as SPREAD_FUNCTIONS
 from dpproxy.sql.bounds import SessionBounds, clipped_argument, contribution_bounds, with_session_bounds
 from dpproxy.sql.intervals import Interval
-from dpproxy.sql.nodes import without_positions
+from dpproxy.sql.nodes import parse_postgres
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 # Equal bins of the declared range in the histogram.
@@ -191,7 +191,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
     if not any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates):
         return None
     try:
-        tree = without_positions(sqlglot.parse_one(query.text, read="postgres"))
+        tree = parse_postgres(query.text)
     except sqlglot.errors.ParseError:
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("with") is not None:
@@ -544,7 +544,7 @@ def histogram_plan(engine: EngineLike, sql: str, share: float) -> Plan | None:
     public and a person moves it by at most 1 in L1, so it is ε-DP with δ = 0, and the statement's δ
     stays the clipped statement's alone (a Gaussian histogram spent the per-query δ once more)."""
     try:
-        query = engine.analyze_tree(without_positions(sqlglot.parse_one(sql, read="postgres")), answer=True)
+        query = engine.analyze_tree(parse_postgres(sql), answer=True)
     except DPProxyError:  # of the text and the policy alone, before any charge: the plain statement
         return None
     if not isinstance(query, PrivateQuery):

@@ -138,7 +138,7 @@ def choose_bounds(
     that are not public) is drawn once the groups are: g first, then the groups selection releases
     (reading the units counted at g, never anything at k), then k aiming at m persons above per
     released group. The mechanisms are the plan's, each reading what it read before; only k's aim
-    is fixed later, from a released number (docs/privacy.md §3)."""
+    is fixed later, from selection's output, already drawn (docs/privacy.md §3)."""
     bounds, found = query.bounds, exact.candidates
     assert bounds is not None and found is not None
     rows, groups = len(bounds.rows) - 1, max(0, len(bounds.groups) - 1)
@@ -154,7 +154,7 @@ def choose_bounds(
     released: Sequence[int] | None = None
     selection = None
     if rows_choice is not None:
-        if rows_choice.after_selection and query.keys and query.needs_selection:
+        if rows_choice.after_selection:  # planned only for keys that go through selection
             selection = noise_at(rows, groups, values).selection  # at the ceiling: it reads g alone
             assert selection is not None
             released = selection.select(exact.units_at(groups if bounds.groups else None))

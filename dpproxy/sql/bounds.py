@@ -14,11 +14,10 @@ import dataclasses
 from dataclasses import dataclass
 from decimal import Decimal
 
-import sqlglot
 from sqlglot import exp
 
 from dpproxy.errors import DPProxyError
-from dpproxy.sql.nodes import without_positions
+from dpproxy.sql.nodes import parse_postgres
 from dpproxy.sql.query import FINE, AggregateKind, ComponentKind, ContributionBounds, PrivateQuery
 from dpproxy.sql.rowexpr.constants import constant_value
 
@@ -89,7 +88,7 @@ def keeps_rows_by_condition(query: PrivateQuery) -> bool:
     if counts_every_row(query):
         return False
     for aggregate in query.aggregates:
-        call = without_positions(sqlglot.parse_one(aggregate.text, read="postgres"))
+        call = parse_postgres(aggregate.text)
         argument = _own_argument(call.this if isinstance(call, exp.Func) else None)
         if not isinstance(argument, exp.Case):
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+import sqlglot
 from sqlglot import exp
 
 E = TypeVar("E", bound=exp.Expression)
@@ -25,6 +26,14 @@ def conjuncts(node: exp.Expression) -> list[exp.Expression]:
     if isinstance(node, exp.And):
         return conjuncts(node.this) + conjuncts(node.expression)
     return [node]
+
+
+def parse_postgres(sql: str) -> exp.Expression:
+    """One statement in PostgreSQL's dialect, parsed by sqlglot alone (no dpproxy normalisation:
+    dpproxy.sql.statement.parse_statement is the analyst's entry) and without positions, as every
+    tree dpproxy builds by parsing text it wrote itself or read from a plan. Raises sqlglot's
+    ParseError."""
+    return without_positions(sqlglot.parse_one(sql, read="postgres"))
 
 
 def without_positions(tree: E) -> E:
