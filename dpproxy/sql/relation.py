@@ -28,7 +28,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
+from dpproxy.errors import DatatypeMismatch, DPProxyError, GroupingError, NotSupported, PolicyViolation
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
@@ -554,7 +554,7 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     if not name:
         raise NotSupported("a subquery in FROM needs an alias", hint="write (SELECT …) AS name")
     inner = inline(node.this)
-    for key in ("having", "distinct", "order", "limit", "offset", "qualify", "windows"):
+    for key in ("distinct", "order", "limit", "offset", "qualify", "windows"):
         if inner.args.get(key):
             raise NotSupported(f"{key.upper()} is not supported in subquery {name}")
     if inner.find(exp.Window):
@@ -606,6 +606,14 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
             f'subquery {name} must return its privacy unit "{relation.unit_name}"',
             hint=f"SELECT {relation.unit_name}, … GROUP BY {relation.unit_name}",
         )
+    having = inner.args.get("having")
+    condition, hidden = (None, []) if having is None else _having_columns(having.this, name, scope, columns)
+    visible = len(columns)
+    cap = None if relation.fixed_bounds else relation.max_rows
+    for hidden_name, aggregate in hidden:
+        column, sql = _derived_aggregate(aggregate, hidden_name, scope, cap)
+        projections.append(exp.alias_(sql, hidden_name, quoted=True))
+        columns.append(column)
     base, joins = relation.from_items()
     body = exp.select(*projections, copy=False).from_(base, copy=False)
     for join in joins:
@@ -622,7 +630,55 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     item = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
     persons = next(s for s in relation.sources if s.alias == unit.table)  # a table, or a subquery's
     of = persons.policy or persons.persons_of
-    return Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None, of)
+    source = Source(alias, frozenset({name.lower()}), name, False, tuple(columns), item, None, of)
+    if condition is None:
+        return source
+    # HAVING keeps or drops a person's row by that person's own aggregates: the filter over the
+    # hidden columns of the row, which the outer query never sees (one row per person, or none).
+    checked = row_expression(condition, RowScope((source,), f"HAVING of subquery {name}"))
+    if checked.type not in (PgType.BOOL, PgType.UNKNOWN):
+        raise DatatypeMismatch(
+            f"argument of HAVING of subquery {name} must be boolean, not {checked.type.value}"
+        )
+    shown = columns[:visible]
+    outputs = (exp.alias_(exp.column(c.name, table=alias, quoted=True), c.name, quoted=True) for c in shown)
+    kept = exp.select(*outputs, copy=False)
+    kept = kept.from_(item, copy=False).where(checked.sql, copy=False)
+    filtered = exp.Subquery(this=kept, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    return dataclasses.replace(source, columns=tuple(shown), item=filtered)
+
+
+def _having_columns(
+    condition: exp.Expression, name: str, scope: RowScope, columns: Sequence[SourceColumn]
+) -> tuple[exp.Expression, list[tuple[str, exp.Expression]]]:
+    """A per-person subquery's HAVING over the person's row: each aggregate (with its FILTER, if any)
+    read from a hidden column of that row, the privacy unit from its output column; and the hidden
+    columns' names and aggregates. As in PostgreSQL, any other column must be in an aggregate."""
+    hidden: list[tuple[str, exp.Expression]] = []
+    taken = {c.name for c in columns}
+    unit = next(c.name for c in columns if c.is_unit)
+
+    def hide(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            if not scope.resolve(node)[1].is_unit:
+                raise GroupingError(
+                    f'column "{node.name}" must appear in the GROUP BY clause or be used in an aggregate '
+                    f"function (HAVING of subquery {name})"
+                )
+            return exp.column(unit, table=name.lower(), quoted=True)
+        if not (
+            isinstance(node, exp.AggFunc)
+            or (isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc))
+        ):
+            return node
+        number = len(hidden)
+        while f"__having{number}" in taken:
+            number += 1
+        taken.add(f"__having{number}")
+        hidden.append((f"__having{number}", node.copy()))
+        return exp.column(f"__having{number}", table=name.lower(), quoted=True)
+
+    return condition.copy().transform(hide), hidden
 
 
 def _check_person_column(source: Source, relation: Relation, name: str) -> None:

@@ -69,6 +69,10 @@ QUERIES = [
     # With ceilings a person's COUNT and SUM are clamped at what max_rows_per_unit rows can add.
     "SELECT AVG(n), SUM(total), AVG(total) FROM (SELECT pid, COUNT(*) AS n, SUM(y) AS total FROM events GROUP BY pid) t",
     "SELECT p.grp, AVG(t.m), COUNT(*) FROM (SELECT pid, AVG(y) AS m FROM events GROUP BY pid) t JOIN people p ON p.pid = t.pid GROUP BY p.grp",
+    # HAVING keeps a person's row or not by their own aggregates (hidden columns of that row).
+    "SELECT COUNT(*), AVG(n) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid HAVING COUNT(*) > 1 AND MAX(y) >= 50) t",
+    "SELECT p.grp, COUNT(*) FROM (SELECT pid FROM events GROUP BY pid HAVING SUM(y) FILTER (WHERE kind = 'a') > 20 OR pid = 3) t "
+    "JOIN people p ON p.pid = t.pid GROUP BY p.grp",
     "SELECT COUNT(*) FROM people WHERE grp IN (SELECT grp FROM dims WHERE region = 'n')",
     "SELECT p.grp, MEDIAN(e.y), COUNT(DISTINCT e.kind), mode() WITHIN GROUP (ORDER BY e.kind) FROM people p JOIN events e ON p.pid = e.pid GROUP BY p.grp",
 ]
@@ -176,6 +180,25 @@ def test_a_per_person_count_or_sum_is_clamped_at_the_ceiling(tables: Tables) -> 
     with pytest.raises(DPProxyError, match="no upper or lower bound") as caught:
         Engine(cached_policy(fixed), None).plan(sql)
     assert caught.value.sqlstate == "42501"
+
+
+def test_having_in_a_per_person_subquery_keeps_the_persons_it_admits(tables: Tables) -> None:
+    """HAVING over a per-person subquery filters persons by their own aggregates, as PostgreSQL's
+    HAVING does (with a COUNT read at most the ceiling, as the subquery's columns are), and the
+    aggregates it reads stay out of the subquery's columns."""
+    persons = [([], [("a", Decimal(90))] * 5), ([], [("b", Decimal(10))] * 2), ([], [("a", Decimal(60))])]
+    tables.load(persons, [])
+    sql = (
+        "SELECT COUNT(*), SUM(n) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid "
+        "HAVING COUNT(*) >= 2 AND MAX(y) > 50) t"
+    )
+    plan = Engine(cached_policy(POLICY), None, dialect=tables.kind).plan(sql, salt="certificate")
+    measured = at_ceilings(plan, measure(plan, tables.run))
+    # Person 0 (5 rows, counted as 3, max 90) passes; person 1 (max 10) and person 2 (1 row) do not.
+    assert measured.components[0][:2] == [1, 3]
+    star = "SELECT COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid HAVING SUM(y) > 0) t"
+    statement = Engine(cached_policy(POLICY), None, dialect=tables.kind).plan(star).statements[0]
+    assert '"__having0"' in statement and statement.count('"__having0"') == 2  # named, then filtered on
 
 
 # people's unit enforced unique (a primary key): a person's attributes, grouping their events.

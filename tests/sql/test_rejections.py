@@ -124,10 +124,28 @@ REJECTIONS = [
         "0A000",
         ['must GROUP BY the privacy unit "patient_id" alone'],
     ),
-    (  # a per-person count is clamped at the ceiling; an average of it does not change that
-        "SELECT SUM(n) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id HAVING COUNT(*) > 2) t",
+    (  # HAVING of a per-person subquery reads the person's aggregates and unit, as PostgreSQL's does
+        "SELECT SUM(n) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id HAVING cost > 2) t",
+        "42803",
+        [
+            'column "cost" must appear in the GROUP BY clause or be used in an aggregate function (HAVING of subquery t)'
+        ],
+    ),
+    (
+        "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id HAVING SUM(cost)) t",
+        "42804",
+        ["argument of HAVING of subquery t must be boolean, not numeric"],
+    ),
+    (
+        "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id "
+        "HAVING COUNT(*) > (SELECT COUNT(*) FROM visits)) t",
         "0A000",
-        ["HAVING is not supported in subquery t"],
+        ['a subquery may only read public tables; "visits" is protected'],
+    ),
+    (
+        "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id HAVING MEDIAN(cost) > 2) t",
+        "0A000",
+        ["in a per-person subquery is not supported"],
     ),
     (
         "SELECT COUNT(*) FROM patients UNION SELECT COUNT(*) FROM visits",

@@ -670,7 +670,20 @@ class QueryGenerator:
             key = "patient_id" if self.chance(0.9) else self.pick((*others, "patient_id, " + value))
             where = f" WHERE {value} > {self.literal('int')}" if self.chance(0.3) else ""
             items = ", ".join(f"{sql} AS {name}" for name, sql, _ in chosen)
-            body = f"SELECT {key.split(',')[0]}, {items} FROM {table}{where} GROUP BY {key}"
+            having = ""
+            if key == "patient_id" and self.chance(0.3):
+                # A person's row kept or not by their own aggregates (and unit), perhaps none shown.
+                tests = [
+                    f"COUNT(*) > {self.rng.randint(0, 4)}",
+                    f"SUM({value}) >= {self.literal('int')}",
+                    f"AVG({self.pick(numbers)}) < {self.literal('int')}",
+                    f"MAX({value}) IS NOT NULL",
+                    f"COUNT(*) FILTER (WHERE {value} > {self.literal('int')}) > 0",
+                    f"patient_id % 2 = {self.rng.randint(0, 1)}",
+                ]
+                picked = [t for t in tests if self.chance(0.35)] or [tests[0]]
+                having = " HAVING " + self.pick((" AND ", " OR ")).join(picked)
+            body = f"SELECT {key.split(',')[0]}, {items} FROM {table}{where} GROUP BY {key}{having}"
             columns = (Column("patient_id", "int", unit=True), *(Column(n, k) for n, _, k in chosen))
             return f"({body}) {alias}", Source(alias, alias, columns, True), body
         if roll < 0.9:
