@@ -240,6 +240,29 @@ def test_a_group_beyond_the_range_is_released_at_its_bound_with_an_interval_to_t
     assert near[2] < float(upper) and near[1] >= float(lower)
 
 
+def test_a_having_that_reads_no_average_keeps_the_range_chosen_and_filters_the_clipped_statement(
+    engine: Engine,
+) -> None:
+    """HAVING COUNT(*) > n reads nothing clipping changes: the histogram reads every group (no
+    HAVING there), the clipped statement keeps the HAVING (applied to the released values, as
+    without clipping), and the range is chosen as without it."""
+    spy = Spy(engine.backend)
+    engine.backend = spy  # type: ignore[assignment]
+    sql = "SELECT band, AVG(x) FROM t GROUP BY band HAVING COUNT(*) > 5"
+    parts = clip_parts(engine, engine.plan(sql, epsilon=0.5), None)
+    assert parts is not None and [c.policy.name for c in parts.columns] == ["x"]
+    assert "HAVING" not in histogram_sql(parts, parts.columns[0]).upper()
+    result = _clipped(engine, sql, 0.5)
+    lower, upper = _range(result.notes)
+    assert lower == 0 and upper < 10_000
+    bound = format(upper.normalize(), "f")
+    assert PER_BIN in spy.sent[-2] and bound in spy.sent[-1]
+    column = parts.columns[0]
+    tree, _ = clipped_tree(parts, {(column.table, column.policy.name): (lower, upper)})
+    assert tree.args["having"].sql("postgres") == "HAVING COUNT(*) > 5"
+    assert "value ranges: averages of t.x" in engine.explain(sql).render()
+
+
 @pytest.mark.parametrize(
     "sql",
     [
@@ -250,6 +273,7 @@ def test_a_group_beyond_the_range_is_released_at_its_bound_with_an_interval_to_t
         "SELECT AVG(x + pid) FROM t",  # an expression of the privacy unit
         "SELECT STDDEV(x + pid) FROM t",  # a spread of an expression of the privacy unit
         "SELECT band, AVG(x) FROM t GROUP BY band HAVING AVG(x) > 1000",  # rows kept by clipped values
+        "SELECT band, COUNT(*) FROM t GROUP BY band HAVING COUNT(*) > 1 AND STDDEV(x) < 50",  # a spread's
         "SELECT band, AVG(x) AS a FROM t GROUP BY band ORDER BY a DESC LIMIT 1",
         "SELECT AVG(x) FROM t WHERE pid < 300",  # 300 persons: too few to see a range (the note says so)
         "SELECT AVG(a.x), AVG(b.x) FROM t a JOIN t b ON a.pid = b.pid",  # one alias's range not the other's

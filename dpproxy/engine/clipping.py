@@ -35,18 +35,17 @@ range is said in the NOTICE. One reservation holds both costs before anything ru
 limit (dpproxy.engine.series): the clipped query's cost is the statement's own at the rest of ε,
 known before its range is. The charge stands once the histogram was sent (dpproxy.engine.charge).
 
-Which queries: a plain SELECT (no WITH, subquery, window or set operation; no HAVING, and no ORDER BY
-with LIMIT or OFFSET, which would keep or drop rows by clipped values) over tables whose bounds each
-query chooses (not `contribution_bounds: fixed`, not every row its own person) and which do not say
-`value_ranges: declared`, whose AVGs take a
-bare column of a protected table with a declared number range of more than MIN_STEPS steps of its
+Which queries: a plain SELECT (no WITH, subquery, window or set operation; no HAVING that reads an
+AVG or a spread, and no ORDER BY with LIMIT or OFFSET, which would keep or drop rows by clipped
+values) over tables whose bounds each query chooses (not `contribution_bounds: fixed`, not every
+row its own person) and which do not say `value_ranges: declared`, whose AVGs take a bare column
+of a protected table with a declared number range of more than MIN_STEPS steps of its
 grid (a rating of 1 to 5 is its own range; a double always qualifies), or an expression of such
 columns whose range as the analyser derives it qualifies alike
 (`_expression`: the flights' average speed, `distance / air_time * 60` over 0 to 15,000, went from
 6.4% off to 0.7%), at most MAX_COLUMNS such columns or expressions; not under
 `dpproxy.target_error`. VAR and STDDEV (of a column or such an expression) are clipped to that range
-widened by its own width on each side it narrows (CLIPPED, `spread_range`).
-Everything else runs as before.
+widened by its own width on each side it narrows (CLIPPED, `spread_range`). Everything else runs as before.
 """
 
 from __future__ import annotations
@@ -196,11 +195,12 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("with") is not None:
         return None
-    if tree.args.get("having") is not None or (
+    having = tree.args.get("having")
+    if (having is not None and any(isinstance(n, CLIPPED) for n in having.walk())) or (
         tree.args.get("order") is not None and (tree.args.get("limit") or tree.args.get("offset"))
     ):
-        # Rows kept or dropped by a clipped value: a group whose values lie beyond the range would be
-        # filtered out by its clipped average (HAVING AVG(x) > 1000 dropped a group averaging 7,375).
+        # Rows kept or dropped by a clipped value (HAVING AVG(x) > 1000 dropped a group averaging
+        # 7,375); HAVING COUNT(*) > 100 reads nothing clipped (no output alias there either).
         return None
     if any(isinstance(n, (exp.Subquery, exp.Window, exp.SetOperation)) for n in tree.walk()):
         return None
