@@ -43,7 +43,7 @@ from dpproxy.sql.query import (
     output_placeholder,
 )
 from dpproxy.sql.relation import SchemaFacts, build_relation
-from dpproxy.sql.rowexpr import bytewise_text, row_expression
+from dpproxy.sql.rowexpr import bytewise_text, row_condition, row_expression
 from dpproxy.sql.select_list import limit_of, output_name, select_position
 from dpproxy.sql.types import PgType
 
@@ -87,10 +87,7 @@ class PrivateAnalyzer(AggregateRules):
         where = tree.args.get("where")
         where_sql = None
         if where is not None:
-            typed = row_expression(where.this, self.scope.in_clause("WHERE"))
-            if typed.type not in (PgType.BOOL, PgType.UNKNOWN):
-                raise DatatypeMismatch(f"argument of WHERE must be boolean, not {typed.type.value}")
-            where_sql = typed.sql
+            where_sql = row_condition(where.this, self.scope.in_clause("WHERE")).sql
         self._group_keys()
         items = tree.expressions
         if any(

@@ -28,13 +28,13 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import DatatypeMismatch, DPProxyError, GroupingError, NotSupported, PolicyViolation
+from dpproxy.errors import GroupingError, NotSupported, PolicyViolation, UndefinedColumn
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.nodes import conjuncts, strip_parens
 from dpproxy.sql.public import exposed_table
-from dpproxy.sql.rowexpr import Typed, row_expression
+from dpproxy.sql.rowexpr import row_condition, row_expression
 from dpproxy.sql.rowexpr.typed import clip_sql
 from dpproxy.sql.scope import RowScope, Source, SourceColumn
 from dpproxy.sql.types import PgType, avg_result, from_column_type, sum_result
@@ -419,14 +419,8 @@ def _join_condition(
                 links.append(
                     ((sources.index(a_source), a_column.name), (sources.index(b_source), b_column.name))
                 )
-    checked = [_boolean(row_expression(t, scope), t) for t in terms]
+    checked = [row_condition(t, scope.in_clause("JOIN condition")) for t in terms]
     return exp.and_(*[c.sql for c in checked]) if len(checked) > 1 else checked[0].sql, links
-
-
-def _boolean(typed: Typed, node: exp.Expression) -> Typed:
-    if typed.type not in (PgType.BOOL, PgType.UNKNOWN):
-        raise DPProxyError(f"JOIN condition must be boolean: {node.sql('postgres')}")
-    return typed
 
 
 class _Classes:
@@ -607,7 +601,9 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
             hint=f"SELECT {relation.unit_name}, … GROUP BY {relation.unit_name}",
         )
     having = inner.args.get("having")
-    condition, hidden = (None, []) if having is None else _having_columns(having.this, name, scope, columns)
+    condition, hidden = (
+        (None, []) if having is None else _having_columns(having.this, name, relation, columns)
+    )
     visible = len(columns)
     cap = None if relation.fixed_bounds else relation.max_rows
     for hidden_name, aggregate in hidden:
@@ -624,7 +620,7 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
     assert unit is not None
     body = body.where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())), copy=False)
     if where is not None:
-        checked = row_expression(where.this, relation.scope(f"WHERE of subquery {name}"))
+        checked = row_condition(where.this, relation.scope(f"WHERE of subquery {name}"))
         body = body.where(exp.Paren(this=checked.sql), copy=False)
     body = body.group_by(unit.copy(), copy=False)
     item = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
@@ -635,11 +631,7 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
         return source
     # HAVING keeps or drops a person's row by that person's own aggregates: the filter over the
     # hidden columns of the row, which the outer query never sees (one row per person, or none).
-    checked = row_expression(condition, RowScope((source,), f"HAVING of subquery {name}"))
-    if checked.type not in (PgType.BOOL, PgType.UNKNOWN):
-        raise DatatypeMismatch(
-            f"argument of HAVING of subquery {name} must be boolean, not {checked.type.value}"
-        )
+    checked = row_condition(condition, RowScope((source,), f"HAVING of subquery {name}"))
     shown = columns[:visible]
     outputs = (exp.alias_(exp.column(c.name, table=alias, quoted=True), c.name, quoted=True) for c in shown)
     kept = exp.select(*outputs, copy=False)
@@ -649,22 +641,33 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
 
 
 def _having_columns(
-    condition: exp.Expression, name: str, scope: RowScope, columns: Sequence[SourceColumn]
+    condition: exp.Expression, name: str, relation: Relation, columns: Sequence[SourceColumn]
 ) -> tuple[exp.Expression, list[tuple[str, exp.Expression]]]:
     """A per-person subquery's HAVING over the person's row: each aggregate (with its FILTER, if any)
     read from a hidden column of that row, the privacy unit from its output column; and the hidden
-    columns' names and aggregates. As in PostgreSQL, any other column must be in an aggregate."""
+    columns' names and aggregates. As in PostgreSQL, any other column must be in an aggregate, and
+    an output alias is not a column there."""
+    scope = relation.scope(f"HAVING of subquery {name}")
     hidden: list[tuple[str, exp.Expression]] = []
-    taken = {c.name for c in columns}
+    taken = {c.name.lower() for c in columns}  # DuckDB and Spark match names whatever their case
     unit = next(c.name for c in columns if c.is_unit)
 
     def hide(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
-            if not scope.resolve(node)[1].is_unit:
-                raise GroupingError(
-                    f'column "{node.name}" must appear in the GROUP BY clause or be used in an aggregate '
-                    f"function (HAVING of subquery {name})"
+            written = node.name if node.this.quoted else node.name.lower()
+            if not node.table and written in taken and not any(s.column(written) for s in relation.sources):
+                raise UndefinedColumn(
+                    f'column "{written}" does not exist (HAVING of subquery {name}: "{written}" is an '
+                    "output alias, which cannot be used in HAVING)",
+                    hint="repeat its expression, e.g. HAVING COUNT(*) > 5",
                 )
+            source, column = scope.resolve(node)
+            if not column.is_unit:
+                raise GroupingError(
+                    f'column "{node.sql("postgres")}" must appear in the GROUP BY clause or be used in an '
+                    f"aggregate function (HAVING of subquery {name})"
+                )
+            _check_person_column(source, relation, name)
             return exp.column(unit, table=name.lower(), quoted=True)
         if not (
             isinstance(node, exp.AggFunc)

@@ -143,6 +143,28 @@ REJECTIONS = [
         ['a subquery may only read public tables; "visits" is protected'],
     ),
     (
+        "SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id HAVING n > 2) t",
+        "42703",
+        [
+            'column "n" does not exist (HAVING of subquery t: "n" is an output alias, which cannot be used in HAVING)'
+        ],
+    ),
+    (
+        "SELECT COUNT(*) FROM (SELECT v.patient_id FROM visits v LEFT JOIN patients p ON p.patient_id = v.patient_id "
+        "GROUP BY v.patient_id HAVING p.patient_id IS NULL) t",
+        "0A000",
+        ["which is on the nullable side of a LEFT JOIN"],
+    ),
+    # An untyped string as a condition is read when planned: DuckDB would cast it only when a row
+    # reaches it, an error that says whether anyone is there.
+    (
+        "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id HAVING 'abc') t",
+        "22P02",
+        ["invalid input syntax for type boolean: 'abc'"],
+    ),
+    ("SELECT COUNT(*) FROM visits WHERE patient_id = 3 AND NOT 'abc'", "22P02", ["type boolean: 'abc'"]),
+    ("SELECT COUNT(*) FROM visits WHERE 'abc' IS TRUE", "22P02", ["type boolean: 'abc'"]),
+    (
         "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id HAVING MEDIAN(cost) > 2) t",
         "0A000",
         ["in a per-person subquery is not supported"],

@@ -14,7 +14,7 @@ The checker is split by kind of rule: `typed` (the result of a check), `constant
 `predicates`, `text`, `dates`, and `checker` (the handler table and the leaves).
 """
 
-from dpproxy.sql.rowexpr.checker import ALLOWED_FUNCTIONS, RowExpressionChecker, row_expression
+from dpproxy.sql.rowexpr.checker import ALLOWED_FUNCTIONS, RowExpressionChecker, row_condition, row_expression
 from dpproxy.sql.rowexpr.constants import constant_value
 from dpproxy.sql.rowexpr.predicates import bytewise_text
 from dpproxy.sql.rowexpr.typed import (
@@ -36,6 +36,7 @@ __all__ = [
     "column_ref",
     "constant_value",
     "number_literal",
+    "row_condition",
     "row_expression",
     "typed_node",
 ]

@@ -201,3 +201,9 @@ class RowExpressionChecker(ArithmeticRules, PredicateRules, TextRules, DateRules
 
 def row_expression(node: exp.Expression, scope: RowScope) -> Typed:
     return RowExpressionChecker(scope).check(node)
+
+
+def row_condition(node: exp.Expression, scope: RowScope) -> Typed:
+    """A WHERE, ON or HAVING condition per row: boolean (42804 otherwise, naming scope.clause), an
+    untyped string constant read as a boolean when planned (Predicates._boolean)."""
+    return RowExpressionChecker(scope).condition(node)

@@ -67,13 +67,22 @@ class PredicateRules:
         )
 
     def _boolean(self, node: exp.Expression) -> Typed:
+        """A condition (WHERE, ON, HAVING, CASE WHEN, AND/OR/NOT, IS TRUE): boolean, or an untyped
+        string constant read as one now, as PostgreSQL reads 't' or 'yes' ('abc': 22P02 whatever
+        the data). Sent as written, DuckDB would cast it only when a row reaches it: an error
+        that says whether anyone is there."""
         typed = self.check(node)
-        if typed.type not in (PgType.BOOL, PgType.UNKNOWN):
+        if typed.type is PgType.UNKNOWN:
+            return typed_constant(typed, PgType.BOOL)
+        if typed.type is not PgType.BOOL:
             raise DatatypeMismatch(
                 f"argument of {self.scope.clause} must be boolean, not {typed.type.value}: "
                 f"{node.sql('postgres')}"
             )
         return typed
+
+    def condition(self, node: exp.Expression) -> Typed:
+        return self._boolean(node)
 
     def _logical(self, node: exp.Expression) -> Typed:
         left, right = self._boolean(node.left), self._boolean(node.right)
@@ -90,10 +99,10 @@ class PredicateRules:
         return Typed(exp.Not(this=inner.sql), PgType.BOOL, None, inner.uses_unit, inner.constant)
 
     def _is(self, node: exp.Expression) -> Typed:
-        inner = self.check(node.this)
         target = node.expression
         if not isinstance(target, (exp.Null, exp.Boolean)):
             raise NotSupported(f"IS {target.sql('postgres')} is not supported; use IS [NOT] NULL/TRUE/FALSE")
+        inner = self._boolean(node.this) if isinstance(target, exp.Boolean) else self.check(node.this)
         return Typed(
             exp.Is(this=inner.sql, expression=target.copy()),
             PgType.BOOL,
