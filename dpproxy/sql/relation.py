@@ -28,7 +28,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import GroupingError, NotSupported, PolicyViolation, UndefinedColumn
+from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation, UndefinedColumn
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
@@ -631,7 +631,16 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
         return source
     # HAVING keeps or drops a person's row by that person's own aggregates: the filter over the
     # hidden columns of the row, which the outer query never sees (one row per person, or none).
-    checked = row_condition(condition, RowScope((source,), f"HAVING of subquery {name}"))
+    try:
+        checked = row_condition(condition, RowScope((source,), f"HAVING of subquery {name}"))
+    except DPProxyError as error:  # its message names the aggregates as written, not their columns
+        for hidden_name, aggregate in hidden:
+            error.message = error.message.replace(
+                exp.column(hidden_name, table=name.lower(), quoted=True).sql("postgres"),
+                aggregate.sql("postgres"),
+            )
+        error.args = (error.message,)
+        raise
     shown = columns[:visible]
     outputs = (exp.alias_(exp.column(c.name, table=alias, quoted=True), c.name, quoted=True) for c in shown)
     kept = exp.select(*outputs, copy=False)

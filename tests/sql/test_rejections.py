@@ -164,6 +164,11 @@ REJECTIONS = [
     ),
     ("SELECT COUNT(*) FROM visits WHERE patient_id = 3 AND NOT 'abc'", "22P02", ["type boolean: 'abc'"]),
     ("SELECT COUNT(*) FROM visits WHERE 'abc' IS TRUE", "22P02", ["type boolean: 'abc'"]),
+    (  # the aggregates as written, not the hidden columns HAVING reads them from
+        "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id HAVING COUNT(*) LIKE 'a%') t",
+        "42883",
+        ["LIKE needs text, but COUNT(*) is bigint (HAVING of subquery t)"],
+    ),
     (
         "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id HAVING MEDIAN(cost) > 2) t",
         "0A000",
