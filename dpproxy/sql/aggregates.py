@@ -11,7 +11,7 @@ from typing import ClassVar, TypeVar
 
 from sqlglot import exp
 
-from dpproxy.errors import InvalidParameter, NotSupported, PolicyViolation, UndefinedFunction
+from dpproxy.errors import InvalidParameter, NotSupported, PolicyViolation, UndefinedFunction, UndefinedTable
 from dpproxy.policy import DEFAULT_GRID_SCALE
 from dpproxy.sql.datetimes import epoch_grid, epoch_grid_sql
 from dpproxy.sql.intervals import Interval
@@ -89,6 +89,19 @@ class AggregateRules:
     def _count(self, node: exp.Count) -> int:
         arg = node.this
         unit = self.relation.unit_name
+        if isinstance(arg, exp.Column) and isinstance(arg.this, exp.Star):
+            # COUNT(t.*): t's rows whose row value is not NULL, which is every row of t unless a LEFT
+            # JOIN extends it with NULLs: COUNT(*) there, as PostgreSQL counts.
+            source = next((s for s in self.relation.sources if arg.table.lower() in s.names), None)
+            if source is None:
+                raise UndefinedTable(f'missing FROM-clause entry for table "{arg.table}" (COUNT)')
+            if source.alias in self.relation.nullable:
+                raise NotSupported(
+                    f"COUNT({arg.sql('postgres')}) of a table on the nullable side of a LEFT JOIN is not "
+                    "supported",
+                    hint="count one of its columns that is never NULL",
+                )
+            arg = None
         if arg is None or isinstance(arg, exp.Star):
             component = self._component(Component(ComponentKind.ROWS, identity="rows"))
             return self._add_aggregate(Aggregate(AggregateKind.COUNT, (component,), PgType.INT8, "count(*)"))

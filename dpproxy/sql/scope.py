@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import AmbiguousColumn, PolicyViolation, UndefinedTable
+from dpproxy.errors import AmbiguousColumn, NotSupported, PolicyViolation, UndefinedTable
 from dpproxy.policy import ColumnPolicy, NamedColumns, TablePolicy
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.types import INTEGER_RANGE, PgType, from_column_type
@@ -115,6 +115,11 @@ class RowScope:
 
     def resolve(self, node: exp.Column) -> tuple[Source, SourceColumn]:
         qualifier = node.table.lower() if node.table else None
+        if isinstance(node.this, exp.Star):
+            raise NotSupported(
+                f"{node.sql('postgres')} is not supported in {self.clause}",
+                hint="name the columns it stands for",
+            )
         if node.args.get("db") or node.args.get("catalog"):
             raise PolicyViolation(f"column reference {node.sql('postgres')} has too many qualifiers")
         name = node.name if node.this.quoted else node.name.lower()

@@ -200,6 +200,11 @@ def test_having_in_a_per_person_subquery_keeps_the_persons_it_admits(tables: Tab
     clash = sql.replace("SELECT pid, COUNT(*) AS n", 'SELECT pid, COUNT(*) AS n, MIN(y) AS "__HAVING0"')
     plan = Engine(cached_policy(POLICY), None, dialect=tables.kind).plan(clash, salt="certificate")
     assert at_ceilings(plan, measure(plan, tables.run)).components[0][:2] == [1, 3]
+    # COUNT(t.*) counts t's rows, as COUNT(*) does (no LEFT JOIN extends t with NULLs).
+    rows = Engine(cached_policy(POLICY), None, dialect=tables.kind).plan(
+        sql.replace("COUNT(*), SUM", "COUNT(t.*), SUM")
+    )
+    assert at_ceilings(rows, measure(rows, tables.run)).components[0][:2] == [1, 3]
     star = "SELECT COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM events GROUP BY pid HAVING SUM(y) > 0) t"
     statement = Engine(cached_policy(POLICY), None, dialect=tables.kind).plan(star).statements[0]
     assert '"__having0"' in statement and statement.count('"__having0"') == 2  # named, then filtered on

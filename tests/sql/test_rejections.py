@@ -164,6 +164,13 @@ REJECTIONS = [
     ),
     ("SELECT COUNT(*) FROM visits WHERE patient_id = 3 AND NOT 'abc'", "22P02", ["type boolean: 'abc'"]),
     ("SELECT COUNT(*) FROM visits WHERE 'abc' IS TRUE", "22P02", ["type boolean: 'abc'"]),
+    (
+        "SELECT COUNT(p.*) FROM visits v LEFT JOIN patients p USING (patient_id)",
+        "0A000",
+        ["COUNT(p.*) of a table"],
+    ),
+    ("SELECT COUNT(x.*) FROM visits v", "42P01", ['missing FROM-clause entry for table "x"']),
+    ("SELECT SUM(v.*) FROM visits v", "0A000", ["v.* is not supported in SUM argument"]),
     (  # the aggregates as written, not the hidden columns HAVING reads them from
         "SELECT COUNT(*) FROM (SELECT patient_id FROM visits GROUP BY patient_id HAVING COUNT(*) LIKE 'a%') t",
         "42883",
