@@ -196,6 +196,11 @@ class RowExpressionChecker(ArithmeticRules, PredicateRules, TextRules, DateRules
 
     def _paren(self, node: exp.Expression) -> Typed:
         inner = self.check(node.this)
+        if inner.type is PgType.UNKNOWN and isinstance(inner.sql, exp.Literal):
+            # ('12') is the untyped constant '12', as in PostgreSQL (and a public scalar subquery's
+            # text answer, inlined so): what meets a number or a date is parsed when planned, never
+            # sent for the backend to guess (DuckDB's abs('12') was a binder error, charged).
+            return inner
         return dataclasses.replace(inner, sql=typed_node(exp.Paren(this=inner.sql), inner.type))
 
 
