@@ -743,13 +743,13 @@ class Engine:
         if distinct_bounds(query):  # COUNT(DISTINCT x) per person: ℓ drawn, then its values
             exact, values, note = choose_distinct(query, exact, noise)
             notes = (note,)
-        groups = None
         if exact.candidates is not None:  # bounds chosen per query: k and g, their values, the groups
             groups, chosen, noise = choose_bounds(query, exact, noise, plan.noise_at, values)
             notes = tuple(n for n in (chosen.note(), *notes) if n)  # no sentence when nothing is bounded
-        elif values != -1:
-            noise = plan.noise_at(-1, -1, values)
-        groups = choose_groups(query, exact, noise) if groups is None else groups
+        else:
+            if values != -1:
+                noise = plan.noise_at(-1, -1, values)
+            groups = choose_groups(query, exact, noise)
         refinements = plan.refinements if query.histograms else {}
         refined = refine_quantiles(query, refinements, groups, noise, run)
         released = release_aggregates(query, groups, noise, plan.responses, refined)

@@ -18,7 +18,6 @@ from dpproxy.errors import (
     InvalidParameter,
     NotSupported,
     PolicyViolation,
-    UndefinedColumn,
 )
 from dpproxy.policy import Policy
 from dpproxy.sql import postprocess
@@ -44,6 +43,7 @@ from dpproxy.sql.query import (
 )
 from dpproxy.sql.relation import SchemaFacts, build_relation
 from dpproxy.sql.rowexpr import bytewise_text, row_condition, row_expression
+from dpproxy.sql.scope import refuse_output_alias
 from dpproxy.sql.select_list import limit_of, output_name, select_position
 from dpproxy.sql.types import PgType
 
@@ -389,19 +389,14 @@ class PrivateAnalyzer(AggregateRules):
     def _check_not_alias(self, node: exp.Column, clause: str) -> None:
         """An output alias is not a column: in HAVING, or inside an ORDER BY expression, PostgreSQL
         answers 42703 (only a bare `ORDER BY alias` and `GROUP BY alias` may name one)."""
-        name = node.name if node.this.quoted else node.name.lower()
-        if node.table or any(s.column(name) for s in self.relation.sources):
-            return
         aliases = [output_name(i) for i in self.tree.expressions if isinstance(i, exp.Alias)]
-        if name not in aliases:
-            return
         where = "in HAVING" if clause == "HAVING" else f"inside an expression in {clause}"
-        raise UndefinedColumn(
-            f'column "{name}" does not exist ({clause}: "{name}" is an output alias, which cannot be used '
-            f"{where})",
-            hint=f"an output alias may stand alone in ORDER BY or GROUP BY (ORDER BY {name}); elsewhere "
-            "repeat its expression, e.g. HAVING COUNT(*) > 5",
+        name = node.name if node.this.quoted else node.name.lower()
+        hint = (
+            f"an output alias may stand alone in ORDER BY or GROUP BY (ORDER BY {name}); elsewhere "
+            "repeat its expression, e.g. HAVING COUNT(*) > 5"
         )
+        refuse_output_alias(node, aliases, self.relation.sources, clause, where, hint)
 
     def _order_by(self, output_names: list[str]) -> list[SortKey]:
         order = self.tree.args.get("order")

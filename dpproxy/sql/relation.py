@@ -28,7 +28,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation, UndefinedColumn
+from dpproxy.errors import DPProxyError, GroupingError, NotSupported, PolicyViolation
 from dpproxy.policy import DEFAULT_GRID_SCALE, Policy, TablePolicy
 from dpproxy.sql import numbers
 from dpproxy.sql.intervals import Interval
@@ -36,7 +36,7 @@ from dpproxy.sql.nodes import conjuncts, strip_parens
 from dpproxy.sql.public import exposed_table
 from dpproxy.sql.rowexpr import row_condition, row_expression
 from dpproxy.sql.rowexpr.typed import clip_sql
-from dpproxy.sql.scope import RowScope, Source, SourceColumn
+from dpproxy.sql.scope import RowScope, Source, SourceColumn, refuse_output_alias
 from dpproxy.sql.types import PgType, avg_result, from_column_type, sum_result
 
 INFINITY = Decimal("Infinity")
@@ -575,6 +575,7 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
             hint=f"write GROUP BY {relation.unit_name}, and aggregate per person in the outer query",
         )
     where = inner.args.get("where")
+    cap = None if relation.fixed_bounds else relation.max_rows
     projections: list[exp.Expression] = []
     columns: list[SourceColumn] = []
     for item in inner.expressions:
@@ -591,7 +592,6 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
             raise NotSupported(
                 f"name each aggregate of subquery {name} with AS", hint="e.g. COUNT(*) AS visits"
             )
-        cap = None if relation.fixed_bounds else relation.max_rows
         column, sql = _derived_aggregate(bare, item.alias, scope, cap)
         projections.append(exp.alias_(sql, item.alias, quoted=True))
         columns.append(column)
@@ -601,11 +601,11 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
             hint=f"SELECT {relation.unit_name}, … GROUP BY {relation.unit_name}",
         )
     having = inner.args.get("having")
+    aliases = [item.alias for item in inner.expressions if isinstance(item, exp.Alias)]
     condition, hidden = (
-        (None, []) if having is None else _having_columns(having.this, name, relation, columns)
+        (None, []) if having is None else _having_columns(having.this, name, relation, columns, aliases)
     )
     visible = len(columns)
-    cap = None if relation.fixed_bounds else relation.max_rows
     for hidden_name, aggregate in hidden:
         column, sql = _derived_aggregate(aggregate, hidden_name, scope, cap)
         projections.append(exp.alias_(sql, hidden_name, quoted=True))
@@ -650,26 +650,26 @@ def _derived_source(node: exp.Subquery, alias: str, policy: Policy, facts: Schem
 
 
 def _having_columns(
-    condition: exp.Expression, name: str, relation: Relation, columns: Sequence[SourceColumn]
+    condition: exp.Expression,
+    name: str,
+    relation: Relation,
+    columns: Sequence[SourceColumn],
+    aliases: Collection[str],
 ) -> tuple[exp.Expression, list[tuple[str, exp.Expression]]]:
     """A per-person subquery's HAVING over the person's row: each aggregate (with its FILTER, if any)
     read from a hidden column of that row, the privacy unit from its output column; and the hidden
     columns' names and aggregates. As in PostgreSQL, any other column must be in an aggregate, and
     an output alias is not a column there."""
-    scope = relation.scope(f"HAVING of subquery {name}")
+    clause = f"HAVING of subquery {name}"
+    scope = relation.scope(clause)
+    hint = "repeat its expression, e.g. HAVING COUNT(*) > 5"
     hidden: list[tuple[str, exp.Expression]] = []
     taken = {c.name.lower() for c in columns}  # DuckDB and Spark match names whatever their case
     unit = next(c.name for c in columns if c.is_unit)
 
     def hide(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
-            written = node.name if node.this.quoted else node.name.lower()
-            if not node.table and written in taken and not any(s.column(written) for s in relation.sources):
-                raise UndefinedColumn(
-                    f'column "{written}" does not exist (HAVING of subquery {name}: "{written}" is an '
-                    "output alias, which cannot be used in HAVING)",
-                    hint="repeat its expression, e.g. HAVING COUNT(*) > 5",
-                )
+            refuse_output_alias(node, aliases, relation.sources, clause, "in HAVING", hint)
             source, column = scope.resolve(node)
             if not column.is_unit:
                 raise GroupingError(

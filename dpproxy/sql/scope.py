@@ -10,12 +10,13 @@ Nothing here reads data.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
 from sqlglot import exp
 
-from dpproxy.errors import AmbiguousColumn, NotSupported, PolicyViolation, UndefinedTable
+from dpproxy.errors import AmbiguousColumn, NotSupported, PolicyViolation, UndefinedColumn, UndefinedTable
 from dpproxy.policy import ColumnPolicy, NamedColumns, TablePolicy
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.types import INTEGER_RANGE, PgType, from_column_type
@@ -157,3 +158,19 @@ class RowScope:
             f'column "{name}" is not exposed by the policy in any of {labels}',
             hint="check the column's name and which table it belongs to",
         )
+
+
+def refuse_output_alias(
+    node: exp.Column, aliases: Collection[str], sources: Sequence[Source], clause: str, where: str, hint: str
+) -> None:
+    """An output alias is not a column outside a bare ORDER BY or GROUP BY item: where the query reads
+    an unqualified name that is one of `aliases` and no source's column, PostgreSQL answers 42703
+    (`where`: "in HAVING", "inside an expression in ORDER BY")."""
+    name = node.name if node.this.quoted else node.name.lower()
+    if node.table or name not in aliases or any(s.column(name) for s in sources):
+        return
+    raise UndefinedColumn(
+        f'column "{name}" does not exist ({clause}: "{name}" is an output alias, which cannot be used '
+        f"{where})",
+        hint=hint,
+    )

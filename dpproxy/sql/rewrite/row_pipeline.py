@@ -289,7 +289,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             copy=False,
         ).from_(source, copy=False)
         if ctx.keys:
-            final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
+            final = final.group_by(*keys(), copy=False)
         statements.append(Step("distinct_values", "distinct values among the bounded rows, per group", final))
     for h in range(len(query.histograms)):
         name = histogram_column(h)
@@ -297,7 +297,7 @@ def row_pipeline(state: RewriteState, ctx: RewriteContext) -> RewriteState:
             exp.select(*keys(), col(name), *_counts(ranks, within), copy=False)
             .from_(source, copy=False)
             .where(exp.Not(this=exp.Is(this=col(name), expression=exp.Null())), copy=False)
-            .group_by(*[col(k) for k in ctx.keys], col(name), copy=False)
+            .group_by(*keys(), col(name), copy=False)
         )
         statements.append(Step(f"histogram_{h}", f"counts per candidate of histogram {h}, per group", final))
     auxiliary = []
