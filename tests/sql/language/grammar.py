@@ -909,6 +909,10 @@ class QueryGenerator:
                 return self.reference(*self.pick(bounded))
             return self.expr("number")
 
+        if n == 3 and self.scope:
+            # COUNT(t.*): t's rows (COUNT(*)), or 0A000 where a LEFT JOIN extends t with NULLs. The
+            # first source, drawing nothing more: the other statements stay as they were.
+            return f"COUNT({self.scope[0].qualifier}.*)"
         if n <= 3:
             return "COUNT(*)"
         if n == 4:
