@@ -29,7 +29,7 @@ today (MovieLens: 25 rows, 12 groups; InstEval: 10 rows, 5 groups). ε = 0.5 and
 (the policies' defaults). A policy the engine refuses is reported and left out.
 
 Questions (`--questions`, default bench/realdata/DATASET-questions.yaml, whose header describes the
-format): those a data owner asks (20 of MovieLens, 17 of InstEval), each with one value column. Each
+format): those a data owner asks (25 of MovieLens, 22 of InstEval), each scoring one value column. Each
 question's truth is its exact answer on the raw table in DuckDB (the same SQL unless the file gives
 another). For every question and policy, after one untimed warm-up run, the question is asked
 `--repeat` times through `Engine(policy, backend, ledger=None).execute` (no ledger: a fresh budget
@@ -267,6 +267,7 @@ class Question:
     range: float | None = None
     truth: str | None = None
     top: int | None = None
+    keys: int | None = None  # the answer's leading key columns (default: all but the last)
 
     def truth_sql(self) -> str:
         """The exact answer's SQL in DuckDB: `truth`, else `sql` itself (without ORDER BY and LIMIT
@@ -295,7 +296,7 @@ def load_questions(path: Path) -> list[Question]:
         where = f"{path}: question {i + 1}"
         if not isinstance(entry, dict):
             raise SystemExit(f"{where}: expected a mapping")
-        unknown = set(entry) - {"label", "sql", "kind", "persons", "range", "truth", "top"}
+        unknown = set(entry) - {"label", "sql", "kind", "persons", "range", "truth", "top", "keys"}
         missing = {"label", "sql", "kind", "persons"} - set(entry)
         if unknown or missing:
             raise SystemExit(f"{where}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
@@ -324,8 +325,9 @@ def canonical(value: object) -> object:
     return str(value)
 
 
-def key_of(row: tuple) -> tuple:
-    return tuple(canonical(v) for v in row[:-1])
+def key_of(row: tuple, keys: int | None = None) -> tuple:
+    """The group's key: the row's first `keys` columns (by default all but the last, the value)."""
+    return tuple(canonical(v) for v in row[: len(row) - 1 if keys is None else keys])
 
 
 @dataclass
@@ -337,8 +339,8 @@ class Truth:
 
 def truth_of(con: duckdb.DuckDBPyConnection, question: Question) -> Truth:
     rows = con.execute(question.truth_sql()).fetchall()
-    values = {key_of(row): float(row[-1]) for row in rows if row[-1] is not None}
-    groups = [key_of(row) for row in rows]
+    values = {key_of(row, question.keys): float(row[-1]) for row in rows if row[-1] is not None}
+    groups = [key_of(row, question.keys) for row in rows]
     if question.top is not None:
         groups = sorted(values, key=lambda k: -values[k])[: question.top]
     persons = {key_of(row): int(row[-1]) for row in con.execute(question.persons).fetchall()}
@@ -387,7 +389,7 @@ class Outcome:
 
 
 def score(result: Result, question: Question, truth: Truth, out: Outcome) -> None:
-    released = {key_of(row): row[-1] for row in result.rows}
+    released = {key_of(row, question.keys): row[-1] for row in result.rows}
     big = [k for k in truth.groups if truth.persons.get(k, 0) >= MIN_PERSONS]
     out.big = len(big)
     if big:

@@ -152,6 +152,7 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             f"candidates per group, their target ranks moved by ∓{abs(spec.shift)} (noise scale "
             f"{spec.scale:.6g}, half a share each)"
         )
+    two_ks = any(getattr(choice, "means", False) for choice in plan.noise.choices)
     for choice in plan.noise.choices:
         by = "report-noisy-max, "
         if isinstance(choice, DistinctChoice):
@@ -197,6 +198,9 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                 aim = f"about {choice.target} person(s)"
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"
             name = "k, a person's rows in the whole query"
+            if two_ks:  # dpproxy.sql.bounds.mean_components
+                family = "averages and spreads" if choice.means else "other aggregates"
+                name = f"k of the {family} (the query has two), a person's rows in the whole query"
         else:
             what = (
                 "the noisy median of the persons' numbers of groups"

@@ -9,6 +9,7 @@ it. `explain` renders a plan; the engine runs one; neither is imported here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import secrets
@@ -30,7 +31,13 @@ from dpproxy.release import ExactGroups, exact_groups, selectors
 from dpproxy.release.aggregates import column_errors, fine_components
 from dpproxy.release.post_processing import refuse_constant_errors
 from dpproxy.results import ResultColumn
-from dpproxy.sql.bounds import choosing, component_bounds, distinct_bounds, keeps_rows_by_condition
+from dpproxy.sql.bounds import (
+    choosing,
+    component_bounds,
+    distinct_bounds,
+    keeps_rows_by_condition,
+    mean_components,
+)
 from dpproxy.sql.postprocess.intervals import round_digits
 from dpproxy.sql.query import FINE, Aggregate, AggregateKind, ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite import RewriteState, rewrite
@@ -93,17 +100,26 @@ class Plan:
         """Whether the release chooses k and g from every candidate's values (PrivateQuery.bounds)."""
         return choosing(self.query)
 
-    def noise_at(self, rows: int, groups: int, values: int = -1) -> QueryNoise:
+    def noise_at(self, rows: int, groups: int, values: int = -1, means: int | None = None) -> QueryNoise:
         """The noise for the values at the chosen candidates (indexes into the query's bounds, and
-        into distinct_bounds for ℓ): the same shares, and so the same cost, as the plan's, with
-        sensitivities for those bounds."""
+        into distinct_bounds for ℓ; `means`, the averages' own k: sql.bounds.mean_components): the
+        same shares, and so the same cost, as the plan's, with sensitivities for those bounds."""
         chooses = self.chooses_bounds or len(distinct_bounds(self.query)) > 1
         if not chooses or self.responses is not None:
             return self.noise
-        noise = _query_noise(self.query, self.epsilon, self.delta, self._defaults, rows, groups, values)
-        if noise.cost != self.noise.cost:  # both are the allocation: the same whatever the bounds
-            raise AssertionError("the noise at a chosen bound must cost what the plan reserved")
+        key = (rows, groups, values, means)
+        noise = self._noise_by_bounds.get(key)
+        if noise is None:
+            noise = _query_noise(self.query, self.epsilon, self.delta, self._defaults, *key)
+            if noise.cost != self.noise.cost:  # both are the allocation: the same whatever the bounds
+                raise AssertionError("the noise at a chosen bound must cost what the plan reserved")
+            self._noise_by_bounds[key] = noise  # a function of the plan and the key: any thread's will do
         return noise
+
+    @functools.cached_property
+    def _noise_by_bounds(self) -> dict[tuple[int, int, int, int | None], QueryNoise]:
+        """noise_at's answers, by its arguments (a plan is reused from the plan cache)."""
+        return {}
 
     def measure(self, *row_sets: Sequence[Sequence[object]]) -> ExactGroups:
         """True values per group from each statement's rows: the certificates' seam (see
@@ -280,6 +296,35 @@ def _share(aggregate: Aggregate) -> bool:
     return interval is not None and interval.lo == 0 and interval.hi == 1
 
 
+def _rows_request(query: PrivateQuery, candidates: tuple[int, ...], means: bool = False) -> BoundRequest:
+    """k's rule (dpproxy.privacy.bounds) for `query`'s aggregates; `means`: the averages' own k of a
+    query with two (`_family`). Counts and sums over public keys aim k at m persons above per
+    released group (their errors summed over the groups)."""
+    return BoundRequest(
+        "rows",
+        candidates,
+        _spread(query),
+        _averages_only(query),
+        half=_many_groups(query) or _spreads_only(query),
+        # With `half` only (bound_choice); spreads alone over few groups aim at the median.
+        lower=not _has_quantile(query) and _many_groups(query),
+        cells=query.key_domain_size or 1,
+        decile=_aims_at_a_tenth(query),
+        floor=query.where is None and not keeps_rows_by_condition(query),
+        resolved=not query.keys,
+        selected=_counts_and_sums_of_private_groups(query),
+        means=means,
+    )
+
+
+def _family(query: PrivateQuery, averaged: frozenset[int], *, means: bool) -> PrivateQuery:
+    """The query as k's rule reads it for one of its two k's (sql.bounds.mean_components): its
+    averages and spreads alone (`means`), or every other aggregate.
+    Only the rule reads it; the components, their noise and the statement are the whole query's."""
+    kept = tuple(a for a in query.aggregates if bool(set(a.components) & averaged) == means)
+    return dataclasses.replace(query, aggregates=kept)
+
+
 def _groups_request(query: PrivateQuery, candidates: tuple[int, ...]) -> BoundRequest:
     """g's rule (dpproxy.privacy.bounds): with partition selection, the persons' median number of
     groups (the threshold grows with g), but a tenth of the persons with more groups than g when the
@@ -305,6 +350,7 @@ def _query_noise(
     rows: int,
     groups: int,
     values: int = -1,
+    means: int | None = None,
 ) -> QueryNoise:
     mechanism, accounting = settings
     bounds = query.bounds if choosing(query) else None
@@ -313,29 +359,16 @@ def _query_noise(
     if query.needs_selection:
         selection = bounds.groups[groups] if bounds is not None and bounds.groups else query.max_groups
     if bounds is not None:
-        # Counts and sums over public keys aim k at m persons above per released group (their
-        # errors summed over the groups; dpproxy.privacy.bounds). Not g: untried.
-        cells = query.key_domain_size or 1
-        asked = tuple(
-            BoundRequest(
-                kind,
-                candidates,
-                _spread(query),
-                _averages_only(query),
-                half=_many_groups(query) or _spreads_only(query),
-                # With `half` only (bound_choice); spreads alone over few groups aim at the median.
-                lower=not _has_quantile(query) and _many_groups(query),
-                cells=cells,
-                decile=_aims_at_a_tenth(query),
-                floor=query.where is None and not keeps_rows_by_condition(query),
-                resolved=not query.keys,
-                selected=_counts_and_sums_of_private_groups(query),
+        averaged = mean_components(query)
+        if len(bounds.rows) > 1 and averaged:  # two k's: each family's by the rule of its own kind
+            asked += (
+                _rows_request(_family(query, averaged, means=False), bounds.rows),
+                _rows_request(_family(query, averaged, means=True), bounds.rows, means=True),
             )
-            if kind == "rows"
-            else _groups_request(query, candidates)
-            for kind, candidates in (("rows", bounds.rows), ("groups", bounds.groups))
-            if len(candidates) > 1
-        )
+        elif len(bounds.rows) > 1:
+            asked += (_rows_request(query, bounds.rows),)
+        if len(bounds.groups) > 1:
+            asked += (_groups_request(query, bounds.groups),)
     distinct = distinct_bounds(query)
     if len(distinct) > 1:  # ℓ of COUNT(DISTINCT x): a person moves each one's counts by ℓ in all
         counts = sum(1 for c in query.components if c.kind is ComponentKind.DISTINCT_VALUES)
@@ -345,7 +378,7 @@ def _query_noise(
         mechanism,
         epsilon,
         delta,
-        component_bounds(query, rows, groups, values),
+        component_bounds(query, rows, groups, values, means),
         selection,
         accounting=accounting,
         selectors=selectors(query, rows, groups).requests,

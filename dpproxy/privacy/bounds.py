@@ -201,6 +201,8 @@ class BoundRequest:
     # ℓ (kind "distinct"): how many times ℓ a person moves the counts of distinct values of all groups
     # together (the query's COUNT(DISTINCT …)s; DistinctChoice).
     weight: int = 1
+    # k of the averages and spreads of a query with two k's (dpproxy.sql.bounds.mean_components).
+    means: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,6 +236,8 @@ class BoundChoice:
     # rows, with `decile`: drawn after partition selection, at `target` (m) per released group
     # (BoundRequest.selected; `for_released_groups`).
     after_selection: bool = False
+    # rows: the averages' and spreads' own k (BoundRequest.means).
+    means: bool = False
 
     def for_released_groups(self, groups: int) -> BoundChoice:
         """This choice once partition selection has released `groups` groups (`after_selection`): the
@@ -366,6 +370,7 @@ def bound_choice(
     lower: bool = False,
     resolved: bool = False,
     selected: bool = False,
+    means: bool = False,
 ) -> BoundChoice:
     """The choice among `candidates`, paid for by `budget` (ε under pure accounting, ρ under zCDP);
     `capped`: `target` is m per public group, never more than a tenth of the persons above, nor (with
@@ -406,6 +411,7 @@ def bound_choice(
         per_group,
         decile and resolved,
         decile and selected and kind == "rows" and not resolved,
+        means and kind == "rows",
     )
 
 

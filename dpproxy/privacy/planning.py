@@ -318,6 +318,7 @@ def _choices(
             a.lower,
             a.resolved,
             a.selected,
+            a.means,
         )
         for a in asked
     )

@@ -17,7 +17,7 @@ from dpproxy.privacy import QueryNoise
 from dpproxy.privacy.bounds import BoundChoice, DistinctChoice
 from dpproxy.release.exact import ExactGroups
 from dpproxy.release.groups import choose_groups
-from dpproxy.sql.bounds import counts_every_row, distinct_bounds, fixed_limits, reads_rows
+from dpproxy.sql.bounds import MEANS, counts_every_row, distinct_bounds, fixed_limits, reads_rows
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 
@@ -43,6 +43,13 @@ class ChosenBounds:
     rows_read: bool = True
     # k counts only the rows whose values are not all NULL or 0 (dpproxy.sql.bounds.counts_every_row).
     every_row: bool = True
+    # The averages' and spreads' own k, when the query has two (dpproxy.sql.bounds.mean_components):
+    # `rows` is then the other aggregates' k, `effects` what it does to them.
+    mean_rows: int | None = None
+    mean_floored: bool = False
+    mean_effects: tuple[str, ...] = ()
+    # With two k's, what each bounds, in the notice's words (`_families`): ("counts and sums", "averages").
+    families: tuple[str, str] = ("", "")
 
     def note(self) -> str:
         """The notice's sentence; empty when it has nothing to say (persons counted over the whole
@@ -61,12 +68,20 @@ class ChosenBounds:
             text += f"at most {self.rows} row(s) per person"
             if not self.every_row:
                 text += " that add to a value (not all NULL or 0)"
+            if self.mean_rows is not None:
+                text += f" for {self.families[0]}"
             text += how(self.rows, self.rows_chosen, self.row_ceiling, self.rows_floored)
+            if self.mean_rows is not None:
+                text += f", at most {self.mean_rows} for {self.families[1]}"
+                text += how(self.mean_rows, self.rows_chosen, self.row_ceiling, self.mean_floored)
         if self.groups is not None:
             text += ", counted in at most " if self.rows_read else "each person counted in at most "
             text += f"{self.groups} group(s)" + how(self.groups, self.groups_chosen, self.group_ceiling)
+        rows = "row(s)" if self.every_row else "such row(s)"
         if self.rows < self.row_ceiling:
-            text += effects_clause(self.effects, self.rows, "", "row(s)" if self.every_row else "such row(s)")
+            text += effects_clause(self.effects, self.rows, "", rows)
+        if self.mean_rows is not None and self.mean_rows < self.row_ceiling:
+            text += effects_clause(self.mean_effects, self.mean_rows, "", rows)
         return text
 
 
@@ -115,12 +130,38 @@ def effects_clause(effects: tuple[str, ...], k: int, where: str, rows: str = "ro
     )
 
 
-def bounding_effects(query: PrivateQuery) -> tuple[str, ...]:
+def bounding_effects(query: PrivateQuery, means: bool | None = None) -> tuple[str, ...]:
     """What bounding a person's rows at k below the ceiling does to the query's aggregates, in the
     notice's words ({k} for k): a function of the query's text, said whether or not any person has more rows
-    (that would be a fact of the data). COUNT(DISTINCT …) is bounded by g and ℓ, not by k."""
-    kinds = {a.kind for a in query.aggregates}
+    (that would be a fact of the data). COUNT(DISTINCT …) is bounded by g and ℓ, not by k. `means`:
+    of the averages and spreads alone (True) or of the others (False), for a query with two k's."""
+    kinds = {a.kind for a in query.aggregates if means is None or (a.kind in MEANS) == means}
     return tuple(said for affected, said in _EFFECTS if any(affected(kind) for kind in kinds))
+
+
+# Each kind's word in the notice of a query with two k's (`_families`).
+_FAMILY_WORDS = (
+    ((AggregateKind.COUNT, AggregateKind.COUNT_VALUES), "counts"),
+    ((AggregateKind.SUM,), "sums"),
+    ((AggregateKind.QUANTILE,), "quantiles"),
+    ((AggregateKind.MODE,), "modes"),
+    ((AggregateKind.AVG,), "averages"),
+    (tuple(kind for kind in MEANS if kind.is_spread), "spreads"),
+)
+
+
+def _families(query: PrivateQuery) -> tuple[str, str]:
+    """What each of a query's two k's bounds, in the notice's words: ("counts and sums", "averages")."""
+    kinds = {a.kind for a in query.aggregates}
+    said = [(word, kinds_of[0] in MEANS) for kinds_of, word in _FAMILY_WORDS if kinds & set(kinds_of)]
+
+    def listed(words: list[str]) -> str:
+        return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
+
+    return (
+        listed([word for word, means in said if not means]),
+        listed([word for word, means in said if means]),
+    )
 
 
 def choose_bounds(
@@ -142,27 +183,31 @@ def choose_bounds(
     bounds, found = query.bounds, exact.candidates
     assert bounds is not None and found is not None
     rows, groups = len(bounds.rows) - 1, max(0, len(bounds.groups) - 1)
-    floored = False
-    rows_choice: BoundChoice | None = None
+    means: int | None = None  # the averages' own k (sql.bounds.mean_components), when planned
+    floored = mean_floored = False
+    rows_choices: list[BoundChoice] = []
     for choice in noise.choices:
         if isinstance(choice, DistinctChoice):
             continue  # ℓ: choose_distinct
         if choice.kind == "rows":
-            rows_choice = choice
+            rows_choices.append(choice)
         else:
             groups = choice.select(found.wider, found.persons)
     released: Sequence[int] | None = None
     selection = None
-    if rows_choice is not None:
+    for rows_choice in rows_choices:
         if rows_choice.after_selection:  # planned only for keys that go through selection
-            selection = noise_at(rows, groups, values).selection  # at the ceiling: it reads g alone
+            selection = noise_at(len(bounds.rows) - 1, groups, values).selection  # it reads g alone
             assert selection is not None
             released = selection.select(exact.units_at(groups if bounds.groups else None))
             rows_choice = rows_choice.for_released_groups(len(released))
-        rows = rows_choice.select(found.above, found.persons)
-        floored = rows_choice.floored
-    resolved = exact.resolve(query, rows, groups if bounds.groups else None)
-    noise = noise_at(rows, groups, values)
+        picked = rows_choice.select(found.above, found.persons)
+        if rows_choice.means:
+            means, mean_floored = picked, rows_choice.floored
+        else:
+            rows, floored = picked, rows_choice.floored
+    resolved = exact.resolve(query, rows, groups if bounds.groups else None, means)
+    noise = noise_at(rows, groups, values, means)
     if released is None:
         kept = choose_groups(query, resolved, noise)
     elif noise.selection != selection:
@@ -179,9 +224,13 @@ def choose_bounds(
         bounds.choose_rows,
         bounds.choose_groups,
         floored,
-        bounding_effects(query),
+        bounding_effects(query, None if means is None else False),
         reads_rows(query),
         counts_every_row(query),
+        None if means is None else bounds.rows[means],
+        mean_floored,
+        () if means is None else bounding_effects(query, True),
+        _families(query),
     )
     return kept, chosen, noise
 

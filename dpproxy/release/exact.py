@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Context, Decimal
 
 from dpproxy.release.distinct import carried_per_group
-from dpproxy.sql.bounds import distinct_bounds
+from dpproxy.sql.bounds import distinct_bounds, mean_components
 from dpproxy.sql.query import ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
@@ -80,20 +80,25 @@ class ExactGroups:
             return list(self.units)
         return [row[groups] for row in found.units]
 
-    def resolve(self, query: PrivateQuery, rows: int, groups: int | None) -> ExactGroups:
+    def resolve(
+        self, query: PrivateQuery, rows: int, groups: int | None, means: int | None = None
+    ) -> ExactGroups:
         """The values at the chosen candidates (indexes into the query's bounds): each component's at
-        k (a COUNT(DISTINCT unit)'s, and the units partition selection reads, at g; the row
-        pipeline's as computed), no longer any candidate's."""
+        k (the averages' at their own k, `means`, when the query has two: sql.bounds.mean_components;
+        a COUNT(DISTINCT unit)'s, and the units partition selection reads, at g; the row pipeline's
+        as computed), no longer any candidate's."""
         found = self.candidates
         if found is None:
             return self
         counted = [None if c.kind.row_pipeline else (c.kind is ComponentKind.UNITS) for c in query.components]
+        averaged = mean_components(query) if means is not None else frozenset()
+        at = [means if i in averaged else rows for i in range(len(counted))]
         units = self.units_at(groups)
         components = []
         for g, (row, exact) in enumerate(zip(found.components, self.components, strict=True)):
             components.append(
                 [
-                    exact[i] if kind is None else (units[g] if kind else row[i][rows])
+                    exact[i] if kind is None else (units[g] if kind else row[i][at[i]])
                     for i, kind in enumerate(counted)
                 ]
             )

@@ -234,9 +234,47 @@ def choosing(query: PrivateQuery) -> bool:
     return query.bounds is not None and query.needs_main_statement
 
 
-def component_bounds(query: PrivateQuery, rows: int, groups: int, values: int = -1) -> list[tuple[int, int]]:
+# The aggregates whose k may be their own (`mean_components`): weighted means of a person's scaled
+# rows, which bounding reweights but does not shrink; and those whose values lose what it removes.
+MEANS = (
+    AggregateKind.AVG,
+    AggregateKind.VAR_POP,
+    AggregateKind.VAR_SAMP,
+    AggregateKind.STDDEV_POP,
+    AggregateKind.STDDEV_SAMP,
+)
+_LOSE_ROWS = (
+    AggregateKind.COUNT,
+    AggregateKind.COUNT_VALUES,
+    AggregateKind.SUM,
+    AggregateKind.QUANTILE,
+    AggregateKind.MODE,
+)
+
+
+def mean_components(query: PrivateQuery) -> frozenset[int]:
+    """The components released at the averages' own k (docs/privacy.md §3, "Two k's"): those of the
+    query's AVGs, VARs and STDDEVs when bounds are chosen per query and counts, sums, quantiles or
+    modes stand beside them, no component serving both (`COUNT(x)` beside `AVG(x)` shares x's
+    count: one k then). Empty otherwise: every value at one k. Each component's noise is calibrated
+    for its own k, so two k's change no sensitivity; the means' k aims where averages lose least
+    (the rule of a query of averages alone), the others' where counts do. A function of the text."""
+    bounds = query.bounds if choosing(query) else None
+    if bounds is None or len(bounds.rows) < 2:
+        return frozenset()
+    means = {i for a in query.aggregates if a.kind in MEANS for i in a.components}
+    others = {i for a in query.aggregates if a.kind in _LOSE_ROWS for i in a.components}
+    if not means or (not others and not query.histograms) or means & others:
+        return frozenset()
+    return frozenset(means)
+
+
+def component_bounds(
+    query: PrivateQuery, rows: int, groups: int, values: int = -1, means: int | None = None
+) -> list[tuple[int, int]]:
     """(per-group sensitivity, groups) of each component's noise: the policy's limits, or with bounds
-    chosen per query the candidates at these indexes; a COUNT(DISTINCT x) of a column that is not
+    chosen per query the candidates at these indexes (`means`: the averages' own k, for
+    `mean_components`; None, `rows` for all); a COUNT(DISTINCT x) of a column that is not
     the unit, ℓ at index `values` of distinct_bounds (the ceiling's by default) in all groups
     together (each person's ℓ is shared among their groups)."""
     distinct = distinct_bounds(query)
@@ -250,13 +288,15 @@ def component_bounds(query: PrivateQuery, rows: int, groups: int, values: int = 
             for i, c in enumerate(query.components)
         ]
     k = bounds.rows[rows]
+    mean_k = bounds.rows[rows if means is None else means]
+    averaged = mean_components(query)
     g = bounds.groups[groups] if bounds.groups else query.max_groups
     found = []
-    for component in query.components:
+    for i, component in enumerate(query.components):
         if component.kind.row_pipeline:
             found.append((distinct[values], 1))  # ℓ over all groups (dpproxy.release.distinct)
         elif component.kind is ComponentKind.UNITS:
             found.append((1, g))
         else:  # on the fine grid (dpproxy.sql.query.FINE)
-            found.append(bounds.component_bound(component, k))
+            found.append(bounds.component_bound(component, mean_k if i in averaged else k))
     return found

@@ -117,9 +117,11 @@ tables:
 """
 
 
-def chosen(engine: Engine, sql: str, kind: str = "rows"):
-    """The plan's choice of k ("rows") or g ("groups") for `sql`."""
-    (choice,) = [c for c in engine.plan(sql).noise.choices if c.kind == kind]
+def chosen(engine: Engine, sql: str, kind: str = "rows", means: bool | None = None):
+    """The plan's choice of k ("rows") or g ("groups") for `sql`; of a query with two k's
+    (sql.bounds.mean_components), its averages' (`means`) or its other aggregates'."""
+    choices = engine.plan(sql).noise.choices
+    (choice,) = [c for c in choices if c.kind == kind and (means is None or c.means == means)]
     return choice
 
 
@@ -136,7 +138,10 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     # which keep each person's first k rows instead of reweighting them, half.
     grouped = rows_choice("SELECT x, AVG(x) FROM t GROUP BY x")
     assert grouped.quartile and grouped.half and grouped.lower
-    assert not rows_choice("SELECT x, AVG(x), MEDIAN(x) FROM t GROUP BY x").lower
+    # An average beside a quantile has its own k (sql.bounds.mean_components), each by its own rule.
+    assert chosen(engine, "SELECT x, AVG(x), MEDIAN(x) FROM t GROUP BY x", means=True).lower
+    beside = chosen(engine, "SELECT x, AVG(x), MEDIAN(x) FROM t GROUP BY x", means=False)
+    assert beside.half and not beside.lower
     assert rows_choice("SELECT name, AVG(x) FROM t GROUP BY name").half  # private keys
     # …but over at most 4 public groups each group's sum is a large share of the query's: the
     # whole table's aim, a quarter of the persons.
@@ -146,7 +151,9 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     # …and so do shares per group, whose noise outweighs what reweighting moves.
     shares = rows_choice("SELECT x, AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t GROUP BY x")
     assert shares.quartile and shares.half
-    assert not rows_choice("SELECT x, COUNT(*), AVG(x) FROM t GROUP BY x").quartile
+    assert not chosen(engine, "SELECT x, COUNT(*), AVG(x) FROM t GROUP BY x", means=False).quartile
+    beside_a_count = chosen(engine, "SELECT x, COUNT(*), AVG(x) FROM t GROUP BY x", means=True)
+    assert beside_a_count.quartile and beside_a_count.half and beside_a_count.lower
     assert (
         "aiming at three quarters of the persons"
         in engine.explain("SELECT x, AVG(x) FROM t GROUP BY x").render()
@@ -155,7 +162,8 @@ def test_a_query_of_averages_and_spreads_only_aims_at_the_quartile() -> None:
     # A share (an argument in [0, 1]) keeps the rule for counts: its per-person values spread widely.
     assert not rows_choice("SELECT AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
     assert not rows_choice("SELECT AVG(x), AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
-    assert not rows_choice("SELECT COUNT(*), AVG(x) FROM t").quartile
+    assert not chosen(engine, "SELECT COUNT(*), AVG(x) FROM t", means=False).quartile
+    assert chosen(engine, "SELECT COUNT(*), AVG(x) FROM t", means=True).decile  # as AVG(x) alone
     assert not rows_choice("SELECT SUM(x) FROM t").quartile
     assert "aiming at a quarter of the persons" in engine.explain("SELECT AVG(x), STDDEV(x) FROM t").render()
     # Spreads alone aim at half the persons (three quarters over many groups): their noise grows with
@@ -401,7 +409,8 @@ def test_quantiles_and_averages_of_a_whole_table_and_private_groups_aim_at_a_ten
     assert not rows_choice("SELECT x, MEDIAN(x) FROM t GROUP BY x").decile
     assert not rows_choice("SELECT name, MEDIAN(x) FROM t GROUP BY name").decile
     assert not rows_choice("SELECT MEDIAN(x), COUNT(*) FROM t").decile
-    assert not rows_choice("SELECT MEDIAN(x), AVG(x) FROM t").decile
+    assert chosen(engine, "SELECT MEDIAN(x), AVG(x) FROM t", means=False).decile  # k's each
+    assert chosen(engine, "SELECT MEDIAN(x), AVG(x) FROM t", means=True).decile
     assert not rows_choice("SELECT COUNT(*) FROM t").decile
     # Without a GROUP BY the tenth gives way to what the choice tells apart (a small table, a WHERE).
     assert rows_choice("SELECT AVG(x) FROM t WHERE x > 2").resolved
@@ -540,12 +549,16 @@ def test_which_choices_of_k_wait_for_partition_selection() -> None:
     assert chosen(
         engine, "SELECT name, COUNT(*) AS n FROM t GROUP BY name ORDER BY n DESC LIMIT 3"
     ).after_selection
-    # Averages keep their own rule; beside a quantile or an average, a count keeps the plan's tenth
-    # (unmeasured); public keys and whole tables have no selection to wait for.
+    # Averages keep their own rule; beside a quantile, a count keeps the plan's tenth (unmeasured);
+    # beside an average it has its own k, which waits (sql.bounds.mean_components); public keys and
+    # whole tables have no selection to wait for.
     assert not chosen(engine, "SELECT name, AVG(x) FROM t GROUP BY name").after_selection
     assert not chosen(engine, "SELECT name, COUNT(*), MEDIAN(x) FROM t GROUP BY name").after_selection
     assert chosen(engine, "SELECT name, COUNT(*), MEDIAN(x) FROM t GROUP BY name").decile
-    assert not chosen(engine, "SELECT name, COUNT(*), AVG(x) FROM t GROUP BY name").after_selection
+    assert chosen(engine, "SELECT name, COUNT(*), AVG(x) FROM t GROUP BY name", means=False).after_selection
+    assert not chosen(
+        engine, "SELECT name, COUNT(*), AVG(x) FROM t GROUP BY name", means=True
+    ).after_selection
     assert not chosen(engine, "SELECT x, COUNT(*) FROM t GROUP BY x").after_selection
     assert not chosen(engine, "SELECT COUNT(*) FROM t").after_selection
     assert not chosen(engine, "SELECT MEDIAN(x) FROM t").after_selection

@@ -16,6 +16,7 @@ import pytest
 
 from dpproxy.engine import Engine
 from dpproxy.release.bounds import ChosenBounds, bounding_effects
+from dpproxy.sql.bounds import mean_components
 
 POLICY = """
 version: 1
@@ -65,20 +66,24 @@ def test_a_count_below_the_ceiling_says_the_plus_minus_leaves_out_what_bounding_
     engines: tuple[Engine, Engine],
 ) -> None:
     """k is drawn: under a WHERE (no floor) 400 persons of one row put it far below the ceiling in
-    nearly every draw, and the sentence follows the k each answer released."""
+    nearly every draw, and the sentence follows the k each answer released. The count and the
+    average have a k each (sql.bounds.mean_components), and a sentence each."""
     below = 0
     for engine in engines:
         for _ in range(4):
             sql = "SELECT dept, COUNT(*), AVG(cost) FROM visits WHERE cost >= 0 GROUP BY dept"
             notice = engine.execute(sql, analyst="alice").notice or ""
-            k = int(notice.split("at most ")[1].split(" row(s)")[0])
-            sentence = (
-                f"a person with more than {k} row(s) counts as {k}: {COUNTS}, {AVERAGES.format(k=k)} "
-                "(not in the ±, which is the noise's)"
-            )
-            assert (sentence in notice) == (k < 1000)
-            below += k < 1000
-    assert below >= 4
+            bounds = notice.split("contribution bounds of this query: at most ")[1]
+            k = int(bounds.split(" row(s) per person for counts (")[0])
+            m = int(bounds.split(", at most ")[1].split(" for averages (")[0])
+            for bound, effect in ((k, COUNTS), (m, AVERAGES.format(k=m))):
+                sentence = (
+                    f"a person with more than {bound} row(s) counts as {bound}: {effect} "
+                    "(not in the ±, which is the noise's)"
+                )
+                assert (sentence in notice) == (bound < 1000), notice
+                below += bound < 1000
+    assert below >= 8
 
 
 def test_the_sentence_names_only_what_the_query_asks(engines: tuple[Engine, Engine]) -> None:
@@ -148,3 +153,33 @@ def test_fixed_limits_say_their_bounds_and_what_they_do(tmp_path: Path) -> None:
             "(not in the ±, which is the noise's)"
         ]
     )
+
+
+def test_an_average_beside_a_count_is_released_at_its_own_k(engines: tuple[Engine, Engine]) -> None:
+    """A query with a count and an average has two k's (sql.bounds.mean_components): each component
+    is kept at its own family's candidate (ExactGroups.resolve) and noised for that candidate's
+    sensitivity (Plan.noise_at), at the cost the plan reserved; sharing a component keeps one k."""
+    engine = engines[1]
+    plan = engine.plan("SELECT dept, COUNT(*), AVG(cost) FROM visits GROUP BY dept")
+    query = plan.query
+    averaged = mean_components(query)
+    count, average = query.aggregates
+    assert averaged == frozenset(average.components) and not averaged & set(count.components)
+    measured = plan.measure(*[engine.backend.run(sql) for sql in plan.statements])  # type: ignore[union-attr]
+    found = measured.candidates
+    assert found is not None
+    at_ceiling = plan.noise_at(-1, 0)
+    for rows, means in ((2, 7), (7, 2), (5, 5)):
+        resolved = measured.resolve(query, rows, None, means)
+        noise = plan.noise_at(rows, 0, -1, means)
+        assert noise.cost == plan.noise.cost
+        for i in range(len(query.components)):
+            own = means if i in averaged else rows
+            # The heavy person's 901 rows differ at every candidate: a wrong one would show.
+            assert [row[i] for row in resolved.components] == [row[i][own] for row in found.components]
+            assert noise.columns[i] == plan.noise_at(own, 0).columns[i] != at_ceiling.columns[i]
+    # COUNT(cost) beside AVG(cost) share cost's count (no value range chosen when only planned).
+    assert mean_components(engine.plan("SELECT COUNT(cost), AVG(cost) FROM visits").query) == frozenset()
+    assert [c.kind for c in engine.plan("SELECT COUNT(cost), AVG(cost) FROM visits").noise.choices] == [
+        "rows"
+    ]

@@ -18,6 +18,8 @@ import pytest
 
 from dpproxy.engine import Engine
 from dpproxy.policy import parse_policy
+from dpproxy.release import ExactGroups
+from dpproxy.release.bounds import choose_bounds
 from dpproxy.results import Result
 from tests.certify import certification_duckdb
 from tests.sql.language import schema
@@ -105,28 +107,37 @@ def test_privacy_loss_of_a_limit_query_is_within_epsilon(loaded: Loaded) -> None
 def test_privacy_loss_of_the_chosen_bounds_is_within_the_choices_epsilon(loaded: Loaded) -> None:
     """The bounds a query chooses are released (the notice says them): over a private key, g by the
     median of the persons' group counts, then k, after partition selection, by the rule for counts
-    per released group (its aim reads how many groups selection released). Person 0, with the most
-    rows and zips, moves every count the choices and the selection read; what the notice says
-    about the bounds may differ between the neighbours by no more than the two choices' ε and the
-    selection's allow."""
+    per released group (its aim reads how many groups selection released), and the average's own k.
+    Person 0, with the most rows and zips, moves every count the choices and the
+    selection read; what the notice says about the bounds may differ between the neighbours by no
+    more than the choices' ε and the selection's allow."""
     policy = schema.policy_text({"patients": (8, 8), "visits": (3, 2), "visit_notes": (4, 2)})
-    # A large ε, so that each choice has ε = 2 and its outcomes differ between the neighbours.
+    # A large ε, so that each choice has ε near 1 and its outcomes differ between the neighbours.
     policy = policy.replace("epsilon: 1.0,", "epsilon: 16.0, max_epsilon: 16.0,")
     engine = Engine(parse_policy(policy), RawBackend(loaded))
-    sql = "SELECT zip, COUNT(*) FROM patients GROUP BY zip"
+    sql = "SELECT zip, COUNT(*), AVG(age) FROM patients GROUP BY zip"
     plan = engine.plan(sql, salt="loss")
     assert {choice.kind for choice in plan.noise.choices} == {"rows", "groups"}
-    assert [c.after_selection for c in plan.noise.choices if c.kind == "rows"] == [True]
+    # Two k's (sql.bounds.mean_components): the count's drawn after selection, the average's not.
+    assert [(c.after_selection, c.means) for c in plan.noise.choices if c.kind == "rows"] == [
+        (True, False),
+        (False, True),
+    ]
     assert plan.noise.selection is not None
     epsilon = sum(choice.epsilon for choice in plan.noise.choices) + plan.noise.selection.epsilon
     full, without = neighbour_rows(engine, loaded, sql, 0)
 
-    def bounds(result_notes: tuple[str, ...]) -> str:
-        (said,) = [n for n in result_notes if n.startswith("contribution bounds")]
-        return said
+    def bounds(exact: ExactGroups) -> str:
+        """What the notice says of the bounds: the release's sentence (`choose_bounds` draws the
+        choices and partition selection; the values' noise, not drawn here, is the query's own)."""
+        return choose_bounds(plan.query, exact, plan.noise, plan.noise_at)[1].note()
 
-    a = Counter(bounds(engine.release(plan, full).notes) for _ in range(TRIALS))
-    b = Counter(bounds(engine.release(plan, without).notes) for _ in range(TRIALS))
+    said = engine.release(plan, full).notes
+    assert any(n.startswith("contribution bounds") for n in said)  # the sentence the notice says
+    measured = plan.measure(*full)
+    a = Counter(bounds(measured) for _ in range(TRIALS))
+    measured = plan.measure(*without)
+    b = Counter(bounds(measured) for _ in range(TRIALS))
     assert len(a) >= 2  # more than one pair of bounds is drawn: the outcome is random
     # The outcomes that carry the loss are drawn ~200 times each under the neighbour: compared from
     # 100 draws, so that the check of a real loss (> 0.5) fails well under once in 10,000 runs.
