@@ -17,6 +17,7 @@ from dpproxy.release import (
     selectors,
 )
 from dpproxy.release.aggregates import fine_components
+from dpproxy.release.bounds import families
 from dpproxy.results import format_number
 from dpproxy.sql.bounds import component_bounds
 from dpproxy.sql.numbers import emit
@@ -199,7 +200,7 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             what = f"aiming at {aim} with more rows (their rows scaled down to k)"
             name = "k, a person's rows in the whole query"
             if two_ks:  # dpproxy.sql.bounds.mean_components
-                family = "averages and spreads" if choice.means else "other aggregates"
+                family = families(query)[1 if choice.means else 0]
                 name = f"k of the {family} (the query has two), a person's rows in the whole query"
         else:
             what = (

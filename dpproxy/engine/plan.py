@@ -32,6 +32,8 @@ from dpproxy.release.aggregates import column_errors, fine_components
 from dpproxy.release.post_processing import refuse_constant_errors
 from dpproxy.results import ResultColumn
 from dpproxy.sql.bounds import (
+    LOSES_ROWS,
+    MEANS,
     choosing,
     component_bounds,
     distinct_bounds,
@@ -246,7 +248,8 @@ def _counts_and_sums_of_private_groups(query: PrivateQuery) -> bool:
     """k is drawn after partition selection, aiming at m persons above per released group
     (BoundChoice.after_selection), for counts and sums grouped by keys that are not public: what
     was measured (the flights per origin 4.8% → 1.5% off, their ± covering 7 → 59 of 60 cells).
-    With a quantile, a MODE or an average beside them, k keeps the plan's rule."""
+    With a quantile or a MODE beside them, k keeps the plan's rule; an average beside them has its
+    own k (_rows_requests)."""
     counts = (AggregateKind.COUNT, AggregateKind.COUNT_VALUES, AggregateKind.COUNT_UNITS, AggregateKind.SUM)
     return bool(query.keys) and query.needs_selection and all(a.kind in counts for a in query.aggregates)
 
@@ -294,6 +297,31 @@ def _has_quantile(query: PrivateQuery) -> bool:
 def _share(aggregate: Aggregate) -> bool:
     interval = aggregate.interval
     return interval is not None and interval.lo == 0 and interval.hi == 1
+
+
+def _rows_requests(query: PrivateQuery, candidates: tuple[int, ...]) -> tuple[BoundRequest, ...]:
+    """k's choices: one by the rule of the aggregates whose values k bounds (a COUNT(DISTINCT …) beside
+    them is bounded by g and ℓ, not k: an AVG beside COUNT(DISTINCT unit) aims as an AVG alone), or
+    two when averages and spreads stand beside counts, sums, quantiles or modes
+    (sql.bounds.mean_components), each family's by the rule of a query of that family alone, unless
+    both rules are one (then one choice, not two paid for the same aim)."""
+    reading = tuple(a for a in query.aggregates if a.kind in MEANS or a.kind in LOSES_ROWS)
+    viewed = dataclasses.replace(query, aggregates=reading) if reading else query
+    averaged = mean_components(query)
+    if not averaged:
+        return (_rows_request(viewed, candidates),)
+    others = _rows_request(_family(viewed, averaged, means=False), candidates)
+    means = _rows_request(_family(viewed, averaged, means=True), candidates, means=True)
+    return (others,) if _aim(means) == _aim(others) else (others, means)
+
+
+def _aim(request: BoundRequest) -> BoundRequest:
+    """The request as k's scores read it (privacy.bounds.bound_choice): a quantile of the persons'
+    rows, or a tenth of them chosen before selection, reads no target (m times `spread` per cell)."""
+    request = dataclasses.replace(request, means=False)
+    if request.quartile or (request.decile and not request.selected):
+        request = dataclasses.replace(request, spread=1, cells=1)
+    return request
 
 
 def _rows_request(query: PrivateQuery, candidates: tuple[int, ...], means: bool = False) -> BoundRequest:
@@ -359,14 +387,8 @@ def _query_noise(
     if query.needs_selection:
         selection = bounds.groups[groups] if bounds is not None and bounds.groups else query.max_groups
     if bounds is not None:
-        averaged = mean_components(query)
-        if len(bounds.rows) > 1 and averaged:  # two k's: each family's by the rule of its own kind
-            asked += (
-                _rows_request(_family(query, averaged, means=False), bounds.rows),
-                _rows_request(_family(query, averaged, means=True), bounds.rows, means=True),
-            )
-        elif len(bounds.rows) > 1:
-            asked += (_rows_request(query, bounds.rows),)
+        if len(bounds.rows) > 1:
+            asked += _rows_requests(query, bounds.rows)
         if len(bounds.groups) > 1:
             asked += (_groups_request(query, bounds.groups),)
     distinct = distinct_bounds(query)

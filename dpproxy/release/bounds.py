@@ -48,7 +48,7 @@ class ChosenBounds:
     mean_rows: int | None = None
     mean_floored: bool = False
     mean_effects: tuple[str, ...] = ()
-    # With two k's, what each bounds, in the notice's words (`_families`): ("counts and sums", "averages").
+    # With two k's, what each bounds, in the notice's words (`families`): ("counts and sums", "averages").
     families: tuple[str, str] = ("", "")
 
     def note(self) -> str:
@@ -78,6 +78,10 @@ class ChosenBounds:
             text += ", counted in at most " if self.rows_read else "each person counted in at most "
             text += f"{self.groups} group(s)" + how(self.groups, self.groups_chosen, self.group_ceiling)
         rows = "row(s)" if self.every_row else "such row(s)"
+        if self.mean_rows == self.rows:  # one sentence for both, each effect once
+            if self.rows < self.row_ceiling:
+                text += effects_clause((*self.effects, *self.mean_effects), self.rows, "", rows)
+            return text
         if self.rows < self.row_ceiling:
             text += effects_clause(self.effects, self.rows, "", rows)
         if self.mean_rows is not None and self.mean_rows < self.row_ceiling:
@@ -139,7 +143,7 @@ def bounding_effects(query: PrivateQuery, means: bool | None = None) -> tuple[st
     return tuple(said for affected, said in _EFFECTS if any(affected(kind) for kind in kinds))
 
 
-# Each kind's word in the notice of a query with two k's (`_families`).
+# Each kind's word in the notice of a query with two k's (`families`).
 _FAMILY_WORDS = (
     ((AggregateKind.COUNT, AggregateKind.COUNT_VALUES), "counts"),
     ((AggregateKind.SUM,), "sums"),
@@ -150,7 +154,7 @@ _FAMILY_WORDS = (
 )
 
 
-def _families(query: PrivateQuery) -> tuple[str, str]:
+def families(query: PrivateQuery) -> tuple[str, str]:
     """What each of a query's two k's bounds, in the notice's words: ("counts and sums", "averages")."""
     kinds = {a.kind for a in query.aggregates}
     said = [(word, kinds_of[0] in MEANS) for kinds_of, word in _FAMILY_WORDS if kinds & set(kinds_of)]
@@ -168,12 +172,13 @@ def choose_bounds(
     query: PrivateQuery,
     exact: ExactGroups,
     noise: QueryNoise,
-    noise_at: Callable[[int, int, int], QueryNoise],
+    noise_at: Callable[[int, int, int, int | None], QueryNoise],
     values: int = -1,
 ) -> tuple[ExactGroups, ChosenBounds, QueryNoise]:
     """The groups released (release.groups.choose_groups) with their values at privately chosen
     bounds, the bounds (one draw per choice the plan holds), and the noise for those values
-    (`noise_at(k, g, ℓ)`, indexes into the query's bounds and `values` into ℓ's: Plan.noise_at).
+    (`noise_at(k, g, ℓ, the averages' own k or None)`, indexes into the query's bounds and `values`
+    into ℓ's: Plan.noise_at).
 
     A k drawn after partition selection (BoundChoice.after_selection: counts and sums over keys
     that are not public) is drawn once the groups are: g first, then the groups selection releases
@@ -197,7 +202,7 @@ def choose_bounds(
     selection = None
     for rows_choice in rows_choices:
         if rows_choice.after_selection:  # planned only for keys that go through selection
-            selection = noise_at(len(bounds.rows) - 1, groups, values).selection  # it reads g alone
+            selection = noise_at(len(bounds.rows) - 1, groups, values, None).selection  # it reads g alone
             assert selection is not None
             released = selection.select(exact.units_at(groups if bounds.groups else None))
             rows_choice = rows_choice.for_released_groups(len(released))
@@ -230,7 +235,7 @@ def choose_bounds(
         None if means is None else bounds.rows[means],
         mean_floored,
         () if means is None else bounding_effects(query, True),
-        _families(query),
+        families(query),
     )
     return kept, chosen, noise
 

@@ -243,7 +243,7 @@ MEANS = (
     AggregateKind.STDDEV_POP,
     AggregateKind.STDDEV_SAMP,
 )
-_LOSE_ROWS = (
+LOSES_ROWS = (
     AggregateKind.COUNT,
     AggregateKind.COUNT_VALUES,
     AggregateKind.SUM,
@@ -263,7 +263,7 @@ def mean_components(query: PrivateQuery) -> frozenset[int]:
     if bounds is None or len(bounds.rows) < 2:
         return frozenset()
     means = {i for a in query.aggregates if a.kind in MEANS for i in a.components}
-    others = {i for a in query.aggregates if a.kind in _LOSE_ROWS for i in a.components}
+    others = {i for a in query.aggregates if a.kind in LOSES_ROWS for i in a.components}
     if not means or (not others and not query.histograms) or means & others:
         return frozenset()
     return frozenset(means)

@@ -8,6 +8,7 @@ in one heavy person give the same sentence.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -183,3 +184,24 @@ def test_an_average_beside_a_count_is_released_at_its_own_k(engines: tuple[Engin
     assert [c.kind for c in engine.plan("SELECT COUNT(cost), AVG(cost) FROM visits").noise.choices] == [
         "rows"
     ]
+
+
+def test_two_ks_say_each_bound_and_its_effects_once() -> None:
+    """The notice of a query with two k's names each family's bound and what it does; equal bounds
+    say each effect once."""
+    two = ChosenBounds(
+        8, 0, 256, None, 1000, 1, True, False, effects=(COUNTS,), mean_rows=32,
+        mean_effects=(AVERAGES,), families=("counts", "averages"),
+    )  # fmt: skip
+    assert two.note() == (
+        "contribution bounds of this query: at most 256 row(s) per person for counts (chosen; ceiling"
+        " 1000), at most 32 for averages (chosen; ceiling 1000); a person with more than 256 row(s)"
+        f" counts as 256: {COUNTS} (not in the ±, which is the noise's); a person with more than 32"
+        f" row(s) counts as 32: {AVERAGES.format(k=32)} (not in the ±, which is the noise's)"
+    )
+    same = dataclasses.replace(two, mean_rows=256)
+    assert same.note().endswith(
+        f"; a person with more than 256 row(s) counts as 256: {COUNTS}, {AVERAGES.format(k=256)}"
+        " (not in the ±, which is the noise's)"
+    )
+    assert same.note().count("counts as") == 1
