@@ -20,7 +20,9 @@ For a statement S and the adversarial databases:
      in another order, post-processing gives the same rows);
   7. on the database with one row per person, told that only patients' unit is unique: a statement
      whose keys read patients alone (each person in one group, no ranking of their groups) is
-     certified, and every candidate's values are those of the plan that ranks them.
+     certified, and every candidate's values are those of the plan that ranks them;
+  8. on the first database, on DuckDB, the plan is released once (bounds and groups chosen, noise
+     drawn at the chosen bounds, rows post-processed) without failing.
 `check` returns the failures it found as strings (empty: the statement passed).
 """
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -332,6 +334,8 @@ def _check(query: Generated, databases: Sequence[Backends], certify_on: Sequence
             failures.extend(_public_keys(plan, measured[dialect], f"{db.name}/{dialect}"))
             if bounded:
                 failures.extend(_order_of_released_rows(plan, plan.measure(*rows), f"{db.name}/{dialect}"))
+            if db is first and dialect == "duckdb":
+                failures.extend(_released(db.engines[("limits", dialect)], plan, rows, loaded.run))
             if dialect in certify_on:
                 try:
                     certify(plan, loaded.run, db.persons())
@@ -422,6 +426,17 @@ def _public_keys(plan: Plan, measured: ExactGroups, where: str) -> list[str]:
                 f"{where}: key {key.text} has values outside its public values: {sorted(map(repr, outside))}"
             )
     return failures
+
+
+def _released(engine: Engine, plan: Plan, rows: list, run: Callable[[str], list]) -> list[str]:
+    """The plan released once from its statements' rows (Engine.release: the bounds and groups
+    chosen, noise drawn at the chosen bounds — one k, or the averages' and the others' — the rows
+    post-processed), which must not fail: after the backend has run, a failure is charged."""
+    try:
+        engine.release(plan, rows, run)
+    except Exception as error:
+        return [f"the release fails on DuckDB: {type(error).__name__}: {error}"]
+    return []
 
 
 def _released_rows(db: Backends, query: Generated) -> list[str]:
