@@ -409,6 +409,8 @@ def test_quantiles_and_averages_of_a_whole_table_and_private_groups_aim_at_a_ten
     assert not rows_choice("SELECT x, MEDIAN(x) FROM t GROUP BY x").decile
     assert not rows_choice("SELECT name, MEDIAN(x) FROM t GROUP BY name").decile
     assert not rows_choice("SELECT MEDIAN(x), COUNT(*) FROM t").decile
+    # A share over a whole table keeps the counts' rule (at twice m): beside a count, one choice.
+    assert not chosen(engine, "SELECT COUNT(*), AVG(CASE WHEN x > 5 THEN 1 ELSE 0 END) FROM t").quartile
     # Both families aim at a tenth there: one choice, not two paid for one aim.
     assert chosen(engine, "SELECT MEDIAN(x), AVG(x) FROM t").decile
     # An AVG beside COUNT(DISTINCT unit) (bounded by g, not k) aims as an AVG alone.
