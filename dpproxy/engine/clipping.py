@@ -74,7 +74,7 @@ from dpproxy.sql.aggregates import SPREADS as SPREAD_FUNCTIONS
 from dpproxy.sql.bounds import SessionBounds, clipped_argument, contribution_bounds, with_session_bounds
 from dpproxy.sql.intervals import Interval
 from dpproxy.sql.nodes import parse_postgres
-from dpproxy.sql.query import AggregateKind, PrivateQuery
+from dpproxy.sql.query import PrivateQuery
 
 # Equal bins of the declared range in the histogram.
 BINS = 32
@@ -187,7 +187,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
         return None
     if bounds is not None and bounds.target_error is not None:
         return None
-    if not any(a.kind is AggregateKind.AVG or a.kind.is_spread for a in query.aggregates):
+    if not any(a.kind.is_mean for a in query.aggregates):
         return None
     try:
         tree = parse_postgres(query.text)
@@ -210,9 +210,7 @@ def clip_parts(engine: EngineLike, plan: Plan, bounds: SessionBounds | None) -> 
     if tables is None:
         return None
     intervals = {
-        a.text: (a.interval, a.scale)
-        for a in query.aggregates
-        if (a.kind is AggregateKind.AVG or a.kind.is_spread) and a.interval is not None
+        a.text: (a.interval, a.scale) for a in query.aggregates if a.kind.is_mean and a.interval is not None
     }
     found: dict[tuple[str, str], Column] = {}
     arguments: dict[str, Column] = {}
@@ -531,7 +529,7 @@ def with_reach(query: PrivateQuery, arguments: dict[str, Column]) -> PrivateQuer
     aggregates = []
     for aggregate in query.aggregates:
         column = by_text.get(aggregate.text)
-        if column is not None and (aggregate.kind is AggregateKind.AVG or aggregate.kind.is_spread):
+        if column is not None and aggregate.kind.is_mean:
             reach = Interval(column.lower, column.upper)
             aggregate = dataclasses.replace(aggregate, reach=reach)
         aggregates.append(aggregate)

@@ -33,7 +33,6 @@ from dpproxy.release.post_processing import refuse_constant_errors
 from dpproxy.results import ResultColumn
 from dpproxy.sql.bounds import (
     LOSES_ROWS,
-    MEANS,
     choosing,
     component_bounds,
     distinct_bounds,
@@ -162,7 +161,7 @@ def _mixes(aggregate: Aggregate) -> bool:
     shrink. Not a quantile: its histogram keeps each person's first k rows in the group, and on the
     flights data (regional jets fly short legs many times) the median distance at the persons' upper
     quartile of rows was 7.5% above the rows' median, against 0.8% at the rule for counts' k."""
-    return aggregate.kind is AggregateKind.AVG or aggregate.kind.is_spread
+    return aggregate.kind.is_mean
 
 
 def _spread(query: PrivateQuery) -> int:
@@ -305,7 +304,7 @@ def _rows_requests(query: PrivateQuery, candidates: tuple[int, ...]) -> tuple[Bo
     two when averages and spreads stand beside counts, sums, quantiles or modes
     (sql.bounds.mean_components), each family's by the rule of a query of that family alone, unless
     both rules are one (then one choice, not two paid for the same aim)."""
-    reading = tuple(a for a in query.aggregates if a.kind in MEANS or a.kind in LOSES_ROWS)
+    reading = tuple(a for a in query.aggregates if a.kind.is_mean or a.kind in LOSES_ROWS)
     viewed = dataclasses.replace(query, aggregates=reading) if reading else query
     averaged = mean_components(query)
     if not averaged:

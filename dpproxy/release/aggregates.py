@@ -525,7 +525,7 @@ def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _parts(aggregate: Aggregate) -> int:
     """How many noisy components an aggregate's ± combines: AVG a centred sum and a count, VAR and
     STDDEV the centred squares too; counts and sums have one."""
-    if aggregate.kind is AggregateKind.AVG or aggregate.kind.is_spread:
+    if aggregate.kind.is_mean:
         return len(aggregate.components)
     return 1
 

@@ -17,7 +17,7 @@ from dpproxy.privacy import QueryNoise
 from dpproxy.privacy.bounds import BoundChoice, DistinctChoice
 from dpproxy.release.exact import ExactGroups
 from dpproxy.release.groups import choose_groups
-from dpproxy.sql.bounds import MEANS, counts_every_row, distinct_bounds, fixed_limits, reads_rows
+from dpproxy.sql.bounds import counts_every_row, distinct_bounds, fixed_limits, reads_rows
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
 
@@ -97,7 +97,7 @@ _EFFECTS: tuple[tuple[Callable[[AggregateKind], bool], str], ...] = (
         "counts and sums can miss what such persons have beyond that",
     ),
     (
-        lambda kind: kind is AggregateKind.AVG or kind.is_spread,
+        lambda kind: kind.is_mean,
         "averages and spreads weigh such persons as {k} rows",
     ),
     (
@@ -139,7 +139,7 @@ def bounding_effects(query: PrivateQuery, means: bool | None = None) -> tuple[st
     notice's words ({k} for k): a function of the query's text, said whether or not any person has more rows
     (that would be a fact of the data). COUNT(DISTINCT …) is bounded by g and ℓ, not by k. `means`:
     of the averages and spreads alone (True) or of the others (False), for a query with two k's."""
-    kinds = {a.kind for a in query.aggregates if means is None or (a.kind in MEANS) == means}
+    kinds = {a.kind for a in query.aggregates if means is None or a.kind.is_mean == means}
     return tuple(said for affected, said in _EFFECTS if any(affected(kind) for kind in kinds))
 
 
@@ -150,14 +150,14 @@ _FAMILY_WORDS = (
     ((AggregateKind.QUANTILE,), "quantiles"),
     ((AggregateKind.MODE,), "modes"),
     ((AggregateKind.AVG,), "averages"),
-    (tuple(kind for kind in MEANS if kind.is_spread), "spreads"),
+    (tuple(kind for kind in AggregateKind if kind.is_spread), "spreads"),
 )
 
 
 def families(query: PrivateQuery) -> tuple[str, str]:
     """What each of a query's two k's bounds, in the notice's words: ("counts and sums", "averages")."""
     kinds = {a.kind for a in query.aggregates}
-    said = [(word, kinds_of[0] in MEANS) for kinds_of, word in _FAMILY_WORDS if kinds & set(kinds_of)]
+    said = [(word, kinds_of[0].is_mean) for kinds_of, word in _FAMILY_WORDS if kinds & set(kinds_of)]
 
     def listed(words: list[str]) -> str:
         return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)

@@ -234,15 +234,8 @@ def choosing(query: PrivateQuery) -> bool:
     return query.bounds is not None and query.needs_main_statement
 
 
-# The aggregates whose k may be their own (`mean_components`): weighted means of a person's scaled
-# rows, which bounding reweights but does not shrink; and those whose values lose what it removes.
-MEANS = (
-    AggregateKind.AVG,
-    AggregateKind.VAR_POP,
-    AggregateKind.VAR_SAMP,
-    AggregateKind.STDDEV_POP,
-    AggregateKind.STDDEV_SAMP,
-)
+# The aggregates whose values lose what bounding removes; beside them, the means (AggregateKind.is_mean)
+# may have a k of their own (`mean_components`).
 LOSES_ROWS = (
     AggregateKind.COUNT,
     AggregateKind.COUNT_VALUES,
@@ -262,7 +255,7 @@ def mean_components(query: PrivateQuery) -> frozenset[int]:
     bounds = query.bounds if choosing(query) else None
     if bounds is None or len(bounds.rows) < 2:
         return frozenset()
-    means = {i for a in query.aggregates if a.kind in MEANS for i in a.components}
+    means = {i for a in query.aggregates if a.kind.is_mean for i in a.components}
     others = {i for a in query.aggregates if a.kind in LOSES_ROWS for i in a.components}
     if not means or (not others and not query.histograms) or means & others:
         return frozenset()

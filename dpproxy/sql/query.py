@@ -189,6 +189,12 @@ class AggregateKind(StrEnum):
             AggregateKind.STDDEV_SAMP,
         )
 
+    @property
+    def is_mean(self) -> bool:
+        """An AVG, VAR or STDDEV: a mean of the persons' scaled rows, which bounding a person's rows
+        reweights but does not shrink; its argument may be clipped to a range chosen per query."""
+        return self is AggregateKind.AVG or self.is_spread
+
 
 @dataclass(frozen=True)
 class Aggregate:
