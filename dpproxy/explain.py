@@ -113,6 +113,18 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                 zip(query.components, component_bounds(query, -1, -1), plan.noise.columns, strict=True)
             )
         )
+    estimate = plan.noise.estimate
+    if estimate is not None:  # dpproxy.release.removed
+        released += (
+            (
+                "what bounding removed: the rows' worth k takes below the ceiling and what it keeps (a "
+                "pair that one person moves by at most the ceiling in all; SET dpproxy.bounding_estimate)",
+                estimate.sensitivity,
+                1,
+                estimate.scale,
+                estimate.error95(),
+            ),
+        )
     selection = None
     if plan.noise.selection is not None:
         s = plan.noise.selection

@@ -13,6 +13,7 @@ from dpproxy.engine import Plan
 from dpproxy.policy import Policy, parse_policy
 from dpproxy.release import ExactGroups
 from dpproxy.release.aggregates import fine_components
+from dpproxy.release.exact import Candidates
 from dpproxy.sql.bounds import distinct_bounds
 from dpproxy.sql.query import FINE, ComponentKind
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
@@ -213,6 +214,7 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
         ):
             for j, (x, y) in enumerate(zip(a, b, strict=True)):
                 assert abs(x - y) <= 1, (query.text, unit, name, j, x, y)
+        _certify_removed(plan, a_found, b_found, unit)
         l1 = [[0] * len(bounds.rows) for _ in query.components]
         units_changed = [0] * len(bounds.groups)
         changed = 0
@@ -254,6 +256,27 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
                 continue
             for j, k in enumerate(bounds.rows):
                 assert l1[i][j] <= FINE * component.sensitivity(k), (query.text, unit, i, k, l1[i][j])
+
+
+def _certify_removed(plan: Plan, a: Candidates, b: Candidates, unit: int) -> None:
+    """What bounding removed (dpproxy.release.removed), when the plan estimates it: at every
+    candidate k_j the pair (removed_j, kept_j = reach − removed_j) moves by at most the ceiling in
+    all (L1), the sensitivity its noise is planned for; never negative, and removed_j is 0 at the
+    ceiling."""
+    estimate = plan.noise.estimate
+    bounds = plan.query.bounds
+    assert bounds is not None
+    if estimate is None:
+        assert not a.excess and not b.excess, (plan.query.text, "removed counted but not planned")
+        return
+    assert estimate.sensitivity == bounds.row_cap and estimate.max_groups == 1, plan.query.text
+    assert len(a.excess) == len(b.excess) == len(bounds.rows), (plan.query.text, a.excess, b.excess)
+    for j, k in enumerate(bounds.rows):
+        for found in (a, b):
+            assert 0 <= found.excess[j] <= found.reach, (plan.query.text, unit, k, found.excess, found.reach)
+            assert k < bounds.row_cap or found.excess[j] == 0, (plan.query.text, k, found.excess[j])
+        moved = abs(a.excess[j] - b.excess[j]) + abs((a.reach - a.excess[j]) - (b.reach - b.excess[j]))
+        assert moved <= bounds.row_cap, (plan.query.text, unit, "removed and kept", k, moved)
 
 
 def _certify_carried(plan: Plan, a: ExactGroups, b: ExactGroups, unit: int) -> None:

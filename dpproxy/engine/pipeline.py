@@ -745,7 +745,7 @@ class Engine:
             notes = (note,)
         if exact.candidates is not None:  # bounds chosen per query: k and g, their values, the groups
             groups, chosen, noise = choose_bounds(query, exact, noise, plan.noise_at, values)
-            notes = tuple(n for n in (chosen.note(), *notes) if n)  # no sentence when nothing is bounded
+            notes = tuple(n for n in (chosen.note(), chosen.removed, *notes) if n)  # none: nothing bounded
         else:
             if values != -1:
                 noise = plan.noise_at(-1, -1, values)

@@ -36,6 +36,7 @@ from dpproxy.sql.bounds import (
     choosing,
     component_bounds,
     distinct_bounds,
+    estimates_removed,
     keeps_rows_by_condition,
     mean_components,
 )
@@ -401,17 +402,25 @@ def _query_noise(
         counts = sum(1 for c in query.components if c.kind is ComponentKind.DISTINCT_VALUES)
         cells = query.key_domain_size or 1
         asked += (BoundRequest("distinct", distinct, cells=cells, weight=counts),)
-    return plan_query_noise(
+    components = component_bounds(query, rows, groups, values, means)
+    removed = estimates_removed(query)
+    if removed:  # one more value: the pair (removed, kept) moves by at most the ceiling in all
+        assert bounds is not None
+        components.append((bounds.row_cap, 1))
+    noise = plan_query_noise(
         mechanism,
         epsilon,
         delta,
-        component_bounds(query, rows, groups, values, means),
+        components,
         selection,
         accounting=accounting,
         selectors=selectors(query, rows, groups).requests,
         choices=asked,
         allocated=bounds is not None or len(distinct) > 1,
     )
+    if removed:
+        noise = dataclasses.replace(noise, columns=noise.columns[:-1], estimate=noise.columns[-1])
+    return noise
 
 
 def errors_at(plan: Plan, epsilon: float) -> list[float | str | None]:

@@ -66,6 +66,9 @@ class QueryNoise:
     accounting: Accounting = Accounting.PURE
     conversion_delta: float = 0.0  # zCDP: the δ at which cost.epsilon holds (the request's)
     choices: tuple[BoundChoice | DistinctChoice, ...] = ()  # one per BoundRequest, in the order requested
+    # The noise of the estimate of what bounding removed (dpproxy.release.removed), planned as one
+    # more component (dpproxy.engine.plan._query_noise); None when not asked.
+    estimate: NoiseSpec | None = None
 
     @property
     def approx_dp(self) -> Cost:

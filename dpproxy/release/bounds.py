@@ -17,6 +17,7 @@ from dpproxy.privacy import QueryNoise
 from dpproxy.privacy.bounds import BoundChoice, DistinctChoice
 from dpproxy.release.exact import ExactGroups
 from dpproxy.release.groups import choose_groups
+from dpproxy.release.removed import removed_note
 from dpproxy.sql.bounds import counts_every_row, distinct_bounds, fixed_limits, reads_rows
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
@@ -50,6 +51,8 @@ class ChosenBounds:
     mean_effects: tuple[str, ...] = ()
     # With two k's, what each bounds, in the notice's words (`families`): ("counts and sums", "averages").
     families: tuple[str, str] = ("", "")
+    # SET dpproxy.bounding_estimate = on: the notice's sentence on what k removed (release.removed).
+    removed: str = ""
 
     def note(self) -> str:
         """The notice's sentence; empty when it has nothing to say (persons counted over the whole
@@ -219,6 +222,13 @@ def choose_bounds(
         raise AssertionError("partition selection must not depend on the chosen k")
     else:
         kept = resolved.subset(released)
+    removed = ""
+    if noise.estimate is not None:  # at the lower k, which removes more
+        lower, label = rows, ""
+        if means is not None and bounds.rows[means] != bounds.rows[rows]:
+            lower = min(rows, means)  # candidates ascend
+            label = f" for {families(query)[1 if lower == means else 0]}"
+        removed = removed_note(found, lower, bounds.rows[lower], bounds.row_cap, noise.estimate, label)
     chosen = ChosenBounds(
         rows,
         groups,
@@ -236,6 +246,7 @@ def choose_bounds(
         mean_floored,
         () if means is None else bounding_effects(query, True),
         families(query),
+        removed,
     )
     return kept, chosen, noise
 

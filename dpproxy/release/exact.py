@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Context, Decimal
 
 from dpproxy.release.distinct import carried_per_group
-from dpproxy.sql.bounds import distinct_bounds, mean_components
+from dpproxy.sql.bounds import distinct_bounds, estimates_removed, mean_components
 from dpproxy.sql.query import ComponentKind, PrivateQuery
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
 
@@ -31,6 +31,10 @@ class Candidates:
     above: list[int]  # [candidate j of k]: units whose rows in all exceed k (each unit once)
     wider: list[int]  # [candidate j of g]: units with more groups than g (each unit once)
     persons: int  # units with a row in the query, each once
+    # With ContributionBounds.estimate: [candidate j of k] the rows' worth k_j takes from the units
+    # above it below the ceiling, and what the ceiling keeps of every unit's rows (rewrite.per_group).
+    excess: list[int] = field(default_factory=list)
+    reach: int = 0
     # The row pipeline's histogram statements' rows: a count per candidate k of each (group, bin).
     histogram_rows: tuple[Sequence[Sequence[object]], ...] = ()
 
@@ -210,14 +214,14 @@ def exact_groups(
     if chosen and candidates is None and query.keys:  # no group at all
         assert query.bounds is not None
         j_rows, j_groups = len(query.bounds.rows), len(query.bounds.groups)
-        candidates = Candidates([], [], [0] * j_rows, [0] * j_groups, 0)
+        candidates = Candidates([], [], [0] * j_rows, [0] * j_groups, 0, excess=_none_removed(query))
     if not query.keys and not keys:  # an aggregate without GROUP BY has one row; keep the promise
         keys, components, units = [()], [[0] * n_components], [0]
         if chosen:
             assert query.bounds is not None
             j_rows, j_groups = len(query.bounds.rows), len(query.bounds.groups)
             candidates = Candidates([[[0] * j_rows for _ in range(n_components)]], [[0] * j_groups],
-                                    [0] * j_rows, [0] * j_groups, 0)  # fmt: skip
+                                    [0] * j_rows, [0] * j_groups, 0, excess=_none_removed(query))  # fmt: skip
     index = {key: i for i, key in enumerate(keys)}
     histograms = _empty_histograms(query, len(keys))
 
@@ -272,6 +276,12 @@ def exact_groups(
     return ExactGroups(keys, components, units, histograms, candidates, counted_at, carried)
 
 
+def _none_removed(query: PrivateQuery) -> list[int]:
+    """Candidates.excess of a query without a row: 0 at every candidate k when it is estimated."""
+    assert query.bounds is not None
+    return [0] * len(query.bounds.rows) if estimates_removed(query) else []
+
+
 def _empty_histograms(query: PrivateQuery, groups: int) -> list[list[list[int]]]:
     return [[[0] * h.candidates for h in query.histograms] for _ in range(groups)]
 
@@ -316,6 +326,11 @@ def _candidate_columns(
     at += j_groups
     wider = [sum(_int_column(c)) for c in columns[at : at + j_groups]]
     at += j_groups
+    excess, reach = [], 0
+    if estimates_removed(query):
+        excess = [sum(_int_column(c)) for c in columns[at : at + j_rows]]
+        reach = sum(_int_column(columns[at + j_rows]))
+        at += j_rows + 1
     persons = sum(_int_column(columns[at]))
     units = list(_int_column(columns[at + 1]))
     n = len(keys)
@@ -331,4 +346,5 @@ def _candidate_columns(
         [ceiling_units[g] if counted[i] else values[-1] for i, values in enumerate(group)]
         for g, group in enumerate(candidate_components)
     ]
-    return keys, components, units, Candidates(candidate_components, candidate_units, above, wider, persons)
+    found = Candidates(candidate_components, candidate_units, above, wider, persons, excess, reach)
+    return keys, components, units, found

@@ -168,12 +168,27 @@ class SessionBounds:
     # SET dpproxy.target_error: the largest ± at 95% accepted on each COUNT and SUM; the engine then
     # spends the least ε that meets it (dpproxy.engine.accuracy). None: the session's ε is spent.
     target_error: float | None = None
+    # SET dpproxy.bounding_estimate = on: each query with bounds chosen per query also estimates
+    # what its k removed (ContributionBounds.estimate), from a value's share of its ε.
+    estimate: bool = False
 
 
 def with_session_bounds(query: PrivateQuery, bounds: SessionBounds | None) -> PrivateQuery:
-    if bounds is None or (bounds.rows is None and bounds.groups is None):
+    if bounds is None:
+        return query
+    if bounds.estimate and query.bounds is not None:
+        query = dataclasses.replace(query, bounds=dataclasses.replace(query.bounds, estimate=True))
+    if bounds.rows is None and bounds.groups is None:
         return query
     return with_fixed_bounds(query, bounds.rows, bounds.groups)
+
+
+def estimates_removed(query: PrivateQuery) -> bool:
+    """Whether the query releases an estimate of what bounding removed (ContributionBounds.estimate):
+    asked for, its bounds chosen per query by the main statement, and some value it releases read
+    from the rows (a query of persons alone has nothing to remove)."""
+    bounds = query.bounds
+    return bounds is not None and bounds.estimate and choosing(query) and reads_rows(query)
 
 
 def with_fixed_bounds(query: PrivateQuery, rows: int | None, groups: int | None) -> PrivateQuery:

@@ -283,6 +283,10 @@ class ContributionBounds:
     groups: tuple[int, ...]  # candidates for g, ascending; () when no count of units is released
     row_cap: int  # the ceiling of one person's rows in one group
     group_cap: int  # the ceiling of one person's groups (at most the public keys' domain)
+    # The analyst asked what bounding removed (SET dpproxy.bounding_estimate = on): the main
+    # statement also counts, per candidate k, the rows' worth that k takes from the persons above it
+    # below the ceiling, and the release says a noisy estimate of it (dpproxy.release.removed).
+    estimate: bool = False
 
     @property
     def choose_rows(self) -> bool:

@@ -47,8 +47,10 @@ GROUPS_SETTING = "dpproxy.max_groups_per_unit"
 BOUND_SETTINGS = (ROWS_SETTING, GROUPS_SETTING)
 # Accuracy first: the largest ± at 95% accepted on each COUNT and SUM (dpproxy.engine.accuracy).
 TARGET_SETTING = "dpproxy.target_error"
+# What bounding removed, estimated from a value's share of each query's ε (dpproxy.release.removed).
+ESTIMATE_SETTING = "dpproxy.bounding_estimate"
 # The settings of dpproxy's own an analyst may SET and RESET besides dpproxy.epsilon.
-PLAN_SETTINGS = (*BOUND_SETTINGS, TARGET_SETTING)
+PLAN_SETTINGS = (*BOUND_SETTINGS, TARGET_SETTING, ESTIMATE_SETTING)
 
 # A transaction's modes: what SET TRANSACTION chose in this block, else the session's defaults
 # (SET SESSION CHARACTERISTICS), as PostgreSQL starts each transaction. Every transaction through
@@ -294,7 +296,10 @@ def session_bounds(get: Callable[[str], str | None]) -> SessionBounds | None:
     settings (`get`: a setting's value by name), None when nothing."""
     rows, groups = bound_value(get(ROWS_SETTING)), bound_value(get(GROUPS_SETTING))
     target = target_value(get(TARGET_SETTING))
-    return None if rows is None and groups is None and target is None else SessionBounds(rows, groups, target)
+    estimate = get(ESTIMATE_SETTING) == "on"
+    if rows is None and groups is None and target is None and not estimate:
+        return None
+    return SessionBounds(rows, groups, target, estimate)
 
 
 def _check_timeout(name: str) -> Callable[[str], str]:
@@ -357,6 +362,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(GROUPS_SETTING, "chosen", check=_check_bound(GROUPS_SETTING)),
     Setting(ROWS_SETTING, "chosen", check=_check_bound(ROWS_SETTING)),
     Setting(TARGET_SETTING, "off", check=_check_target),
+    Setting(ESTIMATE_SETTING, "off", check=_check_boolean(ESTIMATE_SETTING)),
     Setting("default_transaction_deferrable", "off", check=_check_boolean("default_transaction_deferrable")),
     Setting(
         "default_transaction_isolation",
@@ -460,7 +466,8 @@ def checked_value(name: str, value: str, *, startup: bool, check_epsilon: Callab
         raise UndefinedObject(
             f'unrecognized configuration parameter "{name}"',
             hint="dpproxy's settings are dpproxy.epsilon, dpproxy.max_rows_per_unit, "
-            "dpproxy.max_groups_per_unit, dpproxy.target_error (SET/SHOW) and dpproxy.budget (SHOW)",
+            "dpproxy.max_groups_per_unit, dpproxy.target_error, dpproxy.bounding_estimate (SET/SHOW) "
+            "and dpproxy.budget (SHOW)",
         )
     setting = _BY_NAME.get(name)
     if setting is None:

@@ -254,6 +254,35 @@ def test_a_session_can_fix_the_contribution_bounds(duck_proxy: Proxy) -> None:
         assert conn.execute("SHOW dpproxy.max_groups_per_unit").fetchone() == ("chosen",)
 
 
+def test_a_session_can_ask_what_bounding_removed(duck_proxy: Proxy) -> None:
+    """SET dpproxy.bounding_estimate = on: each query with bounds chosen per query also says about
+    how many rows' worth its k took (a noisy estimate, in its ε); EXPLAIN lists it; RESET stops it."""
+    with duck_proxy.connect(autocommit=True) as conn:
+        notices = notices_of(conn)
+        sql = "SELECT department, COUNT(*) FROM visits WHERE cost > 0 GROUP BY department"
+        assert conn.execute("SHOW dpproxy.bounding_estimate").fetchone() == ("off",)
+        conn.execute(sql)
+        assert not any("what bounding removed" in n for n in notices)
+        conn.execute("SET dpproxy.bounding_estimate = on")
+        assert conn.execute("SHOW dpproxy.bounding_estimate").fetchone() == ("on",)
+        spent = duck_proxy.spent()
+        conn.execute(sql)
+        assert duck_proxy.spent() - spent == pytest.approx(0.5)  # the query's ε, as without it
+        assert "; what bounding removed" in notices[-1], notices
+        text = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql}").fetchall())
+        assert "what bounding removed: the rows' worth k takes below the ceiling" in text
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+            conn.execute("SET dpproxy.bounding_estimate = 'sometimes'")
+        assert caught.value.diag.message_primary == (
+            'invalid value for parameter "dpproxy.bounding_estimate": "sometimes"'
+        )
+        assert caught.value.diag.message_hint == "write on or off"
+        conn.execute("RESET dpproxy.bounding_estimate")
+        notices.clear()
+        conn.execute(sql)
+        assert not any("what bounding removed" in n for n in notices)
+
+
 def test_session_settings_are_answered_locally(duck_proxy: Proxy) -> None:
     with duck_proxy.connect(autocommit=True) as conn:
         assert conn.execute("SHOW server_version").fetchone() == ("15.0 (dpproxy 0.1)",)

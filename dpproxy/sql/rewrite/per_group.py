@@ -11,12 +11,16 @@ per component and candidate k_j, the sum of each unit's value scaled by k_j/TOTA
 rows in all its groups exceed k_j (`per_unit.scaled`: its contributions to all groups then add up to
 at most k_j rows' worth); per candidate, the units (counted in their first group only) whose TOTAL
 exceeds k_j; per candidate g_j, the units that count this group among their first g_j and the units
-(in their first group) with more than g_j groups; and the units counted once each:
+(in their first group) with more than g_j groups; with ContributionBounds.estimate, per candidate
+k_j the rows' worth it takes below the ceiling C, and what C keeps (`_removed`); and the units
+counted once each:
 
     SELECT __k0, SUM(CASE WHEN __total > 4 THEN <__c0·4/__total> ELSE __c0 END) AS __c0_2, …,
            SUM(CASE WHEN __gn = 1 AND __total > 4 THEN 1 ELSE 0 END) AS __above2, …,
            SUM(CASE WHEN __gn <= 2 THEN 1 ELSE 0 END) AS __units1, …,
            SUM(CASE WHEN __gn = 1 AND __groups > 2 THEN 1 ELSE 0 END) AS __wider1, …,
+          [SUM(CASE WHEN __gn = 1 AND __total > 4 THEN min(__total, C) - 4 ELSE 0 END) AS __excess2, …,
+           SUM(CASE WHEN __gn = 1 THEN min(__total, C) ELSE 0 END) AS __reach,]
            SUM(CASE WHEN __gn = 1 THEN 1 ELSE 0 END) AS __persons, COUNT(*) AS __units
     FROM ranked_groups GROUP BY __k0
 """
@@ -25,13 +29,15 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpproxy.sql.bounds import estimates_removed
 from dpproxy.sql.numbers import bigint_quotient, summable_integer
-from dpproxy.sql.query import FINE, ComponentKind
+from dpproxy.sql.query import FINE, ComponentKind, ContributionBounds
 from dpproxy.sql.rewrite.bound_groups import scaled_sources, splits_quotient
 from dpproxy.sql.rewrite.state import (
     GROUP_RANK,
     GROUPS,
     PERSONS,
+    REACH,
     ROWS,
     TOTAL,
     UNIT,
@@ -42,6 +48,7 @@ from dpproxy.sql.rewrite.state import (
     candidate_column,
     col,
     component_column,
+    excess_column,
     quotient_column,
     remainder_column,
     sign_column,
@@ -90,12 +97,12 @@ def _units(ctx: RewriteContext) -> exp.Expression:
 
 
 def _count_where(condition: exp.Expression) -> exp.Expression:
+    return _sum_where(condition, exp.Literal.number(1))
+
+
+def _sum_where(condition: exp.Expression, value: exp.Expression) -> exp.Expression:
     return _zero_if_empty(
-        exp.Sum(
-            this=exp.Case(
-                ifs=[exp.If(this=condition, true=exp.Literal.number(1))], default=exp.Literal.number(0)
-            )
-        )
+        exp.Sum(this=exp.Case(ifs=[exp.If(this=condition, true=value)], default=exp.Literal.number(0)))
     )
 
 
@@ -151,9 +158,32 @@ def _candidates_per_group(state: RewriteState, ctx: RewriteContext) -> RewriteSt
     for j, g in enumerate(bounds.groups):
         wider = exp.and_(first.copy(), exp.GT(this=col(GROUPS), expression=exp.Literal.number(g)))
         projections.append(exp.alias_(_count_where(wider), wider_column(j), quoted=True, copy=False))
+    if estimates_removed(query):
+        projections.extend(_removed(bounds))
     projections.append(exp.alias_(_count_where(first.copy()), PERSONS, quoted=True, copy=False))
     projections.append(exp.alias_(_units(ctx), UNITS, quoted=True, copy=False))
     final = exp.select(*projections, copy=False).from_(state.current, copy=False)
     if ctx.keys:
         final = final.group_by(*[col(k) for k in ctx.keys], copy=False)
     return RewriteState(state.steps, final)
+
+
+def _removed(bounds: ContributionBounds) -> list[exp.Expression]:
+    """What bounding removes, per candidate k_j, in rows' worth below the ceiling C (each unit in
+    its first group only): SUM(CASE WHEN __gn = 1 AND __total > k_j THEN min(__total, C) − k_j ELSE
+    0 END); and SUM(CASE WHEN __gn = 1 THEN min(__total, C) ELSE 0 END), of which the rest is what
+    k_j keeps. One person moves the pair (removed, kept) at k_j by at most C in all
+    (dpproxy.release.removed)."""
+    ceiling = exp.Literal.number(bounds.row_cap)
+    first = exp.EQ(this=col(GROUP_RANK), expression=exp.Literal.number(1))
+    # min(TOTAL, C), spelled as a CASE: LEAST's NULL handling differs among the backends' dialects
+    # (TOTAL is never NULL, but sqlglot guards it when it transpiles).
+    over_ceiling = exp.GT(this=col(TOTAL), expression=ceiling)
+    reached = exp.Case(ifs=[exp.If(this=over_ceiling, true=ceiling.copy())], default=col(TOTAL))
+    found = []
+    for j, k in enumerate(bounds.rows):
+        over = exp.and_(first.copy(), exp.GT(this=col(TOTAL), expression=exp.Literal.number(k)))
+        taken = exp.Sub(this=reached.copy(), expression=exp.Literal.number(k))
+        found.append(exp.alias_(_sum_where(over, taken), excess_column(j), quoted=True, copy=False))
+    found.append(exp.alias_(_sum_where(first, reached), REACH, quoted=True, copy=False))
+    return found

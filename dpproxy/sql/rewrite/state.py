@@ -73,6 +73,11 @@ sign_column = NumberedColumn("__sign")
 above_column = NumberedColumn("__above")
 units_column = NumberedColumn("__units")
 wider_column = NumberedColumn("__wider")
+# With ContributionBounds.estimate, per group and candidate j of k: the rows' worth k_j takes from
+# the units whose first group it is, below the ceiling, LEAST(TOTAL, ceiling) − k_j when TOTAL is
+# above k_j; and once, LEAST(TOTAL, ceiling) of those units (what the ceiling keeps of them).
+excess_column = NumberedColumn("__excess")
+REACH = "__reach"
 
 
 def col(name: str, table: str | None = None) -> exp.Column:

@@ -23,6 +23,8 @@ For a statement S and the adversarial databases:
      certified, and every candidate's values are those of the plan that ranks them;
   8. on the first database, on DuckDB, the plan is released once (bounds and groups chosen, noise
      drawn at the chosen bounds, rows post-processed) without failing.
+Half the statements (by a hash of their text) are planned as with SET dpproxy.bounding_estimate =
+on: their counts of what bounding removed are certified (4) and released (8) with the rest.
 `check` returns the failures it found as strings (empty: the statement passed).
 """
 
@@ -39,6 +41,7 @@ from dpproxy.engine.released import plan_released, post_process_released
 from dpproxy.errors import DPProxyError
 from dpproxy.policy import Policy
 from dpproxy.release import ExactGroups, post_process
+from dpproxy.sql.bounds import SessionBounds
 from dpproxy.sql.clock import CLOCK
 from dpproxy.sql.postprocess.intervals import interval_slots
 from dpproxy.sql.query import PrivateQuery
@@ -164,7 +167,10 @@ def _plan(engine: Engine, query: Generated) -> Plan | DPProxyError | None:
             analyzed = analyzed.private
         if not isinstance(analyzed, PrivateQuery):
             return None
-        return engine.plan_private(analyzed, engine.query_epsilon(None), salt="language")
+        # Half the statements also estimate what bounding removed (SET dpproxy.bounding_estimate =
+        # on): its counts are certified and released with the rest.
+        bounds = SessionBounds(estimate=True) if zlib.crc32(query.sql.encode()) % 2 else None
+        return engine.plan_private(analyzed, engine.query_epsilon(None), salt="language", bounds=bounds)
     except DPProxyError as error:
         return error
 
