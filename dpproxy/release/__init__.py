@@ -7,7 +7,8 @@ Order of operations, which is what makes the answer differentially private:
      per group (`ORDER BY <count> DESC LIMIT k` is no exception: its k groups are the first k by
      their noisy values, in step 5). With bounds chosen per query, k and g are drawn first (step
      1½, `choose_bounds`, which calls this step), but over keys that are not public k may be drawn
-     after the groups are: it reads how many were released.
+     after the groups are: it reads how many were released. Asked for, what k removed is
+     estimated there too, from one more value's share (removed).
   3. `release_aggregates` (aggregates): add noise to every component of every released group
      (dpproxy.privacy owns the samplers), and
   4. compute COUNT/SUM/AVG… from noisy components (rounding, clamping into bounds), with their 95% ±.
