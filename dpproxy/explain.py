@@ -114,11 +114,11 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
             )
         )
     estimate = plan.noise.estimate
-    if estimate is not None:  # dpproxy.release.removed
+    if estimate is not None:  # dpproxy.release.left_out
         released += (
             (
                 "what bounding removed: the rows' worth k takes below the ceiling and what it keeps (a "
-                "pair that one person moves by at most the ceiling in all; SET dpproxy.bounding_estimate)",
+                "pair that one person moves by at most the ceiling in all; SET dpproxy.estimate_left_out)",
                 estimate.sensitivity,
                 1,
                 estimate.scale,

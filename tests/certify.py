@@ -172,7 +172,14 @@ def by_key(m: ExactGroups) -> dict[tuple, tuple[list[int], int, list[list[int]]]
 
 
 def certify(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None:
-    """See `certify_fixed`; with bounds chosen per query, `certify_candidates`."""
+    """See `certify_fixed`; with bounds chosen per query, `certify_candidates`. The count of groups
+    holding persons (release.left_out) is noised for g, the most groups a person is counted in
+    there, which both check a person moves by at most g."""
+    hidden = plan.noise.hidden
+    if hidden is not None:
+        bounds = plan.query.bounds
+        g = bounds.groups[-1] if plan.chooses_bounds and bounds and bounds.groups else plan.query.max_groups
+        assert (hidden.sensitivity, hidden.max_groups) == (g, 1), (plan.query.text, hidden)
     if plan.chooses_bounds:
         certify_candidates(plan, run, persons)
     else:
@@ -251,6 +258,9 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
         _certify_histograms_per_candidate(plan, measured, neighbour_measured, unit)
         for j, g in enumerate(bounds.groups):
             assert units_changed[j] <= g, (query.text, unit, "units in groups", g, units_changed[j])
+            # The groups holding a person counted at g (ExactGroups.present, release.left_out).
+            present = [sum(1 for found in m.values() if found[1][j] > 0) for m in (full, neighbour)]
+            assert abs(present[0] - present[1]) <= g, (query.text, unit, "groups holding persons", g, present)
         for i, component in enumerate(query.components):
             if component.kind.row_pipeline or component.kind.name == "UNITS":
                 continue
@@ -259,7 +269,7 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
 
 
 def _certify_removed(plan: Plan, a: Candidates, b: Candidates, unit: int) -> None:
-    """What bounding removed (dpproxy.release.removed), when the plan estimates it: at every
+    """What bounding removed (dpproxy.release.left_out), when the plan estimates it: at every
     candidate k_j the pair (removed_j, kept_j = reach − removed_j) moves by at most the ceiling in
     all (L1), the sensitivity its noise is planned for; never negative, and removed_j is 0 at the
     ceiling."""

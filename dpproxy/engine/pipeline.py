@@ -750,8 +750,7 @@ class Engine:
             if values != -1:
                 noise = plan.noise_at(-1, -1, values)
             groups = choose_groups(query, exact, noise)
-        refinements = plan.refinements if query.histograms else {}
-        refined = refine_quantiles(query, refinements, groups, noise, run)
+        refined = refine_quantiles(query, plan.refinements if query.histograms else {}, groups, noise, run)
         released = release_aggregates(query, groups, noise, plan.responses, refined)
         post = query.post_processing
         out_rows = post_process(
@@ -762,7 +761,8 @@ class Engine:
             released.columns,
             by_column=True,
         )
-        notes = (*fixed_bounds_notes(query), *notes, *hidden_groups_notes(query, noise, len(released.keys)))
+        hidden = hidden_groups_notes(query, noise, len(released.keys), groups.present)
+        notes = (*fixed_bounds_notes(query), *notes, *hidden)
         notes = (*notes, *rows_without_person_notes(query.relation, self.unit_not_null))
         return Result(answer_columns(plan, released.errors), out_rows, notes=notes)
 

@@ -36,6 +36,7 @@ from dpproxy.sql.bounds import (
     choosing,
     component_bounds,
     distinct_bounds,
+    estimates_hidden,
     estimates_removed,
     keeps_rows_by_condition,
     mean_components,
@@ -403,10 +404,14 @@ def _query_noise(
         cells = query.key_domain_size or 1
         asked += (BoundRequest("distinct", distinct, cells=cells, weight=counts),)
     components = component_bounds(query, rows, groups, values, means)
-    removed = estimates_removed(query)
-    if removed:  # one more value: the pair (removed, kept) moves by at most the ceiling in all
+    # What the bounds and selection leave out, when asked (release.left_out): one more value each.
+    removed, hidden = estimates_removed(query), estimates_hidden(query)
+    if removed:  # the pair (removed, kept) moves by at most the ceiling in all
         assert bounds is not None
         components.append((bounds.row_cap, 1))
+    if hidden:  # the groups holding persons counted at g: a person makes at most g of them
+        assert selection is not None
+        components.append((selection, 1))
     noise = plan_query_noise(
         mechanism,
         epsilon,
@@ -418,8 +423,11 @@ def _query_noise(
         choices=asked,
         allocated=bounds is not None or len(distinct) > 1,
     )
-    if removed:
-        noise = dataclasses.replace(noise, columns=noise.columns[:-1], estimate=noise.columns[-1])
+    if removed or hidden:  # the last columns, in the order appended
+        columns = list(noise.columns)
+        found = columns.pop() if hidden else None
+        estimate = columns.pop() if removed else None
+        noise = dataclasses.replace(noise, columns=tuple(columns), estimate=estimate, hidden=found)
     return noise
 
 

@@ -66,9 +66,11 @@ class QueryNoise:
     accounting: Accounting = Accounting.PURE
     conversion_delta: float = 0.0  # zCDP: the δ at which cost.epsilon holds (the request's)
     choices: tuple[BoundChoice | DistinctChoice, ...] = ()  # one per BoundRequest, in the order requested
-    # The noise of the estimate of what bounding removed (dpproxy.release.removed), planned as one
+    # The noise of the estimate of what bounding removed (dpproxy.release.left_out), planned as one
     # more component (dpproxy.engine.plan._query_noise); None when not asked.
     estimate: NoiseSpec | None = None
+    # …and of the count of groups that hold persons beside those partition selection shows.
+    hidden: NoiseSpec | None = None
 
     @property
     def approx_dp(self) -> Cost:

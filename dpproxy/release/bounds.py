@@ -17,7 +17,7 @@ from dpproxy.privacy import QueryNoise
 from dpproxy.privacy.bounds import BoundChoice, DistinctChoice
 from dpproxy.release.exact import ExactGroups
 from dpproxy.release.groups import choose_groups
-from dpproxy.release.removed import removed_note
+from dpproxy.release.left_out import removed_note
 from dpproxy.sql.bounds import counts_every_row, distinct_bounds, fixed_limits, reads_rows
 from dpproxy.sql.query import AggregateKind, PrivateQuery
 
@@ -51,7 +51,7 @@ class ChosenBounds:
     mean_effects: tuple[str, ...] = ()
     # With two k's, what each bounds, in the notice's words (`families`): ("counts and sums", "averages").
     families: tuple[str, str] = ("", "")
-    # SET dpproxy.bounding_estimate = on: the notice's sentence on what k removed (release.removed).
+    # SET dpproxy.estimate_left_out = on: the notice's sentence on what k removed (release.left_out).
     removed: str = ""
 
     def note(self) -> str:

@@ -31,7 +31,7 @@ class Candidates:
     above: list[int]  # [candidate j of k]: units whose rows in all exceed k (each unit once)
     wider: list[int]  # [candidate j of g]: units with more groups than g (each unit once)
     persons: int  # units with a row in the query, each once
-    # With ContributionBounds.estimate: [candidate j of k] the rows' worth k_j takes from the units
+    # With PrivateQuery.estimate_left_out: [candidate j of k] the rows' worth k_j takes from the units
     # above it below the ceiling, and what the ceiling keeps of every unit's rows (rewrite.per_group).
     excess: list[int] = field(default_factory=list)
     reach: int = 0
@@ -58,8 +58,12 @@ class ExactGroups:
     # (dpproxy.release.distinct), by (g, i); a group without values has none. `components` holds
     # the ceiling's until `carrying` keeps the chosen ℓ's.
     carried: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    # Once partition selection chose a subset: the groups it chose from that hold a person counted
+    # there (units > 0), what the estimate of the groups not shown reads (release.left_out).
+    present: int | None = None
 
     def subset(self, indexes: Sequence[int]) -> ExactGroups:
+        """The groups at `indexes`, partition selection's choice among these."""
         assert self.candidates is None and not self.carried, "groups are chosen once the bounds are"
         return ExactGroups(
             [self.keys[i] for i in indexes],
@@ -67,6 +71,7 @@ class ExactGroups:
             [self.units[i] for i in indexes],
             [self.histograms[i] for i in indexes] if self.histograms else [],
             counted_at=self.counted_at,
+            present=sum(1 for units in self.units if units > 0),
         )
 
     def carrying(self, values: int) -> ExactGroups:

@@ -16,6 +16,7 @@ import itertools
 
 from dpproxy.privacy import NoiseSpec, QueryNoise, SelectionSpec
 from dpproxy.release.exact import ExactGroups
+from dpproxy.release.left_out import hidden_note
 from dpproxy.results import hidden_groups_note
 from dpproxy.sql.query import PrivateQuery
 
@@ -66,12 +67,18 @@ def selection_threshold(query: PrivateQuery, noise: QueryNoise) -> tuple[int, in
     return spec.threshold, spec.threshold + int(noise_of_selection.error_at(0.10))
 
 
-def hidden_groups_notes(query: PrivateQuery, noise: QueryNoise, released: int) -> tuple[str, ...]:
+def hidden_groups_notes(
+    query: PrivateQuery, noise: QueryNoise, released: int, present: int | None = None
+) -> tuple[str, ...]:
     """The notice's sentence about the groups partition selection may have hidden: its threshold (of
     the plan), and, when no group was released, that this is why the answer is empty. `released`:
-    the number of groups released, which the answer shows anyway. Never a count of hidden groups:
-    that is a function of the data (docs/privacy.md §5, "What an answer says about hidden groups")."""
+    the number of groups released, which the answer shows anyway. A count of hidden groups is a
+    function of the data (docs/privacy.md §5, "What an answer says about hidden groups"): said only
+    when the analyst asked for it and paid (noise.hidden), noisy, from `present` (ExactGroups.present)."""
     figures = selection_threshold(query, noise)
     if figures is None:
         return ()
-    return (hidden_groups_note(*figures, released=released),)
+    said = hidden_groups_note(*figures, released=released)
+    if noise.hidden is not None and present is not None:
+        said += "; " + hidden_note(present, noise.hidden, released)
+    return (said,)

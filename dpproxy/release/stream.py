@@ -64,6 +64,7 @@ def streamable(query: PrivateQuery, statements: int) -> bool:
         and not query.histograms
         and not requests.requests
         and query.bounds is None  # chosen bounds need every group's counts first
+        and not query.estimate_left_out  # so does the count of the groups not shown
         and not query.post_processing.order_by
         and all(k.type in STREAMABLE_KEY_TYPES for k in query.keys)
     )

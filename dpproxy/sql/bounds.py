@@ -168,27 +168,37 @@ class SessionBounds:
     # SET dpproxy.target_error: the largest ± at 95% accepted on each COUNT and SUM; the engine then
     # spends the least ε that meets it (dpproxy.engine.accuracy). None: the session's ε is spent.
     target_error: float | None = None
-    # SET dpproxy.bounding_estimate = on: each query with bounds chosen per query also estimates
-    # what its k removed (ContributionBounds.estimate), from a value's share of its ε.
+    # SET dpproxy.estimate_left_out = on: each query also estimates what its bounds and partition
+    # selection leave out (PrivateQuery.estimate_left_out), each from a value's share of its ε.
     estimate: bool = False
 
 
 def with_session_bounds(query: PrivateQuery, bounds: SessionBounds | None) -> PrivateQuery:
     if bounds is None:
         return query
-    if bounds.estimate and query.bounds is not None:
-        query = dataclasses.replace(query, bounds=dataclasses.replace(query.bounds, estimate=True))
+    if bounds.estimate:
+        query = dataclasses.replace(query, estimate_left_out=True)
     if bounds.rows is None and bounds.groups is None:
         return query
     return with_fixed_bounds(query, bounds.rows, bounds.groups)
 
 
 def estimates_removed(query: PrivateQuery) -> bool:
-    """Whether the query releases an estimate of what bounding removed (ContributionBounds.estimate):
+    """Whether the query releases an estimate of what bounding removed (PrivateQuery.estimate_left_out):
     asked for, its bounds chosen per query by the main statement, and some value it releases read
     from the rows (a query of persons alone has nothing to remove)."""
-    bounds = query.bounds
-    return bounds is not None and bounds.estimate and choosing(query) and reads_rows(query)
+    return query.estimate_left_out and choosing(query) and reads_rows(query)
+
+
+def estimates_hidden(query: PrivateQuery) -> bool:
+    """Whether the query releases an estimate of the groups that hold persons, beside those partition
+    selection shows (PrivateQuery.estimate_left_out): asked for, and keys that go through selection."""
+    return (
+        query.estimate_left_out
+        and bool(query.keys)
+        and query.needs_selection
+        and not query.randomized_response
+    )
 
 
 def with_fixed_bounds(query: PrivateQuery, rows: int | None, groups: int | None) -> PrivateQuery:

@@ -283,10 +283,6 @@ class ContributionBounds:
     groups: tuple[int, ...]  # candidates for g, ascending; () when no count of units is released
     row_cap: int  # the ceiling of one person's rows in one group
     group_cap: int  # the ceiling of one person's groups (at most the public keys' domain)
-    # The analyst asked what bounding removed (SET dpproxy.bounding_estimate = on): the main
-    # statement also counts, per candidate k, the rows' worth that k takes from the persons above it
-    # below the ceiling, and the release says a noisy estimate of it (dpproxy.release.removed).
-    estimate: bool = False
 
     @property
     def choose_rows(self) -> bool:
@@ -338,6 +334,10 @@ class PrivateQuery:
     # The bounds chosen per query within the ceilings (None: the limits are fixed, or every row is
     # its own person, or randomized response).
     bounds: ContributionBounds | None = None
+    # The analyst asked what bounding and partition selection leave out (SET
+    # dpproxy.estimate_left_out = on): noisy estimates of the rows' worth k removes and of the
+    # groups that hold persons, each one more released value (dpproxy.release.left_out).
+    estimate_left_out: bool = False
 
     @property
     def needs_row_pipeline(self) -> bool:

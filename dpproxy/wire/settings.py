@@ -47,8 +47,8 @@ GROUPS_SETTING = "dpproxy.max_groups_per_unit"
 BOUND_SETTINGS = (ROWS_SETTING, GROUPS_SETTING)
 # Accuracy first: the largest ± at 95% accepted on each COUNT and SUM (dpproxy.engine.accuracy).
 TARGET_SETTING = "dpproxy.target_error"
-# What bounding removed, estimated from a value's share of each query's ε (dpproxy.release.removed).
-ESTIMATE_SETTING = "dpproxy.bounding_estimate"
+# What bounding removed, estimated from a value's share of each query's ε (dpproxy.release.left_out).
+ESTIMATE_SETTING = "dpproxy.estimate_left_out"
 # The settings of dpproxy's own an analyst may SET and RESET besides dpproxy.epsilon.
 PLAN_SETTINGS = (*BOUND_SETTINGS, TARGET_SETTING, ESTIMATE_SETTING)
 
@@ -466,7 +466,7 @@ def checked_value(name: str, value: str, *, startup: bool, check_epsilon: Callab
         raise UndefinedObject(
             f'unrecognized configuration parameter "{name}"',
             hint="dpproxy's settings are dpproxy.epsilon, dpproxy.max_rows_per_unit, "
-            "dpproxy.max_groups_per_unit, dpproxy.target_error, dpproxy.bounding_estimate (SET/SHOW) "
+            "dpproxy.max_groups_per_unit, dpproxy.target_error, dpproxy.estimate_left_out (SET/SHOW) "
             "and dpproxy.budget (SHOW)",
         )
     setting = _BY_NAME.get(name)

@@ -255,16 +255,16 @@ def test_a_session_can_fix_the_contribution_bounds(duck_proxy: Proxy) -> None:
 
 
 def test_a_session_can_ask_what_bounding_removed(duck_proxy: Proxy) -> None:
-    """SET dpproxy.bounding_estimate = on: each query with bounds chosen per query also says about
+    """SET dpproxy.estimate_left_out = on: each query with bounds chosen per query also says about
     how many rows' worth its k took (a noisy estimate, in its ε); EXPLAIN lists it; RESET stops it."""
     with duck_proxy.connect(autocommit=True) as conn:
         notices = notices_of(conn)
         sql = "SELECT department, COUNT(*) FROM visits WHERE cost > 0 GROUP BY department"
-        assert conn.execute("SHOW dpproxy.bounding_estimate").fetchone() == ("off",)
+        assert conn.execute("SHOW dpproxy.estimate_left_out").fetchone() == ("off",)
         conn.execute(sql)
         assert not any("what bounding removed" in n for n in notices)
-        conn.execute("SET dpproxy.bounding_estimate = on")
-        assert conn.execute("SHOW dpproxy.bounding_estimate").fetchone() == ("on",)
+        conn.execute("SET dpproxy.estimate_left_out = on")
+        assert conn.execute("SHOW dpproxy.estimate_left_out").fetchone() == ("on",)
         spent = duck_proxy.spent()
         conn.execute(sql)
         assert duck_proxy.spent() - spent == pytest.approx(0.5)  # the query's ε, as without it
@@ -272,12 +272,12 @@ def test_a_session_can_ask_what_bounding_removed(duck_proxy: Proxy) -> None:
         text = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql}").fetchall())
         assert "what bounding removed: the rows' worth k takes below the ceiling" in text
         with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
-            conn.execute("SET dpproxy.bounding_estimate = 'sometimes'")
+            conn.execute("SET dpproxy.estimate_left_out = 'sometimes'")
         assert caught.value.diag.message_primary == (
-            'invalid value for parameter "dpproxy.bounding_estimate": "sometimes"'
+            'invalid value for parameter "dpproxy.estimate_left_out": "sometimes"'
         )
         assert caught.value.diag.message_hint == "write on or off"
-        conn.execute("RESET dpproxy.bounding_estimate")
+        conn.execute("RESET dpproxy.estimate_left_out")
         notices.clear()
         conn.execute(sql)
         assert not any("what bounding removed" in n for n in notices)

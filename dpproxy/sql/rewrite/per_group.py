@@ -11,7 +11,7 @@ per component and candidate k_j, the sum of each unit's value scaled by k_j/TOTA
 rows in all its groups exceed k_j (`per_unit.scaled`: its contributions to all groups then add up to
 at most k_j rows' worth); per candidate, the units (counted in their first group only) whose TOTAL
 exceeds k_j; per candidate g_j, the units that count this group among their first g_j and the units
-(in their first group) with more than g_j groups; with ContributionBounds.estimate, per candidate
+(in their first group) with more than g_j groups; with PrivateQuery.estimate_left_out, per candidate
 k_j the rows' worth it takes below the ceiling C, and what C keeps (`_removed`); and the units
 counted once each:
 
@@ -173,7 +173,7 @@ def _removed(bounds: ContributionBounds) -> list[exp.Expression]:
     its first group only): SUM(CASE WHEN __gn = 1 AND __total > k_j THEN min(__total, C) − k_j ELSE
     0 END); and SUM(CASE WHEN __gn = 1 THEN min(__total, C) ELSE 0 END), of which the rest is what
     k_j keeps. One person moves the pair (removed, kept) at k_j by at most C in all
-    (dpproxy.release.removed)."""
+    (dpproxy.release.left_out)."""
     ceiling = exp.Literal.number(bounds.row_cap)
     first = exp.EQ(this=col(GROUP_RANK), expression=exp.Literal.number(1))
     # min(TOTAL, C), spelled as a CASE: LEAST's NULL handling differs among the backends' dialects

@@ -73,7 +73,7 @@ sign_column = NumberedColumn("__sign")
 above_column = NumberedColumn("__above")
 units_column = NumberedColumn("__units")
 wider_column = NumberedColumn("__wider")
-# With ContributionBounds.estimate, per group and candidate j of k: the rows' worth k_j takes from
+# With PrivateQuery.estimate_left_out, per group and candidate j of k: the rows' worth k_j takes from
 # the units whose first group it is, below the ceiling, LEAST(TOTAL, ceiling) − k_j when TOTAL is
 # above k_j; and once, LEAST(TOTAL, ceiling) of those units (what the ceiling keeps of them).
 excess_column = NumberedColumn("__excess")

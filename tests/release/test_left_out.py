@@ -1,10 +1,12 @@
-"""What bounding removed, estimated privately (dpproxy.release.removed; SET dpproxy.bounding_estimate).
+"""What the bounds and partition selection leave out, estimated privately (dpproxy.release.left_out;
+SET dpproxy.estimate_left_out).
 
 The main statement counts, at every candidate k, the rows' worth k takes from the persons above it
 below the ceiling, and what the ceiling keeps of everyone; the release noises the pair at the
-chosen k, at one released value's share of the query's ε. Checked here: the exact counts against
-the persons' rows, the noise the plan reserves (sensitivity the ceiling, the query's cost
-unchanged), the sentence, and where it is not planned.
+chosen k, at one released value's share of the query's ε. Over keys that go through partition
+selection, the groups holding a person counted there are counted with noise too. Checked here: the
+exact counts against the persons' rows and groups, the noise the plan reserves (sensitivity the
+ceiling, or g; the query's cost unchanged), the sentences, and where they are not planned.
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ tables:
     columns:
       pid: {type: integer}
       dept: {type: varchar, public_values: [a, b]}
+      ward: {type: varchar}
       cost: {type: integer, lower: 0, upper: 100}
   fixed_visits:
     privacy_unit: pid
     max_rows_per_unit: 3
+    max_groups_per_unit: 2
     contribution_bounds: fixed
     columns:
       pid: {type: integer}
+      ward: {type: varchar}
       cost: {type: integer, lower: 0, upper: 100}
 """
 
@@ -47,16 +52,21 @@ VISITS |= {**dict.fromkeys(range(400, 420), 60), **dict.fromkeys(range(420, 425)
 ON = SessionBounds(estimate=True)
 
 
+def _ward(pid: int) -> str:
+    """Each person's one ward: 30 wards, w0 with 200 persons, the others with 7 or 8 each."""
+    return "w0" if pid < 200 else f"w{1 + pid % 29}"
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     tmp = tmp_path_factory.mktemp("removed")
     path = tmp / "visits.duckdb"
     with duckdb.connect(str(path)) as conn:
-        conn.execute("CREATE TABLE visits (pid INTEGER, dept VARCHAR, cost INTEGER)")
-        conn.execute("CREATE TABLE fixed_visits (pid INTEGER, cost INTEGER)")
-        rows = [(pid, "ab"[i % 2], 1 + i % 99) for pid, n in VISITS.items() for i in range(n)]
-        conn.executemany("INSERT INTO visits VALUES (?, ?, ?)", rows)
-        conn.execute("INSERT INTO fixed_visits SELECT pid, cost FROM visits")
+        conn.execute("CREATE TABLE visits (pid INTEGER, dept VARCHAR, ward VARCHAR, cost INTEGER)")
+        conn.execute("CREATE TABLE fixed_visits (pid INTEGER, ward VARCHAR, cost INTEGER)")
+        rows = [(pid, "ab"[i % 2], _ward(pid), 1 + i % 99) for pid, n in VISITS.items() for i in range(n)]
+        conn.executemany("INSERT INTO visits VALUES (?, ?, ?, ?)", rows)
+        conn.execute("INSERT INTO fixed_visits SELECT pid, ward, cost FROM visits")
     (tmp / "policy.yaml").write_text(POLICY)
     with Engine.open(tmp / "policy.yaml", str(path), tmp / "ledger.sqlite") as opened:
         yield opened
@@ -141,3 +151,49 @@ def test_the_estimate_is_not_planned_where_nothing_is_chosen_from_rows(engine: E
         assert plan.cost == engine.plan_private(query, 1.0, salt="s").cost
         notes = engine.execute(sql, analyst="alice", bounds=ON).notes
         assert not any(n.startswith("what bounding removed") for n in notes), notes
+
+
+def test_the_groups_holding_persons_are_counted_with_noise_for_g(engine: Engine) -> None:
+    """Over a key that goes through selection, the groups holding a person counted there (every
+    ward here: 30) are counted with noise for g, chosen (ceiling 1: the policy's
+    max_groups_per_unit) or fixed (2); the notice says about how many were not shown beside the
+    shown ones, never fewer than 0; over public keys nothing is planned."""
+    for sql, g in (
+        ("SELECT ward, COUNT(*) FROM visits GROUP BY ward", 1),
+        ("SELECT ward, COUNT(*) FROM fixed_visits GROUP BY ward", 2),
+    ):
+        query = _query(engine, sql)
+        plan = engine.plan_private(query, 1.0, salt="s", bounds=ON)
+        hidden = plan.noise.hidden
+        assert hidden is not None and (hidden.sensitivity, hidden.max_groups) == (g, 1), sql
+        plain = engine.plan_private(query, 1.0, salt="s").cost
+        if plan.chooses_bounds:  # the allocation, the same whatever is released
+            assert plan.cost == plain
+        else:  # what each part's map spends, within the request
+            assert plan.cost.epsilon <= 1.0 and plan.cost.delta <= 1.0e-7
+        result = engine.execute(sql, analyst="alice", bounds=ON)
+        said = [n for n in result.notes if "groups not shown (estimated)" in n]
+        assert len(said) == 1, result.notes
+        match = re.search(
+            r"groups not shown \(estimated\): about ([\d,]+) of about ([\d,]+) groups that hold persons "
+            r"\(±([\d,]+) at 95%\)$",
+            said[0],
+        )
+        assert match is not None, said
+        missing, total, error = (int(match[i].replace(",", "")) for i in (1, 2, 3))
+        assert total - missing == len(result.rows) and missing >= 0
+        assert abs(total - 30) <= error or total == len(result.rows), (total, error)
+    public = engine.plan_private(
+        _query(engine, "SELECT dept, COUNT(*) FROM visits GROUP BY dept"), 1.0, bounds=ON
+    )
+    assert public.noise.hidden is None
+
+
+def test_the_groups_selection_chose_from_are_those_holding_a_person(engine: Engine) -> None:
+    """ExactGroups.present: the groups partition selection read with a person counted in them."""
+    plan = engine.plan_private(
+        _query(engine, "SELECT ward, COUNT(*) FROM visits GROUP BY ward"), 1.0, bounds=ON
+    )
+    exact = plan.measure(*(engine.backend.run(s) for s in plan.statements))
+    resolved = exact.resolve(plan.query, len(plan.query.bounds.rows) - 1, 0)  # type: ignore[union-attr]
+    assert resolved.subset([0]).present == 30

@@ -1,5 +1,6 @@
-"""What bounding removed, estimated privately (`SET dpproxy.bounding_estimate = on`; docs/privacy.md
-§3, "What bounding removed").
+"""What the bounds and partition selection leave out, estimated privately when the analyst asks (`SET
+dpproxy.estimate_left_out = on`; docs/privacy.md §3, "What bounding removed", and §5, "What an answer
+says about hidden groups").
 
 A query with bounds chosen per query scales each person's rows down to k rows' worth when they
 have more. The noise's ± does not cover what that takes away, and how much it takes is a fact of
@@ -21,6 +22,12 @@ Rows beyond the ceiling (a person's rows in one group above C, or all their grou
 are not counted: what the ceiling removes is the data owner's choice, and counting it would have
 no bound. Each person counts at least one row there (the statement's TOTAL), so kept is a little
 above the truth when some persons' rows add nothing.
+
+Over keys that go through partition selection, the groups selection chose from that hold a person
+counted there (ExactGroups.present: the units selection reads, at the chosen g or the fixed limit,
+above 0) are counted with noise too: one person is counted in at most g groups, so they move that
+count by at most g, and it gets the noise of one value of sensitivity g in one group, planned as
+one more value. The notice then says about how many groups hold persons beside how many are shown.
 """
 
 from __future__ import annotations
@@ -55,3 +62,15 @@ def removed_note(found: Candidates, index: int, k: int, ceiling: int, spec: Nois
 def _percent(part: int, whole: int) -> str:
     share = 100 * part / whole
     return f"{share:.0f}%" if share >= 10 or share == 0 else f"{share:.1f}%"
+
+
+def hidden_note(present: int, spec: NoiseSpec, shown: int) -> str:
+    """The notice's sentence on the groups partition selection did not show: the noisy count of the
+    groups that hold persons (the module docstring), never below the `shown` ones (released, so
+    public), and its ±."""
+    found = max(shown, present + spec.sample(1)[0])
+    error = int(spec.error95())
+    return (
+        f"groups not shown (estimated): about {found - shown:,} of about {found:,} groups that hold "
+        f"persons (±{error:,} at 95%)"
+    )
