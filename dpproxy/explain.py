@@ -113,18 +113,20 @@ def explain_plan(plan: Plan, dialect: str) -> Explanation:
                 zip(query.components, component_bounds(query, -1, -1), plan.noise.columns, strict=True)
             )
         )
-    estimate = plan.noise.estimate
-    if estimate is not None:  # dpproxy.release.left_out
-        released += (
-            (
-                "what bounding removed: the rows' worth k takes below the ceiling and what it keeps (a "
-                "pair that one person moves by at most the ceiling in all; SET dpproxy.estimate_left_out)",
-                estimate.sensitivity,
-                1,
-                estimate.scale,
-                estimate.error95(),
-            ),
-        )
+    for spec, name in (  # SET dpproxy.estimate_left_out (dpproxy.release.left_out)
+        (
+            plan.noise.estimate,
+            "what bounding removed: the rows' worth k takes below the ceiling and what it keeps (a "
+            "pair that one person moves by at most the ceiling in all; SET dpproxy.estimate_left_out)",
+        ),
+        (
+            plan.noise.hidden,
+            "the groups that hold persons, beside those partition selection releases (a person is "
+            "counted in at most g of them; SET dpproxy.estimate_left_out)",
+        ),
+    ):
+        if spec is not None:
+            released += ((name, spec.sensitivity, 1, spec.scale, spec.error95()),)
     selection = None
     if plan.noise.selection is not None:
         s = plan.noise.selection

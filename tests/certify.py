@@ -13,7 +13,7 @@ from dpproxy.engine import Plan
 from dpproxy.policy import Policy, parse_policy
 from dpproxy.release import ExactGroups
 from dpproxy.release.aggregates import fine_components
-from dpproxy.release.exact import Candidates
+from dpproxy.release.exact import Candidates, holding_persons
 from dpproxy.sql.bounds import distinct_bounds
 from dpproxy.sql.query import FINE, ComponentKind
 from dpproxy.sql.rewrite.row_pipeline import histogram_rows
@@ -258,9 +258,12 @@ def certify_candidates(plan: Plan, run: Runner, persons: int | Iterable[int]) ->
         _certify_histograms_per_candidate(plan, measured, neighbour_measured, unit)
         for j, g in enumerate(bounds.groups):
             assert units_changed[j] <= g, (query.text, unit, "units in groups", g, units_changed[j])
-            # The groups holding a person counted at g (ExactGroups.present, release.left_out).
-            present = [sum(1 for found in m.values() if found[1][j] > 0) for m in (full, neighbour)]
+            # The groups holding a person counted at g (ExactGroups.present, release.left_out), and
+            # the noise planned for them at that g.
+            present = [holding_persons(m.units_at(j)) for m in (measured, neighbour_measured)]
             assert abs(present[0] - present[1]) <= g, (query.text, unit, "groups holding persons", g, present)
+            hidden = plan.noise_at(len(bounds.rows) - 1, j).hidden
+            assert hidden is None or hidden.sensitivity == g, (query.text, g, hidden)
         for i, component in enumerate(query.components):
             if component.kind.row_pipeline or component.kind.name == "UNITS":
                 continue
@@ -406,6 +409,8 @@ def certify_fixed(plan: Plan, run: Runner, persons: int | Iterable[int]) -> None
             for h, moved in enumerate(moved_histograms):
                 assert moved <= r, (plan.query.text, key, "histogram", h, moved, r)
         assert changed <= g, (plan.query.text, unit, changed, g)
+        present = [holding_persons(m.units) for m in (measured, measured_neighbour)]  # release.left_out
+        assert abs(present[0] - present[1]) <= g, (plan.query.text, unit, "groups holding persons", present)
         _certify_carried(plan, measured, measured_neighbour, unit)
         for i, sensitivity in enumerate(sensitivities):
             assert l1[i] <= g * sensitivity, (plan.query.text, i, l1[i], g, sensitivity)

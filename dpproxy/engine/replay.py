@@ -53,8 +53,8 @@ def answer_plan(
 
 def replay_key(engine: EngineLike, plan: Plan) -> str:
     """The policy, the normalised statement (parameters bound), ε, δ, the bounds the session set
-    (which the statement's text does not show), the session's time zone (which casts to timestamptz
-    are folded in) and the operator's data epoch.
+    and whether it asked what they leave out (which the statement's text does not show), the
+    session's time zone (which casts to timestamptz are folded in) and the operator's data epoch.
 
     Nothing else, and nothing read from the database: no table statistics, no file times, and no
     call to the backend at all. Whether a repeat is free (a stored answer) or charged (a fresh one)
@@ -67,6 +67,8 @@ def replay_key(engine: EngineLike, plan: Plan) -> str:
     operator wants new answers.
     """
     asked = (plan.query.text, repr(plan.epsilon), repr(plan.delta), repr(plan.query.bounds))
+    if plan.query.estimate_left_out:  # SET dpproxy.estimate_left_out: an answer with its estimates
+        asked += ("estimate_left_out",)  # (added only then: keys stored without it stay valid)
     return kept_key(engine.policy_digest, engine.policy.defaults.data_epoch, *asked)
 
 

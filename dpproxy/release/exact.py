@@ -71,7 +71,7 @@ class ExactGroups:
             [self.units[i] for i in indexes],
             [self.histograms[i] for i in indexes] if self.histograms else [],
             counted_at=self.counted_at,
-            present=sum(1 for units in self.units if units > 0),
+            present=holding_persons(self.units),
         )
 
     def carrying(self, values: int) -> ExactGroups:
@@ -125,6 +125,12 @@ class ExactGroups:
 
             _count(query, found.histogram_rows, group, histograms, counted_at)
         return ExactGroups(self.keys, components, units, histograms, counted_at=counted_at)
+
+
+def holding_persons(units: Sequence[int]) -> int:
+    """The groups with a person counted in them (`units`: per group, what partition selection
+    reads): ExactGroups.present."""
+    return sum(1 for count in units if count > 0)
 
 
 def _as_int(value: object) -> int:

@@ -66,11 +66,11 @@ def _percent(part: int, whole: int) -> str:
 
 def hidden_note(present: int, spec: NoiseSpec, shown: int) -> str:
     """The notice's sentence on the groups partition selection did not show: the noisy count of the
-    groups that hold persons (the module docstring), never below the `shown` ones (released, so
-    public), and its ±."""
+    groups that hold persons (the module docstring), never below the `shown` ones (released by
+    selection, so public; HAVING and LIMIT may show fewer), and its ±."""
     found = max(shown, present + spec.sample(1)[0])
     error = int(spec.error95())
     return (
-        f"groups not shown (estimated): about {found - shown:,} of about {found:,} groups that hold "
-        f"persons (±{error:,} at 95%)"
+        f"groups not shown (estimated): partition selection released {shown:,} of about {found:,} "
+        f"groups that hold persons (±{error:,} at 95%), before HAVING and LIMIT"
     )

@@ -185,9 +185,12 @@ def with_session_bounds(query: PrivateQuery, bounds: SessionBounds | None) -> Pr
 
 def estimates_removed(query: PrivateQuery) -> bool:
     """Whether the query releases an estimate of what bounding removed (PrivateQuery.estimate_left_out):
-    asked for, its bounds chosen per query by the main statement, and some value it releases read
-    from the rows (a query of persons alone has nothing to remove)."""
-    return query.estimate_left_out and choosing(query) and reads_rows(query)
+    asked for, its bounds chosen per query by the main statement, some value it releases read from
+    the rows (a query of persons alone has nothing to remove), and some k below the ceiling."""
+    bounds = query.bounds
+    if bounds is None or not (query.estimate_left_out and choosing(query) and reads_rows(query)):
+        return False
+    return bounds.rows[0] < bounds.row_cap  # else k is the ceiling: nothing to estimate
 
 
 def estimates_hidden(query: PrivateQuery) -> bool:
