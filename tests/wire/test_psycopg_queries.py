@@ -281,6 +281,12 @@ def test_a_session_can_ask_what_bounding_removed(duck_proxy: Proxy) -> None:
         notices.clear()
         conn.execute(sql)
         assert not any("what bounding removed" in n for n in notices)
+    # A BI tool sets it in its connection URL, as a startup option.
+    with duck_proxy.connect(autocommit=True, options="-c dpproxy.estimate_left_out=on") as conn:
+        notices = notices_of(conn)
+        assert conn.execute("SHOW dpproxy.estimate_left_out").fetchone() == ("on",)
+        conn.execute(sql)
+        assert "; what bounding removed" in notices[-1], notices
 
 
 def test_session_settings_are_answered_locally(duck_proxy: Proxy) -> None:
