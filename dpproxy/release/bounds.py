@@ -221,7 +221,7 @@ def choose_bounds(
     elif noise.selection != selection:
         raise AssertionError("partition selection must not depend on the chosen k")
     else:
-        kept = resolved.subset(released)
+        kept = resolved.subset(released, noise.hidden is not None)
     removed = ""
     if noise.estimate is not None:  # at the lower k, which removes more
         lower, label = rows, ""

@@ -62,8 +62,10 @@ class ExactGroups:
     # there (units > 0), what the estimate of the groups not shown reads (release.left_out).
     present: int | None = None
 
-    def subset(self, indexes: Sequence[int]) -> ExactGroups:
-        """The groups at `indexes`, partition selection's choice among these."""
+    def subset(self, indexes: Sequence[int], count_present: bool = False) -> ExactGroups:
+        """The groups at `indexes`, partition selection's choice among these; with `count_present`
+        (the query estimates the groups not shown: QueryNoise.hidden), how many of these held a
+        person (`present`)."""
         assert self.candidates is None and not self.carried, "groups are chosen once the bounds are"
         return ExactGroups(
             [self.keys[i] for i in indexes],
@@ -71,7 +73,7 @@ class ExactGroups:
             [self.units[i] for i in indexes],
             [self.histograms[i] for i in indexes] if self.histograms else [],
             counted_at=self.counted_at,
-            present=holding_persons(self.units),
+            present=holding_persons(self.units) if count_present else None,
         )
 
     def carrying(self, values: int) -> ExactGroups:

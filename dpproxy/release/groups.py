@@ -42,7 +42,7 @@ def choose_groups(query: PrivateQuery, exact: ExactGroups, noise: QueryNoise) ->
         groups = ExactGroups(keys, components, units, histograms, counted_at=exact.counted_at)
     else:
         assert noise.selection is not None
-        groups = exact.subset(noise.selection.select(exact.units))
+        groups = exact.subset(noise.selection.select(exact.units), noise.hidden is not None)
     return groups
 
 

@@ -190,13 +190,15 @@ def test_the_groups_holding_persons_are_counted_with_noise_for_g(engine: Engine)
 
 
 def test_the_groups_selection_chose_from_are_those_holding_a_person(engine: Engine) -> None:
-    """ExactGroups.present: the groups partition selection read with a person counted in them."""
+    """ExactGroups.present: the groups partition selection read with a person counted in them (counted
+    only when the query estimates the groups not shown)."""
     plan = engine.plan_private(
         _query(engine, "SELECT ward, COUNT(*) FROM visits GROUP BY ward"), 1.0, bounds=ON
     )
     exact = plan.measure(*(engine.backend.run(s) for s in plan.statements))
     resolved = exact.resolve(plan.query, len(plan.query.bounds.rows) - 1, 0)  # type: ignore[union-attr]
-    assert resolved.subset([0]).present == 30
+    assert resolved.subset([0], count_present=True).present == 30
+    assert resolved.subset([0]).present is None
 
 
 def test_a_repeat_is_replayed_only_with_the_same_setting(engine: Engine) -> None:
